@@ -1,0 +1,5 @@
+import sys
+
+from scratchpipe_sim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,31 @@
+"""User-facing errors.
+
+A `UserError` is a mistake in the user's input (a config key, a file, a number). The CLI
+prints it as one line on stderr and exits with status 2, without a traceback; anything else
+is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class UserError(Exception):
+    """An input mistake: names where it is (`source`), what (`field`) and what was expected."""
+
+    def __init__(self, message: str, *, source: str | None = None, field: str | None = None):
+        self.message = message
+        self.source = source
+        self.field = field
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        where = ": ".join(p for p in (self.source, self.field) if p)
+        return f"{where}: {self.message}" if where else self.message
+
+
+def closest(name: str, choices: Iterable[str]) -> str:
+    """A ' (did you mean X?)' hint for an unknown name, or '' when nothing is close."""
+    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean '{match[0]}'?)" if match else ""

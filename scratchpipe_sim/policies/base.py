@@ -1,0 +1,89 @@
+"""The contract between the cache engine and a policy.
+
+A policy is a small Python class that owns its state as numpy arrays and hands whole chunks
+of mini-batches to a Numba `@njit` kernel: Python never runs per access.
+
+Per chunk the kernel writes, for every access j, `outcome[j]`:
+
+    HIT       the row was resident when the access was served
+    MISS      it was not; the row was fetched and placed in the cache (a fill)
+    UNPLACED  it was not, and the row was *not* placed (an FBGEMM conflict miss, a bypass,
+              a static-cache miss): the access is served from host memory
+
+and, for every mini-batch b of the chunk, `events[b, FILLS | EVICTIONS | WRITEBACKS]`.
+A fill may serve several accesses of the same batch (the first is MISS, later ones HIT).
+Every row touched in training is updated, so an evicted row is dirty: policies write back
+every eviction unless they say otherwise.
+
+Policies that need the future (`needs_next_use = True`) get `next_use`: for each access, the
+global stream position of the next access to the same linearized id, or `NO_NEXT_USE`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.registry import Registry
+from scratchpipe_sim.traces.trace import Chunk
+
+HIT, MISS, UNPLACED = 0, 1, 2
+FILLS, EVICTIONS, WRITEBACKS = 0, 1, 2
+NUM_EVENTS = 3
+NO_NEXT_USE = np.iinfo(np.int64).max
+
+
+class Policy(ABC):
+    """One cache replacement policy over `num_rows` linearized ids and `capacity` rows."""
+
+    name: ClassVar[str] = ""
+    needs_next_use: ClassVar[bool] = False
+    #: parameter name -> default; unknown parameters are errors (see `check_params`).
+    params: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, capacity: int, num_rows: int, **params: Any):
+        if int(capacity) != capacity or capacity < 1:
+            raise UserError(f"capacity must be a positive whole number of rows, got {capacity}",
+                            field="capacity")
+        if num_rows < 1:
+            raise UserError(f"num_rows must be positive, got {num_rows}", field="num_rows")
+        self.capacity = int(capacity)
+        self.num_rows = int(num_rows)
+        self.p = self.check_params(params)
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(params) - set(cls.params))
+        if unknown:
+            known = ", ".join(sorted(cls.params)) or "none"
+            raise UserError(f"policy '{cls.name}' takes no parameter '{unknown[0]}' "
+                            f"(it takes: {known})", field=unknown[0])
+        return {**cls.params, **params}
+
+    def prepare(self, trace) -> None:  # noqa: B027 - optional hook
+        """Called once with the whole trace before the first chunk (e.g. `static` profiles it)."""
+
+    @abstractmethod
+    def process(self, chunk: Chunk, next_use: np.ndarray | None, outcome: np.ndarray,
+                events: np.ndarray) -> None:
+        """Run the chunk: fill `outcome` (len(chunk.ids)) and `events` (chunk batches x 3).
+
+        `next_use` is the slice for this chunk's accesses (global positions), or None.
+        """
+
+    def finish(self) -> None:  # noqa: B027 - optional hook
+        """Called after the last chunk (e.g. drain a pipeline)."""
+
+    @abstractmethod
+    def resident(self) -> np.ndarray:
+        """Linearized ids currently cached (for invariants and tests)."""
+
+    def extra_totals(self) -> dict[str, int]:
+        """Policy-specific totals reported beside the standard counters."""
+        return {}
+
+
+POLICIES: Registry[type[Policy]] = Registry("policy")

@@ -1,0 +1,263 @@
+"""The in-memory trace: every mini-batch of every table as CSR `(indices, offsets)`.
+
+Layout (the one DLRM and FBGEMM use, stacked over mini-batches):
+
+* `indices` — row ids, each relative to its own table (0 <= id < table_rows[t]).
+* `offsets` — int64 bag boundaries into `indices`, `num_bags + 1` entries. Bags are ordered
+  batch-major, then table-major, then sample: mini-batch k with B_k samples and T tables owns
+  bags `batch_bounds[k] .. batch_bounds[k+1]` (= T*B_k bags), and table t of that batch is
+  bags `batch_bounds[k] + t*B_k ... + (t+1)*B_k` — FBGEMM's `offsets[B*t : B*(t+1)+1]`.
+* `batch_bounds` — int64, `num_batches + 1` entries, bag index where each batch starts.
+
+Arrays may be `np.memmap`s (see `store.py`), so a trace larger than RAM is walked in chunks
+by `iter_chunks`, which is what the cache engine and the timing model consume.
+
+A cache serves all tables over *linearized* ids (table offset + row), as FBGEMM does;
+`Chunk.ids` holds those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numba as nb
+import numpy as np
+
+from scratchpipe_sim.errors import UserError
+
+DEFAULT_CHUNK_ACCESSES = 1 << 22
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One mini-batch in FBGEMM layout: `offsets` has T*B+1 entries, rebased to 0."""
+
+    indices: np.ndarray
+    offsets: np.ndarray
+    num_tables: int
+
+    @property
+    def batch_size(self) -> int:
+        return (len(self.offsets) - 1) // self.num_tables
+
+    def table(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """(indices, offsets) of table t, offsets rebased to 0 (B+1 entries)."""
+        b = self.batch_size
+        offs = self.offsets[b * t : b * (t + 1) + 1]
+        return self.indices[offs[0] : offs[-1]], offs - offs[0]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Whole consecutive mini-batches, ids linearized over tables.
+
+    `batch_ptr` (relative, n+1 entries) cuts `ids` into mini-batches; `first_batch` is the
+    global index of the first one and `first_access` the global position of `ids[0]`.
+    """
+
+    first_batch: int
+    first_access: int
+    ids: np.ndarray  # int64 linearized ids
+    tables: np.ndarray  # int32 table of each access
+    batch_ptr: np.ndarray  # int64, relative
+
+    @property
+    def num_batches(self) -> int:
+        return len(self.batch_ptr) - 1
+
+
+@dataclass(frozen=True)
+class Trace:
+    table_rows: np.ndarray
+    indices: np.ndarray
+    offsets: np.ndarray
+    batch_bounds: np.ndarray
+    batch_size: int
+    meta: dict = field(default_factory=dict)
+    source: str = "<memory>"
+
+    # -- shape ---------------------------------------------------------------------------
+    @property
+    def num_tables(self) -> int:
+        return len(self.table_rows)
+
+    @property
+    def num_batches(self) -> int:
+        return len(self.batch_bounds) - 1
+
+    @property
+    def num_accesses(self) -> int:
+        return int(self.offsets[-1]) if len(self.offsets) else 0
+
+    @property
+    def table_offsets(self) -> np.ndarray:
+        """Exclusive prefix sum of table rows: linear id = table_offsets[t] + row."""
+        return np.concatenate(([0], np.cumsum(self.table_rows, dtype=np.int64)[:-1])).astype(
+            np.int64
+        )
+
+    @property
+    def total_rows(self) -> int:
+        return int(np.sum(self.table_rows, dtype=np.int64))
+
+    def batch_access_ptr(self) -> np.ndarray:
+        """Global position in the access stream where each batch starts (num_batches+1)."""
+        return np.asarray(self.offsets[np.asarray(self.batch_bounds)], dtype=np.int64)
+
+    # -- access ----------------------------------------------------------------------------
+    def batch(self, k: int) -> Batch:
+        lo, hi = int(self.batch_bounds[k]), int(self.batch_bounds[k + 1])
+        offs = np.asarray(self.offsets[lo : hi + 1], dtype=np.int64)
+        return Batch(np.asarray(self.indices[offs[0] : offs[-1]]), offs - offs[0], self.num_tables)
+
+    def iter_chunks(
+        self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0
+    ) -> Iterator[Chunk]:
+        """Consecutive whole batches of about `max_accesses` linearized ids each.
+
+        A chunk always holds at least one batch, so one huge batch is one chunk.
+        """
+        ptr = self.batch_access_ptr()
+        toff = self.table_offsets
+        k = start_batch
+        nb_ = self.num_batches
+        while k < nb_:
+            end = int(np.searchsorted(ptr, ptr[k] + max_accesses, side="right")) - 1
+            end = max(end, k + 1)
+            end = min(end, nb_)
+            lo, hi = int(self.batch_bounds[k]), int(self.batch_bounds[end])
+            offs = np.asarray(self.offsets[lo : hi + 1], dtype=np.int64)
+            bounds = np.asarray(self.batch_bounds[k : end + 1], dtype=np.int64) - lo
+            raw = np.asarray(self.indices[offs[0] : offs[-1]])
+            ids, tables = _linearize(raw, offs - offs[0], bounds, toff, self.num_tables)
+            yield Chunk(k, int(offs[0]), ids, tables, ptr[k : end + 1] - ptr[k])
+            k = end
+
+    def linear_ids(self) -> np.ndarray:
+        """The whole access stream as linearized ids (in memory: for small traces and tests)."""
+        parts = [c.ids for c in self.iter_chunks(max_accesses=1 << 62)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    # -- checks ------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise UserError when the structure or an id is out of range (checked chunk-wise)."""
+        src = self.source
+        if self.num_tables < 1:
+            raise UserError("a trace needs at least one table", source=src, field="table_rows")
+        if np.any(np.asarray(self.table_rows) <= 0):
+            raise UserError("every table needs a positive row count", source=src,
+                            field="table_rows")
+        if self.num_batches < 1 or self.num_accesses == 0:
+            raise UserError("the trace is empty (no accesses)", source=src)
+        if self.batch_bounds[0] != 0 or self.batch_bounds[-1] != len(self.offsets) - 1:
+            raise UserError("batch_bounds do not cover the bags", source=src,
+                            field="batch_bounds")
+        bags = np.diff(np.asarray(self.batch_bounds))
+        if np.any(bags <= 0) or np.any(bags % self.num_tables):
+            raise UserError("every batch needs T*B bags (B >= 1)", source=src,
+                            field="batch_bounds")
+        if np.any(np.diff(np.asarray(self.offsets)) < 0) or self.offsets[0] != 0:
+            raise UserError("offsets must start at 0 and never decrease", source=src,
+                            field="offsets")
+        for chunk in self.iter_chunks():
+            if len(chunk.ids) == 0:
+                continue
+            bad = _first_out_of_range(chunk.ids, chunk.tables, self.table_offsets,
+                                      np.asarray(self.table_rows, np.int64))
+            if bad >= 0:
+                t = int(chunk.tables[bad])
+                row = int(chunk.ids[bad] - self.table_offsets[t])
+                raise UserError(
+                    f"id {row} at access {chunk.first_access + bad} is out of range for table "
+                    f"{t}: expected 0 <= id < {int(self.table_rows[t])}",
+                    source=src, field="indices")
+
+    # -- construction --------------------------------------------------------------------------
+    @staticmethod
+    def single_table(ids: np.ndarray, num_rows: int | None, batch_size: int,
+                     source: str = "<memory>", meta: dict | None = None) -> Trace:
+        """One table, pooling 1: mini-batches of `batch_size` ids (the last may be shorter)."""
+        ids = np.asarray(ids)
+        if batch_size < 1:
+            raise UserError(f"batch size must be >= 1, got {batch_size}", source=source,
+                            field="batch_size")
+        if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+            raise UserError(f"expected a 1-D integer array of row ids, got {ids.dtype} "
+                            f"with shape {ids.shape}", source=source)
+        if len(ids) == 0:
+            raise UserError("the trace is empty (no accesses)", source=source)
+        if ids.min() < 0:
+            raise UserError(f"negative row id {int(ids.min())}: expected ids >= 0",
+                            source=source, field="indices")
+        rows = int(ids.max()) + 1 if num_rows is None else int(num_rows)
+        n = len(ids)
+        offsets = np.arange(n + 1, dtype=np.int64)
+        bounds = np.minimum(np.arange(0, n + batch_size, batch_size, dtype=np.int64), n)
+        bounds = np.unique(bounds)
+        trace = Trace(np.array([rows], np.int64), ids.astype(np.int64, copy=False), offsets,
+                      bounds, batch_size, meta or {}, source)
+        return trace
+
+    @staticmethod
+    def from_batches(batches: list[list[np.ndarray]], table_rows: list[int] | np.ndarray,
+                     pooling_lengths: list[list[np.ndarray]] | None = None,
+                     source: str = "<memory>", meta: dict | None = None) -> Trace:
+        """Build from `batches[k][t]` = ids of table t in batch k.
+
+        `pooling_lengths[k][t]` gives the bag lengths (B entries); without it every id is its
+        own bag (pooling 1).
+        """
+        T = len(table_rows)
+        idx_parts, len_parts, bounds = [], [], [0]
+        batch_size = 0
+        for k, per_table in enumerate(batches):
+            if len(per_table) != T:
+                raise UserError(f"batch {k} has {len(per_table)} tables, expected {T}",
+                                source=source)
+            lens_k = []
+            for t, ids in enumerate(per_table):
+                ids = np.asarray(ids, np.int64)
+                lens = (np.ones(len(ids), np.int64) if pooling_lengths is None
+                        else np.asarray(pooling_lengths[k][t], np.int64))
+                lens_k.append(lens)
+                idx_parts.append(ids)
+            b = len(lens_k[0])
+            if any(len(x) != b for x in lens_k):
+                raise UserError(f"batch {k}: every table needs the same number of bags",
+                                source=source)
+            batch_size = max(batch_size, b)
+            len_parts.extend(lens_k)
+            bounds.append(bounds[-1] + T * b)
+        indices = np.concatenate(idx_parts) if idx_parts else np.zeros(0, np.int64)
+        lengths = np.concatenate(len_parts) if len_parts else np.zeros(0, np.int64)
+        offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        return Trace(np.asarray(table_rows, np.int64), indices, offsets,
+                     np.asarray(bounds, np.int64), batch_size, meta or {}, source)
+
+
+@nb.njit(cache=True)
+def _linearize(raw, offs, bounds, table_offsets, num_tables):
+    n = len(raw)
+    ids = np.empty(n, np.int64)
+    tables = np.empty(n, np.int32)
+    for k in range(len(bounds) - 1):
+        b = (bounds[k + 1] - bounds[k]) // num_tables
+        for t in range(num_tables):
+            lo = offs[bounds[k] + t * b]
+            hi = offs[bounds[k] + (t + 1) * b]
+            base = table_offsets[t]
+            for j in range(lo, hi):
+                ids[j] = raw[j] + base
+                tables[j] = t
+    return ids, tables
+
+
+@nb.njit(cache=True)
+def _first_out_of_range(ids, tables, table_offsets, table_rows):
+    for j in range(len(ids)):
+        t = tables[j]
+        r = ids[j] - table_offsets[t]
+        if r < 0 or r >= table_rows[t]:
+            return j
+    return -1
