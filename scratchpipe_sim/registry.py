@@ -34,7 +34,8 @@ class Registry(Generic[T]):
         except KeyError:
             known = ", ".join(sorted(self._items))
             raise UserError(
-                f"unknown {self.kind} '{name}'{closest(name, self._items)}; expected one of: {known}",
+                f"unknown {self.kind} '{name}'{closest(name, self._items)}; "
+                f"expected one of: {known}",
                 source=source,
                 field=field,
             ) from None
