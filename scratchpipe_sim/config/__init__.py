@@ -1,1 +1,43 @@
-"""config layer."""
+"""Config layer: frozen dataclasses, a YAML loader with presets and dotted overrides.
+
+    load_config(path, overrides) -> Config      validated, frozen
+    resolve(path_or_dict, overrides) -> dict    the resolved plain dict (`config show`)
+    Config.from_dict(d, source=...)             validate an in-memory dict (sweeps)
+"""
+
+from scratchpipe_sim.config.hardware import (
+    CpuConfig,
+    GpuConfig,
+    HardwareConfig,
+    PcieConfig,
+    interpolate,
+)
+from scratchpipe_sim.config.loader import (
+    CONFIGS_DIR,
+    deep_merge,
+    dump_yaml,
+    expand_presets,
+    load_config,
+    parse_override,
+    read_yaml,
+    resolve,
+    set_dotted,
+)
+from scratchpipe_sim.config.model import (
+    ALL_DESIGNS,
+    OPTIMIZERS,
+    CacheConfig,
+    Config,
+    ModelConfig,
+    TablesConfig,
+    TraceConfig,
+    config_to_dict,
+)
+from scratchpipe_sim.config.schema import flatten
+
+__all__ = [
+    "ALL_DESIGNS", "CONFIGS_DIR", "OPTIMIZERS", "CacheConfig", "Config", "CpuConfig",
+    "GpuConfig", "HardwareConfig", "ModelConfig", "PcieConfig", "TablesConfig", "TraceConfig",
+    "config_to_dict", "deep_merge", "dump_yaml", "expand_presets", "flatten", "interpolate",
+    "load_config", "parse_override", "read_yaml", "resolve", "set_dotted",
+]

@@ -1,0 +1,100 @@
+"""Hardware schema: CPU DRAM, PCIe, GPU HBM and compute (the preset YAML format).
+
+`configs/hardware/NAME.yaml` files and the `calibrate` command write exactly these keys.
+Units are in every name (GBps = 1e9 bytes/s, ns, GiB = 2**30 bytes). Field names are
+stable: other modules and calibrated presets depend on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scratchpipe_sim.errors import UserError
+
+#: (row_bytes, efficiency) points; efficiency = achieved / streaming bandwidth for random
+#: gathers of rows that size, linearly interpolated and clamped at the ends.
+Curve = tuple[tuple[float, float], ...]
+
+
+def _pos(help_: str) -> dict:
+    return {"help": help_, "gt": 0}
+
+
+def _nonneg(help_: str) -> dict:
+    return {"help": help_, "min": 0}
+
+
+def interpolate(curve: Curve, row_bytes: float) -> float:
+    """Efficiency at `row_bytes` (piecewise linear in row bytes, clamped)."""
+    xs = np.array([p[0] for p in curve], float)
+    ys = np.array([p[1] for p in curve], float)
+    return float(np.interp(row_bytes, xs, ys))
+
+
+def check_curve(curve: Curve, source: str | None, where: str) -> None:
+    if not curve:
+        raise UserError("expected at least one [row_bytes, efficiency] point", source=source,
+                        field=where)
+    xs = [p[0] for p in curve]
+    if any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
+        raise UserError(f"row_bytes must increase strictly, got {xs}", source=source,
+                        field=where)
+    for i, (x, y) in enumerate(curve):
+        if x <= 0 or not 0 < y <= 1:
+            raise UserError(f"point {i} = [{x}, {y}]: expected row_bytes > 0 and "
+                            "0 < efficiency <= 1", source=source, field=f"{where}[{i}]")
+
+
+@dataclass(frozen=True)
+class CpuConfig:
+    dram_GBps: float = field(default=110.0, metadata=_pos("streaming DRAM bandwidth"))
+    dram_latency_ns: float = field(default=90.0, metadata=_nonneg("unloaded DRAM latency"))
+    gather_efficiency: Curve = field(
+        default=((64.0, 0.30), (128.0, 0.45), (256.0, 0.60), (512.0, 0.70)),
+        metadata={"help": "[row_bytes, efficiency] points for random row gathers"})
+    cores: int = field(default=16, metadata={"help": "cores running embedding ops", "min": 1})
+    embedding_op_GBps: float = field(
+        default=4.0, metadata=_pos("gather/pool/update throughput of one core (bytes of rows)"))
+
+
+@dataclass(frozen=True)
+class PcieConfig:
+    h2d_GBps: float = field(default=25.0, metadata=_pos("host-to-device bandwidth"))
+    d2h_GBps: float = field(default=25.0, metadata=_pos("device-to-host bandwidth"))
+    latency_ns: float = field(default=10_000.0, metadata=_nonneg("cost of one transfer"))
+    full_duplex: bool = field(default=True, metadata={
+        "help": "both directions at once; false: one shared link, time-shared"})
+    duplex_h2d_GBps: float | None = field(default=None, metadata=_pos(
+        "H2D bandwidth while a D2H transfer runs (null: h2d_GBps)"))
+    duplex_d2h_GBps: float | None = field(default=None, metadata=_pos(
+        "D2H bandwidth while an H2D transfer runs (null: d2h_GBps)"))
+    uvm_efficiency: float = field(default=0.1, metadata={
+        "help": "fraction of link bandwidth for rows read/written in place (UVM)",
+        "gt": 0, "max": 1})
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    hbm_GBps: float = field(default=2039.0, metadata=_pos("HBM streaming bandwidth"))
+    hbm_latency_ns: float = field(default=600.0, metadata=_nonneg("unloaded HBM latency"))
+    gather_efficiency: Curve = field(
+        default=((64.0, 0.30), (128.0, 0.45), (256.0, 0.60), (512.0, 0.70)),
+        metadata={"help": "[row_bytes, efficiency] points for random row gathers"})
+    hbm_capacity_GiB: float = field(default=80.0, metadata=_pos("HBM capacity"))
+    tflops: float = field(default=150.0, metadata=_pos("achievable dense TFLOP/s (MLPs)"))
+    kernel_launch_ns: float = field(default=5_000.0, metadata=_nonneg("cost per kernel"))
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    name: str = field(default="", metadata={"help": "preset name (filled from `preset`)"})
+    clock_GHz: float = field(default=1.0, metadata=_pos("clock for reporting cycles"))
+    cpu: CpuConfig = field(default_factory=CpuConfig)
+    pcie: PcieConfig = field(default_factory=PcieConfig)
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+
+    def check(self, source: str | None) -> None:
+        check_curve(self.cpu.gather_efficiency, source, "hardware.cpu.gather_efficiency")
+        check_curve(self.gpu.gather_efficiency, source, "hardware.gpu.gather_efficiency")

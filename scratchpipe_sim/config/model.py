@@ -1,0 +1,182 @@
+"""The full config tree: hardware, model (tables, MLPs), trace, cache, designs, seed.
+
+A `Config` is frozen and fully validated; `Config.from_dict(d, source=...)` is the single
+entry point (the loader and the sweep both use it). Derived quantities that several designs
+need (row bytes with optimizer state, resolved cache capacity, MLP FLOPs) live here so every
+design prices the same thing the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from scratchpipe_sim.config.hardware import HardwareConfig
+from scratchpipe_sim.config.schema import build, to_plain
+from scratchpipe_sim.errors import UserError
+
+ALL_DESIGNS = ("hybrid", "gpu-only", "static-cache", "lru-cache", "lru-prefetch", "scratchpipe")
+OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad")
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class TablesConfig:
+    count: int = field(default=8, metadata={"help": "number of embedding tables", "min": 1})
+    rows: int = field(default=1_000_000, metadata={"help": "rows per table", "min": 1})
+    dim: int = field(default=64, metadata={"help": "embedding dimension", "min": 1})
+    bytes_per_element: int = field(default=4, metadata={"help": "4 = fp32, 2 = fp16",
+                                                        "min": 1})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    tables: TablesConfig = field(default_factory=TablesConfig)
+    pooling: int = field(default=20, metadata={"help": "lookups per sample per table",
+                                               "min": 1})
+    batch_size: int = field(default=2048, metadata={"help": "samples per mini-batch", "min": 1})
+    optimizer: str = field(default="sgd", metadata={
+        "help": "sgd (no state), adagrad (fp32 state per element), rowwise-adagrad (one fp32 "
+                "per row); the state travels with its row", "choices": OPTIMIZERS})
+    bottom_mlp: tuple[int, ...] = field(default=(13, 512, 256, 64), metadata={
+        "help": "layer widths, input first", "min": 1})
+    top_mlp: tuple[int, ...] = field(default=(512, 512, 256, 1), metadata={
+        "help": "layer widths, input (interaction output) first", "min": 1})
+    num_batches: int = field(default=100, metadata={"help": "mini-batches simulated",
+                                                    "min": 1})
+    warmup_batches: int = field(default=10, metadata={
+        "help": "batches excluded from the statistics", "min": 0})
+
+    @property
+    def row_bytes(self) -> int:
+        return self.tables.dim * self.tables.bytes_per_element
+
+    @property
+    def state_bytes(self) -> int:
+        """Optimizer state per row, moved with the row (FBGEMM keeps it beside the weights)."""
+        return {"sgd": 0, "adagrad": 4 * self.tables.dim, "rowwise-adagrad": 4}[self.optimizer]
+
+    @property
+    def moved_row_bytes(self) -> int:
+        return self.row_bytes + self.state_bytes
+
+    @property
+    def mlp_flops(self) -> float:
+        """Training FLOPs per batch: 2*B*in*out per layer forward, x3 with backward."""
+        total = 0
+        for layers in (self.bottom_mlp, self.top_mlp):
+            total += sum(a * b for a, b in zip(layers, layers[1:], strict=False))
+        return 3.0 * 2.0 * self.batch_size * total
+
+    @property
+    def mlp_kernels(self) -> int:
+        """Kernels per batch: 3 per layer (forward, data grad, weight grad)."""
+        return 3 * (len(self.bottom_mlp) - 1 + len(self.top_mlp) - 1)
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    path: str | None = field(default=None, metadata={
+        "help": "trace file (.sptrace, .npy, text); null: generate"})
+    format: str | None = field(default=None, metadata={"help": "reader format (null: guess)"})
+    distribution: str = field(default="zipf", metadata={"help": "generator distribution"})
+    alpha: float | None = field(default=1.05, metadata={"help": "zipf exponent", "gt": 0})
+    reuse: float = field(default=0.0, metadata={
+        "help": "fraction of each batch copied from the previous one", "min": 0, "max": 1})
+    seed: int | None = field(default=None, metadata={"help": "null: the top-level seed"})
+    params: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "extra generator parameters (e.g. hot_fraction)"})
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    policy: str = field(default="lru", metadata={
+        "help": "policy of lru-cache / lru-prefetch: lru, lfu, fbgemm-lru, fbgemm-lfu"})
+    capacity_rows: int | None = field(default=None, metadata={
+        "help": "cache rows (all tables); null: load_factor x rows", "min": 1})
+    load_factor: float | None = field(default=0.2, metadata={
+        "help": "FBGEMM cache_load_factor: capacity = ceil(load_factor x rows)", "gt": 0,
+        "max": 1})
+    ways: int | None = field(default=None, metadata={"help": "fbgemm-* associativity",
+                                                      "min": 1})
+    static_policy: str = field(default="static", metadata={"help": "policy of static-cache"})
+    lookahead: int = field(default=4, metadata={
+        "help": "scratchpipe window W: batches in flight from plan to train", "min": 1})
+    queue_depth: int = field(default=2, metadata={
+        "help": "scratchpipe: batches buffered between consecutive stages", "min": 1})
+    plan_ns_per_id: float = field(default=20.0, metadata={
+        "help": "scratchpipe plan cost per looked-up id on one CPU thread", "min": 0})
+    plan_threads: int | None = field(default=None, metadata={
+        "help": "threads planning in parallel (null: hardware.cpu.cores)", "min": 1})
+
+
+@dataclass(frozen=True)
+class Config:
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    designs: tuple[str, ...] = field(default=ALL_DESIGNS, metadata={
+        "help": "designs to run (names in scratchpipe_sim.timing.DESIGNS)"})
+    seed: int = field(default=0, metadata={"help": "seed of every random choice", "min": 0})
+    name: str = field(default="", metadata={"help": "label for results"})
+    _source: str | None = field(default=None, compare=False, repr=False)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any], source: str | None = None) -> Config:
+        """Validate a plain (preset-expanded) dict; errors name `source` and the dotted key."""
+        cfg: Config = build(Config, d, source)
+        object.__setattr__(cfg, "_source", source)
+        cfg.check()
+        return cfg
+
+    @property
+    def source(self) -> str | None:
+        return self._source
+
+    @property
+    def total_rows(self) -> int:
+        return self.model.tables.count * self.model.tables.rows
+
+    def capacity_rows(self) -> int:
+        """Cache capacity in rows: `capacity_rows`, else ceil(load_factor x total rows)."""
+        c = self.cache
+        if c.capacity_rows is not None:
+            return c.capacity_rows
+        if c.load_factor is None:
+            raise UserError("set cache.capacity_rows or cache.load_factor", source=self.source,
+                            field="cache.capacity_rows")
+        return max(1, math.ceil(c.load_factor * self.total_rows))
+
+    def check(self) -> None:
+        src = self.source
+        self.hardware.check(src)
+        m = self.model
+        if m.warmup_batches >= m.num_batches:
+            raise UserError(f"expected warmup_batches < num_batches ({m.num_batches}), got "
+                            f"{m.warmup_batches}", source=src, field="model.warmup_batches")
+        if len(m.bottom_mlp) < 2 or len(m.top_mlp) < 2:
+            raise UserError("an MLP needs at least an input and an output width", source=src,
+                            field="model.bottom_mlp" if len(m.bottom_mlp) < 2
+                            else "model.top_mlp")
+        if not self.designs:
+            raise UserError("expected at least one design", source=src, field="designs")
+        cap = self.capacity_rows()
+        cache_bytes = cap * m.moved_row_bytes
+        hbm = self.hardware.gpu.hbm_capacity_GiB * GiB
+        if cache_bytes > hbm:
+            key = ("cache.capacity_rows" if self.cache.capacity_rows is not None
+                   else "cache.load_factor")
+            raise UserError(f"the cache needs {cache_bytes / GiB:.2f} GiB ({cap} rows x "
+                            f"{m.moved_row_bytes} B) but hardware.gpu.hbm_capacity_GiB is "
+                            f"{self.hardware.gpu.hbm_capacity_GiB}: expected a cache that fits "
+                            "in HBM", source=src, field=key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_plain(self)
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    """The plain resolved dict of a config (what `config show` prints and results keep)."""
+    return cfg.to_dict()

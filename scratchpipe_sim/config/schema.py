@@ -1,0 +1,172 @@
+"""Generic validation of nested frozen dataclasses from plain dicts (YAML).
+
+Every config dataclass declares its fields with type hints and optional `metadata`
+(`help`, `min`, `gt`, `max`, `choices`). `build(cls, data, source, prefix)` walks the
+hints, rejects unknown keys with a "did you mean", checks types strictly (an int where a
+float is expected is fine; a str where a number is expected is not; bool is never a number)
+and the metadata bounds, and names the dotted key and the file in every error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+from collections.abc import Mapping
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from scratchpipe_sim.errors import UserError, closest
+
+
+def _describe(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        return " or ".join(_describe(a) for a in args) + " or null"
+    if origin is tuple:
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {_describe(args[0])}"
+        return f"a list [{', '.join(_describe(a) for a in args)}]"
+    if origin in (dict, Mapping):
+        return "a mapping"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
+        tp, str(tp))
+
+
+def coerce(tp: Any, value: Any, field: str, source: str | None) -> Any:
+    """`value` checked against type `tp` (lists become tuples so configs stay hashable)."""
+
+    def bad() -> UserError:
+        return UserError(f"expected {_describe(tp)}, got {value!r} ({type(value).__name__})",
+                         source=source, field=field)
+
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return coerce(a, value, field, source)
+            except UserError:
+                continue
+        raise bad()
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise bad()
+        return build(tp, value, source, field)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise bad()
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad()
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad()
+        if math.isnan(value):
+            raise bad()
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise bad()
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise bad()
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(coerce(args[0], v, f"{field}[{i}]", source) for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise bad()
+        return tuple(coerce(a, v, f"{field}[{i}]", source)
+                     for i, (a, v) in enumerate(zip(args, value, strict=True)))
+    if origin in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise bad()
+        vt = get_args(tp)[1] if get_args(tp) else Any
+        return {str(k): coerce(vt, v, f"{field}.{k}", source) for k, v in value.items()}
+    raise TypeError(f"unsupported config type {tp!r}")
+
+
+def _check_bounds(meta: Mapping[str, Any], value: Any, field: str, source: str | None) -> None:
+    if value is None:
+        return
+    items = value if isinstance(value, tuple) else (value,)
+    for v in items:
+        if isinstance(v, tuple):
+            continue
+        if "choices" in meta and v not in meta["choices"]:
+            raise UserError(f"unknown value {v!r}{closest(str(v), meta['choices'])}; expected "
+                            f"one of: {', '.join(meta['choices'])}", source=source, field=field)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if "gt" in meta and not v > meta["gt"]:
+                raise UserError(f"expected a value > {meta['gt']}, got {v}", source=source,
+                                field=field)
+            if "min" in meta and v < meta["min"]:
+                raise UserError(f"expected a value >= {meta['min']}, got {v}", source=source,
+                                field=field)
+            if "max" in meta and v > meta["max"]:
+                raise UserError(f"expected a value <= {meta['max']}, got {v}", source=source,
+                                field=field)
+
+
+def build(cls: type, data: Mapping[str, Any], source: str | None, prefix: str = "") -> Any:
+    """Instantiate dataclass `cls` from `data`; unknown keys and bad types are UserErrors."""
+    if not isinstance(data, Mapping):
+        raise UserError(f"expected a mapping, got {type(data).__name__}", source=source,
+                        field=prefix or None)
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
+    for key in data:
+        if key not in fields:
+            where = f"{prefix}.{key}" if prefix else str(key)
+            raise UserError(f"unknown key '{key}'{closest(str(key), fields)}; expected one of: "
+                            f"{', '.join(fields)}", source=source, field=where)
+    kwargs = {}
+    for name, f in fields.items():
+        where = f"{prefix}.{name}" if prefix else name
+        if name in data:
+            value = coerce(hints[name], data[name], where, source)
+            _check_bounds(f.metadata, value, where, source)
+            kwargs[name] = value
+        elif dataclasses.is_dataclass(hints[name]) and f.default is dataclasses.MISSING \
+                and f.default_factory is dataclasses.MISSING:
+            kwargs[name] = build(hints[name], {}, source, where)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise UserError(f"required key missing ({f.metadata.get('help', '')})".rstrip(" ()"),
+                            source=source, field=where)
+    return cls(**kwargs)
+
+
+def to_plain(obj: Any) -> Any:
+    """Dataclass tree -> plain dicts/lists/scalars (YAML/JSON ready), public fields only."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if f.init and not f.name.startswith("_")}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    if isinstance(obj, Mapping):
+        return {k: to_plain(v) for k, v in obj.items()}
+    return obj
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dict -> {"a.b.c": value}; lists are kept as one value."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, key))
+        else:
+            out[key] = v
+    return out
