@@ -1,0 +1,75 @@
+"""An open-addressing hash map from row id to cache slot, for the Numba policy kernels.
+
+Why: a fully associative cache over millions of rows must find a row's slot in O(1) without
+an array indexed by row (memory would grow with the table, not the cache). The map is sized
+to a power of two >= 2x the cache capacity (load factor <= 1/2), uses Fibonacci hashing and
+linear probing, and deletes by backward shift, so there are no tombstones and probe lengths
+stay short for the whole run.
+
+Keys are int64 row ids (>= 0); `EMPTY` (-1) marks a free position. Values are int32 slots.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+EMPTY = -1
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def map_bits(capacity: int) -> int:
+    """log2 of the table size: the smallest power of two >= 2 * capacity (at least 8)."""
+    return max(3, int(2 * max(int(capacity), 1) - 1).bit_length())
+
+
+def new_map(capacity: int) -> tuple[np.ndarray, np.ndarray, int, np.uint64]:
+    """(keys, vals, mask, shift) of an empty map able to hold `capacity` entries."""
+    bits = map_bits(capacity)
+    size = 1 << bits
+    return (np.full(size, EMPTY, np.int64), np.zeros(size, np.int32), size - 1,
+            np.uint64(64 - bits))
+
+
+@nb.njit(cache=True)
+def home(key, shift):
+    """Home position of `key`: the top bits of key * 2^64/phi."""
+    return np.int64((np.uint64(key) * _GOLDEN) >> shift)
+
+
+@nb.njit(cache=True)
+def probe(keys, mask, shift, key):
+    """Position holding `key`, or the free position where it would be inserted."""
+    i = home(key, shift)
+    while True:
+        k = keys[i]
+        if k == key or k == EMPTY:
+            return i
+        i = (i + 1) & mask
+
+
+@nb.njit(cache=True)
+def erase(keys, vals, mask, shift, i):
+    """Delete the entry at position `i` by shifting later entries of its run back."""
+    j = i
+    while True:
+        j = (j + 1) & mask
+        k = keys[j]
+        if k == EMPTY:
+            break
+        h = home(k, shift)
+        # The entry at j stays when its home lies cyclically in (i, j].
+        if i <= j:
+            if i < h <= j:
+                continue
+        elif h > i or h <= j:
+            continue
+        keys[i] = k
+        vals[i] = vals[j]
+        i = j
+    keys[i] = EMPTY
+
+
+def map_keys(keys: np.ndarray) -> np.ndarray:
+    """Sorted ids stored in the map (for `Policy.resident`)."""
+    return np.sort(keys[keys != EMPTY])

@@ -1,0 +1,102 @@
+"""`belady` and `belady-bypass`: offline MIN, the bound every online policy is judged by.
+
+`belady` admits every missing row (forced admission, as libCacheSim's Belady): with a full
+cache it evicts the resident row whose next use is farthest, never-used-again rows first.
+`belady-bypass` may refuse admission: the incoming row is itself a candidate victim, and if
+its next use is at least as far as every resident's, it is served from host memory
+(UNPLACED) and the cache is unchanged. With free space both admit. Next uses are global
+stream positions from the engine (`needs_next_use`), unique per access, so the only ties are
+between never-used-again rows, and which of those goes does not change any count.
+A lazy-deletion max-heap on next use finds the victim in O(log capacity).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from scratchpipe_sim.policies._hashmap import erase, map_keys, new_map, probe
+from scratchpipe_sim.policies._heap import drop_stale, pop_top, push
+from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, UNPLACED, Policy
+
+_SIZE, _HEAP = 0, 1
+
+
+class _MIN(Policy):
+    needs_next_use = True
+    bypass = False
+
+    def __init__(self, capacity: int, num_rows: int, **params):
+        super().__init__(capacity, num_rows, **params)
+        slots = min(self.capacity, self.num_rows)
+        self.keys, self.vals, self.mask, self.shift = new_map(slots)
+        self.slot_id = np.full(slots, -1, np.int64)
+        self.slot_next = np.zeros(slots, np.int64)
+        self.hk = np.zeros(2 * slots + 2, np.int64)
+        self.hv = np.zeros(2 * slots + 2, np.int32)
+        self.state = np.zeros(2, np.int64)
+
+    def process(self, chunk, next_use, outcome, events):
+        _min_chunk(chunk.ids, chunk.batch_ptr, next_use, self.bypass, self.keys, self.vals,
+                   self.mask, self.shift, self.slot_id, self.slot_next, self.hk, self.hv,
+                   self.state, outcome, events)
+
+    def resident(self) -> np.ndarray:
+        return map_keys(self.keys)
+
+
+@POLICIES.register("belady")
+class Belady(_MIN):
+    name = "belady"
+
+
+@POLICIES.register("belady-bypass")
+class BeladyBypass(_MIN):
+    name = "belady-bypass"
+    bypass = True
+
+
+@nb.njit(cache=True)
+def _min_chunk(ids, batch_ptr, next_use, bypass, keys, vals, mask, shift, slot_id, slot_next,
+               hk, hv, state, outcome, events):
+    cap = len(slot_id)
+    size = state[_SIZE]
+    hn = state[_HEAP]
+    for b in range(len(batch_ptr) - 1):
+        fills = 0
+        evictions = 0
+        for j in range(batch_ptr[b], batch_ptr[b + 1]):
+            r = ids[j]
+            nu = next_use[j]
+            p = probe(keys, mask, shift, r)
+            if keys[p] == r:
+                outcome[j] = HIT
+                s = vals[p]
+                slot_next[s] = nu
+                hn = push(hk, hv, hn, nu, s, slot_next, size)
+                continue
+            if size < cap:
+                s = size
+                size += 1
+            else:
+                hn = drop_stale(hk, hv, hn, slot_next)
+                if bypass and nu >= hk[0]:
+                    outcome[j] = UNPLACED
+                    continue
+                s = hv[0]
+                hn = pop_top(hk, hv, hn)
+                erase(keys, vals, mask, shift, probe(keys, mask, shift, slot_id[s]))
+                evictions += 1
+                p = probe(keys, mask, shift, r)
+            outcome[j] = MISS
+            fills += 1
+            keys[p] = r
+            vals[p] = s
+            slot_id[s] = r
+            slot_next[s] = nu
+            hn = push(hk, hv, hn, nu, s, slot_next, size)
+        events[b, 0] += fills
+        events[b, 1] += evictions
+        events[b, 2] += evictions
+    state[_SIZE] = size
+    state[_HEAP] = hn

@@ -1,0 +1,170 @@
+"""`lfu`: fully associative, textbook in-cache LFU, processed access by access.
+
+Frequency is the number of accesses since the row was inserted (reset to 1 when a row is
+(re)inserted after an eviction). The victim is the least-frequent resident row; ties go to
+the least recently used of them. Why O(1) frequency buckets (Shah, Mitra, Matani 2010): a
+doubly linked list of buckets in increasing frequency, each holding its rows in recency
+order (least recent first), so a hit moves one row to the next bucket and a miss evicts the
+head of the first bucket, each in constant time. A row enters bucket f at its f-th access,
+so recency inside a bucket is the time of the last access. Memory grows with capacity.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from scratchpipe_sim.policies._hashmap import erase, map_keys, new_map, probe
+from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, Policy
+
+# state: resident rows, first (least-frequent) bucket, free-bucket stack depth
+_SIZE, _FIRST, _NFREE = 0, 1, 2
+
+
+@POLICIES.register("lfu")
+class LFU(Policy):
+    name = "lfu"
+
+    def __init__(self, capacity: int, num_rows: int, **params):
+        super().__init__(capacity, num_rows, **params)
+        slots = min(self.capacity, self.num_rows)
+        self.keys, self.vals, self.mask, self.shift = new_map(slots)
+        self.slot_id = np.full(slots, -1, np.int64)
+        # per slot: previous / next row in its bucket, and its bucket
+        self.items = np.full((3, slots), -1, np.int32)
+        nbuckets = slots + 1  # <= slots non-empty buckets plus one being created
+        self.bfreq = np.zeros(nbuckets, np.int64)
+        # per bucket: previous / next bucket, first (LRU) / last (MRU) row
+        self.blinks = np.full((4, nbuckets), -1, np.int32)
+        self.free = np.arange(nbuckets - 1, -1, -1, dtype=np.int32)
+        self.state = np.array([0, -1, nbuckets], np.int64)
+
+    def process(self, chunk, next_use, outcome, events):
+        _lfu_chunk(chunk.ids, chunk.batch_ptr, self.keys, self.vals, self.mask, self.shift,
+                   self.slot_id, self.items, self.bfreq, self.blinks, self.free, self.state,
+                   outcome, events)
+
+    def resident(self) -> np.ndarray:
+        return map_keys(self.keys)
+
+    def frequencies(self) -> dict[int, int]:
+        """Resident row -> in-cache frequency (for tests)."""
+        size = int(self.state[_SIZE])
+        return {int(self.slot_id[s]): int(self.bfreq[self.items[2, s]]) for s in range(size)}
+
+
+_IP, _IN, _IB = 0, 1, 2  # item rows
+_BP, _BN, _BH, _BT = 0, 1, 2, 3  # bucket rows
+
+
+@nb.njit(cache=True)
+def _item_remove(items, blinks, s):
+    """Unlink slot s from its bucket's row list; True when the bucket became empty."""
+    b = items[_IB, s]
+    p = items[_IP, s]
+    n = items[_IN, s]
+    if p >= 0:
+        items[_IN, p] = n
+    else:
+        blinks[_BH, b] = n
+    if n >= 0:
+        items[_IP, n] = p
+    else:
+        blinks[_BT, b] = p
+    return blinks[_BH, b] < 0
+
+
+@nb.njit(cache=True)
+def _item_append(items, blinks, s, b):
+    """Append slot s as the most recent row of bucket b."""
+    t = blinks[_BT, b]
+    items[_IP, s] = t
+    items[_IN, s] = -1
+    items[_IB, s] = b
+    if t >= 0:
+        items[_IN, t] = s
+    else:
+        blinks[_BH, b] = s
+    blinks[_BT, b] = s
+
+
+@nb.njit(cache=True)
+def _lfu_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, items, bfreq, blinks, free,
+               state, outcome, events):
+    cap = len(slot_id)
+    size = state[_SIZE]
+    first = state[_FIRST]
+    nfree = state[_NFREE]
+    for b in range(len(batch_ptr) - 1):
+        fills = 0
+        evictions = 0
+        for j in range(batch_ptr[b], batch_ptr[b + 1]):
+            r = ids[j]
+            p = probe(keys, mask, shift, r)
+            if keys[p] == r:
+                outcome[j] = HIT
+                s = vals[p]
+                bk = items[_IB, s]
+                f = bfreq[bk]
+                nb_ = blinks[_BN, bk]
+                if nb_ < 0 or bfreq[nb_] != f + 1:  # create bucket f+1 after bk
+                    nfree -= 1
+                    nb_ = free[nfree]
+                    bfreq[nb_] = f + 1
+                    blinks[_BH, nb_] = -1
+                    blinks[_BT, nb_] = -1
+                    blinks[_BP, nb_] = bk
+                    nn = blinks[_BN, bk]
+                    blinks[_BN, nb_] = nn
+                    if nn >= 0:
+                        blinks[_BP, nn] = nb_
+                    blinks[_BN, bk] = nb_
+                if _item_remove(items, blinks, s):  # drop the empty bucket
+                    pb = blinks[_BP, bk]
+                    if pb >= 0:
+                        blinks[_BN, pb] = nb_
+                    else:
+                        first = nb_
+                    blinks[_BP, nb_] = pb
+                    free[nfree] = bk
+                    nfree += 1
+                _item_append(items, blinks, s, nb_)
+                continue
+            outcome[j] = MISS
+            fills += 1
+            if size < cap:
+                s = size
+                size += 1
+            else:  # evict the least recent row of the least-frequent bucket
+                bk = first
+                s = blinks[_BH, bk]
+                erase(keys, vals, mask, shift, probe(keys, mask, shift, slot_id[s]))
+                evictions += 1
+                p = probe(keys, mask, shift, r)
+                if _item_remove(items, blinks, s):
+                    first = blinks[_BN, bk]
+                    if first >= 0:
+                        blinks[_BP, first] = -1
+                    free[nfree] = bk
+                    nfree += 1
+            if first < 0 or bfreq[first] != 1:  # a bucket of frequency 1 at the front
+                nfree -= 1
+                nb_ = free[nfree]
+                bfreq[nb_] = 1
+                blinks[_BH, nb_] = -1
+                blinks[_BT, nb_] = -1
+                blinks[_BP, nb_] = -1
+                blinks[_BN, nb_] = first
+                if first >= 0:
+                    blinks[_BP, first] = nb_
+                first = nb_
+            _item_append(items, blinks, s, first)
+            keys[p] = r
+            vals[p] = s
+            slot_id[s] = r
+        events[b, 0] += fills
+        events[b, 1] += evictions
+        events[b, 2] += evictions
+    state[_SIZE] = size
+    state[_FIRST] = first
+    state[_NFREE] = nfree

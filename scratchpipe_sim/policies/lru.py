@@ -1,0 +1,103 @@
+"""`lru`: fully associative, exact textbook LRU, processed access by access.
+
+Why this shape: the cache is a doubly linked list over `capacity` slots (most recent at the
+head) plus a hash map row -> slot sized to the capacity, so every access is O(1) and memory
+grows with the cache, not with the number of rows or the trace length. Accesses are served
+in stream order; inside a mini-batch the first access of a missing row is a MISS (a fill)
+and later ones hit while the row stays resident. Every eviction writes the row back.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from scratchpipe_sim.policies._hashmap import erase, map_keys, new_map, probe
+from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, Policy
+
+_SIZE, _HEAD, _TAIL = 0, 1, 2
+
+
+@POLICIES.register("lru")
+class LRU(Policy):
+    name = "lru"
+
+    def __init__(self, capacity: int, num_rows: int, **params):
+        super().__init__(capacity, num_rows, **params)
+        slots = min(self.capacity, self.num_rows)
+        self.keys, self.vals, self.mask, self.shift = new_map(slots)
+        self.slot_id = np.full(slots, -1, np.int64)
+        self.prev = np.full(slots, -1, np.int32)
+        self.next = np.full(slots, -1, np.int32)
+        self.state = np.array([0, -1, -1], np.int64)
+
+    def process(self, chunk, next_use, outcome, events):
+        _lru_chunk(chunk.ids, chunk.batch_ptr, self.keys, self.vals, self.mask, self.shift,
+                   self.slot_id, self.prev, self.next, self.state, outcome, events)
+
+    def resident(self) -> np.ndarray:
+        return map_keys(self.keys)
+
+
+@nb.njit(cache=True)
+def _lru_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, prev, nxt, state,
+               outcome, events):
+    cap = len(slot_id)
+    size = state[_SIZE]
+    head = state[_HEAD]
+    tail = state[_TAIL]
+    for b in range(len(batch_ptr) - 1):
+        fills = 0
+        evictions = 0
+        for j in range(batch_ptr[b], batch_ptr[b + 1]):
+            r = ids[j]
+            p = probe(keys, mask, shift, r)
+            if keys[p] == r:
+                outcome[j] = HIT
+                s = vals[p]
+                if s != head:  # unlink s, then push it at the head
+                    pv = prev[s]
+                    nx = nxt[s]
+                    nxt[pv] = nx
+                    if nx >= 0:
+                        prev[nx] = pv
+                    else:
+                        tail = pv
+                    prev[s] = -1
+                    nxt[s] = head
+                    prev[head] = s
+                    head = s
+                continue
+            outcome[j] = MISS
+            fills += 1
+            if size < cap:
+                s = size
+                size += 1
+                if head >= 0:
+                    prev[head] = s
+                else:
+                    tail = s
+                prev[s] = -1
+                nxt[s] = head
+                head = s
+            else:  # reuse the least recently used slot
+                s = tail
+                erase(keys, vals, mask, shift, probe(keys, mask, shift, slot_id[s]))
+                evictions += 1
+                p = probe(keys, mask, shift, r)  # the erase may have moved entries
+                if s != head:
+                    tail = prev[s]
+                    nxt[tail] = -1
+                    prev[s] = -1
+                    nxt[s] = head
+                    prev[head] = s
+                    head = s
+            keys[p] = r
+            vals[p] = s
+            slot_id[s] = r
+        events[b, 0] += fills
+        events[b, 1] += evictions
+        events[b, 2] += evictions
+    state[_SIZE] = size
+    state[_HEAD] = head
+    state[_TAIL] = tail

@@ -1,0 +1,102 @@
+"""`static`: the K most-accessed rows of a profiling prefix, pinned for the whole run.
+
+K = capacity. Rows are ranked by access count over the first `profile_fraction` of the
+mini-batches (at least one batch; 1.0 = the whole trace, an offline oracle of frequency);
+ties go to the smaller linearized id. Pinned rows are never evicted; every access to any
+other row is UNPLACED (served from host memory), so there are no evictions or write-backs.
+
+Why `preload` (default False): every other policy starts with an empty cache and pays a
+compulsory miss per row it caches; with preload=False the static cache does the same (the
+first access to a pinned row is a MISS and a fill), which keeps `belady-bypass <= static`
+and comparisons fair. preload=True models rows copied to the GPU before training: all
+accesses to pinned rows hit and there are no fills at all.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba as nb
+import numpy as np
+
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, UNPLACED, Policy
+
+_NOT_PINNED, _PINNED, _LOADED = 0, 1, 2
+
+
+@POLICIES.register("static")
+class Static(Policy):
+    name = "static"
+    params = {"profile_fraction": 1.0, "preload": False}
+
+    def __init__(self, capacity: int, num_rows: int, **params):
+        super().__init__(capacity, num_rows, **params)
+        f = self.p["profile_fraction"]
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
+            raise UserError(f"expected a fraction in (0, 1], got {f!r}",
+                            field="profile_fraction")
+        if not isinstance(self.p["preload"], bool):
+            raise UserError(f"expected true or false, got {self.p['preload']!r}",
+                            field="preload")
+        self.pinned: np.ndarray | None = None  # uint8 per row: _NOT_PINNED/_PINNED/_LOADED
+
+    def prepare(self, trace) -> None:
+        nbatch = max(1, math.ceil(self.p["profile_fraction"] * trace.num_batches))
+        counts = np.zeros(self.num_rows, np.int64)
+        for chunk in trace.iter_chunks():
+            if chunk.first_batch >= nbatch:
+                break
+            _count(chunk.ids, chunk.batch_ptr, nbatch - chunk.first_batch, counts)
+        top = top_k(counts, self.capacity)
+        self.pinned = np.zeros(self.num_rows, np.uint8)
+        self.pinned[top] = _LOADED if self.p["preload"] else _PINNED
+
+    def process(self, chunk, next_use, outcome, events):
+        if self.pinned is None:
+            raise RuntimeError("static policy used before prepare(trace)")
+        _static_chunk(chunk.ids, chunk.batch_ptr, self.pinned, outcome, events)
+
+    def resident(self) -> np.ndarray:
+        if self.pinned is None:
+            return np.zeros(0, np.int64)
+        return np.flatnonzero(self.pinned == _LOADED).astype(np.int64)
+
+    def chosen(self) -> np.ndarray:
+        """The pinned rows, sorted (for tests and reports)."""
+        return np.flatnonzero(self.pinned != _NOT_PINNED).astype(np.int64)
+
+
+def top_k(counts: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest counts, ties to the smaller index, in O(n)."""
+    n = len(counts)
+    if k >= n:
+        return np.arange(n, dtype=np.int64)
+    kth = np.partition(counts, n - k)[n - k]
+    above = np.flatnonzero(counts > kth)
+    equal = np.flatnonzero(counts == kth)[: k - len(above)]
+    return np.sort(np.concatenate((above, equal)))
+
+
+@nb.njit(cache=True)
+def _count(ids, batch_ptr, max_batches, counts):
+    nb_ = min(len(batch_ptr) - 1, max_batches)
+    for j in range(batch_ptr[nb_]):
+        counts[ids[j]] += 1
+
+
+@nb.njit(cache=True)
+def _static_chunk(ids, batch_ptr, pinned, outcome, events):
+    for b in range(len(batch_ptr) - 1):
+        fills = 0
+        for j in range(batch_ptr[b], batch_ptr[b + 1]):
+            m = pinned[ids[j]]
+            if m == _LOADED:
+                outcome[j] = HIT
+            elif m == _PINNED:
+                outcome[j] = MISS
+                pinned[ids[j]] = _LOADED
+                fills += 1
+            else:
+                outcome[j] = UNPLACED
+        events[b, 0] += fills
