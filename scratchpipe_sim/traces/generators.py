@@ -1,0 +1,452 @@
+"""Seeded synthetic traces: uniform, Zipf(alpha) over permuted ids, hot-set; FBGEMM's reuse.
+
+A trace is a pure function of (distribution, params, table_rows, batch_size, num_batches,
+pooling, reuse, seed, GENERATOR_VERSION). Randomness is keyed, never streamed through one
+generator: table t's setup (its id permutation) uses `SeedSequence(seed, spawn_key=(0, t))`
+and its ids in RNG block j use `(1, t, j)`, reuse positions `(2, t, j)`. A block is a fixed
+number of whole batches (about `BLOCK_ACCESSES` ids), so writing a huge trace chunk by chunk
+(`generate_to_store`) gives exactly the trace `generate_trace` builds in memory, on any
+machine.
+
+A distribution is a factory registered in `DISTRIBUTIONS`:
+`factory(rows: int, seed: SeedSequence, **params) -> Sampler`, where the sampler's
+`sample(rng, n)` returns n row ids in [0, rows) and `PARAMS` (a dict of defaults on the
+factory) names the accepted parameters. Other modules register more (see
+`DISTRIBUTION_MODULES`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numba as nb
+import numpy as np
+
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.registry import Registry
+from scratchpipe_sim.traces.store import TraceWriter
+from scratchpipe_sim.traces.trace import Trace
+
+GENERATOR_VERSION = 1
+#: ids per RNG block (per call of a sampler); part of the trace's definition.
+BLOCK_ACCESSES = 1 << 18
+#: Zipf ranks whose cumulative probability is tabulated exactly; beyond, a continuous tail.
+ZIPF_EXACT_ROWS = 1 << 25
+#: tables up to this size get an exact uniformly random permutation; beyond, a Feistel one.
+PERMUTATION_EXACT_ROWS = 1 << 25
+
+
+class Sampler(Protocol):
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray: ...
+
+
+Factory = Callable[..., Sampler]
+
+DISTRIBUTIONS: Registry[Factory] = Registry("distribution")
+
+#: Modules under scratchpipe_sim.traces that register distributions when imported.
+DISTRIBUTION_MODULES = ("calibrated", "reuse_distance")
+_loaded = False
+
+
+def load_distributions() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for m in DISTRIBUTION_MODULES:
+        try:
+            importlib.import_module(f"scratchpipe_sim.traces.{m}")
+        except ModuleNotFoundError as e:  # not written yet
+            if e.name != f"scratchpipe_sim.traces.{m}":
+                raise
+
+
+def register_distribution(name: str, params: dict[str, Any]) -> Callable[[Factory], Factory]:
+    """Decorator: register `factory(rows, seed, **params)`; `params` maps name -> default."""
+
+    def decorate(factory: Factory) -> Factory:
+        factory.PARAMS = dict(params)  # type: ignore[attr-defined]
+        DISTRIBUTIONS.register(name)(factory)
+        return factory
+
+    return decorate
+
+
+# -- id permutations ------------------------------------------------------------------------
+class Permutation:
+    """A seeded bijection of [0, n): exact random permutation, or Feistel for huge n.
+
+    FBGEMM's benchmark permutes Zipf ranks so hot rows are scattered over the table; for
+    n > PERMUTATION_EXACT_ROWS a table of n ids would cost 8n bytes, so a 4-round Feistel
+    network on the next even power of two, with cycle walking, stands in (a bijection,
+    pseudo-random, not uniformly drawn from all n! permutations).
+    """
+
+    def __init__(self, n: int, seed: np.random.SeedSequence,
+                 exact_max: int = PERMUTATION_EXACT_ROWS):
+        self.n = int(n)
+        rng = np.random.Generator(np.random.PCG64(seed))
+        if self.n <= exact_max:
+            dtype = np.int32 if self.n < 2**31 else np.int64
+            self.table: np.ndarray | None = rng.permutation(self.n).astype(dtype)
+        else:
+            self.table = None
+            bits = max(2, (self.n - 1).bit_length())
+            self.half = (bits + 1) // 2
+            self.keys = rng.integers(0, 2**62, size=4, dtype=np.uint64)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.table is not None:
+            return self.table[x].astype(np.int64)
+        return _feistel(np.asarray(x, np.uint64), np.uint64(self.n), self.half, self.keys)
+
+
+@nb.njit(cache=True)
+def _feistel(x, n, half, keys):
+    out = np.empty(len(x), np.int64)
+    mask = np.uint64((1 << half) - 1)
+    h = np.uint64(half)
+    for i in range(len(x)):
+        v = x[i]
+        while True:
+            left = v >> h
+            right = v & mask
+            for k in range(4):
+                f = (right * np.uint64(0x9E3779B97F4A7C15) + keys[k]) & np.uint64(2**64 - 1)
+                f ^= f >> np.uint64(29)
+                f = (f * np.uint64(0xBF58476D1CE4E5B9)) & np.uint64(2**64 - 1)
+                f ^= f >> np.uint64(32)
+                left, right = right, (left ^ f) & mask
+            v = (left << h) | right
+            if v < n:
+                break
+        out[i] = np.int64(v)
+    return out
+
+
+# -- distributions --------------------------------------------------------------------------
+@dataclass
+class UniformSampler:
+    rows: int
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.integers(0, self.rows, size=n, dtype=np.int64)
+
+
+@register_distribution("uniform", {})
+def uniform(rows: int, seed: np.random.SeedSequence) -> Sampler:
+    """Every row equally likely."""
+    return UniformSampler(rows)
+
+
+class ZipfSampler:
+    """P(rank r) ∝ r^-alpha over ranks 1..rows, by inverse CDF; ranks -> ids by permutation.
+
+    The cumulative weights of the first ZIPF_EXACT_ROWS ranks are tabulated (exact for any
+    alpha > 0, including alpha <= 1). Beyond, the tail mass is the integral of x^-alpha from
+    K+1/2 to rows+1/2 (midpoint rule; relative error per rank ~alpha(alpha+1)/(24 r^2), below
+    1e-15 there) and tail draws invert that integral and round to the nearest rank.
+    """
+
+    _cache: dict[tuple[int, float], tuple[np.ndarray, float, float]] = {}
+
+    def __init__(self, rows: int, alpha: float, perm: Permutation | None):
+        self.rows, self.alpha, self.perm = rows, alpha, perm
+        key = (rows, alpha)
+        if key not in self._cache:
+            self._cache.clear()  # keep one table: the memory is per distinct (rows, alpha)
+            self._cache[key] = self._tabulate(rows, alpha)
+        self.cdf, self.head_mass, self.total = self._cache[key]
+
+    @staticmethod
+    def _tabulate(rows: int, alpha: float) -> tuple[np.ndarray, float, float]:
+        head = min(rows, ZIPF_EXACT_ROWS)
+        cum = np.cumsum(np.arange(1, head + 1, dtype=np.float64) ** -alpha)
+        tail = 0.0 if head == rows else _power_integral(head + 0.5, rows + 0.5, alpha)
+        total = float(cum[-1]) + tail
+        cdf = cum / total
+        head_mass = 1.0 if tail == 0.0 else float(cdf[-1])
+        cdf[-1] = head_mass
+        return cdf, head_mass, total
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        u = rng.random(n)
+        ranks = np.searchsorted(self.cdf, u, side="right").astype(np.int64)  # 0-based
+        head = len(self.cdf)
+        if head < self.rows:
+            in_tail = ranks >= head
+            if in_tail.any():
+                v = (u[in_tail] - self.head_mass) * self.total
+                x = _power_integral_inverse(head + 0.5, v, self.alpha)
+                ranks[in_tail] = np.clip(np.floor(x + 0.5).astype(np.int64), head + 1,
+                                         self.rows) - 1
+        return ranks if self.perm is None else self.perm(ranks)
+
+
+def _power_integral(a: float, b: float, alpha: float) -> float:
+    if alpha == 1.0:
+        return math.log(b / a)
+    return (b ** (1 - alpha) - a ** (1 - alpha)) / (1 - alpha)
+
+
+def _power_integral_inverse(a: float, v: np.ndarray, alpha: float) -> np.ndarray:
+    if alpha == 1.0:
+        return a * np.exp(v)
+    return (a ** (1 - alpha) + (1 - alpha) * v) ** (1 / (1 - alpha))
+
+
+@register_distribution("zipf", {"alpha": 1.05, "permute": True})
+def zipf(rows: int, seed: np.random.SeedSequence, alpha: float = 1.05,
+         permute: bool = True) -> Sampler:
+    """Zipf(alpha) popularity, hot ranks scattered over the table (FBGEMM TBE benchmark)."""
+    return ZipfSampler(rows, alpha, Permutation(rows, seed) if permute else None)
+
+
+@dataclass
+class HotsetSampler:
+    rows: int
+    hot_rows: int
+    p_hot: float
+    perm: Permutation
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        u = rng.random(n)
+        hot = u < self.p_hot
+        idx = np.empty(n, np.int64)
+        cold_rows = self.rows - self.hot_rows
+        idx[hot] = np.minimum((u[hot] / self.p_hot * self.hot_rows).astype(np.int64),
+                              self.hot_rows - 1) if self.hot_rows else 0
+        if cold_rows:
+            c = ~hot
+            pos = (u[c] - self.p_hot) / (1.0 - self.p_hot) * cold_rows
+            idx[c] = self.hot_rows + np.minimum(pos.astype(np.int64), cold_rows - 1)
+        return self.perm(idx)
+
+
+@register_distribution("hotset", {"hot_fraction": 0.01, "hot_access_fraction": 0.9})
+def hotset(rows: int, seed: np.random.SeedSequence, hot_fraction: float = 0.01,
+           hot_access_fraction: float = 0.9) -> Sampler:
+    """`hot_access_fraction` of accesses uniform over a random `hot_fraction` of the rows,
+    the rest uniform over the others (the 'hot-set' caches of the paper's baselines)."""
+    hot_rows = min(rows, int(round(hot_fraction * rows)))
+    if hot_fraction > 0 and hot_rows == 0:
+        hot_rows = 1
+    p_hot = hot_access_fraction
+    if hot_rows == 0:
+        p_hot = 0.0
+    elif hot_rows == rows:
+        p_hot = 1.0
+    return HotsetSampler(rows, hot_rows, p_hot, Permutation(rows, seed))
+
+
+# -- parameters -----------------------------------------------------------------------------
+_FRACTIONS = {"hot_fraction", "hot_access_fraction"}
+
+
+def _check_params(distribution: str, params: dict[str, Any], source: str | None,
+                  prefix: str) -> dict[str, Any]:
+    factory = DISTRIBUTIONS.get(distribution, source=source, field=f"{prefix}distribution")
+    known: dict[str, Any] = factory.PARAMS  # type: ignore[attr-defined]
+    out = dict(known)
+    for k, v in params.items():
+        if k not in known:
+            hint = ", ".join(sorted(known)) or "none"
+            raise UserError(f"unknown parameter for distribution '{distribution}'; expected "
+                            f"one of: {hint}", source=source, field=f"{prefix}{k}")
+        out[k] = v
+    for k, v in out.items():
+        default = known[k]
+        if isinstance(default, bool):
+            if not isinstance(v, bool):
+                raise UserError(f"expected true or false, got {v!r}", source=source,
+                                field=f"{prefix}{k}")
+        elif isinstance(default, (int, float)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise UserError(f"expected a number, got {v!r}", source=source,
+                                field=f"{prefix}{k}")
+            out[k] = float(v) if isinstance(default, float) else v
+    if "alpha" in out and distribution == "zipf" and not out["alpha"] > 0:
+        raise UserError(f"alpha must be > 0, got {out['alpha']}", source=source,
+                        field=f"{prefix}alpha")
+    for k in _FRACTIONS & out.keys():
+        if not 0.0 <= out[k] <= 1.0:
+            raise UserError(f"expected a fraction in [0, 1], got {out[k]}", source=source,
+                            field=f"{prefix}{k}")
+    return out
+
+
+@dataclass(frozen=True)
+class GenSpec:
+    """A validated generator configuration."""
+
+    distribution: str
+    table_rows: tuple[int, ...]
+    batch_size: int
+    num_batches: int
+    pooling: tuple[int, ...]
+    seed: int
+    reuse: float
+    params: dict[str, Any]
+
+    @property
+    def num_tables(self) -> int:
+        return len(self.table_rows)
+
+    @property
+    def accesses_per_batch(self) -> int:
+        return self.batch_size * sum(self.pooling)
+
+    @property
+    def block_batches(self) -> int:
+        return max(1, BLOCK_ACCESSES // self.accesses_per_batch)
+
+    def meta(self) -> dict[str, Any]:
+        return {"generator": {
+            "version": GENERATOR_VERSION, "distribution": self.distribution,
+            "table_rows": list(self.table_rows), "batch_size": self.batch_size,
+            "num_batches": self.num_batches, "pooling": list(self.pooling),
+            "seed": self.seed, "reuse": self.reuse, "params": dict(self.params)}}
+
+
+def _positive_int(v: Any, field: str, source: str | None) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise UserError(f"expected a positive integer, got {v!r}", source=source, field=field)
+    return int(v)
+
+
+def make_spec(distribution: str, table_rows: Sequence[int] | int, batch_size: int,
+              num_batches: int, pooling: int | Sequence[int], seed: int, reuse: float = 0.0,
+              source: str | None = None, field_prefix: str = "", **dist_params: Any) -> GenSpec:
+    """Validate a generator configuration (UserError naming the field)."""
+    load_distributions()
+    p = field_prefix
+    rows = [table_rows] if isinstance(table_rows, (int, np.integer)) else list(table_rows)
+    if not rows:
+        raise UserError("expected at least one table", source=source, field=f"{p}table_rows")
+    rows = [_positive_int(r, f"{p}table_rows[{i}]", source) for i, r in enumerate(rows)]
+    pool = ([pooling] * len(rows) if isinstance(pooling, (int, np.integer))
+            else list(pooling))
+    if len(pool) != len(rows):
+        raise UserError(f"expected one pooling factor per table ({len(rows)}), got "
+                        f"{len(pool)}", source=source, field=f"{p}pooling")
+    pool = [_positive_int(x, f"{p}pooling", source) for x in pool]
+    batch_size = _positive_int(batch_size, f"{p}batch_size", source)
+    num_batches = _positive_int(num_batches, f"{p}num_batches", source)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise UserError(f"expected a non-negative integer seed, got {seed!r}", source=source,
+                        field=f"{p}seed")
+    if isinstance(reuse, bool) or not isinstance(reuse, (int, float)) or not 0 <= reuse <= 1:
+        raise UserError(f"expected a fraction in [0, 1], got {reuse!r}", source=source,
+                        field=f"{p}reuse")
+    params = _check_params(distribution, dist_params, source, p)
+    return GenSpec(distribution, tuple(rows), batch_size, num_batches, tuple(pool), int(seed),
+                   float(reuse), params)
+
+
+# -- generation -----------------------------------------------------------------------------
+def _seed(spec: GenSpec, *key: int) -> np.random.SeedSequence:
+    return np.random.SeedSequence(spec.seed, spawn_key=key)
+
+
+def _rng(spec: GenSpec, *key: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(_seed(spec, *key)))
+
+
+def iter_blocks(spec: GenSpec) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(indices, offsets, batch_bounds) of each RNG block, relative to the block."""
+    factory = DISTRIBUTIONS.get(spec.distribution)
+    T, B = spec.num_tables, spec.batch_size
+    per_bag = np.concatenate([np.full(B, L, np.int64) for L in spec.pooling])
+    prev: list[np.ndarray | None] = [None] * T
+    # one sampler per table (its permutation built once), keyed by (0, t)
+    samplers = [factory(spec.table_rows[t], _seed(spec, 0, t), **spec.params)
+                for t in range(T)]
+    for j, first in enumerate(range(0, spec.num_batches, spec.block_batches)):
+        nbk = min(spec.block_batches, spec.num_batches - first)
+        cols = []
+        for t in range(T):
+            width = B * spec.pooling[t]
+            ids = samplers[t].sample(_rng(spec, 1, t, j), nbk * width).reshape(nbk, width)
+            count = int(width * spec.reuse)
+            if count > 0:
+                pos = _reuse_positions(_rng(spec, 2, t, j), nbk, width, count)
+                start = 1 if prev[t] is None else 0
+                prv = prev[t] if prev[t] is not None else ids[0]
+                _apply_reuse(ids, pos, prv, start)
+            prev[t] = ids[-1].copy()
+            cols.append(ids)
+        indices = np.concatenate(cols, axis=1).ravel() if T > 1 else cols[0].ravel()
+        lengths = np.tile(per_bag, nbk)
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        bounds = np.arange(nbk + 1, dtype=np.int64) * (T * B)
+        yield indices, offsets, bounds
+
+
+def _reuse_positions(rng: np.random.Generator, nbk: int, width: int, count: int) -> np.ndarray:
+    """`count` distinct positions per batch, uniformly (FBGEMM: randperm(B*L)[:count])."""
+    if count >= width:
+        return np.tile(np.arange(width, dtype=np.int64), (nbk, 1))
+    keys = rng.random((nbk, width))
+    return np.argpartition(keys, count - 1, axis=1)[:, :count]
+
+
+@nb.njit(cache=True)
+def _apply_reuse(ids, pos, prev, start):
+    """Batch k copies ids[k-1] at its reuse positions, in order (k-1 already reused)."""
+    for k in range(start, ids.shape[0]):
+        src = prev if k == 0 else ids[k - 1]
+        for p in pos[k]:
+            ids[k, p] = src[p]
+
+
+def generate_trace(distribution: str, table_rows: Sequence[int] | int, batch_size: int,
+                   num_batches: int, pooling: int | Sequence[int], seed: int,
+                   reuse: float = 0.0, source: str | None = None, field_prefix: str = "",
+                   **dist_params: Any) -> Trace:
+    """A synthetic trace in memory: `num_batches` batches of `batch_size` samples, each
+    sample with `pooling[t]` ids of table t drawn from `distribution`; `reuse` of each
+    batch's ids (per table) copied from the previous batch at the same positions."""
+    spec = make_spec(distribution, table_rows, batch_size, num_batches, pooling, seed, reuse,
+                     source, field_prefix, **dist_params)
+    return trace_from_spec(spec)
+
+
+def trace_from_spec(spec: GenSpec) -> Trace:
+    idx, offs, bnds = [], [np.zeros(1, np.int64)], [np.zeros(1, np.int64)]
+    n_idx = n_bags = 0
+    for indices, offsets, bounds in iter_blocks(spec):
+        idx.append(indices)
+        offs.append(offsets[1:] + n_idx)
+        bnds.append(bounds[1:] + n_bags)
+        n_idx += len(indices)
+        n_bags += len(offsets) - 1
+    return Trace(np.asarray(spec.table_rows, np.int64), np.concatenate(idx),
+                 np.concatenate(offs), np.concatenate(bnds), spec.batch_size, spec.meta(),
+                 f"<{spec.distribution} seed={spec.seed}>")
+
+
+def generate_to_store(path: str | os.PathLike, distribution: str,
+                      table_rows: Sequence[int] | int, batch_size: int, num_batches: int,
+                      pooling: int | Sequence[int], seed: int, reuse: float = 0.0,
+                      overwrite: bool = False, source: str | None = None,
+                      field_prefix: str = "", **dist_params: Any) -> Path:
+    """The same trace as `generate_trace`, written block by block into a `.sptrace`
+    (memory: one RNG block of ids plus the samplers' tables)."""
+    spec = make_spec(distribution, table_rows, batch_size, num_batches, pooling, seed, reuse,
+                     source, field_prefix, **dist_params)
+    return store_from_spec(spec, path, overwrite)
+
+
+def store_from_spec(spec: GenSpec, path: str | os.PathLike, overwrite: bool = False) -> Path:
+    with TraceWriter(path, spec.table_rows, spec.batch_size, spec.meta(), overwrite) as w:
+        for indices, offsets, bounds in iter_blocks(spec):
+            w.append_batches(indices, offsets, bounds)
+    return Path(path)

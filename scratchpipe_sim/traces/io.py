@@ -1,0 +1,183 @@
+"""One entry point for every trace on disk: `open_trace(path)` picks a reader and validates.
+
+Readers live in their own modules and register here with `register_reader`, naming the
+format, the file suffixes it claims and, optionally, a `sniff(path) -> bool` content check
+for files whose suffix says nothing. Dispatch order: an explicit `fmt`, then a `.sptrace`
+folder (or any folder holding `manifest.json`), then the suffix, then the sniffers in
+registration order. Reader modules are imported lazily from `READER_MODULES` (missing ones
+are skipped), so a new format is one module plus one name in that tuple.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.registry import Registry
+from scratchpipe_sim.traces.store import SUFFIX, is_store, read_trace
+from scratchpipe_sim.traces.trace import Trace
+
+#: read(path, batch_size, num_rows) -> Trace (not yet validated; open_trace validates).
+ReadFn = Callable[[Path, "int | None", "int | None"], Trace]
+
+
+@dataclass(frozen=True)
+class ReaderSpec:
+    """A trace format: how to read it and how to recognise it."""
+
+    name: str
+    read: ReadFn
+    suffixes: tuple[str, ...] = ()
+    sniff: Callable[[Path], bool] | None = None
+    help: str = ""
+
+
+READERS: Registry[ReaderSpec] = Registry("trace format")
+
+#: Modules under scratchpipe_sim.traces that register readers when imported.
+READER_MODULES = ("readers", "criteo", "dlrm_formats", "meta", "tabular")
+
+_loaded = False
+
+
+def register_reader(name: str, suffixes: tuple[str, ...] = (),
+                    sniff: Callable[[Path], bool] | None = None,
+                    help: str = "") -> Callable[[ReadFn], ReadFn]:
+    """Decorator: register `read(path, batch_size, num_rows) -> Trace` as format `name`."""
+
+    def decorate(fn: ReadFn) -> ReadFn:
+        READERS.register(name)(ReaderSpec(name, fn, tuple(s.lower() for s in suffixes),
+                                          sniff, help))
+        return fn
+
+    return decorate
+
+
+def load_readers() -> None:
+    """Import every reader module that exists (idempotent)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for m in READER_MODULES:
+        try:
+            importlib.import_module(f"scratchpipe_sim.traces.{m}")
+        except ModuleNotFoundError as e:  # a reader not written yet
+            if e.name != f"scratchpipe_sim.traces.{m}":
+                raise
+
+
+def formats() -> list[str]:
+    load_readers()
+    return ["sptrace", *READERS.names()]
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """The format name `open_trace` would use for `path` (UserError when unknown)."""
+    load_readers()
+    p = Path(path)
+    if not p.exists():
+        raise UserError("no such file or folder", source=str(p))
+    if p.is_dir():
+        if is_store(p):
+            return "sptrace"
+        raise UserError(f"a folder but not a {SUFFIX} trace: expected manifest.json inside",
+                        source=str(p))
+    name = p.name.lower()
+    # longest suffix first, so ".csv.gz" beats ".gz"
+    by_suffix = sorted(((s, spec.name) for spec in (READERS.get(n) for n in READERS.names())
+                        for s in spec.suffixes), key=lambda x: -len(x[0]))
+    for suffix, fmt in by_suffix:
+        if name.endswith(suffix):
+            return fmt
+    for n in READERS.names():
+        spec = READERS.get(n)
+        if spec.sniff is not None and spec.sniff(p):
+            return n
+    raise UserError(f"cannot tell the trace format from the name or content; expected one of "
+                    f"{', '.join(formats())} (pass the format explicitly)", source=str(p))
+
+
+def open_trace(path: str | os.PathLike, batch_size: int | None = None,
+               num_rows: int | None = None, fmt: str | None = None) -> Trace:
+    """Open any supported trace, validated. `.sptrace` stays memory-mapped.
+
+    `batch_size` and `num_rows` shape flat id streams (npy, text): mini-batches of
+    `batch_size` ids (default 1) over `num_rows` rows (default max id + 1). A `.sptrace`
+    keeps its own batches; asking for another batch size re-cuts it only when it is one
+    table with one id per bag (otherwise the batch structure is part of the trace).
+    """
+    load_readers()
+    p = Path(path)
+    src = str(p)
+    if batch_size is not None and batch_size < 1:
+        raise UserError(f"batch size must be >= 1, got {batch_size}", source=src,
+                        field="batch_size")
+    if num_rows is not None and num_rows < 1:
+        raise UserError(f"number of rows must be >= 1, got {num_rows}", source=src,
+                        field="num_rows")
+    if not p.exists():
+        raise UserError("no such file or folder", source=src)
+    fmt = fmt or detect_format(p)
+    if fmt == "sptrace":
+        trace = _open_store(p, batch_size, num_rows)
+    else:
+        trace = READERS.get(fmt, source=src, field="format").read(p, batch_size, num_rows)
+    trace.validate()
+    return trace
+
+
+def _open_store(p: Path, batch_size: int | None, num_rows: int | None) -> Trace:
+    trace = read_trace(p)
+    src = str(p)
+    if num_rows is not None and int(num_rows) != int(trace.table_rows[0]):
+        if trace.num_tables != 1:
+            raise UserError(f"the trace has {trace.num_tables} tables with fixed row counts; "
+                            "a row count applies only to a one-table trace", source=src,
+                            field="num_rows")
+        trace = Trace(np.array([num_rows], np.int64), trace.indices, trace.offsets,
+                      trace.batch_bounds, trace.batch_size, trace.meta, src)
+    if batch_size is not None and batch_size != trace.batch_size:
+        flat = trace.num_tables == 1 and len(trace.offsets) - 1 == trace.num_accesses
+        if not flat:
+            raise UserError(f"the trace's batches are fixed (batch size {trace.batch_size}, "
+                            f"{trace.num_tables} tables, pooled bags); expected no batch size "
+                            "or one table with one id per bag", source=src, field="batch_size")
+        n = trace.num_accesses
+        bounds = np.unique(np.minimum(np.arange(0, n + batch_size, batch_size,
+                                                dtype=np.int64), n))
+        trace = Trace(trace.table_rows, trace.indices, trace.offsets, bounds, batch_size,
+                      trace.meta, src)
+    return trace
+
+
+def flat_trace(ids: np.ndarray, path: Path, batch_size: int | None, num_rows: int | None,
+               fmt: str) -> Trace:
+    """A one-table, pooling-1 trace from a flat id stream (shared by the flat readers)."""
+    src = str(path)
+    ids = np.asarray(ids)
+    if ids.ndim != 1:
+        raise UserError(f"expected a 1-D array of row ids, got shape {ids.shape}", source=src)
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise UserError(f"expected integer row ids, got dtype {ids.dtype}", source=src)
+    if len(ids) == 0:
+        raise UserError("the trace is empty (no accesses)", source=src)
+    if np.issubdtype(ids.dtype, np.signedinteger):
+        lo = int(ids.min())
+        if lo < 0:
+            pos = int(np.argmax(ids < 0))
+            raise UserError(f"negative row id {lo} at position {pos}: expected ids >= 0",
+                            source=src, field="indices")
+    hi = int(ids.max())
+    if num_rows is not None and hi >= num_rows:
+        pos = int(np.argmax(ids >= num_rows))
+        raise UserError(f"id {hi} at position {pos} is out of range: expected "
+                        f"0 <= id < {num_rows}", source=src, field="indices")
+    meta = {"reader": fmt}
+    return Trace.single_table(ids, num_rows, batch_size or 1, source=src, meta=meta)

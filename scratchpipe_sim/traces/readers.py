@@ -1,0 +1,129 @@
+"""Flat id-stream readers: a bare `.npy` id array, a text file of ids, DLRM's `trace.log`.
+
+Each gives one table with one id per bag, cut into mini-batches of `batch_size` ids. Text is
+parsed in bounded blocks with numpy (no Python loop per id), and strictly: anything but
+digits, separators and a leading minus is an error naming the line, so a float or a header
+never turns silently into ids.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.traces.io import flat_trace, register_reader
+from scratchpipe_sim.traces.trace import Trace
+
+#: bytes of text parsed at a time (the parsed ids are kept; the text is not).
+TEXT_BLOCK_BYTES = 1 << 24
+
+_SEPARATORS = b" \t\r\n,"
+_ALLOWED = np.zeros(256, bool)
+_ALLOWED[np.frombuffer(b"0123456789-" + _SEPARATORS, np.uint8)] = True
+_IS_SEP = np.zeros(256, bool)
+_IS_SEP[np.frombuffer(_SEPARATORS, np.uint8)] = True
+
+
+@register_reader("npy", suffixes=(".npy",), help="1-D integer numpy array of row ids")
+def read_npy(path: Path, batch_size: int | None, num_rows: int | None) -> Trace:
+    src = str(path)
+    try:
+        ids = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise UserError(f"not a readable .npy array ({e})", source=src) from None
+    if ids.dtype.byteorder not in ("=", "|", "<"):
+        ids = ids.astype(ids.dtype.newbyteorder("="))
+    return flat_trace(ids, path, batch_size, num_rows, "npy")
+
+
+def _sniff_text(path: Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head:
+        return False
+    return bool(_ALLOWED[np.frombuffer(head, np.uint8)].all())
+
+
+def _sniff_log(path: Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    return b"," in head and _sniff_text(path)
+
+
+@register_reader("text", suffixes=(".txt", ".ids"), sniff=_sniff_text,
+                 help="one row id per line (any whitespace or commas also separate ids)")
+def read_text(path: Path, batch_size: int | None, num_rows: int | None) -> Trace:
+    return flat_trace(parse_id_text(path), path, batch_size, num_rows, "text")
+
+
+@register_reader("dlrm-log", suffixes=(".log",), sniff=_sniff_log,
+                 help="DLRM trace.log: one line of ', '-separated row ids")
+def read_dlrm_log(path: Path, batch_size: int | None, num_rows: int | None) -> Trace:
+    return flat_trace(parse_id_text(path), path, batch_size, num_rows, "dlrm-log")
+
+
+def parse_id_text(path: Path, block_bytes: int = TEXT_BLOCK_BYTES) -> np.ndarray:
+    """All integer ids in a text file, separated by whitespace and/or commas (int64)."""
+    src = str(path)
+    parts: list[np.ndarray] = []
+    carry = b""
+    line = 1  # 1-based line number at the start of the current block
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise UserError(f"cannot read ({e.strerror})", source=src) from None
+    with f:
+        while True:
+            data = f.read(block_bytes)
+            block = carry + data
+            if not block:
+                break
+            if data:  # keep a possibly cut last token for the next block
+                cut = _last_separator(block)
+                block, carry = block[: cut + 1], block[cut + 1 :]
+            else:
+                carry = b""
+            if block:
+                parts.append(_parse_block(block, src, line))
+                line += block.count(b"\n")
+            if not data:
+                break
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _last_separator(block: bytes) -> int:
+    return max(block.rfind(bytes([c])) for c in _SEPARATORS)
+
+
+def _parse_block(block: bytes, src: str, first_line: int) -> np.ndarray:
+    raw = np.frombuffer(block, np.uint8)
+    bad = np.flatnonzero(~_ALLOWED[raw])
+    if len(bad):
+        at = int(bad[0])
+        ln = first_line + block.count(b"\n", 0, at)
+        ch = block[at : at + 1].decode("latin-1")
+        raise UserError(f"line {ln}: unexpected character {ch!r}: expected integer row ids "
+                        "separated by whitespace or commas", source=src)
+    sep = _IS_SEP[raw]
+    starts = np.flatnonzero(~sep & np.concatenate(([True], sep[:-1])))
+    ends = np.flatnonzero(~sep & np.concatenate((sep[1:], [True])))
+    if len(starts) == 0:
+        return np.zeros(0, np.int64)
+    # a minus is allowed only as a token's first character
+    minus = np.flatnonzero(raw == ord("-"))
+    if len(minus):
+        tok = np.searchsorted(starts, minus, side="right") - 1
+        wrong = (starts[tok] != minus) | (ends[tok] == minus)
+        if wrong.any():
+            at = int(minus[np.argmax(wrong)])
+            ln = first_line + block.count(b"\n", 0, at)
+            raise UserError(f"line {ln}: malformed number: expected integer row ids",
+                            source=src)
+    text = block.replace(b",", b" ") if b"," in block else block
+    ids = np.fromstring(text, dtype=np.int64, sep=" ")
+    if len(ids) != len(starts):
+        raise UserError(f"near line {first_line}: {len(starts)} tokens but {len(ids)} parsed "
+                        "ids: expected integer row ids", source=src)
+    return ids
