@@ -1,0 +1,124 @@
+"""`scratchpipe-sim cache`: run one cache policy over one trace and print its counters.
+
+Why a separate command from `run`: it isolates the replacement policy from the timing
+model, so hit ratios can be compared with libCacheSim or FBGEMM's own stats directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+import yaml
+
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.policies import POLICIES
+from scratchpipe_sim.policies.engine import CacheResult, run_cache
+from scratchpipe_sim.traces.io import open_trace
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "cache", help="run one cache policy over a trace (hits, misses, evictions)",
+        description="Run one cache policy over a trace; one cache serves all tables over "
+                    "linearized ids (table offset + row), as FBGEMM does.")
+    p.add_argument("--trace", required=True, metavar="PATH",
+                   help=".sptrace folder, .npy id array, text or trace.log file")
+    p.add_argument("--policy", required=True, metavar="NAME",
+                   help=f"one of: {', '.join(POLICIES.names())}")
+    size = p.add_mutually_exclusive_group(required=True)
+    size.add_argument("--capacity", type=int, metavar="ROWS", help="cache size in rows")
+    size.add_argument("--load-factor", type=float, metavar="F",
+                      help="FBGEMM cache_load_factor: capacity = ceil(F * total rows)")
+    p.add_argument("--batch-size", type=int, metavar="B",
+                   help="mini-batch size for flat id streams (default 1)")
+    p.add_argument("--lookahead", type=int, metavar="W",
+                   help="scratchpipe: mini-batches of lookahead (its `lookahead` parameter)")
+    p.add_argument("--ways", type=int, metavar="K",
+                   help="fbgemm-*: associativity (their `ways` parameter)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="a policy parameter (repeatable), e.g. profile_fraction=0.1")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=handle)
+
+
+def parse_params(items: list[str]) -> dict[str, Any]:
+    """`key=value` strings -> dict; values read as YAML scalars (1, 0.5, true, text)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"expected KEY=VALUE, got '{item}'", field="--param")
+        try:
+            out[key] = yaml.safe_load(value) if value.strip() else value
+        except yaml.YAMLError:
+            out[key] = value
+    return out
+
+
+def handle(args: argparse.Namespace) -> int:
+    cls = POLICIES.get(args.policy, field="--policy")
+    if args.capacity is not None and args.capacity < 1:
+        raise UserError(f"expected a positive number of rows, got {args.capacity}",
+                        field="--capacity")
+    if args.load_factor is not None and not (args.load_factor > 0 and
+                                             math.isfinite(args.load_factor)):
+        raise UserError(f"expected a positive fraction of the table rows, got "
+                        f"{args.load_factor}", field="--load-factor")
+    params = parse_params(args.param)
+    for flag, key in (("lookahead", "lookahead"), ("ways", "ways")):
+        value = getattr(args, flag)
+        if value is not None:
+            if key not in cls.params:
+                raise UserError(f"policy '{args.policy}' takes no --{flag} (it takes: "
+                                f"{', '.join(sorted(cls.params)) or 'no parameters'})",
+                                field=f"--{flag}")
+            params[key] = value
+    cls.check_params(params)
+    trace = open_trace(args.trace, batch_size=args.batch_size)
+    rows = trace.total_rows
+    capacity = (args.capacity if args.capacity is not None
+                else max(1, math.ceil(args.load_factor * rows)))
+    result = run_cache(trace, args.policy, capacity, **params)
+    if args.json:
+        print(json.dumps(to_json(result, trace)))
+    else:
+        print(report(result, trace))
+    return 0
+
+
+def to_json(result: CacheResult, trace) -> dict[str, Any]:
+    d = result.to_dict()
+    d.update(trace=str(trace.source), batch_size=int(trace.batch_size),
+             num_tables=int(trace.num_tables))
+    return d
+
+
+def report(r: CacheResult, trace) -> str:
+    pct = 100.0 * r.capacity / r.num_rows
+    lines = [
+        f"trace        {trace.source}: {trace.num_tables} table(s), {r.num_rows} rows, "
+        f"{trace.num_batches} batches (batch size {trace.batch_size})",
+        f"policy       {r.policy}, capacity {r.capacity} rows ({pct:.3g}% of rows)",
+        f"accesses     {r.accesses}",
+        f"unique       {r.unique}  (distinct rows per batch, summed)",
+        f"hits         {r.hits}",
+        f"misses       {r.misses}  (fills {r.fills}, unplaced {r.unplaced})",
+        f"evictions    {r.evictions}",
+        f"write-backs  {r.writebacks}",
+    ]
+    lines += [f"{k:<12} {v}" for k, v in r.extra.items()]
+    lines += [
+        f"hit ratio    {r.hit_ratio:.6f}",
+        f"wall time    {r.wall_s:.3f} s",
+        f"accesses/s   {r.accesses_per_s / 1e6:.2f} M",
+        "per table    table  accesses  hits  misses  unplaced  hit_ratio",
+    ]
+    for t in r.per_table:
+        hr = t["hits"] / t["accesses"] if t["accesses"] else 0.0
+        lines.append(f"             {t['table']}  {t['accesses']}  {t['hits']}  {t['misses']}"
+                     f"  {t['unplaced']}  {hr:.6f}")
+    return "\n".join(lines)
