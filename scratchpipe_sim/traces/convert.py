@@ -1,0 +1,257 @@
+"""`trace convert`: stream a production trace format into a `.sptrace` folder.
+
+Every converter reads its input in bounded blocks and appends whole mini-batches to a
+`TraceWriter`, which builds in a temporary folder and renames it into place only when the
+conversion completed; a failure (bad line, interrupt) leaves nothing under OUT.
+
+Ids are mapped the same way for every format (`IdMap`):
+
+* `rows=N` (or one N per table) — `id % N`: DLRM's `max_ind_range` convention for hashed
+  categorical values;
+* `dense_remap` — per table, the order of first appearance (0, 1, 2, ...), so the table has
+  exactly as many rows as distinct values;
+* neither — ids are kept; a table has `max id + 1` rows.
+
+A converter is `fn(src: Path, out: Path, opts: ConvertOptions) -> ConvertResult`, registered
+in `CONVERTERS` by the format module that owns it (criteo, dlrm_formats, meta, tabular).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numba as nb
+import numpy as np
+from numba import types
+from numba.typed import Dict
+
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.registry import Registry
+from scratchpipe_sim.traces.store import TraceWriter
+
+#: bytes of input read per block (text formats); memory use is a few times this.
+DEFAULT_BLOCK_BYTES = 1 << 23
+DEFAULT_BATCH_SIZE = 4096
+#: ids of any format that fit in 32 bits are stored as uint32 (the writer's choice).
+_U32_ROWS = 1 << 32
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """How ids are mapped and samples cut into mini-batches (see the module docstring)."""
+
+    rows: tuple[int, ...] | None = None
+    dense_remap: bool = False
+    batch_size: int | None = None
+    skip_bad_lines: bool = False
+    overwrite: bool = False
+    block_bytes: int = DEFAULT_BLOCK_BYTES
+
+    def batch(self, default: int = DEFAULT_BATCH_SIZE) -> int:
+        return self.batch_size if self.batch_size is not None else default
+
+
+@dataclass
+class ConvertResult:
+    """What a conversion wrote and what it skipped (printed by the CLI, kept in meta)."""
+
+    path: Path
+    format: str
+    table_rows: list[int]
+    num_batches: int
+    num_accesses: int
+    records: int = 0  # lines / samples read
+    skipped: int = 0
+    first_error: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        s = (f"wrote {self.path}: {len(self.table_rows)} tables, {self.num_batches} batches, "
+             f"{self.num_accesses} accesses, {sum(self.table_rows)} rows from {self.records} "
+             f"{self.extra.get('record_name', 'records')}")
+        if self.skipped:
+            s += f"; skipped {self.skipped} bad (first: {self.first_error})"
+        return s
+
+
+ConvertFn = Callable[[Path, Path, ConvertOptions], ConvertResult]
+CONVERTERS: Registry[ConvertFn] = Registry("convert format")
+#: modules that register converters when imported.
+CONVERTER_MODULES = ("criteo", "dlrm_formats", "meta", "tabular")
+#: suffix -> converter format, checked longest first.
+SUFFIXES: dict[str, str] = {}
+
+
+def register_converter(name: str, suffixes: tuple[str, ...] = ()) -> Callable[[ConvertFn],
+                                                                             ConvertFn]:
+    def decorate(fn: ConvertFn) -> ConvertFn:
+        CONVERTERS.register(name)(fn)
+        for s in suffixes:
+            SUFFIXES[s] = name
+        return fn
+
+    return decorate
+
+
+def load_converters() -> None:
+    for m in CONVERTER_MODULES:
+        try:
+            importlib.import_module(f"scratchpipe_sim.traces.{m}")
+        except ModuleNotFoundError as e:  # an optional dependency is checked at use
+            if e.name != f"scratchpipe_sim.traces.{m}":
+                raise
+
+
+def detect_format(path: Path) -> str:
+    """The converter format for `path`: Criteo by content (40 tab-separated fields), else
+    by suffix."""
+    load_converters()
+    from scratchpipe_sim.traces.criteo import looks_like_criteo
+
+    if looks_like_criteo(path):
+        return "criteo"
+    name = path.name.lower()
+    for suffix in sorted(SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix):
+            return SUFFIXES[suffix]
+    raise UserError("cannot tell the input format from its name or content; expected one of "
+                    f"{', '.join(CONVERTERS.names())} (pass --format)", source=str(path))
+
+
+def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str | None = None,
+            opts: ConvertOptions | None = None) -> ConvertResult:
+    """Convert `src` (format `fmt`, default: detected) into the `.sptrace` folder `out`."""
+    load_converters()
+    opts = opts or ConvertOptions()
+    src_p, out_p = Path(src), Path(out)
+    if not src_p.is_file():
+        raise UserError("no such input file", source=str(src_p))
+    if out_p.exists() and not opts.overwrite:
+        raise UserError("already exists; refusing to overwrite (pass --overwrite)",
+                        source=str(out_p))
+    if opts.rows is not None and opts.dense_remap:
+        raise UserError("--rows and --dense-remap exclude each other", source="options",
+                        field="rows")
+    if opts.rows is not None and any(r < 1 for r in opts.rows):
+        raise UserError(f"row counts must be >= 1, got {list(opts.rows)}", source="options",
+                        field="rows")
+    if opts.batch_size is not None and opts.batch_size < 1:
+        raise UserError(f"batch size must be >= 1, got {opts.batch_size}", source="options",
+                        field="batch_size")
+    fmt = fmt or detect_format(src_p)
+    return CONVERTERS.get(fmt, source=str(src_p), field="format")(src_p, out_p, opts)
+
+
+def open_input(path: Path):
+    """A binary file object; gzip is recognised by its magic bytes, not the name."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(2)
+        return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    except OSError as e:
+        raise UserError(f"cannot read ({e.strerror})", source=str(path)) from None
+
+
+# -- id mapping -----------------------------------------------------------------------------
+
+class IdMap:
+    """Maps raw non-negative ids of T tables to row ids (modulo, dense or kept as is)."""
+
+    def __init__(self, num_tables: int, opts: ConvertOptions, source: str):
+        self.T = num_tables
+        self.source = source
+        self.mode = "dense" if opts.dense_remap else ("modulo" if opts.rows else "raw")
+        if opts.rows is not None:
+            rows = list(opts.rows)
+            if len(rows) == 1:
+                rows = rows * num_tables
+            if len(rows) != num_tables:
+                raise UserError(f"{len(rows)} row counts for {num_tables} tables: expected "
+                                f"one or {num_tables}", source="options", field="rows")
+            self.rows = np.asarray(rows, np.int64)
+        else:
+            self.rows = np.zeros(num_tables, np.int64)  # max id + 1 so far
+        self._dict = Dict.empty(key_type=types.UniTuple(types.int64, 2),
+                                value_type=types.int64)
+
+    def writer_rows(self, raw_limit: int = _U32_ROWS) -> np.ndarray:
+        """Row counts to open the writer with (they fix the stored id width)."""
+        if self.mode == "modulo":
+            return self.rows
+        return np.full(self.T, raw_limit, np.int64)
+
+    def map(self, values: np.ndarray, tables: np.ndarray) -> np.ndarray:
+        """Row ids of `values` (int64 >= 0) of the given tables, in place order."""
+        if self.mode == "modulo":
+            return values % self.rows[tables]
+        if self.mode == "dense":
+            return _dense(values, tables.astype(np.int64), self._dict, self.rows)
+        if len(values):
+            np.maximum.at(self.rows, tables, values + 1)
+        return values
+
+    def table_rows(self) -> list[int]:
+        """Final row counts (a table never touched gets 1 row so the trace stays valid)."""
+        return [max(1, int(r)) for r in self.rows]
+
+
+@nb.njit(cache=True)
+def _dense(values, tables, d, counts):
+    out = np.empty(len(values), np.int64)
+    for i in range(len(values)):
+        key = (tables[i], values[i])
+        r = d.get(key, -1)
+        if r < 0:
+            r = counts[tables[i]]
+            d[key] = r
+            counts[tables[i]] = r + 1
+        out[i] = r
+    return out
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+def open_writer(out: Path, idmap: IdMap, batch_size: int, meta: dict, opts: ConvertOptions,
+                raw_limit: int = _U32_ROWS) -> TraceWriter:
+    return TraceWriter(out, idmap.writer_rows(raw_limit), batch_size, meta,
+                       overwrite=opts.overwrite)
+
+
+def finish(writer: TraceWriter, idmap: IdMap, result: ConvertResult) -> ConvertResult:
+    """Fix the final row counts into the manifest and publish (atomic rename)."""
+    writer.table_rows = np.asarray(idmap.table_rows(), np.int64)
+    writer.meta.update({"records": result.records, "skipped": result.skipped,
+                        "id_mapping": idmap.mode})
+    if result.num_accesses == 0:
+        writer.abort()
+        raise UserError("no accesses in the input (nothing to write)", source=str(result.path))
+    writer.close()
+    result.table_rows = idmap.table_rows()
+    return result
+
+
+def sample_major_batches(cats: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray,
+                                                                       np.ndarray]:
+    """CSR of whole mini-batches from a (samples, T) id matrix, -1 = missing (empty bag).
+
+    Samples are cut into batches of `batch_size` (the last may be shorter); each batch is
+    laid table-major, as FBGEMM wants. Returns (indices, offsets, batch_bounds).
+    """
+    n, T = cats.shape
+    parts_idx, parts_len, bounds = [], [], [0]
+    for lo in range(0, n, batch_size):
+        block = cats[lo: lo + batch_size].T  # (T, b)
+        mask = block >= 0
+        parts_idx.append(block[mask])
+        parts_len.append(mask.ravel().astype(np.int64))
+        bounds.append(bounds[-1] + block.size)
+    if not parts_idx:
+        return np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64)
+    lengths = np.concatenate(parts_len)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    return np.concatenate(parts_idx), offsets, np.asarray(bounds, np.int64)

@@ -1,0 +1,261 @@
+"""Criteo Kaggle / Terabyte click logs (`train.txt`, `day_N`, optionally gzipped).
+
+One sample per line, 40 tab-separated fields: label, 13 integer features, 26 categorical
+features as 32-bit hex hashes; an empty field is a missing value. Each categorical column is
+one embedding table (C1 -> table 0, ... C26 -> table 25), pooling 1: a sample looks up one
+row per table, and a missing categorical is a skipped lookup (a bag of length 0, as DLRM's
+Criteo loader does when it drops missing features). Ids are `int(hex, 16) % rows`
+(`--rows`, DLRM's `max_ind_range`), a dense per-column remap (`--dense-remap`), or the raw
+32-bit value.
+
+Lines are parsed by a Numba kernel over raw bytes, one block at a time, so memory stays
+bounded by the block size (plus the dense-remap dictionary, which holds every distinct
+value). A malformed line names file:line and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numba as nb
+import numpy as np
+
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.traces.convert import (
+    ConvertOptions,
+    ConvertResult,
+    IdMap,
+    finish,
+    open_input,
+    open_writer,
+    register_converter,
+    sample_major_batches,
+)
+from scratchpipe_sim.traces.io import register_reader
+from scratchpipe_sim.traces.store import read_trace
+from scratchpipe_sim.traces.trace import Trace
+
+NUM_INT = 13
+NUM_CAT = 26
+NUM_FIELDS = 1 + NUM_INT + NUM_CAT
+FIELD_NAMES = ["label", *(f"I{i}" for i in range(1, NUM_INT + 1)),
+               *(f"C{i}" for i in range(1, NUM_CAT + 1))]
+
+# error codes of the kernel
+OK, E_COUNT, E_LABEL, E_INT, E_HEX, E_HEXLEN = 0, 1, 2, 3, 4, 5
+_MESSAGES = {
+    E_LABEL: "expected an integer label",
+    E_INT: "expected an integer (or empty)",
+    E_HEX: "expected a hex categorical (or empty)",
+    E_HEXLEN: "expected at most 8 hex digits (a 32-bit hash)",
+}
+
+
+@nb.njit(cache=True)
+def _hexval(c):
+    if 48 <= c <= 57:
+        return c - 48
+    if 97 <= c <= 102:
+        return c - 87
+    if 65 <= c <= 70:
+        return c - 55
+    return -1
+
+
+@nb.njit(cache=True)
+def parse_block(buf, cats, status, where):
+    """Parse whole lines of `buf` (which ends with a newline).
+
+    Fills cats[i, c] (-1 = missing), status[i] (OK or an error code) and where[i] (the
+    0-based field of the error, or the field count for E_COUNT). Returns the line count.
+    """
+    n = len(buf)
+    line = 0
+    pos = 0
+    while pos < n:
+        # one line: [pos, end)
+        end = pos
+        while end < n and buf[end] != 10:
+            end += 1
+        stop = end
+        if stop > pos and buf[stop - 1] == 13:  # CRLF
+            stop -= 1
+        st = OK
+        wh = 0
+        f = 0
+        i = pos
+        for c in range(NUM_CAT):
+            cats[line, c] = -1
+        while True:
+            # field f spans [i, j)
+            j = i
+            while j < stop and buf[j] != 9:
+                j += 1
+            if st == OK and f < NUM_FIELDS:
+                if f == 0 or f <= NUM_INT:
+                    k = i
+                    if k < j and buf[k] == 45 and f > 0:  # '-' allowed in integer features
+                        k += 1
+                    if f == 0 and i == j:
+                        st = E_LABEL
+                        wh = f
+                    elif f > 0 and k == j and k > i:
+                        st = E_INT
+                        wh = f
+                    else:
+                        while k < j:
+                            if buf[k] < 48 or buf[k] > 57:
+                                st = E_LABEL if f == 0 else E_INT
+                                wh = f
+                                break
+                            k += 1
+                else:
+                    if j - i > 8:
+                        st = E_HEXLEN
+                        wh = f
+                    elif j > i:
+                        v = 0
+                        for k in range(i, j):
+                            h = _hexval(buf[k])
+                            if h < 0:
+                                st = E_HEX
+                                wh = f
+                                break
+                            v = v * 16 + h
+                        if st == OK:
+                            cats[line, f - 1 - NUM_INT] = v
+            f += 1
+            if j >= stop:
+                break
+            i = j + 1
+        if f != NUM_FIELDS:
+            st = E_COUNT
+            wh = f
+        status[line] = st
+        where[line] = wh
+        line += 1
+        pos = end + 1
+    return line
+
+
+def looks_like_criteo(path: Path) -> bool:
+    """True when the first line has 40 tab-separated fields."""
+    try:
+        with open_input(path) as f:
+            head = f.read(1 << 14)
+    except (UserError, OSError, EOFError):
+        return False
+    first = head.split(b"\n", 1)[0]
+    return first.count(b"\t") == NUM_FIELDS - 1
+
+
+def iter_samples(path: Path, opts: ConvertOptions, stats: ConvertResult):
+    """Yield (samples, 26) int64 blocks of raw categorical values (-1 missing).
+
+    Bad lines raise (default) or are counted into `stats` and dropped.
+    """
+    src = str(path)
+    line0 = 0  # lines before this block
+    carry = b""
+    with open_input(path) as f:
+        while True:
+            data = f.read(opts.block_bytes)
+            block = carry + data
+            if not data:
+                if not block:
+                    break
+                if not block.endswith(b"\n"):
+                    block += b"\n"
+                carry = b""
+            else:
+                cut = block.rfind(b"\n")
+                if cut < 0:
+                    carry = block
+                    continue
+                block, carry = block[: cut + 1], block[cut + 1:]
+            buf = np.frombuffer(block, np.uint8)
+            nlines = block.count(b"\n")
+            cats = np.empty((nlines, NUM_CAT), np.int64)
+            status = np.empty(nlines, np.int8)
+            where = np.empty(nlines, np.int16)
+            got = parse_block(buf, cats, status, where)
+            assert got == nlines
+            bad = np.flatnonzero(status != OK)
+            if len(bad):
+                msg = _message(src, line0 + int(bad[0]) + 1, int(status[bad[0]]),
+                               int(where[bad[0]]))
+                if not opts.skip_bad_lines:
+                    raise UserError(msg)
+                stats.skipped += len(bad)
+                stats.first_error = stats.first_error or msg
+                cats = cats[status == OK]
+            stats.records += nlines
+            line0 += nlines
+            yield cats
+            if not data:
+                break
+
+
+def _message(src: str, line: int, code: int, where: int) -> str:
+    loc = f"{src}:{line}"
+    if code == E_COUNT:
+        return f"{loc}: fields: expected {NUM_FIELDS} tab-separated fields, got {where}"
+    return f"{loc}: {FIELD_NAMES[where]} (field {where + 1}): {_MESSAGES[code]}"
+
+
+@register_converter("criteo", suffixes=(".tsv", ".tsv.gz"))
+def convert_criteo(src: Path, out: Path, opts: ConvertOptions) -> ConvertResult:
+    """Criteo TSV -> `.sptrace`: 26 tables, batches of `batch_size` samples."""
+    idmap = IdMap(NUM_CAT, opts, str(src))
+    B = opts.batch()
+    result = ConvertResult(out, "criteo", [], 0, 0, extra={"record_name": "lines"})
+    meta = {"reader": "criteo", "source_file": str(src), "pooling": 1}
+    writer = open_writer(out, idmap, B, meta, opts)
+    try:
+        pending = np.zeros((0, NUM_CAT), np.int64)
+        tables = np.broadcast_to(np.arange(NUM_CAT, dtype=np.int64), (0, NUM_CAT))
+        for cats in iter_samples(src, opts, result):
+            if len(cats) == 0:
+                continue
+            mask = cats >= 0
+            tables = np.broadcast_to(np.arange(NUM_CAT, dtype=np.int64), cats.shape)
+            mapped = cats.copy()
+            mapped[mask] = idmap.map(cats[mask], tables[mask])
+            pending = np.concatenate((pending, mapped)) if len(pending) else mapped
+            full = (len(pending) // B) * B
+            if full:
+                _append(writer, pending[:full], B, result)
+                pending = pending[full:]
+        if len(pending):
+            _append(writer, pending, B, result)
+    except BaseException:
+        writer.abort()
+        raise
+    return finish(writer, idmap, result)
+
+
+def _append(writer, cats: np.ndarray, B: int, result: ConvertResult) -> None:
+    idx, offs, bounds = sample_major_batches(cats, B)
+    writer.append_batches(idx, offs, bounds)
+    result.num_batches += len(bounds) - 1
+    result.num_accesses += len(idx)
+
+
+def _sniff(path: Path) -> bool:
+    return looks_like_criteo(path)
+
+
+@register_reader("criteo", suffixes=(".tsv", ".tsv.gz"), sniff=_sniff,
+                 help="Criteo Kaggle/Terabyte TSV: 26 categorical tables, pooling 1")
+def read_criteo(path: Path, batch_size: int | None, num_rows: int | None) -> Trace:
+    """Open a Criteo file directly (converted into a temporary store, then read in RAM)."""
+    import tempfile
+
+    opts = ConvertOptions(rows=(num_rows,) if num_rows else None, batch_size=batch_size)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "t.sptrace"
+        convert_criteo(path, out, opts)
+        t = read_trace(out)
+        trace = Trace(t.table_rows, np.array(t.indices), np.array(t.offsets),
+                      np.array(t.batch_bounds), t.batch_size, t.meta, str(path))
+    return trace
