@@ -1,0 +1,57 @@
+"""`scratchpipe-sim sweep EXPERIMENT.yaml`: run a resumable sweep into a results folder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="run an experiment YAML (resumable, parallel)",
+                       description="Run every point of an experiment YAML. A rerun skips "
+                       "finished points; a killed sweep resumes where it stopped.")
+    p.add_argument("experiment", help="experiment YAML (see experiments/ and "
+                   "docs/experiments.md)")
+    p.add_argument("--out", help="results folder (default: results/NAME)")
+    p.add_argument("--jobs", "-j", type=int, default=1, help="points in parallel (processes)")
+    p.add_argument("--executor", choices=("local", "process", "dask"), default=None,
+                   help="local (one process), process (pool of --jobs), dask (a cluster); "
+                   "default: local for --jobs 1, else process")
+    p.add_argument("--scheduler", help="Dask scheduler address (tcp://host:8786); without it "
+                   "the dask executor starts a local cluster of --jobs workers")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run points recorded as failed again")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the points (hash and axis values) and exit")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from scratchpipe_sim.errors import UserError
+    from scratchpipe_sim.experiments.runner import run_sweep
+    from scratchpipe_sim.experiments.spec import expand_points, load_experiment
+
+    spec = load_experiment(args.experiment)
+    if args.scheduler and args.executor not in (None, "dask"):
+        raise UserError("--scheduler needs --executor dask", field="--scheduler")
+    executor = args.executor or ("dask" if args.scheduler else None)
+    if args.dry_run:
+        for p in expand_points(spec):
+            vals = ", ".join(f"{k}={v}" for k, v in p.values.items())
+            print(f"{p.index:4d} {p.key} {vals}")
+        return 0
+    out = Path(args.out) if args.out else Path("results") / spec.name
+    summary = run_sweep(spec, out, jobs=args.jobs, executor=executor,
+                        scheduler=args.scheduler, quiet=args.quiet,
+                        retry_failed=args.retry_failed)
+    if args.json:
+        print(json.dumps({"name": summary.name, "out": str(summary.out),
+                          "points": summary.points, "designs": summary.designs,
+                          "ran": summary.ran, "skipped": summary.skipped,
+                          "failed": summary.failed}))
+    else:
+        print(summary.line())
+    return 0

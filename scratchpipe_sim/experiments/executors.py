@@ -1,0 +1,122 @@
+"""Where sweep points run: in this process, a spawn-safe process pool, or a Dask cluster.
+
+Each executor takes tasks `(key, config, designs)` and yields `Outcome`s as points finish,
+in completion order. The point function runs inside `call_point`, which turns any exception
+into a recorded error, so one failing point never stops the others.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from scratchpipe_sim.errors import UserError
+
+#: run_point(resolved config dict, designs) -> one metrics dict per design (key "design").
+PointFn = Callable[[dict, tuple], list]
+Task = tuple[str, dict, tuple]
+EXECUTORS = ("local", "process", "dask")
+MAX_ERROR_CHARS = 400
+
+
+@dataclass
+class Outcome:
+    key: str
+    rows: list[dict[str, Any]] | None
+    error: str | None
+    wall_s: float
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, UserError):
+        text = e.line()
+    else:
+        text = f"{type(e).__name__}: {e}"
+        tb = traceback.extract_tb(e.__traceback__)
+        if tb:
+            text += f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})"
+    text = " ".join(text.split())
+    return text[:MAX_ERROR_CHARS]
+
+
+def call_point(fn: PointFn, key: str, config: dict, designs: tuple) -> Outcome:
+    """Run one point; never raises (the error becomes part of the outcome)."""
+    t0 = time.perf_counter()
+    try:
+        rows = [dict(r) for r in fn(config, tuple(designs))]
+        return Outcome(key, rows, None, time.perf_counter() - t0)
+    except Exception as e:
+        return Outcome(key, None, _one_line(e), time.perf_counter() - t0)
+
+
+def run_local(fn: PointFn, tasks: Iterable[Task], jobs: int = 1) -> Iterator[Outcome]:
+    for key, config, designs in tasks:
+        yield call_point(fn, key, config, designs)
+
+
+def run_process(fn: PointFn, tasks: Iterable[Task], jobs: int) -> Iterator[Outcome]:
+    """A ProcessPoolExecutor with the spawn start method (safe with Numba and threads)."""
+    tasks = list(tasks)
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futures = {pool.submit(call_point, fn, k, c, d): k for k, c, d in tasks}
+        try:
+            for fut in as_completed(futures):
+                try:
+                    yield fut.result()
+                except BrokenProcessPool as e:
+                    yield Outcome(futures[fut], None,
+                                  _one_line(RuntimeError(f"worker process died: {e}")), 0.0)
+        finally:
+            for fut in futures:
+                fut.cancel()
+
+
+def run_dask(fn: PointFn, tasks: Iterable[Task], jobs: int,
+             scheduler: str | None = None) -> Iterator[Outcome]:
+    """The same points on a dask.distributed cluster (`--scheduler tcp://host:8786`); without
+    an address, a LocalCluster of `jobs` worker processes on this machine."""
+    try:
+        from distributed import Client, LocalCluster
+        from distributed import as_completed as dask_completed
+    except ImportError:
+        raise UserError("the dask executor needs dask.distributed: pip install "
+                        "'scratchpipe_sim[dist]'", field="--executor") from None
+    cluster = None
+    try:
+        if scheduler:
+            try:
+                client = Client(scheduler, timeout="10s")
+            except OSError as e:
+                raise UserError(f"cannot reach the Dask scheduler: {e}".splitlines()[0],
+                                field="--scheduler") from None
+        else:
+            cluster = LocalCluster(n_workers=jobs, threads_per_worker=1,
+                                   dashboard_address=None)
+            client = Client(cluster)
+        with client:
+            futures = [client.submit(call_point, fn, k, c, d, pure=False,
+                                     key=f"scratchpipe-point-{k}") for k, c, d in tasks]
+            for fut in dask_completed(futures):
+                yield fut.result()
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def execute(executor: str, fn: PointFn, tasks: Iterable[Task], jobs: int = 1,
+            scheduler: str | None = None) -> Iterator[Outcome]:
+    if executor == "local":
+        return run_local(fn, tasks)
+    if executor == "process":
+        return run_process(fn, tasks, jobs)
+    if executor == "dask":
+        return run_dask(fn, tasks, jobs, scheduler)
+    raise UserError(f"unknown executor '{executor}'; expected one of: {', '.join(EXECUTORS)}",
+                    field="--executor")
