@@ -191,8 +191,7 @@ class IdMap:
             return values % self.rows[tables]
         if self.mode == "dense":
             return _dense(values, tables.astype(np.int64), self._dict, self.rows)
-        if len(values):
-            np.maximum.at(self.rows, tables, values + 1)
+        _track_max(values, tables, self.rows)
         return values
 
     def table_rows(self) -> list[int]:
@@ -212,6 +211,14 @@ def _dense(values, tables, d, counts):
             counts[tables[i]] = r + 1
         out[i] = r
     return out
+
+
+@nb.njit(cache=True)
+def _track_max(values, tables, rows):
+    for i in range(len(values)):
+        t = tables[i]
+        if values[i] + 1 > rows[t]:
+            rows[t] = values[i] + 1
 
 
 # -- writing ----------------------------------------------------------------------------------
