@@ -44,6 +44,7 @@ READERS: Registry[ReaderSpec] = Registry("trace format")
 READER_MODULES = ("readers", "criteo", "dlrm_formats", "meta", "tabular")
 
 _loaded = False
+_ORDER: list[str] = []  # registration order, for sniffing
 
 
 def register_reader(name: str, suffixes: tuple[str, ...] = (),
@@ -54,6 +55,7 @@ def register_reader(name: str, suffixes: tuple[str, ...] = (),
     def decorate(fn: ReadFn) -> ReadFn:
         READERS.register(name)(ReaderSpec(name, fn, tuple(s.lower() for s in suffixes),
                                           sniff, help))
+        _ORDER.append(name)
         return fn
 
     return decorate
@@ -90,16 +92,22 @@ def detect_format(path: str | os.PathLike) -> str:
         raise UserError(f"a folder but not a {SUFFIX} trace: expected manifest.json inside",
                         source=str(p))
     name = p.name.lower()
-    # longest suffix first, so ".csv.gz" beats ".gz"
-    by_suffix = sorted(((s, spec.name) for spec in (READERS.get(n) for n in READERS.names())
-                        for s in spec.suffixes), key=lambda x: -len(x[0]))
-    for suffix, fmt in by_suffix:
-        if name.endswith(suffix):
-            return fmt
-    for n in READERS.names():
-        spec = READERS.get(n)
+    specs = [READERS.get(n) for n in _ORDER]
+    # the longest claimed suffix wins ("x.csv.gz" -> ".csv.gz", not ".gz"); when several
+    # formats claim it (e.g. ".txt"), the first whose sniff accepts the content, else the first
+    best = max((len(s) for spec in specs for s in spec.suffixes if name.endswith(s)),
+               default=0)
+    if best:
+        claim = [spec for spec in specs
+                 if any(len(s) == best and name.endswith(s) for s in spec.suffixes)]
+        if len(claim) > 1:
+            for spec in claim:
+                if spec.sniff is not None and spec.sniff(p):
+                    return spec.name
+        return claim[0].name
+    for spec in specs:
         if spec.sniff is not None and spec.sniff(p):
-            return n
+            return spec.name
     raise UserError(f"cannot tell the trace format from the name or content; expected one of "
                     f"{', '.join(formats())} (pass the format explicitly)", source=str(p))
 
