@@ -1,0 +1,220 @@
+"""Synthetic generators: determinism, Zipf law, permutation, hot set, reuse, store equality."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.traces import generators as gen
+from scratchpipe_sim.traces.generators import (
+    Permutation,
+    ZipfSampler,
+    generate_to_store,
+    generate_trace,
+)
+from scratchpipe_sim.traces.store import read_trace
+
+
+def arrays(t):
+    return (np.asarray(t.indices).tolist(), np.asarray(t.offsets).tolist(),
+            np.asarray(t.batch_bounds).tolist(), t.table_rows.tolist())
+
+
+def small(**kw):
+    args = dict(distribution="zipf", table_rows=[300, 100], batch_size=8, num_batches=12,
+                pooling=[3, 2], seed=5, reuse=0.25)
+    args.update(kw)
+    return generate_trace(**args)
+
+
+def rank_probabilities(rows: int, alpha: float) -> np.ndarray:
+    w = np.arange(1, rows + 1, dtype=float) ** -alpha
+    return w / w.sum()
+
+
+def chi_square(counts: np.ndarray, probs: np.ndarray) -> float:
+    exp = probs * counts.sum()
+    return float(((counts - exp) ** 2 / exp).sum())
+
+
+# -- determinism -----------------------------------------------------------------------------
+@pytest.mark.parametrize("dist", ["uniform", "zipf", "hotset"])
+def test_same_seed_same_trace_other_seed_other_trace(dist):
+    a, b = small(distribution=dist), small(distribution=dist)
+    assert arrays(a) == arrays(b)
+    c = small(distribution=dist, seed=6)
+    assert arrays(c)[0] != arrays(a)[0]
+    assert arrays(c)[1:] == arrays(a)[1:]  # same shape, other ids
+
+
+def test_layout_is_fbgemm_csr_with_fixed_pooling():
+    t = small()
+    t.validate()
+    assert t.num_batches == 12 and t.batch_size == 8 and t.num_tables == 2
+    assert t.num_accesses == 12 * 8 * (3 + 2)
+    b = t.batch(4)
+    idx0, off0 = b.table(0)
+    idx1, off1 = b.table(1)
+    assert np.diff(off0).tolist() == [3] * 8 and np.diff(off1).tolist() == [2] * 8
+    assert idx0.max() < 300 and idx1.max() < 100
+
+
+@pytest.mark.parametrize("dist", ["uniform", "zipf", "hotset"])
+def test_a_shorter_trace_is_a_prefix_of_a_longer_one(dist, monkeypatch):
+    monkeypatch.setattr(gen, "BLOCK_ACCESSES", 100)  # several RNG blocks
+    long_, short = small(distribution=dist, num_batches=30), small(distribution=dist,
+                                                                   num_batches=7)
+    n = short.num_accesses
+    assert np.asarray(long_.indices)[:n].tolist() == np.asarray(short.indices).tolist()
+
+
+def test_meta_records_the_generator_config():
+    g = small(alpha=1.2).meta["generator"]
+    assert g == {"version": gen.GENERATOR_VERSION, "distribution": "zipf",
+                 "table_rows": [300, 100], "batch_size": 8, "num_batches": 12,
+                 "pooling": [3, 2], "seed": 5, "reuse": 0.25,
+                 "params": {"alpha": 1.2, "permute": True}}
+
+
+# -- store -----------------------------------------------------------------------------------
+def test_generate_to_store_equals_generate_trace_across_many_blocks(tmp_path, monkeypatch):
+    monkeypatch.setattr(gen, "BLOCK_ACCESSES", 64)  # 64 // 40 -> one batch per block
+    kw = dict(distribution="zipf", table_rows=[300, 100], batch_size=8, num_batches=12,
+              pooling=[3, 2], seed=5, reuse=0.5)
+    mem = generate_trace(**kw)
+    path = generate_to_store(tmp_path / "g.sptrace", **kw)
+    disk = read_trace(path)
+    assert isinstance(disk.indices, np.memmap)
+    assert arrays(disk) == arrays(mem)
+    assert disk.meta["generator"] == mem.meta["generator"]
+    with pytest.raises(UserError, match="refusing to overwrite"):
+        generate_to_store(path, **kw)
+
+
+def test_block_size_does_not_change_store_equality(tmp_path, monkeypatch):
+    monkeypatch.setattr(gen, "BLOCK_ACCESSES", 1000)
+    kw = dict(distribution="hotset", table_rows=1000, batch_size=10, num_batches=33,
+              pooling=4, seed=2, reuse=0.3, hot_fraction=0.1)
+    assert arrays(read_trace(generate_to_store(tmp_path / "h.sptrace", **kw))) == \
+        arrays(generate_trace(**kw))
+
+
+# -- zipf ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("alpha", [0.8, 1.05, 1.2])
+def test_zipf_rank_frequencies_follow_the_law_and_reject_a_wrong_alpha(alpha):
+    rows, n = 60, 120_000
+    t = generate_trace("zipf", rows, 1000, n // 1000, 1, seed=3, alpha=alpha, permute=False)
+    counts = np.bincount(np.asarray(t.indices), minlength=rows).astype(float)
+    # df = 59: the 0.9999 quantile of chi2(59) is about 107
+    assert chi_square(counts, rank_probabilities(rows, alpha)) < 107
+    assert chi_square(counts, rank_probabilities(rows, alpha + 0.05)) > 300
+    assert chi_square(counts, rank_probabilities(rows, alpha - 0.05)) > 300
+
+
+def test_zipf_ids_are_the_ranks_through_a_seeded_permutation():
+    rows = 500
+    seed = np.random.SeedSequence(9)
+    plain = gen.zipf(rows, seed, alpha=1.1, permute=False)
+    perm = gen.zipf(rows, seed, alpha=1.1, permute=True)
+    a = plain.sample(np.random.default_rng(1), 5000)
+    b = perm.sample(np.random.default_rng(1), 5000)
+    table = perm.perm.table
+    assert sorted(table.tolist()) == list(range(rows))
+    assert b.tolist() == table[a].tolist()
+    assert table[:10].tolist() != list(range(10))
+    # trace level: the two tables get different permutations
+    t = generate_trace("zipf", [rows, rows], 100, 50, 1, seed=4, alpha=1.1)
+    hot0 = np.bincount(t.linear_ids()[t.linear_ids() < rows], minlength=rows).argmax()
+    hot1 = np.bincount(t.linear_ids()[t.linear_ids() >= rows] - rows, minlength=rows).argmax()
+    assert hot0 != hot1
+
+
+def test_zipf_continuous_tail_beyond_the_tabulated_ranks(monkeypatch):
+    monkeypatch.setattr(gen, "ZIPF_EXACT_ROWS", 50)
+    ZipfSampler._cache.clear()
+    rows, alpha, n = 5000, 1.05, 400_000
+    s = ZipfSampler(rows, alpha, None)
+    ids = s.sample(np.random.default_rng(0), n)
+    ZipfSampler._cache.clear()
+    assert ids.min() >= 0 and ids.max() < rows
+    p = rank_probabilities(rows, alpha)
+    # log-spaced rank bins spanning the head/tail seam
+    edges = np.unique(np.geomspace(1, rows, 25).astype(int))
+    edges[-1] = rows
+    edges = np.concatenate(([0], edges))
+    counts = np.histogram(ids, bins=edges)[0].astype(float)
+    probs = np.add.reduceat(p, edges[:-1])
+    assert chi_square(counts, probs) < 3 * len(probs)
+    # midpoint-rule tail: relative error ~alpha(alpha+1)/(24 K^2) ~ 4e-5 at K = 50
+    assert abs(s.head_mass - p[:50].sum()) < 1e-5 * p[:50].sum()
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 1000, 1025, 4097])
+def test_feistel_permutation_is_a_bijection(n):
+    p = Permutation(n, np.random.SeedSequence(3), exact_max=0)
+    assert p.table is None
+    y = p(np.arange(n))
+    assert sorted(y.tolist()) == list(range(n))
+    if n > 100:
+        assert y[:20].tolist() != list(range(20))
+
+
+# -- hotset, uniform -------------------------------------------------------------------------
+def test_hotset_sends_the_configured_share_to_the_hot_rows():
+    rows, n = 10_000, 200_000
+    s = gen.hotset(rows, np.random.SeedSequence(1), hot_fraction=0.05,
+                   hot_access_fraction=0.8)
+    ids = s.sample(np.random.default_rng(2), n)
+    hot = set(s.perm(np.arange(500)).tolist())
+    assert s.hot_rows == 500
+    share = np.isin(ids, list(hot)).mean()
+    assert abs(share - 0.8) < 4 * np.sqrt(0.8 * 0.2 / n)
+    assert len(np.unique(ids[np.isin(ids, list(hot))])) == 500
+    # hot rows are scattered, not the first ids
+    assert max(hot) > 5000
+
+
+def test_uniform_covers_all_rows_evenly():
+    t = generate_trace("uniform", 50, 100, 100, 1, seed=1)
+    counts = np.bincount(np.asarray(t.indices), minlength=50).astype(float)
+    assert chi_square(counts, np.full(50, 1 / 50)) < 100
+
+
+# -- reuse -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("reuse", [0.0, 0.3, 0.8, 1.0])
+def test_reuse_copies_exactly_that_share_from_the_previous_batch(reuse, monkeypatch):
+    monkeypatch.setattr(gen, "BLOCK_ACCESSES", 1000)  # reuse crosses block boundaries
+    B, L, rows = 16, [3, 5], [2**40, 2**40]  # accidental equal ids are ~impossible
+    t = generate_trace("uniform", rows, B, 20, L, seed=8, reuse=reuse)
+    for k in range(1, t.num_batches):
+        prev, cur = t.batch(k - 1), t.batch(k)
+        for ti, Lt in enumerate(L):
+            same = int((prev.table(ti)[0] == cur.table(ti)[0]).sum())
+            assert same == int(B * Lt * reuse)
+
+
+# -- validation ------------------------------------------------------------------------------
+@pytest.mark.parametrize("kw,field", [
+    (dict(alpha=0), "alpha"),
+    (dict(alpha=-1.0), "alpha"),
+    (dict(alpha="big"), "alpha"),
+    (dict(reuse=1.5), "reuse"),
+    (dict(reuse=-0.1), "reuse"),
+    (dict(pooling=[1, 2, 3]), "pooling"),
+    (dict(pooling=0), "pooling"),
+    (dict(batch_size=0), "batch_size"),
+    (dict(num_batches=-2), "num_batches"),
+    (dict(table_rows=[10, 0]), "table_rows[1]"),
+    (dict(table_rows=[]), "table_rows"),
+    (dict(seed=-1), "seed"),
+    (dict(hot_fraction=0.1), "hot_fraction"),  # not a zipf parameter
+    (dict(distribution="zipff"), "distribution"),
+    (dict(distribution="hotset", hot_fraction=1.2), "hot_fraction"),
+    (dict(distribution="hotset", hot_access_fraction=-0.5), "hot_access_fraction"),
+])
+def test_bad_parameters_name_their_field(kw, field):
+    with pytest.raises(UserError) as e:
+        small(field_prefix="workload.", source="cfg.yaml", **kw)
+    assert e.value.field == f"workload.{field}"
+    assert e.value.source == "cfg.yaml"
