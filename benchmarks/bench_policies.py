@@ -1,0 +1,155 @@
+"""Throughput of every registered cache policy beside libCacheSim's LRU and Belady.
+
+Not a test: run it by hand and record the output in docs/performance.md.
+
+    python benchmarks/bench_policies.py                  # 10M accesses, 10M rows, 1% and 10%
+    python benchmarks/bench_policies.py --accesses 1000000   # quick run
+
+Workload: bounded Zipf(alpha) over `rows` ranks (P(k) ~ 1/k^alpha, sampled exactly by
+inverse CDF), ranks randomly permuted onto ids, as FBGEMM's TBE benchmark does; one table,
+pooling 1, mini-batches of `--batch-size` ids. libCacheSim runs `process_trace` over the
+same ids written in its oracleGeneral format (its next-access times come precomputed in
+the file). For each policy two figures:
+
+* e2e    - `run_cache` wall time (what `scratchpipe-sim cache` reports): the policy kernel
+           plus the engine (chunking, per-batch counters, next-use pass for MIN/scratchpipe).
+* kernel - `Policy.prepare` + `Policy.process` over pre-built chunks and next uses: the
+           policy's own cost, comparable to libCacheSim's `process_trace`.
+
+JIT compile time is excluded (every policy is warmed up on a tiny trace first; numba's
+cache=True keeps the compiled code across runs). Peak RSS growth is VmHWM after the e2e run
+minus VmRSS before it (VmHWM is reset through /proc/self/clear_refs), Linux only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from scratchpipe_sim.policies import POLICIES
+from scratchpipe_sim.policies.engine import compute_next_use, make_policy, run_cache
+from scratchpipe_sim.policies.oracle_general import write_oracle_general
+from scratchpipe_sim.traces.trace import Trace
+
+
+def bounded_zipf(n: int, rows: int, alpha: float, seed: int) -> np.ndarray:
+    """n ids: rank k in 1..rows with P ~ k^-alpha (exact inverse CDF), ranks permuted."""
+    rng = np.random.default_rng(seed)
+    weights = np.arange(1, rows + 1, dtype=np.float64) ** -alpha
+    cdf = np.cumsum(weights)
+    cdf /= cdf[-1]
+    ranks = np.searchsorted(cdf, rng.random(n), side="right")
+    np.minimum(ranks, rows - 1, out=ranks)
+    return rng.permutation(rows)[ranks].astype(np.int64)
+
+
+def _status_kib(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1])
+    return 0
+
+
+def _reset_peak() -> int:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    return _status_kib("VmRSS:")
+
+
+def kernel_seconds(trace: Trace, name: str, capacity: int, chunks, next_use) -> float:
+    policy = make_policy(name, capacity, trace.total_rows)
+    start = time.perf_counter()
+    policy.prepare(trace)
+    for c in chunks:
+        n = len(c.ids)
+        out = np.empty(n, np.uint8)
+        events = np.zeros((c.num_batches, 3), np.int64)
+        nu = next_use[c.first_access : c.first_access + n] if policy.needs_next_use else None
+        policy.process(c, nu, out, events)
+    policy.finish()
+    return time.perf_counter() - start
+
+
+def lcs_run(path: Path, cls_name: str, capacity: int, n: int) -> tuple[float, float]:
+    import libcachesim as lcs
+
+    reader = lcs.TraceReader(trace=str(path), trace_type=lcs.TraceType.ORACLE_GENERAL_TRACE)
+    cache = getattr(lcs, cls_name)(cache_size=capacity)
+    start = time.perf_counter()
+    miss_ratio, _ = cache.process_trace(reader)
+    return time.perf_counter() - start, 1.0 - miss_ratio
+
+
+def warm_up(names: list[str]) -> None:
+    ids = bounded_zipf(5000, 500, 1.0, 0)
+    for bs in (1, 64):
+        trace = Trace.single_table(ids, 500, bs)
+        for name in names:
+            run_cache(trace, name, 400, chunk_accesses=1000)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--accesses", type=int, default=10_000_000)
+    ap.add_argument("--rows", type=int, default=10_000_000)
+    ap.add_argument("--alpha", type=float, default=1.0)
+    ap.add_argument("--batch-size", type=int, default=4096)
+    ap.add_argument("--capacity-fractions", default="0.01,0.1")
+    ap.add_argument("--policies", default=",".join(POLICIES.names()))
+    ap.add_argument("--seed", type=int, default=2024)
+    args = ap.parse_args(argv)
+    names = [p for p in args.policies.split(",") if p]
+    for p in names:
+        POLICIES.get(p)
+
+    t0 = time.perf_counter()
+    warm_up(names)
+    print(f"warm-up (compile or load cached JIT): {time.perf_counter() - t0:.1f} s")
+    ids = bounded_zipf(args.accesses, args.rows, args.alpha, args.seed)
+    trace = Trace.single_table(ids, args.rows, args.batch_size)
+    chunks = list(trace.iter_chunks())
+    next_use = compute_next_use(trace)
+    print(f"workload: {args.accesses} accesses, Zipf({args.alpha}) over {args.rows} rows "
+          f"(permuted), batch size {args.batch_size}, seed {args.seed}; "
+          f"{os.cpu_count()} CPUs, numba threads unused")
+    with tempfile.TemporaryDirectory(prefix="bench-policies-") as tmp:
+        og = write_oracle_general(ids, Path(tmp) / "trace.oracleGeneral")
+        for frac in (float(x) for x in args.capacity_fractions.split(",")):
+            cap = max(1, int(round(frac * args.rows)))
+            print(f"\ncapacity {cap} rows ({100 * frac:g}% of rows)")
+            base = {}
+            for cls_name in ("LRU", "Belady"):
+                secs, hit = lcs_run(og, cls_name, cap, args.accesses)
+                base[cls_name] = args.accesses / secs
+                print(f"  libCacheSim {cls_name:<14} hit {hit:.4f}  "
+                      f"{base[cls_name] / 1e6:6.2f} M/s")
+            print(f"  {'policy':<26} {'hit':>6}  {'e2e M/s':>8} {'kernel M/s':>10}  "
+                  f"{'e2e/lcsLRU':>10} {'e2e/lcsBel':>10} {'kern/lcsLRU':>11} "
+                  f"{'kern/lcsBel':>11}  {'RSS +MiB':>8}")
+            for name in names:
+                before = _reset_peak()
+                res = run_cache(trace, name, cap)
+                rss = (_status_kib("VmHWM:") - before) / 1024
+                ks = kernel_seconds(trace, name, cap, chunks, next_use)
+                e2e = res.accesses_per_s
+                kern = args.accesses / ks
+                print(f"  {name:<26} {res.hit_ratio:.4f}  {e2e / 1e6:8.2f} {kern / 1e6:10.2f}"
+                      f"  {e2e / base['LRU']:10.2f} {e2e / base['Belady']:10.2f} "
+                      f"{kern / base['LRU']:11.2f} {kern / base['Belady']:11.2f}  "
+                      f"{rss:8.1f}")
+                sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
