@@ -1,1 +1,10 @@
-"""timing layer."""
+"""Timing layer: SimPy resources, one module per training-system design, the runner.
+
+    simulate(cfg, designs=None, timeline_dir=None, trace=None) -> list[dict]
+    DESIGNS  registry of system designs
+"""
+
+from scratchpipe_sim.timing.designs import DESIGNS, Design
+from scratchpipe_sim.timing.runner import build_trace, simulate
+
+__all__ = ["DESIGNS", "Design", "build_trace", "simulate"]

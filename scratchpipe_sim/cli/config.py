@@ -1,0 +1,40 @@
+"""`scratchpipe-sim config show CONFIG [--set k=v ...]`: the fully resolved config.
+
+Presets expanded, overrides applied, defaults filled: exactly what `run` simulates and
+saves as resolved_config.yaml beside its results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from scratchpipe_sim.config import dump_yaml, flatten, resolve
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("config", help="show the fully resolved config",
+                              description="Inspect configs.")
+    sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
+    sub.required = True
+    show = sub.add_parser("show", help="print the resolved config (presets expanded, "
+                                       "overrides applied, defaults filled)")
+    show.add_argument("config", metavar="CONFIG")
+    show.add_argument("--set", dest="overrides", action="append", default=[],
+                      metavar="KEY=VALUE", help="override by dotted path (repeatable)")
+    fmt = show.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    fmt.add_argument("--flat", action="store_true", help="print one dotted key=value a line")
+    show.set_defaults(func=handle_show)
+
+
+def handle_show(args: argparse.Namespace) -> int:
+    d = resolve(args.config, args.overrides)
+    if args.json:
+        print(json.dumps(d, indent=1))
+    elif args.flat:
+        for k, v in flatten(d).items():
+            print(f"{k}={json.dumps(v)}")
+    else:
+        print(dump_yaml(d), end="")
+    return 0

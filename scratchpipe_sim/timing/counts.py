@@ -1,0 +1,135 @@
+"""Per-batch counts that the designs price: the policy engine's counters plus two more.
+
+The engine's `BatchCounts` give accesses, unique rows, hits, misses, fills, evictions,
+write-backs and unplaced accesses per batch. Designs that serve unplaced rows from host
+memory also need how many *unique* rows were unplaced (the backward pass updates each
+unique row once), so `policy_counts` wraps the policy in `_Observed`, which runs one extra
+Numba pass over each chunk's outcomes. Samples per batch come from the trace's bags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numba as nb
+import numpy as np
+
+from scratchpipe_sim.policies.base import UNPLACED, Policy
+from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy
+from scratchpipe_sim.traces.trace import Trace
+
+COLUMNS = (*COUNTERS, "unique_unplaced", "samples")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Per-batch counts (`cols[name][b]`, int64) for one policy (or none) over one trace."""
+
+    policy: str
+    capacity: int
+    cols: dict[str, np.ndarray]
+    extra: dict[str, int]
+
+    @property
+    def num_batches(self) -> int:
+        return len(self.cols["accesses"])
+
+    def total(self, name: str, lo: int = 0) -> int:
+        return int(self.cols[name][lo:].sum())
+
+
+def samples_per_batch(trace: Trace) -> np.ndarray:
+    return (np.diff(np.asarray(trace.batch_bounds, np.int64)) // trace.num_tables).astype(
+        np.int64)
+
+
+class _Observed(Policy):
+    """Delegates to `inner`, counting unique unplaced rows per batch from the outcomes."""
+
+    name = "observed"
+
+    def __init__(self, inner: Policy, num_batches: int):  # noqa: D107 - no Policy init
+        self.inner = inner
+        self.capacity = inner.capacity
+        self.num_rows = inner.num_rows
+        self.needs_next_use = inner.needs_next_use
+        self.unique_unplaced = np.zeros(num_batches, np.int64)
+        self._seen = np.full(inner.num_rows, -1, np.int64)
+
+    def prepare(self, trace) -> None:
+        self.inner.prepare(trace)
+
+    def process(self, chunk, next_use, outcome, events) -> None:
+        self.inner.process(chunk, next_use, outcome, events)
+        _unique_unplaced(chunk.ids, chunk.batch_ptr, chunk.first_batch, outcome, self._seen,
+                         self.unique_unplaced, UNPLACED)
+
+    def finish(self) -> None:
+        self.inner.finish()
+
+    def resident(self) -> np.ndarray:
+        return self.inner.resident()
+
+    def extra_totals(self) -> dict[str, int]:
+        return self.inner.extra_totals()
+
+
+@nb.njit(cache=True)
+def _unique_unplaced(ids, batch_ptr, first_batch, outcome, seen, out, unplaced):
+    # a row counts once per batch, classified by its first access in that batch
+    for b in range(len(batch_ptr) - 1):
+        stamp = first_batch + b
+        for j in range(batch_ptr[b], batch_ptr[b + 1]):
+            r = ids[j]
+            if seen[r] != stamp:
+                seen[r] = stamp
+                if outcome[j] == unplaced:
+                    out[stamp] += 1
+
+
+@nb.njit(cache=True)
+def _access_unique(ids, batch_ptr, first_batch, seen, acc, uniq):
+    for b in range(len(batch_ptr) - 1):
+        stamp = first_batch + b
+        acc[stamp] = batch_ptr[b + 1] - batch_ptr[b]
+        n = 0
+        for j in range(batch_ptr[b], batch_ptr[b + 1]):
+            r = ids[j]
+            if seen[r] != stamp:
+                seen[r] = stamp
+                n += 1
+        uniq[stamp] = n
+
+
+def policy_counts(trace: Trace, policy: str, capacity: int, **params: Any) -> Workload:
+    """Run `policy` (a POLICIES name) over `trace`; per-batch counts for the timing model."""
+    nbat = trace.num_batches
+    obs = _Observed(make_policy(policy, capacity, trace.total_rows, **params), nbat)
+    out = np.zeros((nbat, len(COUNTERS)), np.int64)
+    for bc in iter_cache(trace, obs):
+        out[bc.first_batch : bc.first_batch + len(bc.counts)] = bc.counts
+    cols = {name: out[:, i].copy() for i, name in enumerate(COUNTERS)}
+    cols["unique_unplaced"] = obs.unique_unplaced
+    cols["samples"] = samples_per_batch(trace)
+    return Workload(policy, capacity, cols, obs.extra_totals())
+
+
+def uncached_counts(trace: Trace, where: str) -> Workload:
+    """No cache: every row in host memory (`where="host"`) or every row in HBM ("device")."""
+    nbat = trace.num_batches
+    acc = np.zeros(nbat, np.int64)
+    uniq = np.zeros(nbat, np.int64)
+    seen = np.full(trace.total_rows, -1, np.int64)
+    for chunk in trace.iter_chunks():
+        _access_unique(chunk.ids, chunk.batch_ptr, chunk.first_batch, seen, acc, uniq)
+    zero = np.zeros(nbat, np.int64)
+    host = where == "host"
+    cols = {"accesses": acc, "unique": uniq, "hits": zero if host else acc.copy(),
+            "misses": acc.copy() if host else zero, "fills": zero, "evictions": zero,
+            "writebacks": zero, "unplaced": acc.copy() if host else zero,
+            "unique_unplaced": uniq.copy() if host else zero,
+            "samples": samples_per_batch(trace)}
+    cols = {k: v.copy() for k, v in cols.items()}
+    return Workload("none" if host else "all-resident", 0 if host else trace.total_rows,
+                    cols, {})

@@ -1,0 +1,52 @@
+"""Stages shared by `lru-cache` and `lru-prefetch` (an FBGEMM-style on-demand cache).
+
+fetch:    evictions written back and misses filled (FBGEMM's lxu_cache_insert), streamed:
+          fill = {CPU DRAM read || H2D || HBM write} of F rows; write-back = {HBM read ||
+          D2H || CPU DRAM write} of W rows — all concurrent (one streaming kernel).
+forward:  HBM gather of the cached accesses || UVM reads of the P unplaced (conflict-miss)
+          accesses: CPU DRAM gather || H2D at pcie.uvm_efficiency.
+backward: HBM update of the unique cached rows || UVM read-modify-write in host memory of
+          the unique unplaced rows (H2D and D2H at uvm_efficiency, DRAM 2 rows each).
+Rows carry their optimizer state whenever they move or are updated (R bytes); lookups read
+weights only (r bytes).
+"""
+
+from __future__ import annotations
+
+from scratchpipe_sim.timing.designs.base import Columns, Design, WorkloadKey
+
+
+class CacheStages:
+    def __init__(self, design: Design, c: Columns):
+        self.d = design
+        self.c = c
+
+    def fetch(self, m, b):
+        c, R = self.c, self.d.R
+        F, W = c.fills[b], c.writebacks[b]
+        return [m.dram.gather(F, R, b, "fill read"), m.pcie.h2d(F * R, b, "fill"),
+                m.hbm.gather(F, R, b, "fill write"),
+                m.hbm.gather(W, R, b, "victim read"), m.pcie.d2h(W * R, b, "writeback"),
+                m.dram.gather(W, R, b, "writeback write")]
+
+    def forward(self, m, b):
+        c, r = self.c, self.d.r
+        P = c.unplaced[b]
+        return [m.hbm.gather(c.accesses[b] - P, r, b, "gather"),
+                m.dram.gather(P, r, b, "uvm gather"), m.pcie.h2d(P * r, b, "uvm", uvm=True)]
+
+    def backward(self, m, b):
+        c, R = self.c, self.d.R
+        uu = c.unique_unplaced[b]
+        return [m.hbm.gather(2 * (c.unique[b] - uu), R, b, "update"),
+                m.dram.gather(2 * uu, R, b, "uvm update"),
+                m.pcie.h2d(uu * R, b, "uvm update", uvm=True),
+                m.pcie.d2h(uu * R, b, "uvm update", uvm=True)]
+
+
+def cache_key(design: Design) -> WorkloadKey:
+    cfg = design.cfg
+    params = ()
+    if cfg.cache.ways is not None and cfg.cache.policy.startswith("fbgemm"):
+        params = (("ways", cfg.cache.ways),)
+    return WorkloadKey(cfg.cache.policy, cfg.capacity_rows(), params)

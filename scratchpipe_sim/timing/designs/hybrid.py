@@ -1,0 +1,33 @@
+"""`hybrid`: embeddings live in CPU DRAM and are trained by the CPU (the baseline).
+
+Per batch, strictly in order (each stage needs the previous one's output):
+cpu_gather (A lookups x row bytes from DRAM, pooled on the CPU) -> h2d_pooled (B x T x dim
+pooled vectors) -> mlp (GPU) -> d2h_grads (the same size of gradients) -> cpu_update
+(each of the U unique rows read and written with its optimizer state: 2U rows).
+"""
+
+from __future__ import annotations
+
+from scratchpipe_sim.timing.designs.base import DESIGNS, Columns, Design, WorkloadKey
+
+
+@DESIGNS.register("hybrid")
+class Hybrid(Design):
+    name = "hybrid"
+    summary = "tables in CPU DRAM, CPU gathers/updates, pooled vectors over PCIe"
+
+    def workload_key(self) -> WorkloadKey:
+        return WorkloadKey(None, where="host")
+
+    def run(self, m, w):
+        c = Columns(w)
+        for b in range(w.num_batches):
+            pooled = c.samples[b] * self.pooled
+            yield from m.stage("cpu_gather", b, [m.dram.gather(c.accesses[b], self.r, b,
+                                                               "gather")])
+            yield from m.stage("h2d_pooled", b, [m.pcie.h2d(pooled, b, "pooled")])
+            yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
+            yield from m.stage("d2h_grads", b, [m.pcie.d2h(pooled, b, "grads")])
+            yield from m.stage("cpu_update", b, [m.dram.gather(2 * c.unique[b], self.R, b,
+                                                               "update")])
+            m.batch_done(b)

@@ -1,0 +1,28 @@
+"""`lru-cache`: an on-demand GPU embedding cache (policy `cache.policy`: lru, lfu, fbgemm-*).
+
+Per batch, in order: fetch (write back evictions, fill misses) -> forward -> mlp ->
+backward; see `_cache_stages` for what each stage moves. Nothing overlaps across batches.
+"""
+
+from __future__ import annotations
+
+from scratchpipe_sim.timing.designs._cache_stages import CacheStages, cache_key
+from scratchpipe_sim.timing.designs.base import DESIGNS, Columns, Design, WorkloadKey
+
+
+@DESIGNS.register("lru-cache")
+class LruCache(Design):
+    name = "lru-cache"
+    summary = "on-demand cache: misses fetched and evictions written back before training"
+
+    def workload_key(self) -> WorkloadKey:
+        return cache_key(self)
+
+    def run(self, m, w):
+        s = CacheStages(self, Columns(w))
+        for b in range(w.num_batches):
+            yield from m.stage("fetch", b, s.fetch(m, b))
+            yield from m.stage("forward", b, s.forward(m, b))
+            yield from m.stage("mlp", b, [m.mlp(b, s.c.samples[b])])
+            yield from m.stage("backward", b, s.backward(m, b))
+            m.batch_done(b)

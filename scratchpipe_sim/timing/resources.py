@@ -1,0 +1,226 @@
+"""SimPy resources: memories, links and compute as processor-sharing servers.
+
+Discipline: **processor sharing** (PS). A transfer first waits the resource's latency (a pure
+delay: it occupies nothing, so concurrent transfers pay it in parallel, like outstanding DMA
+or memory requests), then needs `work = bytes / (bandwidth x efficiency)` nanoseconds of
+service; the n transfers in service at a time each progress at rate/n. So a lone transfer
+takes `latency + bytes / bandwidth`, and two equal concurrent transfers both finish at twice
+the single service time. PS, not FIFO, because DMA engines, memory controllers and SMs
+interleave concurrent streams rather than serving them one after the other.
+
+One SimPy event per transfer (plus one timer per arrival/departure): never per access.
+Efficiency < 1 (random gathers, UVM) makes a transfer occupy the server longer, so it slows
+everything sharing the resource, as real gathers do.
+
+Units: bytes, ns; 1 GB/s = 1 byte/ns. Compute "bandwidth" is FLOP/ns (TFLOP/s x 1e3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+_EPS_NS = 1e-6
+
+
+@dataclass
+class Span:
+    """One interval on a timeline track (a transfer on a resource, or a stage of a design)."""
+
+    track: str
+    name: str
+    start_ns: float
+    end_ns: float
+    batch: int
+    nbytes: float = 0.0
+
+
+@dataclass
+class Recorder:
+    """Collects spans when a timeline is wanted; counts stage time always."""
+
+    keep_spans: bool = False
+    spans: list[Span] = field(default_factory=list)
+
+    def add(self, span: Span) -> None:
+        if self.keep_spans:
+            self.spans.append(span)
+
+
+class Server:
+    """A processor-sharing resource with a per-transfer latency.
+
+    `transfer(nbytes, ...)` returns a SimPy process (an event to yield on). Bytes are
+    counted per mini-batch (`bytes_by_batch`) so designs can be checked byte for byte;
+    busy time (at least one transfer in service) is integrated for utilisation.
+    """
+
+    def __init__(self, env: simpy.Environment, name: str, GBps: float, latency_ns: float,
+                 num_batches: int, recorder: Recorder | None = None):
+        if GBps <= 0:
+            raise ValueError(f"{name}: bandwidth must be positive")
+        self.env = env
+        self.name = name
+        self.GBps = float(GBps)
+        self.latency_ns = float(latency_ns)
+        self.rate = 1.0
+        self.recorder = recorder or Recorder()
+        self.bytes_by_batch = np.zeros(num_batches, np.float64)
+        self.transfers = 0
+        self.busy_ns = 0.0
+        self._active: dict[int, list] = {}  # id -> [remaining work ns, event]
+        self._next_id = 0
+        self._last = 0.0
+        self._gen = 0
+        self._listeners: list[Callable[[bool], None]] = []
+
+    # -- public ------------------------------------------------------------------------------
+    def transfer(self, nbytes: float, batch: int, label: str = "", efficiency: float = 1.0,
+                 GBps: float | None = None, latency_ns: float | None = None
+                 ) -> simpy.Process | None:
+        """Move `nbytes` at `GBps x efficiency` (default: this server's bandwidth).
+
+        Nothing to move costs nothing: returns None (no latency, no event), which stage
+        helpers skip; a design never pays a transfer's latency for an empty transfer.
+        """
+        if nbytes <= 0:
+            return None
+        return self.env.process(self._run(float(nbytes), batch, label, efficiency, GBps,
+                                          latency_ns))
+
+    def busy_now(self) -> float:
+        """Busy time integrated up to now (without advancing the PS state)."""
+        extra = (self.env.now - self._last) if self._active else 0.0
+        return self.busy_ns + extra
+
+    def on_busy_change(self, fn: Callable[[bool], None]) -> None:
+        """Call `fn(busy)` when the server turns busy or idle (duplex coupling)."""
+        self._listeners.append(fn)
+
+    def set_rate(self, rate: float) -> None:
+        """Scale the service rate (e.g. H2D slows while D2H runs)."""
+        if rate == self.rate:
+            return
+        self._advance()
+        self.rate = rate
+        self._reschedule()
+
+    # -- PS machinery -------------------------------------------------------------------------
+    def _run(self, nbytes: float, batch: int, label: str, efficiency: float,
+             GBps: float | None, latency_ns: float | None) -> Generator:
+        start = self.env.now
+        self.transfers += 1
+        self.bytes_by_batch[batch] += nbytes
+        lat = self.latency_ns if latency_ns is None else latency_ns
+        if lat > 0:
+            yield self.env.timeout(lat)
+        work = nbytes / ((GBps or self.GBps) * efficiency)
+        if work > 0:
+            done = self.env.event()
+            self._advance()
+            was_idle = not self._active
+            self._active[self._next_id] = [work, done]
+            self._next_id += 1
+            self._reschedule()
+            if was_idle:
+                for fn in self._listeners:
+                    fn(True)
+            yield done
+        self.recorder.add(Span(self.name, label, start, self.env.now, batch, nbytes))
+
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self._last
+        if dt > 0 and self._active:
+            share = dt * self.rate / len(self._active)
+            for item in self._active.values():
+                item[0] -= share
+            self.busy_ns += dt
+        self._last = now
+
+    def _reschedule(self) -> None:
+        self._gen += 1
+        if not self._active:
+            return
+        n = len(self._active)
+        least = min(item[0] for item in self._active.values())
+        delay = max(least, 0.0) * n / self.rate
+        gen = self._gen
+        self.env.timeout(delay).callbacks.append(lambda _ev: self._on_timer(gen))
+
+    def _on_timer(self, gen: int) -> None:
+        if gen != self._gen:
+            return
+        self._advance()
+        finished = [k for k, item in self._active.items() if item[0] <= _EPS_NS]
+        events = [self._active.pop(k)[1] for k in finished]
+        self._reschedule()
+        if not self._active:
+            for fn in self._listeners:
+                fn(False)
+        for ev in events:
+            ev.succeed()
+
+
+class Memory:
+    """A memory (CPU DRAM or HBM): streaming bandwidth, latency, gather efficiency by row."""
+
+    def __init__(self, server: Server, gather_eff: Callable[[float], float]):
+        self.server = server
+        self.gather_eff = gather_eff
+
+    def gather(self, rows: float, row_bytes: float, batch: int, label: str
+               ) -> simpy.Process | None:
+        """Random access to `rows` rows of `row_bytes` each (read or write)."""
+        return self.server.transfer(rows * row_bytes, batch, label,
+                                    efficiency=self.gather_eff(row_bytes))
+
+
+class Pcie:
+    """Host<->device link: two servers (full duplex) or one time-shared server.
+
+    Full duplex with `duplex_h2d_GBps` set: while a D2H transfer is in service, H2D runs at
+    that bandwidth instead (and symmetrically for `duplex_d2h_GBps`): nvbandwidth measures
+    Gen4 H2D dropping to ~11 GB/s during D2H. Half duplex: one server "pcie", each direction
+    at its own bandwidth, concurrent transfers time-sharing it.
+    """
+
+    def __init__(self, env: simpy.Environment, cfg, num_batches: int, recorder: Recorder):
+        self.cfg = cfg
+        if cfg.full_duplex:
+            self.h2d_server = Server(env, "pcie_h2d", cfg.h2d_GBps, cfg.latency_ns,
+                                     num_batches, recorder)
+            self.d2h_server = Server(env, "pcie_d2h", cfg.d2h_GBps, cfg.latency_ns,
+                                     num_batches, recorder)
+            if cfg.duplex_h2d_GBps is not None:
+                ratio = cfg.duplex_h2d_GBps / cfg.h2d_GBps
+                self.d2h_server.on_busy_change(
+                    lambda busy: self.h2d_server.set_rate(ratio if busy else 1.0))
+            if cfg.duplex_d2h_GBps is not None:
+                ratio_d = cfg.duplex_d2h_GBps / cfg.d2h_GBps
+                self.h2d_server.on_busy_change(
+                    lambda busy: self.d2h_server.set_rate(ratio_d if busy else 1.0))
+            self.servers = [self.h2d_server, self.d2h_server]
+        else:
+            shared = Server(env, "pcie", cfg.h2d_GBps, cfg.latency_ns, num_batches, recorder)
+            self.h2d_server = self.d2h_server = shared
+            self.servers = [shared]
+        self.h2d_bytes = np.zeros(num_batches)
+        self.d2h_bytes = np.zeros(num_batches)
+
+    def h2d(self, nbytes: float, batch: int, label: str, uvm: bool = False
+            ) -> simpy.Process | None:
+        self.h2d_bytes[batch] += nbytes
+        return self.h2d_server.transfer(nbytes, batch, "h2d " + label,
+                                        efficiency=self.cfg.uvm_efficiency if uvm else 1.0,
+                                        GBps=self.cfg.h2d_GBps)
+
+    def d2h(self, nbytes: float, batch: int, label: str, uvm: bool = False
+            ) -> simpy.Process | None:
+        self.d2h_bytes[batch] += nbytes
+        return self.d2h_server.transfer(nbytes, batch, "d2h " + label,
+                                        efficiency=self.cfg.uvm_efficiency if uvm else 1.0,
+                                        GBps=self.cfg.d2h_GBps)
