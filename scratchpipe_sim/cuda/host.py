@@ -1,0 +1,36 @@
+"""Host side of the reference path: row gathers into staging buffers, write-back scatters.
+
+Compiled with Numba because they are per-row loops over the CPU table (the `collect` stage of
+ScratchPipe is exactly this gather; its speed is what `cpu.gather_efficiency` models).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+
+@nb.njit(cache=True)
+def gather_rows(table, rows, out):
+    """out[i] = table[rows[i]] for i < len(rows) (into a pinned staging buffer)."""
+    w = table.shape[1]
+    for i in range(len(rows)):
+        r = rows[i]
+        for c in range(w):
+            out[i, c] = table[r, c]
+
+
+@nb.njit(cache=True)
+def scatter_rows(table, rows, src):
+    """table[rows[i]] = src[i]: write evicted rows back into the CPU table."""
+    w = table.shape[1]
+    for i in range(len(rows)):
+        r = rows[i]
+        for c in range(w):
+            table[r, c] = src[i, c]
+
+
+def unique_with_inverse(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique ids of a batch and, per access, the position of its id among them."""
+    uniq, inv = np.unique(ids, return_inverse=True)
+    return uniq.astype(np.int64), inv.astype(np.int64)

@@ -1,0 +1,149 @@
+"""Embedding kernels of the reference path (numba-cuda): what the timing model prices.
+
+Rows are float32 with `dim` embedding columns followed by the optimizer's state columns
+(0 for SGD, 1 for row-wise Adagrad), so moving a row between CPU, staging and scratchpad
+moves its optimizer state with it — as FBGEMM's cache does with its momentum.
+
+Every kernel takes a 2-D grid: x over rows/bags, y over columns, so a warp reads
+consecutive columns of one row (coalesced) and small dims still fill a block.
+Importing this module imports numba.cuda: call `runtime.use_simulator()` first in tests.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from scratchpipe_sim.cuda.runtime import cuda
+
+_cuda = cuda()
+
+#: threads per block along (rows, columns)
+BLOCK = (8, 32)
+
+
+def grid_for(rows: int, cols: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(blocks, threads) covering a rows x cols problem with BLOCK-shaped blocks."""
+    bx = min(BLOCK[0], max(rows, 1))
+    by = min(BLOCK[1], max(cols, 1))
+    return ((max(1, math.ceil(rows / bx)), max(1, math.ceil(cols / by))), (bx, by))
+
+
+@_cuda.jit
+def bag_forward(slots, offsets, table, dim, out):
+    """out[b, c] = sum of table[slots[j], c] over the bag's accesses (sum pooling)."""
+    b, c = _cuda.grid(2)
+    if b < out.shape[0] and c < dim:
+        acc = 0.0
+        for j in range(offsets[b], offsets[b + 1]):
+            acc += table[slots[j], c]
+        out[b, c] = acc
+
+
+@_cuda.jit
+def pooled_grad(pooled, target, grad):
+    """Gradient of 0.5*||pooled - target||^2 with respect to pooled (the synthetic loss)."""
+    b, c = _cuda.grid(2)
+    if b < pooled.shape[0] and c < pooled.shape[1]:
+        grad[b, c] = pooled[b, c] - target[b, c]
+
+
+@_cuda.jit
+def bag_backward(uidx, offsets, grad, ugrad):
+    """Scatter-add each bag's output gradient into the unique rows its accesses touch."""
+    b, c = _cuda.grid(2)
+    if b < grad.shape[0] and c < grad.shape[1]:
+        g = grad[b, c]
+        for j in range(offsets[b], offsets[b + 1]):
+            _cuda.atomic.add(ugrad, (uidx[j], c), g)
+
+
+@_cuda.jit
+def sgd_update(uslots, ugrad, table, lr):
+    """table[slot] -= lr * grad, one thread per (unique row, column)."""
+    u, c = _cuda.grid(2)
+    if u < uslots.shape[0] and c < ugrad.shape[1]:
+        table[uslots[u], c] -= lr * ugrad[u, c]
+
+
+@_cuda.jit
+def rowwise_adagrad_update(uslots, ugrad, table, lr, eps):
+    """FBGEMM's EXACT_ROWWISE_ADAGRAD: state += mean(g^2); w -= lr*g/(sqrt(state)+eps).
+
+    The state is the column after the embedding (column `dim`); one thread per row.
+    """
+    u = _cuda.grid(1)
+    if u < uslots.shape[0]:
+        dim = ugrad.shape[1]
+        s = uslots[u]
+        sq = 0.0
+        for c in range(dim):
+            sq += ugrad[u, c] * ugrad[u, c]
+        state = table[s, dim] + sq / dim
+        table[s, dim] = state
+        scale = lr / (math.sqrt(state) + eps)
+        for c in range(dim):
+            table[s, c] -= scale * ugrad[u, c]
+
+
+@_cuda.jit
+def adagrad_update(uslots, ugrad, table, lr, eps):
+    """Element-wise Adagrad: state[c] += g^2; w[c] -= lr*g/(sqrt(state[c])+eps).
+
+    The `dim` state columns follow the `dim` embedding columns.
+    """
+    u, c = _cuda.grid(2)
+    dim = ugrad.shape[1]
+    if u < uslots.shape[0] and c < dim:
+        s = uslots[u]
+        g = ugrad[u, c]
+        state = table[s, dim + c] + g * g
+        table[s, dim + c] = state
+        table[s, c] -= lr * g / (math.sqrt(state) + eps)
+
+
+@_cuda.jit
+def scratchpad_insert(staged, slots, table):
+    """table[slots[i]] = staged[i]: fetched rows into their planned scratchpad slots."""
+    i, c = _cuda.grid(2)
+    if i < slots.shape[0] and c < table.shape[1]:
+        table[slots[i], c] = staged[i, c]
+
+
+@_cuda.jit
+def scratchpad_extract(table, slots, out):
+    """out[i] = table[slots[i]]: victims out of the scratchpad, for the D2H write-back."""
+    i, c = _cuda.grid(2)
+    if i < slots.shape[0] and c < table.shape[1]:
+        out[i, c] = table[slots[i], c]
+
+
+@_cuda.jit
+def fill_zero(a):
+    """a[:] = 0 for a 2-D device array (device_array does not clear its memory)."""
+    i, c = _cuda.grid(2)
+    if i < a.shape[0] and c < a.shape[1]:
+        a[i, c] = 0.0
+
+
+@_cuda.jit
+def row_gather(table, rows, out):
+    """out[i] = table[rows[i]] (HBM gather microbenchmark: no scratchpad bookkeeping)."""
+    i, c = _cuda.grid(2)
+    if i < rows.shape[0] and c < table.shape[1]:
+        out[i, c] = table[rows[i], c]
+
+
+def launch2(kernel: Any, rows: int, cols: int, stream: Any, *args: Any) -> None:
+    """Launch a 2-D kernel over rows x cols on `stream` (no-op for an empty problem)."""
+    if rows == 0 or cols == 0:
+        return
+    blocks, threads = grid_for(rows, cols)
+    kernel[blocks, threads, stream](*args)
+
+
+def launch1(kernel: Any, n: int, stream: Any, *args: Any, threads: int = 128) -> None:
+    if n == 0:
+        return
+    t = min(threads, n)
+    kernel[math.ceil(n / t), t, stream](*args)

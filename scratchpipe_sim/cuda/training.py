@@ -1,0 +1,121 @@
+"""The training step both paths run: the GPU pipeline and its numpy reference.
+
+Why a synthetic loss: the reference path checks data movement, not model quality. A loss of
+0.5*||pooled - target||^2 with a seeded target per mini-batch makes every gradient depend on
+the current row values, so any stale or misplaced row changes the trained table — which is
+exactly what the hazard tests need to see.
+
+Rows are stored as float32 `[dim embedding columns | state columns]`:
+sgd 0 state columns, rowwise-adagrad 1 (FBGEMM's EXACT_ROWWISE_ADAGRAD), adagrad `dim`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.traces.trace import Trace
+
+OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad")
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """What one training run does; the same spec drives the GPU path and the reference."""
+
+    dim: int = 4
+    optimizer: str = "sgd"
+    lr: float = 0.05
+    eps: float = 1e-6
+    init_scale: float = 0.1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise UserError(f"unknown optimizer '{self.optimizer}': expected one of "
+                            f"{', '.join(OPTIMIZERS)}", field="model.optimizer")
+        if self.dim < 1:
+            raise UserError(f"expected dim >= 1, got {self.dim}", field="model.tables.dim")
+
+    @property
+    def state_cols(self) -> int:
+        return {"sgd": 0, "rowwise-adagrad": 1, "adagrad": self.dim}[self.optimizer]
+
+    @property
+    def width(self) -> int:
+        return self.dim + self.state_cols
+
+
+def initial_table(total_rows: int, spec: TrainSpec) -> np.ndarray:
+    """Seeded float32 rows with zero optimizer state."""
+    rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 1]))
+    table = np.zeros((total_rows, spec.width), np.float32)
+    table[:, :spec.dim] = (rng.standard_normal((total_rows, spec.dim)) * spec.init_scale)
+    return table
+
+
+def batch_target(k: int, bags: int, spec: TrainSpec) -> np.ndarray:
+    """The seeded target of mini-batch k (independent of how batches are scheduled)."""
+    rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 2, k]))
+    return rng.standard_normal((bags, spec.dim)).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class BatchIds:
+    """One mini-batch as linearized ids over its bags (all tables), rebased offsets."""
+
+    ids: np.ndarray  # int64, linearized
+    offsets: np.ndarray  # int64, bags + 1
+
+    @property
+    def bags(self) -> int:
+        return len(self.offsets) - 1
+
+
+def trace_batches(trace: Trace) -> list[BatchIds]:
+    """Every mini-batch of the trace with linearized ids (tiny traces: the reference path)."""
+    out = []
+    toff = trace.table_offsets
+    for k in range(trace.num_batches):
+        b = trace.batch(k)
+        B = b.batch_size
+        ids = np.empty(len(b.indices), np.int64)
+        for t in range(trace.num_tables):
+            lo, hi = b.offsets[B * t], b.offsets[B * (t + 1)]
+            ids[lo:hi] = np.asarray(b.indices[lo:hi], np.int64) + toff[t]
+        out.append(BatchIds(ids, np.asarray(b.offsets, np.int64)))
+    return out
+
+
+def reference_step(table: np.ndarray, batch: BatchIds, target: np.ndarray,
+                   spec: TrainSpec) -> None:
+    """One training step in numpy, in place: forward, loss gradient, backward, update."""
+    dim = spec.dim
+    bag_of = np.repeat(np.arange(batch.bags), np.diff(batch.offsets))
+    pooled = np.zeros((batch.bags, dim), np.float32)
+    np.add.at(pooled, bag_of, table[batch.ids, :dim])
+    grad = pooled - target
+    uniq, inv = np.unique(batch.ids, return_inverse=True)
+    ugrad = np.zeros((len(uniq), dim), np.float32)
+    np.add.at(ugrad, inv, grad[bag_of])
+    if spec.optimizer == "sgd":
+        table[uniq, :dim] -= np.float32(spec.lr) * ugrad
+    elif spec.optimizer == "rowwise-adagrad":
+        state = table[uniq, dim] + np.mean(ugrad * ugrad, axis=1, dtype=np.float32)
+        table[uniq, dim] = state
+        scale = np.float32(spec.lr) / (np.sqrt(state) + np.float32(spec.eps))
+        table[uniq, :dim] -= scale[:, None] * ugrad
+    else:  # adagrad: one state per element
+        state = table[uniq, dim:] + ugrad * ugrad
+        table[uniq, dim:] = state
+        table[uniq, :dim] -= np.float32(spec.lr) * ugrad / (np.sqrt(state) + np.float32(spec.eps))
+
+
+def reference_train(trace: Trace, spec: TrainSpec) -> np.ndarray:
+    """The trained table after every batch of `trace`, in order, all rows in one array."""
+    table = initial_table(trace.total_rows, spec)
+    for k, batch in enumerate(trace_batches(trace)):
+        reference_step(table, batch, batch_target(k, batch.bags, spec), spec)
+    return table

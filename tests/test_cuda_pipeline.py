@@ -1,0 +1,174 @@
+"""Reference CUDA path under the CUDA simulator: kernels vs numpy, the ScratchPipe pipeline
+vs the numpy training reference, and the two pipeline hazards (naive orderings corrupt)."""
+
+from scratchpipe_sim.cuda import runtime
+
+runtime.use_simulator()  # before numba.cuda is imported anywhere in this process
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from scratchpipe_sim.cuda import kernels as K  # noqa: E402
+from scratchpipe_sim.cuda.pipeline import PipelineOptions, train_on_gpu  # noqa: E402
+from scratchpipe_sim.cuda.plan import ScratchpadState  # noqa: E402
+from scratchpipe_sim.cuda.training import (  # noqa: E402
+    BatchIds,
+    TrainSpec,
+    batch_target,
+    initial_table,
+    reference_step,
+    reference_train,
+    trace_batches,
+)
+from scratchpipe_sim.errors import UserError  # noqa: E402
+from scratchpipe_sim.traces.trace import Trace  # noqa: E402
+
+cuda = runtime.cuda()
+
+
+def _multi_table_trace(seed: int = 3, batches: int = 6) -> Trace:
+    rng = np.random.default_rng(seed)
+    per = [[rng.integers(0, 12, 5), rng.integers(0, 9, 4)] for _ in range(batches)]
+    lens = [[np.array([2, 3]), np.array([1, 3])]] * batches
+    return Trace.from_batches(per, [12, 9], pooling_lengths=lens)
+
+
+def _period3() -> Trace:
+    """Batch k = [k % 3, 3 + k]: three rows reused every third batch plus a fresh row each."""
+    ids = np.array([v for k in range(8) for v in (k % 3, 3 + k)])
+    return Trace.single_table(ids, 11, 2)
+
+
+def test_simulator_is_active_and_gives_no_timings():
+    assert runtime.is_simulator()
+    status = runtime.gpu_status()
+    assert not status.usable and "simulator" in status.reason
+    timer = runtime.EventTimer().start()
+    timer.stop()
+    assert timer.elapsed_s() is None
+
+
+def test_forward_backward_and_updates_match_numpy():
+    rng = np.random.default_rng(0)
+    dim = 3
+    table = rng.standard_normal((6, dim + dim)).astype(np.float32)
+    table[:, dim:] = np.abs(table[:, dim:])
+    ids = np.array([4, 1, 4, 0, 2], np.int64)
+    offsets = np.array([0, 2, 2, 5], np.int64)  # one empty bag
+    target = rng.standard_normal((3, dim)).astype(np.float32)
+    uniq, inv = np.unique(ids, return_inverse=True)
+    d_table = cuda.to_device(table)
+    pooled = cuda.device_array((3, dim), np.float32)
+    K.launch2(K.bag_forward, 3, dim, 0, cuda.to_device(ids), cuda.to_device(offsets), d_table,
+              dim, pooled)
+    want = np.stack([table[[4, 1], :dim].sum(0), np.zeros(dim), table[[4, 0, 2], :dim].sum(0)])
+    np.testing.assert_allclose(pooled.copy_to_host(), want, rtol=1e-6)
+    grad = cuda.device_array((3, dim), np.float32)
+    K.launch2(K.pooled_grad, 3, dim, 0, pooled, cuda.to_device(target), grad)
+    ug = cuda.device_array((len(uniq), dim), np.float32)
+    K.launch2(K.fill_zero, len(uniq), dim, 0, ug)
+    K.launch2(K.bag_backward, 3, dim, 0, cuda.to_device(inv.astype(np.int64)),
+              cuda.to_device(offsets), grad, ug)
+    g = want - target
+    want_ug = np.zeros((len(uniq), dim))
+    for j, bag in enumerate([0, 0, 2, 2, 2]):  # row 4 appears twice: gradients add
+        want_ug[inv[j]] += g[bag]
+    np.testing.assert_allclose(ug.copy_to_host(), want_ug, rtol=1e-5)
+    for opt in ("sgd", "rowwise-adagrad", "adagrad"):
+        spec = TrainSpec(dim=dim, optimizer=opt, lr=0.1)
+        t = table[:, :spec.width].copy()
+        ref = t.copy()
+        reference_step(ref, BatchIds(ids, offsets), target, spec)
+        d = cuda.to_device(t)
+        uslots = cuda.to_device(uniq.astype(np.int64))
+        if opt == "sgd":
+            K.launch2(K.sgd_update, len(uniq), dim, 0, uslots, ug, d, np.float32(0.1))
+        elif opt == "rowwise-adagrad":
+            K.launch1(K.rowwise_adagrad_update, len(uniq), 0, uslots, ug, d, np.float32(0.1),
+                      np.float32(spec.eps))
+        else:
+            K.launch2(K.adagrad_update, len(uniq), dim, 0, uslots, ug, d, np.float32(0.1),
+                      np.float32(spec.eps))
+        np.testing.assert_allclose(d.copy_to_host(), ref, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(ref, t)  # the step changed something
+
+
+def test_insert_and_extract_move_whole_rows():
+    sp = cuda.to_device(np.zeros((4, 3), np.float32))
+    staged = cuda.to_device(np.arange(6, dtype=np.float32).reshape(2, 3))
+    K.launch2(K.scratchpad_insert, 2, 3, 0, staged, cuda.to_device(np.array([3, 1])), sp)
+    host = sp.copy_to_host()
+    np.testing.assert_array_equal(host[3], [0, 1, 2])
+    np.testing.assert_array_equal(host[1], [3, 4, 5])
+    np.testing.assert_array_equal(host[[0, 2]], 0)
+    out = cuda.device_array((2, 3), np.float32)
+    K.launch2(K.scratchpad_extract, 2, 3, 0, sp, cuda.to_device(np.array([1, 3])), out)
+    np.testing.assert_array_equal(out.copy_to_host(), [[3, 4, 5], [0, 1, 2]])
+
+
+@pytest.mark.parametrize("opt", ["sgd", "rowwise-adagrad", "adagrad"])
+def test_pipeline_trains_like_the_numpy_reference(opt):
+    trace = _multi_table_trace()
+    spec = TrainSpec(dim=3, optimizer=opt)
+    ref = reference_train(trace, spec)
+    res = train_on_gpu(trace, spec, PipelineOptions(capacity_rows=18, lookahead=2))
+    assert res.evictions > 0  # the scratchpad really had to swap rows (21 rows, 18 slots)
+    np.testing.assert_allclose(res.table, ref, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(ref, initial_table(trace.total_rows, spec))
+    uniq_total = sum(len(np.unique(b.ids)) for b in trace_batches(trace))
+    assert res.hits + res.misses == uniq_total
+    assert all(v is None for v in res.stage_s["train"])  # simulator: no timings reported
+    assert len(res.stage_s["collect"]) == trace.num_batches
+
+
+def test_stale_fetch_hazard_naive_future_window_corrupts():
+    """A row evicted by plan(k) and needed by batch k+1 is fetched before its write-back."""
+    trace, spec = _period3(), TrainSpec(dim=2)
+    ref = reference_train(trace, spec)
+    good = train_on_gpu(trace, spec, PipelineOptions(capacity_rows=5, lookahead=2))
+    np.testing.assert_allclose(good.table, ref, rtol=1e-6, atol=1e-7)
+    naive = train_on_gpu(trace, spec, PipelineOptions(capacity_rows=5, lookahead=2,
+                                                      hold_future=False))
+    assert np.abs(naive.table - ref).max() > 1e-2
+
+
+def test_in_flight_eviction_hazard_naive_hold_corrupts():
+    """Evicting a row batch k-1 still needs: insert(k) overwrites it before train(k-1)."""
+    trace, spec = _period3(), TrainSpec(dim=2)
+    ref = reference_train(trace, spec)
+    naive = train_on_gpu(trace, spec, PipelineOptions(capacity_rows=4, lookahead=2,
+                                                      hold_in_flight=False))
+    assert np.abs(naive.table - ref).max() > 1e-2
+    with pytest.raises(UserError, match="cannot hold the rows of batches 1..3"):
+        train_on_gpu(trace, spec, PipelineOptions(capacity_rows=4, lookahead=2))
+
+
+def test_planner_never_evicts_a_row_of_its_window():
+    """Oracle: for every plan(k), victims are not needed by batches k-1 .. k+L-1."""
+    trace, L = _multi_table_trace(seed=5, batches=10), 3
+    batches = trace_batches(trace)
+    st = ScratchpadState(trace.total_rows, 19)
+    resident: set[int] = set()
+    for k, b in enumerate(batches):
+        for j in range(k, min(k + L, len(batches))):
+            st.register(np.unique(batches[j].ids), j)
+        uniq, inv = np.unique(b.ids, return_inverse=True)
+        p = st.plan(k, uniq, inv, k - 1)
+        assert p is not None
+        window = set(np.concatenate([batches[j].ids for j in range(max(0, k - 1),
+                                                                   min(k + L, len(batches)))]))
+        assert not set(p.victim_rows.tolist()) & window
+        assert set(p.miss_rows.tolist()) == set(uniq.tolist()) - resident
+        resident = (resident - set(p.victim_rows.tolist())) | set(uniq.tolist())
+        assert len(resident) <= 19
+        assert sorted(st.resident()[0].tolist()) == sorted(resident)
+        np.testing.assert_array_equal(np.sort(p.uslots), np.sort(np.unique(p.uslots)))
+
+
+def test_targets_and_init_are_seeded():
+    spec = TrainSpec(dim=2, seed=7)
+    np.testing.assert_array_equal(batch_target(3, 4, spec), batch_target(3, 4, spec))
+    assert not np.array_equal(batch_target(3, 4, spec), batch_target(4, 4, spec))
+    np.testing.assert_array_equal(initial_table(5, spec), initial_table(5, spec))
+    with pytest.raises(UserError, match="unknown optimizer"):
+        TrainSpec(optimizer="adam")
