@@ -46,22 +46,22 @@ def _sniff_text(path: Path) -> bool:
     return bool(_ALLOWED[np.frombuffer(head, np.uint8)].all())
 
 
-def _sniff_log(path: Path) -> bool:
+def _sniff_log(path: Path) -> bool:  # registered before "text": it is the narrower test
     with open(path, "rb") as f:
         head = f.read(4096)
     return b"," in head and _sniff_text(path)
-
-
-@register_reader("text", suffixes=(".txt", ".ids"), sniff=_sniff_text,
-                 help="one row id per line (any whitespace or commas also separate ids)")
-def read_text(path: Path, batch_size: int | None, num_rows: int | None) -> Trace:
-    return flat_trace(parse_id_text(path), path, batch_size, num_rows, "text")
 
 
 @register_reader("dlrm-log", suffixes=(".log",), sniff=_sniff_log,
                  help="DLRM trace.log: one line of ', '-separated row ids")
 def read_dlrm_log(path: Path, batch_size: int | None, num_rows: int | None) -> Trace:
     return flat_trace(parse_id_text(path), path, batch_size, num_rows, "dlrm-log")
+
+
+@register_reader("text", suffixes=(".txt", ".ids"), sniff=_sniff_text,
+                 help="one row id per line (any whitespace or commas also separate ids)")
+def read_text(path: Path, batch_size: int | None, num_rows: int | None) -> Trace:
+    return flat_trace(parse_id_text(path), path, batch_size, num_rows, "text")
 
 
 def parse_id_text(path: Path, block_bytes: int = TEXT_BLOCK_BYTES) -> np.ndarray:
