@@ -24,7 +24,7 @@ from scratchpipe_sim.experiments.runner import run_sweep
 from scratchpipe_sim.experiments.spec import expand_points, load_experiment
 
 DESIGNS = ["hybrid", "lru-cache", "scratchpipe"]
-METRICS = ["iteration_ns_mean", "speedup_vs_hybrid", "hit_ratio"]
+METRICS = ["iter_ns_mean", "speedup_vs_hybrid", "hit_ratio"]
 BASE = {"model": {"num_batches": 4, "warmup_batches": 1,
                   "tables": {"count": 1, "rows": 1000}},
         "hardware": {"preset": "a100-gen4"}}
@@ -41,7 +41,7 @@ def fake_point(config: dict, designs: tuple) -> list[dict]:
     rows = []
     for i, d in enumerate(designs):
         t = hybrid / (1.0 + i * lf * 10)
-        rows.append({"design": d, "iteration_ns_mean": t, "speedup_vs_hybrid": hybrid / t,
+        rows.append({"design": d, "iter_ns_mean": t, "speedup_vs_hybrid": hybrid / t,
                      "hit_ratio": 0.0 if d == "hybrid" else min(1.0, lf * alpha),
                      "unused": 1})
     return rows

@@ -27,7 +27,7 @@ OPTION_KEYS = ("kind", "x", "y", "series", "facet", "where", "stacks", "designs"
 
 #: Metric names the plots read (they are the timing model's result keys).
 SPEEDUP = "speedup_vs_hybrid"
-ITER_TIME = "iteration_ns_mean"
+ITER_TIME = "iter_ns_mean"
 HIT_RATIO = "hit_ratio"
 MISS_RATIO = "miss_ratio"  # derived: 1 - hit_ratio when the table lacks it
 H2D = "pcie_h2d_bytes_per_sample"
@@ -49,7 +49,7 @@ BUILTIN: dict[str, dict[str, Any]] = {
         "title": "Speedup vs locality"},
     "pcie-bytes": {
         "kind": "line", "x": None, "x_candidates": CACHE_SIZE_KEYS + ALPHA_KEYS,
-        "y": [H2D, D2H], "y_label": "PCIe bytes per sample (B)", "logy": True,
+        "y": [H2D, D2H], "y_label": "PCIe traffic (bytes/sample)", "logy": True,
         "title": "PCIe traffic per sample (solid: H2D, dashed: D2H)"},
     "stage-breakdown": {
         "kind": "stacked-bar", "y_label": "time per iteration (ms)",

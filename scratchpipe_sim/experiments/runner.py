@@ -21,7 +21,7 @@ from scratchpipe_sim.experiments.spec import ExperimentSpec, Point, Resolver, ex
 from scratchpipe_sim.experiments.store import ERROR, OK, ResultStore, columns_for
 
 #: metrics kept when an experiment does not list its own (the timing model's result keys).
-DEFAULT_METRICS = ("iteration_ns_mean", "iteration_ns_p50", "iteration_ns_p99",
+DEFAULT_METRICS = ("iter_ns_mean", "iter_ns_p50", "iter_ns_p99",
                    "samples_per_s", "speedup_vs_hybrid", "hit_ratio",
                    "pcie_h2d_bytes_per_sample", "pcie_d2h_bytes_per_sample")
 

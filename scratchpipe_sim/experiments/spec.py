@@ -7,7 +7,7 @@
       grid: {cache.load_factor: [0.01, 0.05, 0.1]}          # cartesian product
       zip:  {trace.distribution: [zipf, uniform], trace.alpha: [1.05, 1.05]}  # in lock step
     designs: [hybrid, lru-cache, scratchpipe]
-    metrics: [iteration_ns_mean, speedup_vs_hybrid]
+    metrics: [iter_ns_mean, speedup_vs_hybrid]
     figures: {speedup-vs-cache-size: {x: cache.load_factor}}
 
 `zip` may also be a list of such mappings (several lock-step groups). Points are the

@@ -1,0 +1,41 @@
+"""`scratchpipe-sim compare RESULTS --baseline hybrid`: speedups per point + geometric mean."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="speedup of every design over a baseline, per point",
+                       description="speedup = baseline time / design time, per point, with "
+                       "the geometric mean and maximum over points.")
+    p.add_argument("results", help="results folder (or its results.csv / results.parquet)")
+    p.add_argument("--baseline", default="hybrid", help="design to divide by (default hybrid)")
+    p.add_argument("--metric", default="iter_ns_mean",
+                   help="a time metric, lower is better (default iter_ns_mean)")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from scratchpipe_sim.experiments.compare import compare, format_table
+    from scratchpipe_sim.experiments.results import load_results
+
+    c = compare(load_results(args.results), args.baseline, args.metric)
+    if args.format == "table":
+        print(format_table(c))
+    elif args.format == "csv":
+        print(c.table.to_csv(index=False), end="")
+    else:
+        def num(v):
+            return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+        print(json.dumps({
+            "baseline": c.baseline, "metric": c.metric,
+            "points": [{k: num(v) for k, v in r.items()}
+                       for r in c.table.to_dict(orient="records")],
+            "geomean": {d: num(v) for d, v in c.geomean.items()},
+            "max": {d: num(v) for d, v in c.maximum.items()}}))
+    return 0

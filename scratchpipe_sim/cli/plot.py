@@ -1,0 +1,48 @@
+"""`scratchpipe-sim plot RESULTS --figure NAME`: a study figure as PNG and PDF."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from scratchpipe_sim.experiments.figures import BUILTIN
+
+    p = sub.add_parser("plot", help="draw a figure from sweep results (PNG + PDF)",
+                       description="Built-in figures: " + ", ".join(BUILTIN) +
+                       "; an experiment may declare more under 'figures:'.")
+    p.add_argument("results", help="results folder (or its results.csv / results.parquet)")
+    p.add_argument("--figure", "-f", action="append", dest="figures",
+                   help="figure name (repeatable; default: the experiment's declared "
+                   "figures)")
+    p.add_argument("--out", help="output stem or folder (default: RESULTS/figures/NAME)")
+    p.add_argument("--format", action="append", dest="formats", choices=("png", "pdf", "svg"),
+                   help="file formats (default: png and pdf)")
+    p.add_argument("--dpi", type=int, default=110)
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from scratchpipe_sim.errors import UserError
+    from scratchpipe_sim.experiments.plots import make_figure, save_figure
+    from scratchpipe_sim.experiments.results import load_results
+
+    res = load_results(args.results)
+    names = args.figures or list(res.figures)
+    if not names:
+        raise UserError("the experiment declares no figures: expected --figure NAME",
+                        field="--figure")
+    folder = Path(args.results) if Path(args.results).is_dir() else Path(args.results).parent
+    formats = tuple(args.formats or ("png", "pdf"))
+    for name in names:
+        fig = make_figure(res, name)
+        if args.out is None:
+            stem = folder / "figures" / name
+        elif len(names) > 1 or Path(args.out).is_dir():
+            stem = Path(args.out) / name
+        else:
+            stem = Path(args.out)
+        for path in save_figure(fig, stem, formats, args.dpi):
+            print(path)
+    return 0

@@ -1,0 +1,92 @@
+"""Speedup of every design over a baseline, per point, and the geometric mean over points.
+
+speedup(design, point) = time(baseline, point) / time(design, point) for a time metric
+(lower is better; default iter_ns_mean). The geometric mean is the right average of ratios:
+it is the same whichever design is the baseline, up to inversion.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from scratchpipe_sim.errors import UserError, closest
+from scratchpipe_sim.experiments.figures import ITER_TIME
+from scratchpipe_sim.experiments.plots import DESIGN_ORDER
+from scratchpipe_sim.experiments.results import Results
+
+
+@dataclass
+class Comparison:
+    axes: list[str]
+    designs: list[str]
+    table: pd.DataFrame          # one row per point: axis values + a speedup per design
+    geomean: dict[str, float]    # design -> geometric mean speedup over points
+    maximum: dict[str, float]
+    baseline: str
+    metric: str
+
+
+def geometric_mean(values) -> float:
+    vals = [float(v) for v in values if v is not None and not pd.isna(v)]
+    if not vals:
+        return float("nan")
+    if any(v <= 0 for v in vals):
+        raise ValueError("geometric mean of non-positive values")
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def compare(res: Results, baseline: str = "hybrid", metric: str = ITER_TIME) -> Comparison:
+    f = res.ok()
+    if metric not in f.columns:
+        raise UserError(f"no metric column '{metric}'{closest(metric, map(str, f.columns))}",
+                        source=res.source, field="--metric")
+    present = list(dict.fromkeys(f["design"]))
+    if baseline not in present:
+        raise UserError(f"no design '{baseline}' in the table{closest(baseline, present)}; "
+                        f"expected one of: {', '.join(present)}", source=res.source,
+                        field="--baseline")
+    designs = [d for d in DESIGN_ORDER if d in present] + [d for d in present
+                                                            if d not in DESIGN_ORDER]
+    axes = res.axes
+    wide = f.pivot_table(index="point", columns="design", values=metric, aggfunc="first")
+    first = f.sort_values("index").drop_duplicates("point").set_index("point")
+    base = wide[baseline]
+    out = first[["index", *axes]].copy()
+    for d in designs:
+        out[d] = base / wide[d] if d in wide.columns else float("nan")
+    out = out.sort_values("index").drop(columns="index").reset_index(drop=True)
+    gm = {d: geometric_mean(out[d]) for d in designs}
+    mx = {d: float(out[d].max()) for d in designs}
+    return Comparison(axes, designs, out, gm, mx, baseline, metric)
+
+
+def format_table(c: Comparison) -> str:
+    """A fixed-width text table: a line per point (#, axis values, speedups), then the
+    geometric mean and the maximum over points."""
+    head = ["#", *(a.rsplit(".", 1)[-1] for a in c.axes), *c.designs]
+    body = [[str(i), *(_cell(r[a]) for a in c.axes), *(_ratio(r[d]) for d in c.designs)]
+            for i, (_, r) in enumerate(c.table.iterrows())]
+    blank = [""] * len(c.axes)
+    foot = [["geomean", *blank, *(_ratio(c.geomean[d]) for d in c.designs)],
+            ["max", *blank, *(_ratio(c.maximum[d]) for d in c.designs)]]
+    widths = [max(len(x) for x in col) for col in zip(head, *body, *foot, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(x.rjust(w) for x, w in zip(cells, widths, strict=True))
+
+    rule = "  ".join("-" * w for w in widths)
+    title = f"speedup over {c.baseline} ({c.metric}: baseline / design)"
+    return "\n".join([title, line(head), rule, *map(line, body), rule, *map(line, foot)])
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def _ratio(v) -> str:
+    return "-" if v is None or pd.isna(v) else f"{float(v):.3f}x"
