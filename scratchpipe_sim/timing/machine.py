@@ -73,8 +73,8 @@ class Machine:
     def mlp(self, batch: int, samples: int) -> simpy.Process:
         m = self.cfg.model
         flops = m.mlp_flops / m.batch_size * samples
-        return self.compute.transfer(flops, batch, "mlp",
-                                     latency_ns=m.mlp_kernels * self.cfg.hardware.gpu.kernel_launch_ns)
+        launch = m.mlp_kernels * self.cfg.hardware.gpu.kernel_launch_ns
+        return self.compute.transfer(flops, batch, "mlp", latency_ns=launch)
 
     def plan(self, batch: int, ids: float) -> simpy.Process:
         return self.planner.transfer(ids * self.plan_ns_per_id, batch, "plan")

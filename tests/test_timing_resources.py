@@ -1,0 +1,159 @@
+"""SimPy resources: processor sharing checked against closed forms.
+
+Every resource's unloaded latency and peak bandwidth are measured from the model and
+compared with its own config; the deviation in percent is printed (`pytest -s`) and must be
+~0 (the model is exact for a lone transfer).
+"""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from scratchpipe_sim.config import interpolate, load_config
+from scratchpipe_sim.timing.machine import Machine
+from scratchpipe_sim.timing.resources import Server
+
+PRESETS = ("v100-gen3", "a100-gen4", "h100-gen5", "h200-gen5")
+
+
+def lone(make, bytes_):
+    """Time of one transfer alone on a fresh machine."""
+    env = simpy.Environment()
+    ev = make(env, bytes_)
+    env.run()
+    assert ev.processed
+    return env.now
+
+
+def server(env, GBps=2.0, lat=10.0):
+    return Server(env, "s", GBps, lat, num_batches=4)
+
+
+def test_two_equal_concurrent_transfers_take_twice_the_service_time():
+    env = simpy.Environment()
+    s = server(env)
+    a, b = s.transfer(1000, 0), s.transfer(1000, 0)
+    env.run()
+    single = 1000 / 2.0
+    assert a.processed and b.processed
+    assert env.now == pytest.approx(10 + 2 * single, rel=1e-12)
+    assert s.busy_ns == pytest.approx(2 * single, rel=1e-12)
+    assert s.bytes_by_batch[0] == 2000
+
+
+def test_staggered_processor_sharing_closed_form():
+    # A: 600 B alone at 1 B/ns from t=0; B: 200 B arrives at t=100.
+    # 0..100 A alone (A left 500); then both at 0.5 B/ns: B done after 400 ns (t=500),
+    # A has 300 left at t=500 -> alone -> done t=800.
+    env = simpy.Environment()
+    s = Server(env, "s", 1.0, 0.0, num_batches=1)
+    ends = {}
+
+    def job(name, start, nbytes):
+        yield env.timeout(start)
+        yield s.transfer(nbytes, 0)
+        ends[name] = env.now
+
+    env.process(job("A", 0, 600))
+    env.process(job("B", 100, 200))
+    env.run()
+    assert ends["B"] == pytest.approx(500, rel=1e-12)
+    assert ends["A"] == pytest.approx(800, rel=1e-12)
+    assert s.busy_ns == pytest.approx(800, rel=1e-12)
+
+
+def test_efficiency_scales_service_and_zero_bytes_cost_nothing():
+    env = simpy.Environment()
+    s = server(env)
+    assert s.transfer(0, 0) is None
+    ev = s.transfer(1000, 1, efficiency=0.25)
+    env.run()
+    assert ev.processed and env.now == pytest.approx(10 + 1000 / (2.0 * 0.25))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_resource_unloaded_latency_and_peak_bandwidth(preset, capsys):
+    cfg = load_config({"hardware": {"preset": preset}, "model": {"tables": {"dim": 128}}})
+    hw = cfg.hardware
+    big = 1 << 30
+    rb = cfg.model.row_bytes
+    cases = {
+        # name: (factory(env, nbytes), expected latency, expected effective bandwidth GB/s)
+        "pcie_h2d": (lambda env, n: Machine(env, cfg, 1).pcie.h2d(n, 0, "x"),
+                     hw.pcie.latency_ns, hw.pcie.h2d_GBps),
+        "pcie_d2h": (lambda env, n: Machine(env, cfg, 1).pcie.d2h(n, 0, "x"),
+                     hw.pcie.latency_ns, hw.pcie.d2h_GBps),
+        "pcie_uvm": (lambda env, n: Machine(env, cfg, 1).pcie.h2d(n, 0, "x", uvm=True),
+                     hw.pcie.latency_ns, hw.pcie.h2d_GBps * hw.pcie.uvm_efficiency),
+        "hbm_gather": (lambda env, n: Machine(env, cfg, 1).hbm.gather(n / rb, rb, 0, "x"),
+                       hw.gpu.hbm_latency_ns,
+                       hw.gpu.hbm_GBps * interpolate(hw.gpu.gather_efficiency, rb)),
+        "hbm_stream": (lambda env, n: Machine(env, cfg, 1).hbm.server.transfer(n, 0),
+                       hw.gpu.hbm_latency_ns, hw.gpu.hbm_GBps),
+        "dram_gather": (lambda env, n: Machine(env, cfg, 1).dram.gather(n / rb, rb, 0, "x"),
+                        hw.cpu.dram_latency_ns,
+                        min(hw.cpu.dram_GBps * interpolate(hw.cpu.gather_efficiency, rb),
+                            hw.cpu.cores * hw.cpu.embedding_op_GBps)),
+        "dram_stream": (lambda env, n: Machine(env, cfg, 1).dram.server.transfer(n, 0),
+                        hw.cpu.dram_latency_ns, hw.cpu.dram_GBps),
+    }
+    with capsys.disabled():
+        for name, (make, lat, bw) in cases.items():
+            t_small = lone(make, 1)
+            t_big = lone(make, big)
+            lat_meas = t_small - 1 / bw
+            bw_meas = (big - 1) / (t_big - t_small)
+            dev_lat = abs(lat_meas - lat) / lat * 100 if lat else abs(lat_meas)
+            dev_bw = abs(bw_meas - bw) / bw * 100
+            print(f"\n{preset:10s} {name:12s} latency {lat_meas:9.1f} ns (cfg {lat:9.1f}, "
+                  f"{dev_lat:.2e}%)  bandwidth {bw_meas:8.2f} GB/s (cfg {bw:8.2f}, "
+                  f"{dev_bw:.2e}%)", end="")
+            assert dev_lat < 1e-6 and dev_bw < 1e-6
+
+
+def test_gpu_compute_lone_kernel_matches_flops_and_launches():
+    cfg = load_config({"hardware": {"preset": "a100-gen4"}})
+    env = simpy.Environment()
+    m = Machine(env, cfg, 1)
+    ev = m.mlp(0, cfg.model.batch_size)
+    env.run()
+    assert ev.processed
+    expect = (cfg.model.mlp_kernels * cfg.hardware.gpu.kernel_launch_ns
+              + cfg.model.mlp_flops / (cfg.hardware.gpu.tflops * 1e3))
+    assert env.now == pytest.approx(expect, rel=1e-12)
+
+
+def both_directions(cfg_over):
+    cfg = load_config({"hardware": {"pcie": {"h2d_GBps": 10.0, "d2h_GBps": 20.0,
+                                             "latency_ns": 0.0, **cfg_over}}})
+    env = simpy.Environment()
+    m = Machine(env, cfg, 1)
+    ends = {}
+
+    def go(name, ev):
+        yield ev
+        ends[name] = env.now
+
+    env.process(go("h2d", m.pcie.h2d(1000, 0, "x")))
+    env.process(go("d2h", m.pcie.d2h(1000, 0, "x")))
+    env.run()
+    return ends
+
+
+def test_full_duplex_directions_are_independent():
+    ends = both_directions({"full_duplex": True})
+    assert ends == {"h2d": pytest.approx(100.0), "d2h": pytest.approx(50.0)}
+
+
+def test_half_duplex_directions_time_share_one_link():
+    # work: h2d 100 ns, d2h 50 ns at full rate; shared equally: d2h ends at 100,
+    # h2d has 50 left -> 150.
+    ends = both_directions({"full_duplex": False})
+    assert ends == {"h2d": pytest.approx(150.0), "d2h": pytest.approx(100.0)}
+
+
+def test_duplex_h2d_slowdown_while_d2h_runs():
+    # h2d at 5 GB/s while d2h busy (0..50 ns): 250 B done, 750 B left at 10 -> t=125.
+    ends = both_directions({"full_duplex": True, "duplex_h2d_GBps": 5.0})
+    assert ends == {"h2d": pytest.approx(125.0), "d2h": pytest.approx(50.0)}
