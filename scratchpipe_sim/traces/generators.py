@@ -366,8 +366,11 @@ def iter_blocks(spec: GenSpec) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndar
     per_bag = np.concatenate([np.full(B, L, np.int64) for L in spec.pooling])
     prev: list[np.ndarray | None] = [None] * T
     # one sampler per table (its permutation built once), keyed by (0, t)
-    samplers = [factory(spec.table_rows[t], _seed(spec, 0, t), **spec.params)
-                for t in range(T)]
+    # a distribution whose `accesses` parameter is 0 (auto) is told its table's stream length
+    auto = "accesses" in spec.params and spec.params["accesses"] == 0
+    samplers = [factory(spec.table_rows[t], _seed(spec, 0, t), **{
+        **spec.params, **({"accesses": spec.num_batches * B * spec.pooling[t]} if auto else {})})
+        for t in range(T)]
     for j, first in enumerate(range(0, spec.num_batches, spec.block_batches)):
         nbk = min(spec.block_batches, spec.num_batches - first)
         cols = []
