@@ -26,13 +26,69 @@ DEFAULT_METRICS = ("iter_ns_mean", "iter_ns_p50", "iter_ns_p99",
                    "pcie_h2d_bytes_per_sample", "pcie_d2h_bytes_per_sample")
 
 
+#: key under which a point function reports that one design (not the whole point) failed.
+DESIGN_ERROR = "__error__"
+
+_TRACE_CACHE: dict[str, Any] = {}
+
+
+def _trace_key(config: dict) -> str:
+    """What the trace depends on: the trace section, the model's shape and the seed (cache
+    size, hardware and designs do not change it, so a cache-size sweep reuses one trace)."""
+    m = config.get("model", {})
+    return config_hash({"trace": config.get("trace"), "seed": config.get("seed"),
+                        "tables": m.get("tables"), "batch_size": m.get("batch_size"),
+                        "pooling": m.get("pooling"), "num_batches": m.get("num_batches")})
+
+
 def simulate_point(config: dict, designs: tuple) -> list[dict]:
-    """The real point function: validate the resolved config and run the timing model."""
+    """The real point function: validate the resolved config and run the timing model.
+
+    The trace is built once per worker process and reused by later points with the same
+    trace-determining keys. When the designs together fail (one design's cache cannot hold
+    its working set, say), each design runs alone, so only the failing one gets an error
+    row (`DESIGN_ERROR`) and the others keep their numbers.
+    """
     from scratchpipe_sim.config import Config
-    from scratchpipe_sim.timing import simulate
+    from scratchpipe_sim.timing import build_trace, simulate
 
     cfg = Config.from_dict(config, source="sweep point")
-    return list(simulate(cfg, designs=list(designs) or None))
+    names = list(designs) or list(cfg.designs)
+    key = _trace_key(config)
+    trace = _TRACE_CACHE.get(key)
+    if trace is None:
+        trace = build_trace(cfg)
+        _TRACE_CACHE.clear()
+        _TRACE_CACHE[key] = trace
+    try:
+        return list(simulate(cfg, designs=names, trace=trace))
+    except Exception as e:
+        if len(names) == 1:
+            raise
+        first = e
+    rows: list[dict] = []
+    for name in names:
+        try:
+            rows.extend(simulate(cfg, designs=[name], trace=trace))
+        except Exception as e:
+            from scratchpipe_sim.experiments.executors import _one_line
+
+            rows.append({"design": name, DESIGN_ERROR: _one_line(e)})
+    if all(DESIGN_ERROR in r for r in rows):
+        raise first
+    _fix_speedups(rows)
+    return rows
+
+
+def _fix_speedups(rows: list[dict]) -> None:
+    """Per-design runs lose the cross-design speedup; recompute it against hybrid's row."""
+    base = next((r for r in rows if r.get("design") == "hybrid" and DESIGN_ERROR not in r),
+                None)
+    for r in rows:
+        if DESIGN_ERROR in r or "iter_ns_mean" not in r:
+            continue
+        r["speedup_vs_hybrid"] = (base["iter_ns_mean"] / r["iter_ns_mean"]
+                                  if base is not None else None)
 
 
 @dataclass
@@ -82,15 +138,19 @@ def _rows(point: Point, outcome: Outcome, designs: tuple[str, ...],
     if missing:
         err = f"the point function returned no row for design(s) {', '.join(missing)}"
         return [{**base, "design": d, "status": ERROR, "error": err} for d in designs]
-    reported = set().union(*(r.keys() for r in by_design.values()))
+    reported = set().union(*(r.keys() for r in by_design.values()
+                             if DESIGN_ERROR not in r))
     for m in metrics:
-        if m not in reported:
+        if reported and m not in reported:
             raise UserError(f"the simulator reports no metric '{m}'{closest(m, reported)}; "
                             f"it reports: {', '.join(sorted(reported))}", source=spec.source,
                             field="metrics")
     out = []
     for d in designs:
         r = by_design[d]
+        if DESIGN_ERROR in r:
+            out.append({**base, "design": d, "status": ERROR, "error": str(r[DESIGN_ERROR])})
+            continue
         row = {**base, "design": d, "status": OK, "error": None}
         for m in metrics:
             v = r.get(m)
@@ -142,7 +202,7 @@ def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
             rows = _rows(by_key[outcome.key], outcome, designs, metrics, spec)
             store.append_point(rows)
             ran += 1
-            failed += outcome.error is not None or rows[0]["status"] == ERROR
+            failed += any(r["status"] == ERROR for r in rows)
             bar.update(1)
             if failed:
                 bar.set_postfix(failed=failed, refresh=False)

@@ -1,0 +1,85 @@
+"""The sweep with the real timing model on a tiny config, end to end through the CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+import yaml
+
+from scratchpipe_sim.cli import main
+from scratchpipe_sim.config import Config
+from scratchpipe_sim.timing import simulate
+
+DESIGNS = ["hybrid", "gpu-only", "lru-cache", "scratchpipe"]
+METRICS = ["iter_ns_mean", "speedup_vs_hybrid", "hit_ratio", "pcie_h2d_bytes_per_sample"]
+TINY = {"seed": 3, "hardware": {"preset": "a100-gen4"},
+        "model": {"tables": {"count": 2, "rows": 2000, "dim": 16},
+                  "batch_size": 64, "pooling": 4, "num_batches": 12, "warmup_batches": 2,
+                  "bottom_mlp": [13, 64, 16], "top_mlp": [48, 32, 1]},
+        "trace": {"distribution": "zipf", "alpha": 1.1},
+        "cache": {"policy": "lru", "lookahead": 2}}
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("e2e")
+    exp = tmp / "tiny.yaml"
+    exp.write_text(yaml.safe_dump({
+        "name": "tiny", "base": TINY, "designs": DESIGNS, "metrics": METRICS,
+        "sweep": {"grid": {"cache.load_factor": [0.01, 0.3, 0.6]}}}))
+    out = tmp / "out"
+    assert main(["sweep", str(exp), "--out", str(out), "--quiet", "--jobs", "1"]) == 0
+    rows = list(csv.DictReader(io.StringIO((out / "results.csv").read_text())))
+    return exp, out, rows
+
+
+def test_rows_match_a_direct_simulation_of_each_point(swept):
+    exp, out, rows = swept
+    assert len(rows) == 3 * len(DESIGNS)
+    points = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
+    ok = [r for r in rows if r["status"] == "ok"]
+    checked = 0
+    for p in points:
+        if p["values"]["cache.load_factor"] == 0.01:
+            continue
+        direct = {r["design"]: r for r in simulate(Config.from_dict(p["config"]))}
+        for r in (r for r in ok if r["point"] == p["point"]):
+            for m in METRICS:
+                assert float(r[m]) == direct[r["design"]][m], (r["design"], m)
+            checked += 1
+    assert checked == 2 * len(DESIGNS)
+    for r in ok:
+        if r["design"] == "hybrid":
+            assert float(r["speedup_vs_hybrid"]) == 1.0
+
+
+def test_a_design_that_cannot_run_fails_alone(swept):
+    _, _, rows = swept
+    small = {r["design"]: r for r in rows if r["cache.load_factor"] == "0.01"}
+    assert small["scratchpipe"]["status"] == "error"
+    assert "scratchpipe needs capacity >=" in small["scratchpipe"]["error"]
+    for d in ("hybrid", "gpu-only", "lru-cache"):
+        assert small[d]["status"] == "ok", small[d]["error"]
+    # gpu-only is never slower than any design at the same point
+    for lf in ("0.01", "0.3", "0.6"):
+        pt = [r for r in rows if r["cache.load_factor"] == lf and r["status"] == "ok"]
+        gpu = next(float(r["iter_ns_mean"]) for r in pt if r["design"] == "gpu-only")
+        assert all(gpu <= float(r["iter_ns_mean"]) for r in pt)
+
+
+def test_rerun_skips_and_compare_and_plot_work(swept, capsys, tmp_path):
+    exp, out, _ = swept
+    before = (out / "results.csv").read_bytes()
+    capsys.readouterr()
+    assert main(["sweep", str(exp), "--out", str(out), "--quiet"]) == 0
+    assert "0 run, 3 already done" in capsys.readouterr().out
+    assert (out / "results.csv").read_bytes() == before
+    assert main(["compare", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "geomean" in text and "scratchpipe" in text
+    assert main(["plot", str(out), "--figure", "speedup-vs-cache-size",
+                 "--out", str(tmp_path / "f")]) == 0
+    assert (tmp_path / "f.png").stat().st_size > 5_000
