@@ -218,3 +218,15 @@ def test_bad_parameters_name_their_field(kw, field):
         small(field_prefix="workload.", source="cfg.yaml", **kw)
     assert e.value.field == f"workload.{field}"
     assert e.value.source == "cfg.yaml"
+
+
+@pytest.mark.parametrize("rows,alpha", [(1, 1.05), (3, 0.5), (997, 1.2), (200_000, 1.0)])
+def test_guided_inverse_cdf_equals_searchsorted_exactly(rows, alpha):
+    ZipfSampler._cache.clear()
+    z = ZipfSampler(rows, alpha, None)
+    cdf = z.cdf
+    u = np.concatenate([np.random.default_rng(rows).random(50_000), cdf[:-1],
+                        np.nextafter(cdf[:-1], 0), np.nextafter(cdf[:-1], 1), [0.0]])
+    u = u[u < 1.0]
+    got = gen._guided_searchsorted(cdf, z.guide, u)
+    assert got.tolist() == np.searchsorted(cdf, u, side="right").tolist()

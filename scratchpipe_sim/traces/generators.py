@@ -38,6 +38,8 @@ GENERATOR_VERSION = 1
 BLOCK_ACCESSES = 1 << 18
 #: Zipf ranks whose cumulative probability is tabulated exactly; beyond, a continuous tail.
 ZIPF_EXACT_ROWS = 1 << 25
+#: buckets of the Zipf inverse-CDF guide table (speed only; results are identical).
+ZIPF_GUIDE_SIZE = 1 << 22
 #: tables up to this size get an exact uniformly random permutation; beyond, a Feistel one.
 PERMUTATION_EXACT_ROWS = 1 << 25
 
@@ -155,7 +157,7 @@ class ZipfSampler:
     1e-15 there) and tail draws invert that integral and round to the nearest rank.
     """
 
-    _cache: dict[tuple[int, float], tuple[np.ndarray, float, float]] = {}
+    _cache: dict[tuple[int, float], tuple[np.ndarray, np.ndarray, float, float]] = {}
 
     def __init__(self, rows: int, alpha: float, perm: Permutation | None):
         self.rows, self.alpha, self.perm = rows, alpha, perm
@@ -163,10 +165,10 @@ class ZipfSampler:
         if key not in self._cache:
             self._cache.clear()  # keep one table: the memory is per distinct (rows, alpha)
             self._cache[key] = self._tabulate(rows, alpha)
-        self.cdf, self.head_mass, self.total = self._cache[key]
+        self.cdf, self.guide, self.head_mass, self.total = self._cache[key]
 
     @staticmethod
-    def _tabulate(rows: int, alpha: float) -> tuple[np.ndarray, float, float]:
+    def _tabulate(rows: int, alpha: float) -> tuple[np.ndarray, np.ndarray, float, float]:
         head = min(rows, ZIPF_EXACT_ROWS)
         cum = np.cumsum(np.arange(1, head + 1, dtype=np.float64) ** -alpha)
         tail = 0.0 if head == rows else _power_integral(head + 0.5, rows + 0.5, alpha)
@@ -174,11 +176,14 @@ class ZipfSampler:
         cdf = cum / total
         head_mass = 1.0 if tail == 0.0 else float(cdf[-1])
         cdf[-1] = head_mass
-        return cdf, head_mass, total
+        # guide[g] = first index with cdf > g/G: narrows each search to a few entries
+        g = min(head, ZIPF_GUIDE_SIZE)
+        guide = np.searchsorted(cdf, np.arange(g + 1) / g, side="right").astype(np.int64)
+        return cdf, guide, head_mass, total
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         u = rng.random(n)
-        ranks = np.searchsorted(self.cdf, u, side="right").astype(np.int64)  # 0-based
+        ranks = _guided_searchsorted(self.cdf, self.guide, u)  # 0-based
         head = len(self.cdf)
         if head < self.rows:
             in_tail = ranks >= head
@@ -188,6 +193,27 @@ class ZipfSampler:
                 ranks[in_tail] = np.clip(np.floor(x + 0.5).astype(np.int64), head + 1,
                                          self.rows) - 1
         return ranks if self.perm is None else self.perm(ranks)
+
+
+@nb.njit(cache=True)
+def _guided_searchsorted(cdf, guide, u):
+    """np.searchsorted(cdf, u, side='right'), exactly, searching only between guide
+    entries (one neighbour of slack on each side absorbs rounding in u*G)."""
+    G = len(guide) - 1
+    out = np.empty(len(u), np.int64)
+    for j in range(len(u)):
+        x = u[j]
+        g = int(x * G)
+        lo = guide[max(g - 1, 0)]
+        hi = guide[min(g + 2, G)]
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if cdf[mid] > x:
+                hi = mid
+            else:
+                lo = mid + 1
+        out[j] = lo
+    return out
 
 
 def _power_integral(a: float, b: float, alpha: float) -> float:
