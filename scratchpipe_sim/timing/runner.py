@@ -166,7 +166,8 @@ def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]
         "dram_bytes": float(m.dram.server.bytes_by_batch[wu:].sum()),
         "hbm_bytes": float(m.hbm.server.bytes_by_batch[wu:].sum()),
     }
-    for col in ("accesses", "unique", "hits", "fills", "evictions", "writebacks", "unplaced"):
+    for col in ("accesses", "unique", "hits", "fills", "evictions", "writebacks", "unplaced",
+                "unique_unplaced"):
         row[col] = w.total(col, wu)
     end = float(done[-1])
     window = end - m.window_start_ns
