@@ -72,6 +72,7 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, slot_row, slot_t
     n = len(ids)
     set_of = np.empty(n, np.int64)
     miss_idx = np.empty(n, np.int64)
+    rows = np.empty(n, np.int64)
     for b in range(len(batch_ptr) - 1):
         t = first_batch + b
         lo, hi = batch_ptr[b], batch_ptr[b + 1]
@@ -90,56 +91,38 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, slot_row, slot_t
                 outcome[j] = HIT
             else:
                 miss_idx[nmiss] = j
+                rows[nmiss] = r
                 nmiss += 1
         if nmiss == 0:
             continue
-        # 2) unique missing rows, grouped by set, ascending row id inside a set.
-        rows = np.empty(nmiss, np.int64)
+        # 2) unique missing rows in ascending id order. Sets are independent, so this is
+        #    FBGEMM's order (grouped by set, ascending id inside a set).
+        miss_rows = rows[:nmiss]
+        miss_rows.sort()
+        prev = -1
         for m in range(nmiss):
-            rows[m] = ids[miss_idx[m]]
-        rows = np.unique(rows)
-        rsets = np.empty(len(rows), np.int64)
-        for m in range(len(rows)):
-            rsets[m] = cache_set(rows[m], sets)
-        order = np.argsort(rsets, kind="mergesort")
-        g = 0
-        while g < len(order):
-            s = rsets[order[g]]
-            e = g
-            while e < len(order) and rsets[order[e]] == s:
-                e += 1
-            base = s * ways
-            if lfu:
-                for m in range(g, e):
-                    r = rows[order[m]]
-                    best = -1
-                    best_c = np.int64(0)
-                    for w in range(ways):
-                        k = base + w
-                        if slot_ts[k] == t:
-                            continue
-                        c = np.int64(-1) if slot_row[k] == EMPTY else counts[slot_row[k]]
-                        if best < 0 or c < best_c:
-                            best, best_c = k, c
-                    if best >= 0 and (slot_row[best] == EMPTY or counts[r] > best_c):
-                        _place(slot_row, slot_ts, best, r, t, events, b)
-            else:
-                # evictable ways by (timestamp, way index); empty ways carry timestamp -1
-                cand = np.empty(ways, np.int64)
-                keys = np.empty(ways, np.int64)
-                nc = 0
-                for w in range(ways):
-                    k = base + w
-                    if slot_ts[k] != t:
-                        cand[nc] = k
-                        keys[nc] = slot_ts[k]
-                        nc += 1
-                if nc > 0:
-                    by_age = np.argsort(keys[:nc], kind="mergesort")
-                    for m in range(g, min(e, g + nc)):
-                        _place(slot_row, slot_ts, cand[by_age[m - g]], rows[order[m]], t,
-                               events, b)
-            g = e
+            r = miss_rows[m]
+            if r == prev:
+                continue
+            prev = r
+            base = cache_set(r, sets) * ways
+            best = -1
+            best_c = np.int64(0)
+            for w in range(ways):
+                k = base + w
+                if slot_ts[k] == t:
+                    continue  # used by this batch: locked
+                if lfu:  # least frequent way; empty ways count -1 and always admit
+                    c = np.int64(-1) if slot_row[k] == EMPTY else counts[slot_row[k]]
+                else:  # oldest timestamp; empty ways carry -1
+                    c = slot_ts[k]
+                if best < 0 or c < best_c:
+                    best, best_c = k, c
+            if best < 0:
+                continue  # conflict miss: every way is used by batch t
+            if lfu and slot_row[best] != EMPTY and counts[r] <= best_c:
+                continue  # not admitted
+            _place(slot_row, slot_ts, best, r, t, events, b)
         # 3) outcomes of the missing accesses: first access of a filled row MISS, later HIT.
         for m in range(nmiss):
             j = miss_idx[m]
