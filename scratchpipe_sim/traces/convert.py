@@ -132,7 +132,7 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
     if not src_p.is_file():
         raise UserError("no such input file", source=str(src_p))
     if out_p.exists() and not opts.overwrite:
-        raise UserError("already exists; refusing to overwrite (pass --overwrite)",
+        raise UserError("already exists; refusing to overwrite (pass --force)",
                         source=str(out_p))
     if opts.rows is not None and opts.dense_remap:
         raise UserError("--rows and --dense-remap exclude each other", source="options",
