@@ -1,12 +1,17 @@
 """Reference CUDA path under the CUDA simulator: kernels vs numpy, the ScratchPipe pipeline
 vs the numpy training reference, and the two pipeline hazards (naive orderings corrupt)."""
 
+import numpy as np
+import pytest
+
 from scratchpipe_sim.cuda import runtime
 
-runtime.use_simulator()  # before numba.cuda is imported anywhere in this process
+# The simulator must be switched on before numba.cuda is imported in this process. If an
+# earlier test imported it for a real GPU, the numeric tests run on that GPU instead and
+# the two naive-ordering tests (deterministic only in the simulator's issue order) skip.
+SIM = runtime.try_use_simulator()
+needs_sim = pytest.mark.skipif(not SIM, reason="races are deterministic only in the simulator")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
 
 from scratchpipe_sim.cuda import kernels as K  # noqa: E402
 from scratchpipe_sim.cuda.pipeline import PipelineOptions, train_on_gpu  # noqa: E402
@@ -39,6 +44,7 @@ def _period3() -> Trace:
     return Trace.single_table(ids, 11, 2)
 
 
+@needs_sim
 def test_simulator_is_active_and_gives_no_timings():
     assert runtime.is_simulator()
     status = runtime.gpu_status()
@@ -117,10 +123,12 @@ def test_pipeline_trains_like_the_numpy_reference(opt):
     assert not np.allclose(ref, initial_table(trace.total_rows, spec))
     uniq_total = sum(len(np.unique(b.ids)) for b in trace_batches(trace))
     assert res.hits + res.misses == uniq_total
-    assert all(v is None for v in res.stage_s["train"])  # simulator: no timings reported
+    if SIM:
+        assert all(v is None for v in res.stage_s["train"])  # simulator: no timings reported
     assert len(res.stage_s["collect"]) == trace.num_batches
 
 
+@needs_sim
 def test_stale_fetch_hazard_naive_future_window_corrupts():
     """A row evicted by plan(k) and needed by batch k+1 is fetched before its write-back."""
     trace, spec = _period3(), TrainSpec(dim=2)
@@ -132,6 +140,7 @@ def test_stale_fetch_hazard_naive_future_window_corrupts():
     assert np.abs(naive.table - ref).max() > 1e-2
 
 
+@needs_sim
 def test_in_flight_eviction_hazard_naive_hold_corrupts():
     """Evicting a row batch k-1 still needs: insert(k) overwrites it before train(k-1)."""
     trace, spec = _period3(), TrainSpec(dim=2)

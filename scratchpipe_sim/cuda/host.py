@@ -10,9 +10,32 @@ import numba as nb
 import numpy as np
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, parallel=True)
 def gather_rows(table, rows, out):
-    """out[i] = table[rows[i]] for i < len(rows) (into a pinned staging buffer)."""
+    """out[i] = table[rows[i]] for i < len(rows) (into a pinned staging buffer).
+
+    Parallel over rows: the model's `collect` uses every core (cpu.cores).
+    """
+    w = table.shape[1]
+    for i in nb.prange(len(rows)):
+        r = rows[i]
+        for c in range(w):
+            out[i, c] = table[r, c]
+
+
+@nb.njit(cache=True, parallel=True)
+def scatter_rows(table, rows, src):
+    """table[rows[i]] = src[i]: write evicted rows back (rows are unique: no races)."""
+    w = table.shape[1]
+    for i in nb.prange(len(rows)):
+        r = rows[i]
+        for c in range(w):
+            table[r, c] = src[i, c]
+
+
+@nb.njit(cache=True)
+def gather_rows_1core(table, rows, out):
+    """Single-threaded gather: one core's embedding-op throughput (cpu.embedding_op_GBps)."""
     w = table.shape[1]
     for i in range(len(rows)):
         r = rows[i]
@@ -20,14 +43,16 @@ def gather_rows(table, rows, out):
             out[i, c] = table[r, c]
 
 
-@nb.njit(cache=True)
-def scatter_rows(table, rows, src):
-    """table[rows[i]] = src[i]: write evicted rows back into the CPU table."""
-    w = table.shape[1]
-    for i in range(len(rows)):
-        r = rows[i]
-        for c in range(w):
-            table[r, c] = src[i, c]
+@nb.njit(cache=True, parallel=True)
+def stream_copy(src, dst):
+    """dst[:] = src[:] in parallel: CPU DRAM streaming bandwidth."""
+    n = src.shape[0]
+    chunk = 1 << 16
+    for b in nb.prange((n + chunk - 1) // chunk):
+        lo = b * chunk
+        hi = min(n, lo + chunk)
+        for i in range(lo, hi):
+            dst[i] = src[i]
 
 
 def unique_with_inverse(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

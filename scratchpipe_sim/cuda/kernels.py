@@ -14,9 +14,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from scratchpipe_sim.cuda.runtime import cuda
 
 _cuda = cuda()
+_f32 = np.float32
 
 #: threads per block along (rows, columns)
 BLOCK = (8, 32)
@@ -132,6 +135,40 @@ def row_gather(table, rows, out):
     i, c = _cuda.grid(2)
     if i < rows.shape[0] and c < table.shape[1]:
         out[i, c] = table[rows[i], c]
+
+
+TILE = 16
+
+
+@_cuda.jit
+def gemm(a, b, c):
+    """c = a @ b, fp32, shared-memory tiles: the dense (MLP) work of the reference path.
+
+    Calibrate measures `gpu.tflops` with this same kernel, so the validation compares the
+    model with the kernels that actually ran (not with cuBLAS, which numba cannot call).
+    """
+    sa = _cuda.shared.array((TILE, TILE), dtype=_f32)
+    sb = _cuda.shared.array((TILE, TILE), dtype=_f32)
+    tx = _cuda.threadIdx.x
+    ty = _cuda.threadIdx.y
+    row = _cuda.blockIdx.y * TILE + ty
+    col = _cuda.blockIdx.x * TILE + tx
+    acc = _f32(0.0)
+    for t in range((a.shape[1] + TILE - 1) // TILE):
+        k = t * TILE
+        sa[ty, tx] = a[row, k + tx] if row < a.shape[0] and k + tx < a.shape[1] else 0.0
+        sb[ty, tx] = b[k + ty, col] if col < b.shape[1] and k + ty < b.shape[0] else 0.0
+        _cuda.syncthreads()
+        for j in range(TILE):
+            acc += sa[ty, j] * sb[j, tx]
+        _cuda.syncthreads()
+    if row < c.shape[0] and col < c.shape[1]:
+        c[row, col] = acc
+
+
+def launch_gemm(a: Any, b: Any, c: Any, stream: Any = 0) -> None:
+    m, n = c.shape
+    gemm[(math.ceil(n / TILE), math.ceil(m / TILE)), (TILE, TILE), stream](a, b, c)
 
 
 def launch2(kernel: Any, rows: int, cols: int, stream: Any, *args: Any) -> None:

@@ -49,7 +49,7 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces.trace import Trace
 
 #: stages timed per batch (seconds; None where timing is not available)
-STAGES = ("plan", "collect", "h2d", "d2h", "insert", "train")
+STAGES = ("plan", "collect", "h2d", "d2h", "insert", "writeback", "train")
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,9 @@ class PipelineOptions:
     lookahead: int = 2
     hold_in_flight: bool = True
     hold_future: bool = True
+    #: dense layers run in train, as (samples, in, out): 3 GEMMs each (forward, data grad,
+    #: weight grad all cost 2*samples*in*out FLOPs), standing in for the MLPs the model prices
+    mlp: tuple[tuple[int, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.lookahead < 1:
@@ -88,6 +91,7 @@ class _InFlight:
     ring: int
     collect_s: float
     plan_s: float
+    writeback_s: float = 0.0
     timers: dict[str, EventTimer] = field(default_factory=dict)
     d2h_done: Any = None
     insert_done: Any = None
@@ -122,6 +126,9 @@ class ScratchPipeReference:
         self.dev_in = [c.device_array((most, w), np.float32) for _ in range(nring)]
         self.dev_out = [c.device_array((most, w), np.float32) for _ in range(nring)]
         self.ring_h2d_done: list[Any] = [None] * nring
+        self.mlp_bufs = [(c.to_device(np.full((b, i), 0.01, np.float32)),
+                          c.to_device(np.full((i, o), 0.01, np.float32)),
+                          c.device_array((b, o), np.float32)) for b, i, o in opts.mlp]
         self.flight: dict[int, _InFlight] = {}
         self.registered = -1
         self.train_done: dict[int, Any] = {}
@@ -205,8 +212,10 @@ class ScratchPipeReference:
         if f is None or f.d2h_done is None:
             return
         f.d2h_done.synchronize()
+        t0 = time.perf_counter()
         nv = len(f.plan.victim_rows)
         scatter_rows(self.cpu_table, f.plan.victim_rows, self.pin_out[f.ring][:nv])
+        f.writeback_s = time.perf_counter() - t0
 
     def _train(self, k: int) -> None:
         c, f, s = self.cuda, self.flight[k], self.s_compute
@@ -224,6 +233,9 @@ class ScratchPipeReference:
         K.launch2(K.pooled_grad, bags, dim, s, pooled, f.dev["target"], grad)
         K.launch2(K.fill_zero, nu, dim, s, ugrad)
         K.launch2(K.bag_backward, bags, dim, s, f.dev["inv"], f.dev["offsets"], grad, ugrad)
+        for a, b, out in self.mlp_bufs:
+            for _ in range(3):
+                K.launch_gemm(a, b, out, s)
         lr, eps = np.float32(spec.lr), np.float32(spec.eps)
         if spec.optimizer == "sgd":
             K.launch2(K.sgd_update, nu, dim, s, f.dev["uslots"], ugrad, self.dev_table, lr)
@@ -244,6 +256,7 @@ class ScratchPipeReference:
         r = self.result
         r.stage_s["plan"].append(f.plan_s)
         r.stage_s["collect"].append(f.collect_s)
+        r.stage_s["writeback"].append(f.writeback_s)
         for name in ("h2d", "d2h", "insert", "train"):
             r.stage_s[name].append(f.timers[name].elapsed_s())
         self.train_done.pop(k - 3, None)

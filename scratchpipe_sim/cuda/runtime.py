@@ -50,8 +50,32 @@ class GpuStatus:
     reason: str
 
 
+def _driver_present() -> bool:
+    """Cheap check for an NVIDIA driver, without importing numba.cuda."""
+    import ctypes.util  # noqa: PLC0415
+    import glob  # noqa: PLC0415
+
+    return bool(ctypes.util.find_library("cuda") or glob.glob("/dev/nvidia[0-9]*")
+                or os.path.exists("/usr/lib/wsl/lib/libcuda.so"))
+
+
+def try_use_simulator() -> bool:
+    """`use_simulator()` if numba.cuda is not imported yet; True when the simulator is on."""
+    if "numba.cuda" not in sys.modules or is_simulator():
+        use_simulator()
+        return True
+    return False
+
+
 def gpu_status() -> GpuStatus:
-    """A real GPU with timing; otherwise the reason in words (for a one-line CLI message)."""
+    """A real GPU with timing; otherwise the reason in words (for a one-line CLI message).
+
+    Without a driver it answers without importing numba.cuda, so a process that asks (a CLI
+    test) can still switch to the simulator later.
+    """
+    if ("numba.cuda" not in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in
+            ("", "0") and not _driver_present()):
+        return GpuStatus(False, "no NVIDIA driver (libcuda) on this machine")
     try:
         c = cuda()
     except Exception as e:  # noqa: BLE001  (missing numba-cuda or CUDA bindings)

@@ -1,0 +1,96 @@
+"""`scratchpipe-sim calibrate`: measure this machine and write a hardware preset.
+
+On a GPU: PCIe H2D/D2H time vs size (least-squares latency + bandwidth), both directions at
+once, HBM and CPU DRAM streaming and random-row gather bandwidth by row size (uniform and hot
+set), GEMM throughput and kernel launch cost. The preset (hardware schema, loads with
+`hardware: {preset: PATH}`) and the raw samples (JSON) are written; `--from-json` rebuilds a
+preset from saved samples without a GPU. Without a GPU: one line, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from scratchpipe_sim.config import load_config
+from scratchpipe_sim.config.hardware import HardwareConfig
+from scratchpipe_sim.errors import UserError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "calibrate", help="measure PCIe, HBM, DRAM and GEMM speed; write a hardware preset",
+        description="Microbenchmark this machine's GPU and host and write a hardware preset "
+                    "in the timing model's schema (needs an NVIDIA GPU and numba-cuda).")
+    p.add_argument("--out", type=Path, metavar="YAML",
+                   help="preset to write (default configs/hardware/measured-<NAME>.yaml)")
+    p.add_argument("--name", help="preset name (default: derived from the GPU's name)")
+    p.add_argument("--base", metavar="PRESET",
+                   help="preset whose values fill the keys not measured (default: the "
+                        "schema defaults)")
+    p.add_argument("--from-json", type=Path, metavar="JSON",
+                   help="build the preset from samples saved by an earlier run (no GPU)")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer repetitions and smaller buffers (about 4x faster, noisier)")
+    p.set_defaults(func=handle)
+
+
+def _slug(text: str) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    s = re.sub(r"^nvidia-", "", s)
+    return s or "gpu"
+
+
+def base_hardware(name: str | None) -> HardwareConfig:
+    if name is None:
+        return HardwareConfig()
+    return load_config({"hardware": {"preset": name}}).hardware
+
+
+def handle(args: argparse.Namespace) -> int:
+    from scratchpipe_sim.cuda.fit import Measurements, build_preset, preset_yaml, write_preset
+
+    base = base_hardware(args.base)
+    if args.from_json is not None:
+        try:
+            text = Path(args.from_json).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise UserError("no such file", source=str(args.from_json)) from None
+        try:
+            meas = Measurements.from_json(text)
+        except (ValueError, TypeError) as e:
+            raise UserError(f"not a calibrate measurement file: {e}",
+                            source=str(args.from_json)) from None
+        json_out = None
+    else:
+        from scratchpipe_sim.cuda.runtime import gpu_status
+
+        st = gpu_status()
+        if not st.usable:
+            raise UserError(f"needs an NVIDIA GPU: {st.reason}")
+        from scratchpipe_sim.cuda import bench
+
+        sizes = bench.BenchSizes()
+        if args.quick:
+            sizes = bench.BenchSizes(reps=3, hbm_copy_bytes=1 << 28, hbm_table_bytes=1 << 29,
+                                     gather_rows=1 << 19, dram_copy_bytes=1 << 28,
+                                     dram_table_bytes=1 << 29, gemm_n=1024, launches=100)
+        meas = bench.measure_all(sizes)
+        json_out = True
+    name = args.name or f"measured-{_slug(meas.device)}"
+    out = args.out or Path("configs/hardware") / f"{name}.yaml"
+    cal = build_preset(meas, base, name)
+    write_preset(out, preset_yaml(cal, meas, args.base or "schema defaults"))
+    if json_out:
+        write_preset(out.with_suffix(".json"), meas.to_json())
+    load_config({"hardware": {"preset": str(out.resolve())}})  # it must load as it is
+    for label, f in (("h2d", cal.h2d), ("d2h", cal.d2h)):
+        if f is not None:
+            print(f"{label}: latency {f.latency_ns:.0f} ns, {f.GBps:.2f} GB/s (R^2 {f.r2:.4f})")
+            for nbytes, t, pred, err in f.residuals:
+                print(f"  {int(nbytes):>10} B  measured {t * 1e6:9.1f} us  "
+                      f"fit {pred * 1e6:9.1f} us  error {err:+6.1f}%")
+    print(f"measured: {', '.join(cal.measured_keys) or '(nothing)'}")
+    print(f"wrote {out}")
+    return 0
