@@ -158,8 +158,7 @@ def _open_store(p: Path, batch_size: int | None, num_rows: int | None) -> Trace:
                             f"{trace.num_tables} tables, pooled bags); expected no batch size "
                             "or one table with one id per bag", source=src, field="batch_size")
         n = trace.num_accesses
-        bounds = np.unique(np.minimum(np.arange(0, n + batch_size, batch_size,
-                                                dtype=np.int64), n))
+        bounds = np.append(np.arange(0, n, batch_size, dtype=np.int64), n)
         trace = Trace(trace.table_rows, trace.indices, trace.offsets, bounds, batch_size,
                       trace.meta, src)
     return trace

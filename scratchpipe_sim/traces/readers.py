@@ -1,7 +1,7 @@
 """Flat id-stream readers: a bare `.npy` id array, a text file of ids, DLRM's `trace.log`.
 
 Each gives one table with one id per bag, cut into mini-batches of `batch_size` ids. Text is
-parsed in bounded blocks with numpy (no Python loop per id), and strictly: anything but
+parsed in bounded blocks by one compiled pass (no Python loop per id), and strictly: anything but
 digits, separators and a leading minus is an error naming the line, so a float or a header
 never turns silently into ids.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
@@ -22,8 +23,6 @@ TEXT_BLOCK_BYTES = 1 << 24
 _SEPARATORS = b" \t\r\n,"
 _ALLOWED = np.zeros(256, bool)
 _ALLOWED[np.frombuffer(b"0123456789-" + _SEPARATORS, np.uint8)] = True
-_IS_SEP = np.zeros(256, bool)
-_IS_SEP[np.frombuffer(_SEPARATORS, np.uint8)] = True
 
 
 @register_reader("npy", suffixes=(".npy",), help="1-D integer numpy array of row ids")
@@ -81,49 +80,77 @@ def parse_id_text(path: Path, block_bytes: int = TEXT_BLOCK_BYTES) -> np.ndarray
             if not block:
                 break
             if data:  # keep a possibly cut last token for the next block
-                cut = _last_separator(block)
+                cut = last_separator(block)
                 block, carry = block[: cut + 1], block[cut + 1 :]
             else:
                 carry = b""
             if block:
-                parts.append(_parse_block(block, src, line))
+                parts.append(parse_block(block, src, line))
                 line += block.count(b"\n")
             if not data:
                 break
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-def _last_separator(block: bytes) -> int:
+def last_separator(block: bytes) -> int:
+    """Index of the last separator byte in `block` (-1 when none)."""
     return max(block.rfind(bytes([c])) for c in _SEPARATORS)
 
 
-def _parse_block(block: bytes, src: str, first_line: int) -> np.ndarray:
-    raw = np.frombuffer(block, np.uint8)
-    bad = np.flatnonzero(~_ALLOWED[raw])
-    if len(bad):
-        at = int(bad[0])
-        ln = first_line + block.count(b"\n", 0, at)
-        ch = block[at : at + 1].decode("latin-1")
-        raise UserError(f"line {ln}: unexpected character {ch!r}: expected integer row ids "
-                        "separated by whitespace or commas", source=src)
-    sep = _IS_SEP[raw]
-    starts = np.flatnonzero(~sep & np.concatenate(([True], sep[:-1])))
-    ends = np.flatnonzero(~sep & np.concatenate((sep[1:], [True])))
-    if len(starts) == 0:
-        return np.zeros(0, np.int64)
-    # a minus is allowed only as a token's first character
-    minus = np.flatnonzero(raw == ord("-"))
-    if len(minus):
-        tok = np.searchsorted(starts, minus, side="right") - 1
-        wrong = (starts[tok] != minus) | (ends[tok] == minus)
-        if wrong.any():
-            at = int(minus[np.argmax(wrong)])
-            ln = first_line + block.count(b"\n", 0, at)
-            raise UserError(f"line {ln}: malformed number: expected integer row ids",
-                            source=src)
-    text = block.replace(b",", b" ") if b"," in block else block
-    ids = np.fromstring(text, dtype=np.int64, sep=" ")
-    if len(ids) != len(starts):
-        raise UserError(f"near line {first_line}: {len(starts)} tokens but {len(ids)} parsed "
-                        "ids: expected integer row ids", source=src)
-    return ids
+def parse_block(block: bytes, src: str, first_line: int) -> np.ndarray:
+    """Integer ids of a text block that ends on a separator (UserError naming the line)."""
+    ids, n, err, kind = _parse_ids(np.frombuffer(block, np.uint8))
+    if err >= 0:
+        ln = first_line + block.count(b"\n", 0, err)
+        if kind == 0:
+            ch = block[err : err + 1].decode("latin-1")
+            raise UserError(f"line {ln}: unexpected character {ch!r}: expected integer row "
+                            "ids separated by whitespace or commas", source=src)
+        what = "malformed number" if kind == 1 else "number too large for int64"
+        raise UserError(f"line {ln}: {what}: expected integer row ids", source=src)
+    return ids[:n].copy()  # do not pin the worst-case buffer
+
+
+# the names other reader modules import
+_parse_block = parse_block
+_last_separator = last_separator
+
+
+@nb.njit(cache=True)
+def _parse_ids(raw):
+    """One pass over the bytes: ids, their count, and the first error (position, kind:
+    0 bad character, 1 misplaced minus, 2 overflow)."""
+    out = np.empty(len(raw) // 2 + 1, np.int64)
+    n = 0
+    val = 0
+    neg = False
+    in_tok = False
+    limit = (2**63 - 1 - 9) // 10
+    for i in range(len(raw)):
+        c = raw[i]
+        if 48 <= c <= 57:
+            if val > limit:
+                return out, n, i, 2
+            val = val * 10 + (c - 48)
+            in_tok = True
+        elif c == 45:  # '-': only first in a token
+            if in_tok or neg:
+                return out, n, i, 1
+            neg = True
+        elif c == 32 or c == 10 or c == 9 or c == 13 or c == 44:
+            if in_tok:
+                out[n] = -val if neg else val
+                n += 1
+            elif neg:
+                return out, n, i, 1
+            val = 0
+            neg = False
+            in_tok = False
+        else:
+            return out, n, i, 0
+    if in_tok:
+        out[n] = -val if neg else val
+        n += 1
+    elif neg:
+        return out, n, len(raw) - 1, 1
+    return out, n, -1, 0
