@@ -113,6 +113,8 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[Path, list[str], str]]:
     (tmp / "empty.txt").write_text("\n\n")
     (tmp / "dash.log").write_text("1, 2-3, 4")
     (tmp / "big.npy").write_bytes(b"")
+    (tmp / "lone.txt").write_text("1\n-\n2\n")
+    (tmp / "huge.txt").write_text("1\n2\n99999999999999999999\n")
     np.save(tmp / "range.npy", np.array([1, 2, 30]))
     (tmp / "afolder").mkdir()
     return {
@@ -127,6 +129,8 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[Path, list[str], str]]:
         "header text": (tmp / "header.txt", [], "line 1: unexpected character 'i'"),
         "empty text": (tmp / "empty.txt", [], "empty"),
         "malformed log": (tmp / "dash.log", [], "malformed number"),
+        "lone minus": (tmp / "lone.txt", [], "line 2: malformed number"),
+        "overflow": (tmp / "huge.txt", [], "line 3: number too large"),
         "id >= rows": (tmp / "range.npy", ["--rows", "10"], "id 30 at position 2 is out of "
                                                             "range: expected 0 <= id < 10"),
         "plain folder": (tmp / "afolder", [], "expected manifest.json"),
@@ -136,6 +140,7 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[Path, list[str], str]]:
 
 CASES = ["missing", "float npy", "negative npy", "empty npy", "2-D npy", "truncated npy",
          "negative text", "float text", "header text", "empty text", "malformed log",
+         "lone minus", "overflow",
          "id >= rows", "plain folder", "bad batch size"]
 
 
