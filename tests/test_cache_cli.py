@@ -117,3 +117,17 @@ def test_bad_inputs_exit_2(capsys, tmp_path, npy):
     _fails(capsys, ["cache", "--trace", t, "--policy", "lru", "--capacity", "5",
                     "--param", "oops"], "KEY=VALUE")
     _fails(capsys, ["cache", "--trace", t, "--policy", "lru"], "--capacity")
+
+
+def test_lookahead_and_ways_reach_their_policies(capsys, npy):
+    ids = np.load(npy)
+    trace = Trace.single_table(ids, None, 8)
+    for flag, policy, key in (("--lookahead", "scratchpipe", "lookahead"),
+                              ("--ways", "fbgemm-lru", "ways")):
+        d = _json(capsys, ["cache", "--trace", str(npy), "--policy", policy, "--capacity",
+                           "200", "--batch-size", "8", flag, "4", "--json"])
+        want = run_cache(trace, policy, 200, **{key: 4})
+        assert (d["hits"], d["misses"], d["unplaced"]) == (want.hits, want.misses,
+                                                           want.unplaced), policy
+        other = run_cache(trace, policy, 200)
+        assert policy != "fbgemm-lru" or d["ways"] == 4 != other.extra["ways"]
