@@ -106,6 +106,20 @@ def _varying(f: pd.DataFrame, cols: list[str]) -> list[str]:
     return [c for c in cols if c in f.columns and f[c].nunique(dropna=False) > 1]
 
 
+def _labels(f: pd.DataFrame, cols: list[str], long: bool) -> list[str]:
+    """A readable label per row from the values of `cols` (nulls left out)."""
+    out = []
+    for vals in f[cols].itertuples(index=False) if cols else [()] * len(f):
+        parts = []
+        for c, v in zip(cols, vals, strict=True):
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                continue
+            name = AXIS_LABELS.get(c, (c, 1.0))[0].split(" (")[0] if long else c.rsplit(".", 1)[-1]
+            parts.append(f"{name} = {v}" if long else f"{name}={v}")
+        out.append(", ".join(parts))
+    return out
+
+
 def _numeric(values: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(values)
 
@@ -127,14 +141,19 @@ def line_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
     facet = opts.get("facet")
     if facet is None and "facet" not in opts:
         vary = _varying(f, others)
-        facet = vary[0] if vary else None
-    extra = _varying(f, [a for a in others if a != facet])
+        facet = vary[:1]
+    facets = [facet] if isinstance(facet, str) else list(facet or [])
+    for c in facets:
+        _need(f, c, name, "facet")
+    extra = _varying(f, [a for a in others if a not in facets])
+    f = f.sort_values("index").assign(_panel=_labels(f, facets, long=True),
+                                      _group=_labels(f, extra, long=False))
     label, scale = AXIS_LABELS.get(x, (x, 1.0))
     scale = float(opts.get("x_scale", scale))
     x_label = opts.get("x_label") or label
     categorical = not _numeric(f[x])
-    cats = list(dict.fromkeys(f.sort_values("index")[x])) if categorical else []
-    panels = list(dict.fromkeys(f.sort_values("index")[facet])) if facet else [None]
+    cats = list(dict.fromkeys(f[x])) if categorical else []
+    panels = list(dict.fromkeys(f["_panel"]))
     rows, cols = _grid(len(panels))
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False,
                              sharey=True)
@@ -143,14 +162,11 @@ def line_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     for ax, pv in zip(axes.flat, panels, strict=False):
-        sub = f if facet is None else f[f[facet] == pv]
-        groups = [()] if not extra else list(dict.fromkeys(
-            tuple(r) for r in sub[extra].itertuples(index=False)))
+        sub = f[f["_panel"] == pv]
+        groups = list(dict.fromkeys(sub["_group"]))
         for d in designs:
             for gi, g in enumerate(groups):
-                part = sub[sub["design"] == d]
-                for c, v in zip(extra, g, strict=True):
-                    part = part[part[c] == v]
+                part = sub[(sub["design"] == d) & (sub["_group"] == g)]
                 if part.empty:
                     continue
                 for yi, y in enumerate(ys):
@@ -164,8 +180,7 @@ def line_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
                     if len(ys) > 1:
                         lab += f" {METRIC_LABELS.get(y, y).split(' (')[0]}"
                     if g:
-                        lab += ", " + ", ".join(f"{c.rsplit('.', 1)[-1]}={v}"
-                                                for c, v in zip(extra, g, strict=True))
+                        lab += f", {g}"
                     ax.plot(xs[order], pts[y].to_numpy(float)[order], label=lab,
                             color=design_color(d, designs),
                             linestyle=LINESTYLES[yi % len(LINESTYLES)],
@@ -177,9 +192,8 @@ def line_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
         if opts.get("logy"):
             ax.set_yscale("log")
         ax.set_xlabel(x_label)
-        if facet is not None:
-            flabel = AXIS_LABELS.get(facet, (facet, 1.0))[0].split(" (")[0]
-            ax.set_title(f"{flabel} = {pv}", fontsize=9)
+        if pv:
+            ax.set_title(pv, fontsize=9)
         ax.grid(True, alpha=0.3)
     for ax in axes[:, 0]:
         ax.set_ylabel(opts.get("y_label") or METRIC_LABELS.get(ys[0], ys[0]))
