@@ -273,9 +273,6 @@ def hotset(rows: int, seed: np.random.SeedSequence, hot_fraction: float = 0.01,
 
 
 # -- parameters -----------------------------------------------------------------------------
-_FRACTIONS = {"hot_fraction", "hot_access_fraction"}
-
-
 def _check_params(distribution: str, params: dict[str, Any], source: str | None,
                   prefix: str) -> dict[str, Any]:
     factory = DISTRIBUTIONS.get(distribution, source=source, field=f"{prefix}distribution")
@@ -298,11 +295,11 @@ def _check_params(distribution: str, params: dict[str, Any], source: str | None,
                 raise UserError(f"expected a number, got {v!r}", source=source,
                                 field=f"{prefix}{k}")
             out[k] = float(v) if isinstance(default, float) else v
-    if "alpha" in out and distribution == "zipf" and not out["alpha"] > 0:
+    if "alpha" in out and not out["alpha"] > 0:
         raise UserError(f"alpha must be > 0, got {out['alpha']}", source=source,
                         field=f"{prefix}alpha")
-    for k in _FRACTIONS & out.keys():
-        if not 0.0 <= out[k] <= 1.0:
+    for k in out:  # by convention, every "*_fraction" parameter is a share in [0, 1]
+        if k.endswith("_fraction") and not 0.0 <= out[k] <= 1.0:
             raise UserError(f"expected a fraction in [0, 1], got {out[k]}", source=source,
                             field=f"{prefix}{k}")
     return out
