@@ -140,10 +140,14 @@ class Config:
         return self.model.tables.count * self.model.tables.rows
 
     def capacity_rows(self) -> int:
-        """Cache capacity in rows: `capacity_rows`, else ceil(load_factor x total rows)."""
+        """Cache capacity in rows: `capacity_rows`, else ceil(load_factor x total rows).
+
+        Capped at the total rows: a bigger cache cannot hold more (and the HBM check below
+        still sees the requested size).
+        """
         c = self.cache
         if c.capacity_rows is not None:
-            return c.capacity_rows
+            return min(c.capacity_rows, self.total_rows)
         if c.load_factor is None:
             raise UserError("set cache.capacity_rows or cache.load_factor", source=self.source,
                             field="cache.capacity_rows")
@@ -162,7 +166,7 @@ class Config:
                             else "model.top_mlp")
         if not self.designs:
             raise UserError("expected at least one design", source=src, field="designs")
-        cap = self.capacity_rows()
+        cap = self.cache.capacity_rows or self.capacity_rows()
         cache_bytes = cap * m.moved_row_bytes
         hbm = self.hardware.gpu.hbm_capacity_GiB * GiB
         if cache_bytes > hbm:

@@ -1,0 +1,141 @@
+"""`scratchpipe-sim run` end to end: table, CSV, JSON, timelines, metadata, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from scratchpipe_sim.cli import main
+from scratchpipe_sim.config import load_config, resolve
+from scratchpipe_sim.timing import simulate
+
+SMALL = {
+    "hardware": {"preset": "a100-gen4"},
+    "model": {"tables": {"count": 2, "rows": 400, "dim": 16}, "pooling": 3, "batch_size": 32,
+              "num_batches": 12, "warmup_batches": 2, "bottom_mlp": [13, 32, 16],
+              "top_mlp": [20, 16, 1]},
+    "trace": {"distribution": "zipf", "alpha": 1.1},
+    "cache": {"capacity_rows": 500, "lookahead": 2},
+    "seed": 5,
+}
+WALL = ("policy_wall_s", "simpy_wall_s")
+
+
+@pytest.fixture
+def cfg_file(tmp_path):
+    p = tmp_path / "small.yaml"
+    p.write_text(yaml.safe_dump(SMALL))
+    return p
+
+
+def one_line_error(capsys, argv, *words):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+    for w in words:
+        assert w in err, (w, err)
+    return err
+
+
+def test_run_writes_every_artifact(cfg_file, tmp_path, capsys):
+    out = tmp_path / "res"
+    assert main(["run", str(cfg_file), "--out", str(out), "--set", "model.pooling=4"]) == 0
+    text = capsys.readouterr().out
+    for d in ("hybrid", "gpu-only", "static-cache", "lru-cache", "lru-prefetch",
+              "scratchpipe"):
+        assert d in text
+    assert "busy fraction" in text and "mean stage time per batch" in text
+    assert f"results: {out}" in text
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [r["design"] for r in rows] == ["hybrid", "gpu-only", "static-cache", "lru-cache",
+                                          "lru-prefetch", "scratchpipe"]
+    assert all(r["cfg.model.pooling"] == "4" for r in rows)
+    assert rows[0]["cfg.hardware.gpu.hbm_GBps"] == "2039.0"
+    resolved = yaml.safe_load((out / "resolved_config.yaml").read_text())
+    assert resolved == resolve(cfg_file, ["model.pooling=4"])
+    sha = (out / "trace.sha256").read_text().strip()
+    assert len(sha) == 64 and json.loads((out / "metadata.json").read_text())[
+        "trace_sha256"] == sha
+    for d in ("hybrid", "scratchpipe"):
+        doc = json.loads((out / f"timeline_{d}.json").read_text())
+        assert any(e["ph"] == "X" for e in doc["traceEvents"])
+    # same numbers as the Python API on the same config
+    api = simulate(load_config(cfg_file, ["model.pooling=4"]))
+    saved = json.loads((out / "results.json").read_text())
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in WALL} for r in rs]  # noqa: E731
+    assert strip(saved) == strip(api)
+    assert float(rows[5]["iter_ns_mean"]) == pytest.approx(api[5]["iter_ns_mean"], rel=1e-12)
+
+
+def test_existing_results_folder_is_never_overwritten(cfg_file, tmp_path, capsys):
+    out = tmp_path / "res"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    args = ["run", str(cfg_file), "--out", str(out), "--design", "hybrid", "--no-timeline"]
+    assert main(args) == 0
+    assert main(args) == 0
+    capsys.readouterr()
+    assert (out / "keep.txt").read_text() == "mine" and not (out / "results.csv").exists()
+    assert (tmp_path / "res-1" / "results.csv").exists()
+    assert (tmp_path / "res-2" / "results.csv").exists()
+    assert not list((tmp_path / "res-1").glob("timeline_*"))
+
+
+def test_json_output_and_design_filter(cfg_file, tmp_path, capsys):
+    assert main(["run", str(cfg_file), "--out", str(tmp_path / "o"), "--json",
+                 "--design", "gpu-only", "--design", "scratchpipe"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["design"] for r in rows] == ["gpu-only", "scratchpipe"]
+    assert rows[0]["speedup_vs_hybrid"] is None
+    assert rows[1]["policy_train_misses"] == 0
+    assert rows[0]["iter_ns_mean"] <= rows[1]["iter_ns_mean"]
+
+
+def test_trace_file_input(cfg_file, tmp_path, capsys):
+    ids = np.random.default_rng(0).integers(0, 400, 32 * 12)
+    np.save(tmp_path / "ids.npy", ids)
+    argv = ["run", str(cfg_file), "--out", str(tmp_path / "o"), "--json", "--design", "hybrid",
+            "--set", "trace.path=ids.npy", "--set", "model.tables.count=1"]
+    assert main(argv) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["accesses"] == 32 * 10  # 12 batches of 32 ids, 2 warm-up
+
+
+@pytest.mark.parametrize("sets, words", [
+    (["cache.capcity_rows=5"], ["cache.capcity_rows", "did you mean 'capacity_rows'"]),
+    (["model.pooling=many"], ["model.pooling", "expected an integer"]),
+    (["hardware.pcie.d2h_GBps=-4"], ["hardware.pcie.d2h_GBps", "> 0"]),
+    (["cache.capacity_rows=400", "hardware.gpu.hbm_capacity_GiB=0.00001"],
+     ["cache.capacity_rows", "fits in HBM"]),
+    (["designs=[hybrid, scratchpip]"], ["designs", "did you mean 'scratchpipe'"]),
+    (["cache.capacity_rows=10"], ["cache.capacity_rows", "scratchpipe needs capacity >="]),
+    (["cache.policy=lruu"], ["cache.policy", "did you mean 'lru'"]),
+    (["trace.distribution=zipff"], ["trace.distribution"]),
+])
+def test_bad_config_is_one_line_exit_2(cfg_file, tmp_path, capsys, sets, words):
+    argv = ["run", str(cfg_file), "--out", str(tmp_path / "o")]
+    for s in sets:
+        argv += ["--set", s]
+    one_line_error(capsys, argv, str(cfg_file), *words)
+    assert not (tmp_path / "o").exists()  # nothing half-written
+
+
+def test_unknown_design_flag(cfg_file, tmp_path, capsys):
+    one_line_error(capsys, ["run", str(cfg_file), "--design", "lru-cach", "--out",
+                            str(tmp_path / "o")], "designs", "did you mean 'lru-cache'")
+
+
+def test_trace_ids_exceed_table_rows(cfg_file, tmp_path, capsys):
+    np.save(tmp_path / "ids.npy", np.array([1, 2, 399, 450] * 96))
+    one_line_error(capsys, ["run", str(cfg_file), "--out", str(tmp_path / "o"),
+                            "--set", "trace.path=ids.npy", "--set", "model.tables.count=1"],
+                   "model.tables.rows", "expected 0 <= id < 400")
+
+
+def test_missing_config(tmp_path, capsys):
+    one_line_error(capsys, ["run", str(tmp_path / "nope.yaml")], "no such config file")
