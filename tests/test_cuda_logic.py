@@ -231,3 +231,14 @@ def test_no_gpu_status_has_a_reason_and_keeps_numba_cuda_unimported():
     if "numba.cuda" not in sys.modules:  # asked without importing it (simulator still possible)
         gpu_status()
         assert "numba.cuda" not in sys.modules
+
+
+@pytest.mark.skipif("not _gpu_here()", reason="needs a real NVIDIA GPU for event timing")
+def test_pcie_microbenchmark_times_grow_with_size_on_a_gpu():
+    from scratchpipe_sim.cuda import bench
+
+    m = Measurements()
+    bench.measure_pcie(m, bench.BenchSizes(pcie_bytes=(1 << 16, 1 << 22, 1 << 26), reps=3))
+    assert len(m.h2d) == 3 and len(m.d2h) == 3
+    f = fit_latency_bandwidth(*np.array(m.h2d).T)
+    assert 1.0 < f.GBps < 200.0 and f.r2 > 0.9

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Calibrate this GPU machine and validate the timing model against it (about 5-8 minutes).
+#
+#   benchmarks/gpu_validate.sh            # writes into $OUT (the device tool's folder) or
+#                                         # results/gpu_validate/
+# Needs: an NVIDIA GPU, this package installed with the [cuda] extra (numba-cuda and CUDA
+# bindings matching the driver). The device machine has no network: bring the environment.
+# Steps (each under its own timeout):
+#   1. calibrate -> configs/hardware/measured-$NAME.yaml (+ .json raw samples)
+#   2. validate benchmarks/gpu_validate.yaml with the measured preset (GPU run)
+#   3. the same measured stage times against the stock preset (no GPU rerun)
+#   4. a markdown table for docs/validation.md
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+NAME=${NAME:-h200}
+DEST=${OUT:-results/gpu_validate}
+mkdir -p "$DEST"
+log() { echo "[gpu_validate $(date -u +%H:%M:%S)] $*"; }
+
+if ! "$PY" -c "import scratchpipe_sim, numba_cuda" 2>/dev/null; then
+    echo "gpu_validate: '$PY' cannot import scratchpipe_sim and numba_cuda;" \
+         "install the package with the [cuda] extra first" >&2
+    exit 2
+fi
+unset NUMBA_ENABLE_CUDASIM
+"$PY" -c "from scratchpipe_sim.cuda.runtime import gpu_status as g; s = g(); print(s.reason)
+raise SystemExit(0 if s.usable else 2)" || { echo "gpu_validate: no usable GPU" >&2; exit 2; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$DEST/gpu.txt"
+
+PRESET=configs/hardware/measured-$NAME.yaml
+log "calibrate"
+timeout 300 "$PY" -m scratchpipe_sim calibrate --base h200-gen5 --name "measured-$NAME" \
+    --out "$PRESET" 2>&1 | tee "$DEST/calibrate.txt"
+[ -f "$PRESET" ] || { echo "gpu_validate: calibrate wrote no preset" >&2; exit 1; }
+cp "$PRESET" "${PRESET%.yaml}.json" "$DEST/" 2>/dev/null
+
+log "validate (measured preset)"
+timeout 300 "$PY" -m scratchpipe_sim validate benchmarks/gpu_validate.yaml \
+    --set "hardware.preset=measured-$NAME" --out "$DEST/validate-measured.csv" 2>&1 \
+    | tee "$DEST/validate-measured.txt"
+[ -f "$DEST/validate-measured.json" ] || { echo "gpu_validate: no measurement" >&2; exit 1; }
+
+log "validate (stock preset, same measurement)"
+"$PY" -m scratchpipe_sim validate benchmarks/gpu_validate.yaml \
+    --measured "$DEST/validate-measured.json" --out "$DEST/validate-stock.csv" 2>&1 \
+    | tee "$DEST/validate-stock.txt"
+
+"$PY" - "$DEST" <<'PYEOF' | tee "$DEST/validation_table.md"
+import csv, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+print("| stage | measured (us) | predicted, measured preset (us) | error | "
+      "predicted, stock h200-gen5 (us) | error |")
+print("|---|---:|---:|---:|---:|---:|")
+rows = {}
+for tag in ("measured", "stock"):
+    p = d / f"validate-{tag}.csv"
+    if p.exists():
+        for r in csv.DictReader(open(p)):
+            rows.setdefault(r["stage"], {})[tag] = r
+for stage, r in rows.items():
+    m = r.get("measured") or r.get("stock")
+    cells = [stage, f"{float(m['measured_ns']) / 1e3:.1f}"]
+    for tag in ("measured", "stock"):
+        x = r.get(tag)
+        cells += ([f"{float(x['predicted_ns']) / 1e3:.1f}", f"{float(x['error_pct']):+.1f}%"]
+                  if x else ["-", "-"])
+    print("| " + " | ".join(cells) + " |")
+PYEOF
+log "done: $DEST"
