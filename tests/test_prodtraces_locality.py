@@ -219,7 +219,8 @@ def test_reuse_distance_errors(tmp_path, capsys):
                "--seed", "1", "--out", str(tmp_path / "o.sptrace")])
     assert rc == 2 and "--new-fraction: expected a fraction" in capsys.readouterr().err
     with pytest.raises(UserError, match="no such trace"):
-        generate_trace("reuse-distance", 100, 10, 2, 1, seed=1, profile="/nonexistent")
+        generate_trace("reuse-distance", 100, 10, 2, 1, seed=1,
+                       profile=str(tmp_path / "missing.sptrace"))
 
 
 # -- presets ----------------------------------------------------------------------------------
