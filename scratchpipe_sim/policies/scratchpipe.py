@@ -133,72 +133,76 @@ def _heap_pop(hk, hr, hl, n):
 
 
 @nb.njit(cache=True)
-def _valid(keys, vals, mask, shift, slot_last, row, lastp):
-    s = _lookup(keys, vals, mask, shift, row)
-    return s >= 0 and slot_last[s] == lastp
+def _unpin(s, p, su, qs, ql, st):
+    """The row in slot s was last used at position p, in a batch that just left the window:
+    queue it as evictable. Entries are (slot, last-use position); one is stale once the
+    slot's last use changed (the row was used again, or evicted and the slot refilled)."""
+    if s < 0 or su[s, 0] != p:
+        return
+    if st[_QTAIL] == len(qs):  # compact the FIFO: drop stale entries
+        k = 0
+        for i in range(st[_QHEAD], st[_QTAIL]):
+            if su[qs[i], 0] == ql[i]:
+                qs[k], ql[k] = qs[i], ql[i]
+                k += 1
+        st[_QHEAD], st[_QTAIL] = 0, k
+    qs[st[_QTAIL]], ql[st[_QTAIL]] = s, p
+    st[_QTAIL] += 1
 
 
 @nb.njit(cache=True)
-def _unpin(r, p, keys, vals, mask, shift, slot_last, slot_next, qr, ql, hk, hr, hl, st):
-    """Row r's last use is position p of a batch that just left the window: make it evictable."""
-    s = _lookup(keys, vals, mask, shift, r)
-    if s < 0 or slot_last[s] != p:
-        return
-    if st[_QTAIL] == len(qr):  # compact the FIFO: drop stale entries
-        k = 0
-        for i in range(st[_QHEAD], st[_QTAIL]):
-            if _valid(keys, vals, mask, shift, slot_last, qr[i], ql[i]):
-                qr[k], ql[k] = qr[i], ql[i]
-                k += 1
-        st[_QHEAD], st[_QTAIL] = 0, k
-    qr[st[_QTAIL]], ql[st[_QTAIL]] = r, p
-    st[_QTAIL] += 1
+def _heap_add(su, hk, hs, hl, st, s, p):
     if st[_HSIZE] == len(hk):  # compact the heap and rebuild it
         n = st[_HSIZE]
         k = 0
         for i in range(n):
-            if _valid(keys, vals, mask, shift, slot_last, hr[i], hl[i]):
-                hk[k], hr[k], hl[k] = hk[i], hr[i], hl[i]
+            if su[hs[i], 0] == hl[i]:
+                hk[k], hs[k], hl[k] = hk[i], hs[i], hl[i]
                 k += 1
         st[_HSIZE] = 0
         for i in range(k):
-            _heap_push(hk, hr, hl, st[_HSIZE], hk[i], hr[i], hl[i])
+            _heap_push(hk, hs, hl, st[_HSIZE], hk[i], hs[i], hl[i])
             st[_HSIZE] += 1
-    _heap_push(hk, hr, hl, st[_HSIZE], slot_next[s], r, p)
+    _heap_push(hk, hs, hl, st[_HSIZE], su[s, 1], s, p)
     st[_HSIZE] += 1
 
 
 @nb.njit(cache=True)
-def _victim(keys, vals, mask, shift, slot_last, slot_next, limit, qr, ql, hk, hr, hl, st):
-    """Slot to evict, or -1 when every resident row is pinned."""
+def _victim(su, limit, qs, ql, hk, hs, hl, st):
+    """Slot to evict, or -1 when every resident row is pinned.
+
+    The FIFO holds every unpinned row in last-use order. Popping it, a row with no use in
+    the window is the victim; a row used inside the window moves to the next-use heap (it
+    stays in that class until it is used again, which makes its entry stale). The heap is
+    consulted only once the FIFO is empty, so it then holds every unpinned row.
+    """
     while st[_QHEAD] < st[_QTAIL]:
-        r, p = qr[st[_QHEAD]], ql[st[_QHEAD]]
+        s, p = qs[st[_QHEAD]], ql[st[_QHEAD]]
         st[_QHEAD] += 1
-        s = _lookup(keys, vals, mask, shift, r)
-        if s < 0 or slot_last[s] != p:
-            continue  # stale: evicted, or used again (pinned; it will be queued again)
-        if slot_next[s] >= limit:
+        if su[s, 0] != p:
+            continue  # stale: used again (pinned; it will be queued again) or evicted
+        if su[s, 1] >= limit:
             return s  # no use in the window: least recently used first
-        # used inside the window: it stays in the heap and never returns to this class
+        _heap_add(su, hk, hs, hl, st, s, p)
     while st[_HSIZE] > 0:
-        r, p = hr[0], hl[0]
-        _heap_pop(hk, hr, hl, st[_HSIZE])
+        s, p = hs[0], hl[0]
+        _heap_pop(hk, hs, hl, st[_HSIZE])
         st[_HSIZE] -= 1
-        s = _lookup(keys, vals, mask, shift, r)
-        if s >= 0 and slot_last[s] == p:
+        if su[s, 0] == p:
             return s  # farthest next use
     return -1
 
 
 @nb.njit(cache=True)
 def _scratchpipe_chunk(ext_ids, ext_ptr, ext_first_batch, first_new, ext_base, next_use, gptr,
-                       num_batches, w, stall, keys, vals, mask, shift, slot_row, slot_last,
-                       slot_next, free, qr, ql, hk, hr, hl, st, ext_out, events):
+                       num_batches, w, stall, keys, vals, mask, shift, slot_row, su, free,
+                       qs, ql, hk, hs, hl, st, ext_out, ext_slot, events):
     """Plan every new batch of the chunk, then train the one W-1 batches behind it.
 
-    `ext_*` = ids of the last W batches of earlier chunks followed by this chunk's; positions
-    are local to `ext_ids` (global = ext_base + local). Returns -1, or the global index of the
-    batch whose pinned set overflowed (on_overflow=error).
+    `ext_*` = the last W batches of earlier chunks followed by this chunk's; positions are
+    local to `ext_ids` (global = ext_base + local). `ext_slot[q]` is the slot that access q
+    was planned into (-1: unplaced) - what the trainer reads. Returns -1, or the global
+    index of the batch whose pinned set overflowed (on_overflow=error).
     """
     cap = len(slot_row)
     carry = ext_ptr[first_new]
@@ -210,17 +214,16 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_first_batch, first_new, ext_base, n
         ub = lb - w
         if ub >= 0:
             for q in range(ext_ptr[ub], ext_ptr[ub + 1]):
-                if ext_out[q] != UNPLACED:
-                    _unpin(ext_ids[q], ext_base + q, keys, vals, mask, shift, slot_last,
-                           slot_next, qr, ql, hk, hr, hl, st)
+                _unpin(ext_slot[q], ext_base + q, su, qs, ql, st)
         limit = gptr[min(j + w + 1, num_batches)]
         # pass 1: resident rows hit and are pinned before any victim is chosen
         for q in range(lo, hi):
             s = _lookup(keys, vals, mask, shift, ext_ids[q])
+            ext_slot[q] = s
             if s >= 0:
                 ext_out[q] = HIT
-                slot_last[s] = ext_base + q
-                slot_next[s] = next_use[q - carry]
+                su[s, 0] = ext_base + q
+                su[s, 1] = next_use[q - carry]
             else:
                 ext_out[q] = MISS
         # pass 2: fill the missing rows
@@ -238,8 +241,7 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_first_batch, first_new, ext_base, n
                     s = free[st[_USED]]
                     st[_USED] += 1
                 else:
-                    s = _victim(keys, vals, mask, shift, slot_last, slot_next, limit, qr, ql,
-                                hk, hr, hl, st)
+                    s = _victim(su, limit, qs, ql, hk, hs, hl, st)
                     if s < 0:
                         if not stall:
                             return j
@@ -254,21 +256,25 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_first_batch, first_new, ext_base, n
                 vals[i] = s
                 slot_row[s] = r
                 events[lb - first_new, FILLS] += 1
-            slot_last[s] = ext_base + q
-            slot_next[s] = next_use[q - carry]
+            ext_slot[q] = s
+            su[s, 0] = ext_base + q
+            su[s, 1] = next_use[q - carry]
         if stalled:
             st[_STALLS] += 1
-        # train(j-W+1): every row it reads must be resident now
+        # train(j-W+1): every row it reads must be in the slot it was planned into
         tb = lb - w + 1
         if tb >= 0:
-            _train_check(ext_ids, ext_ptr, tb, ext_out, keys, vals, mask, shift, st)
+            _train_check(ext_ids, ext_ptr, tb, ext_out, ext_slot, slot_row, st)
     return -1
 
 
 @nb.njit(cache=True)
-def _train_check(ext_ids, ext_ptr, tb, ext_out, keys, vals, mask, shift, st):
+def _train_check(ext_ids, ext_ptr, tb, ext_out, ext_slot, slot_row, st):
     for q in range(ext_ptr[tb], ext_ptr[tb + 1]):
-        if ext_out[q] != UNPLACED and _lookup(keys, vals, mask, shift, ext_ids[q]) < 0:
+        if ext_out[q] == UNPLACED:
+            continue  # served from host memory (stall mode), by design
+        s = ext_slot[q]
+        if s < 0 or slot_row[s] != ext_ids[q]:
             st[_TRAIN_MISSES] += 1
 
 
@@ -291,12 +297,13 @@ class ScratchPipe(Policy):
         cap = self.capacity
         self.keys, self.vals, self.mask, self.shift = new_map(cap)
         self.slot_row = np.full(cap, EMPTY, np.int64)
-        self.slot_last = np.full(cap, -1, np.int64)
-        self.slot_next = np.zeros(cap, np.int64)
+        # per slot: last-use position, next-use position (one cache line for both)
+        self.slot_use = np.zeros((cap, 2), np.int64)
+        self.slot_use[:, 0] = -1
         self.free = np.arange(cap, dtype=np.int64)
         q = 2 * cap + 2
-        self.qr, self.ql = np.zeros(q, np.int64), np.zeros(q, np.int64)
-        self.hk, self.hr, self.hl = (np.zeros(q, np.int64), np.zeros(q, np.int64),
+        self.qs, self.ql = np.zeros(q, np.int64), np.zeros(q, np.int64)
+        self.hk, self.hs, self.hl = (np.zeros(q, np.int64), np.zeros(q, np.int64),
                                      np.zeros(q, np.int64))
         self.st = np.zeros(6, np.int64)
         self._trace: Trace | None = None
@@ -305,6 +312,7 @@ class ScratchPipe(Policy):
     def _reset_window(self, first_batch: int, first_access: int) -> None:
         self.win_ids = np.zeros(0, np.int64)
         self.win_out = np.zeros(0, np.uint8)
+        self.win_slot = np.zeros(0, np.int64)
         self.win_ptr = np.zeros(1, np.int64)
         self.win_first_batch = first_batch
         self.win_first_access = first_access
@@ -321,6 +329,7 @@ class ScratchPipe(Policy):
         ncar = len(self.win_ids)
         ext_ids = np.concatenate((self.win_ids, chunk.ids))
         ext_out = np.concatenate((self.win_out, np.zeros(len(chunk.ids), np.uint8)))
+        ext_slot = np.concatenate((self.win_slot, np.full(len(chunk.ids), -1, np.int64)))
         ext_ptr = np.concatenate((self.win_ptr, chunk.batch_ptr[1:] + ncar))
         first_new = len(self.win_ptr) - 1
         ext_base = chunk.first_access - ncar
@@ -328,8 +337,8 @@ class ScratchPipe(Policy):
             ext_ids, ext_ptr, chunk.first_batch - first_new, first_new, ext_base,
             np.asarray(next_use, np.int64), self.gptr, self.num_batches, self.lookahead,
             self.on_overflow == "stall", self.keys, self.vals, self.mask, self.shift,
-            self.slot_row, self.slot_last, self.slot_next, self.free, self.qr, self.ql,
-            self.hk, self.hr, self.hl, self.st, ext_out, events)
+            self.slot_row, self.slot_use, self.free, self.qs, self.ql,
+            self.hk, self.hs, self.hl, self.st, ext_out, ext_slot, events)
         if bad >= 0:
             need = min_scratchpipe_capacity(self._trace, self.lookahead)
             raise UserError(
@@ -344,6 +353,7 @@ class ScratchPipe(Policy):
         cut = int(ext_ptr[nbat - keep])
         self.win_ids = ext_ids[cut:].copy()
         self.win_out = ext_out[cut:].copy()
+        self.win_slot = ext_slot[cut:].copy()
         self.win_ptr = ext_ptr[nbat - keep:] - cut
         self.win_first_batch = chunk.first_batch - first_new + nbat - keep
 
@@ -353,8 +363,8 @@ class ScratchPipe(Policy):
         last_batch = self.win_first_batch + nbat - 1
         first_untrained = max(0, last_batch - self.lookahead + 2)
         for lb in range(first_untrained - self.win_first_batch, nbat):
-            _train_check(self.win_ids, self.win_ptr, lb, self.win_out, self.keys, self.vals,
-                         self.mask, self.shift, self.st)
+            _train_check(self.win_ids, self.win_ptr, lb, self.win_out, self.win_slot,
+                         self.slot_row, self.st)
         self._reset_window(last_batch + 1, 0)
 
     def resident(self) -> np.ndarray:
