@@ -1,0 +1,82 @@
+"""Timing-model benchmark: SimPy share of wall time, end-to-end lookups/s vs the bare engine.
+
+    python benchmarks/bench_timing.py                 # quickstart x10 (400 batches)
+    python benchmarks/bench_timing.py --scale 2       # shorter
+
+For each design: the wall time of the policy pass it is priced from (run once and shared
+by designs with the same policy; each design's rate counts it in full), of its SimPy run,
+the SimPy share, and end-to-end lookups simulated per second (trace accesses / (policy +
+SimPy time)). The bare engine is `run_cache` of the
+same policy over the same trace. Targets (issue 4): SimPy under 10% of wall time; the
+end-to-end rate within 2x of the bare engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from scratchpipe_sim.config import load_config
+from scratchpipe_sim.policies.engine import run_cache
+from scratchpipe_sim.timing import build_trace, simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=str(ROOT / "configs" / "quickstart.yaml"))
+    ap.add_argument("--scale", type=float, default=10.0, help="x the config's num_batches")
+    ap.add_argument("--design", action="append", dest="designs")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    base = load_config(args.config)
+    n = int(round(base.model.num_batches * args.scale))
+    cfg = load_config(args.config, [f"model.num_batches={n}"])
+    t0 = time.perf_counter()
+    trace = build_trace(cfg)
+    gen_s = time.perf_counter() - t0
+    # warm the JIT caches on a tiny run so compile time is not measured
+    simulate(load_config(args.config, ["model.num_batches=12", "model.warmup_batches=2",
+                                       "model.batch_size=64"]), args.designs)
+    t0 = time.perf_counter()
+    rows = simulate(cfg, args.designs, trace=trace)
+    total_s = time.perf_counter() - t0
+    bare: dict[str, float] = {}
+    out = []
+    for r in rows:
+        pol = r["policy"]
+        if pol not in ("none", "all-resident") and pol not in bare:
+            params = {"lookahead": cfg.cache.lookahead} if pol == "scratchpipe" else {}
+            res = run_cache(trace, pol, r["capacity_rows"], **params)
+            bare[pol] = trace.num_accesses / res.wall_s
+        wall = r["policy_wall_s"] + r["simpy_wall_s"]
+        out.append({
+            "design": r["design"], "policy": pol, "policy_s": round(r["policy_wall_s"], 3),
+            "simpy_s": round(r["simpy_wall_s"], 4),
+            "simpy_share": round(r["simpy_wall_s"] / wall, 4) if wall else 0.0,
+            "e2e_lookups_per_s": trace.num_accesses / wall if wall else float("inf"),
+            "bare_lookups_per_s": bare.get(pol),
+        })
+    summary = {"batches": n, "accesses": trace.num_accesses, "trace_gen_s": round(gen_s, 2),
+               "simulate_s": round(total_s, 2),
+               "simpy_share_total": round(sum(r["simpy_wall_s"] for r in rows) / total_s, 4),
+               "designs": out}
+    if args.json:
+        print(json.dumps(summary, indent=1))
+        return
+    print(f"{n} batches, {trace.num_accesses:,} lookups; trace generated in {gen_s:.1f} s; "
+          f"simulate() {total_s:.1f} s, SimPy share {summary['simpy_share_total']:.2%}")
+    print(f"{'design':14s} {'policy':12s} {'policy_s':>9s} {'simpy_s':>8s} {'simpy%':>7s} "
+          f"{'e2e Mlookups/s':>15s} {'bare Mlookups/s':>16s}")
+    for r in out:
+        bare_s = f"{r['bare_lookups_per_s'] / 1e6:16.1f}" if r["bare_lookups_per_s"] else \
+            f"{'-':>16s}"
+        print(f"{r['design']:14s} {r['policy']:12s} {r['policy_s']:9.2f} {r['simpy_s']:8.3f} "
+              f"{r['simpy_share']:7.2%} {r['e2e_lookups_per_s'] / 1e6:15.1f} {bare_s}")
+
+
+if __name__ == "__main__":
+    main()
