@@ -56,6 +56,16 @@ def test_gen_tables_and_hotset_and_param(tmp_path):
     assert open_trace(out2).meta["generator"]["params"] == {"alpha": 0.9, "permute": False}
 
 
+def test_gen_pooling_sigma(tmp_path):
+    out = tmp_path / "j.sptrace"
+    assert main([*GEN, "--pooling-sigma", "1.5", "--out", str(out)]) == 0
+    api = generate_trace("zipf", [400, 100], 16, 10, [3, 2], seed=9, reuse=0.25, alpha=1.1,
+                         pooling_sigma=1.5)
+    t = open_trace(out)
+    assert np.asarray(t.offsets).tolist() == api.offsets.tolist()
+    assert t.linear_ids().tolist() == api.linear_ids().tolist()
+
+
 @pytest.mark.parametrize("args,expected", [
     (["--alpha", "0"], "--alpha: alpha must be > 0"),
     (["--reuse", "2"], "--reuse: expected a fraction in [0, 1]"),
@@ -68,6 +78,7 @@ def test_gen_tables_and_hotset_and_param(tmp_path):
     (["--distribution", "zipff"], "unknown distribution 'zipff' (did you mean 'zipf'?)"),
     (["--hot-fraction", "0.5"], "--hot-fraction: unknown parameter for distribution 'zipf'"),
     (["--param", "beta"], "--param: expected KEY=VALUE"),
+    (["--pooling-sigma", "-1"], "--pooling-sigma: expected a standard deviation >= 0"),
 ])
 def test_gen_bad_flags_exit_2_with_one_line(tmp_path, capsys, args, expected):
     argv = [*GEN, "--out", str(tmp_path / "x.sptrace"), *args]

@@ -230,3 +230,28 @@ def test_guided_inverse_cdf_equals_searchsorted_exactly(rows, alpha):
     u = u[u < 1.0]
     got = gen._guided_searchsorted(cdf, z.guide, u)
     assert got.tolist() == np.searchsorted(cdf, u, side="right").tolist()
+
+
+# -- pooling jitter --------------------------------------------------------------------------
+def test_pooling_sigma_draws_fbgemm_style_bag_lengths_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(gen, "BLOCK_ACCESSES", 500)
+    B, L, sigma, seed = 64, [4, 2], 2.0, 3
+    kw = dict(distribution="uniform", table_rows=[2**40, 2**40], batch_size=B,
+              num_batches=15, pooling=L, seed=seed, reuse=0.5, pooling_sigma=sigma)
+    t = generate_trace(**kw)
+    t.validate()
+    for ti, Lt in enumerate(L):
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed,
+                                                                         spawn_key=(3, ti))))
+        want = np.maximum(rng.normal(Lt, sigma, B).astype(np.int64), 0)
+        assert (want == 0).any()  # some empty bags: a real test of the clamp
+        for k in range(t.num_batches):
+            assert np.diff(t.batch(k).table(ti)[1]).tolist() == want.tolist()
+        for k in range(1, t.num_batches):  # reuse stays exact over the drawn positions
+            same = int((t.batch(k - 1).table(ti)[0] == t.batch(k).table(ti)[0]).sum())
+            assert same == int(want.sum() * 0.5)
+    assert t.meta["generator"]["pooling_sigma"] == 2.0
+    assert arrays(read_trace(generate_to_store(tmp_path / "j.sptrace", **kw))) == arrays(t)
+    with pytest.raises(UserError) as e:
+        small(pooling_sigma=-1.0)
+    assert e.value.field == "pooling_sigma"

@@ -66,6 +66,9 @@ def _register_gen(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--batches", type=int, required=True, metavar="N")
     g.add_argument("--pooling", default="1", metavar="L[,L...]",
                    help="lookups per sample per table: one or one per table (default 1)")
+    g.add_argument("--pooling-sigma", type=float, default=0.0, metavar="S",
+                   help="bag lengths ~ trunc(N(pooling, S)), >= 0, drawn once per sample "
+                        "slot (FBGEMM's sigma_L; default 0: fixed pooling)")
     g.add_argument("--reuse", type=float, default=0.0, metavar="F",
                    help="share of each batch's ids copied from the previous batch")
     g.add_argument("--seed", type=int, required=True)
@@ -121,7 +124,8 @@ def handle_gen(args: argparse.Namespace) -> int:
         raise UserError("already exists; pass --force to overwrite", source=str(out))
     try:
         spec = gen.make_spec(args.distribution, rows, args.batch_size, args.batches, pooling,
-                             args.seed, args.reuse, **params)
+                             args.seed, args.reuse, pooling_sigma=args.pooling_sigma,
+                             **params)
     except UserError as e:  # name the flag, not the API argument
         raise UserError(e.message, source=e.source, field=_flag(e.field)) from None
     gen.store_from_spec(spec, out, overwrite=args.force)

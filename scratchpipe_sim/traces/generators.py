@@ -17,6 +17,7 @@ factory) names the accepted parameters. Other modules register more (see
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import os
@@ -317,25 +318,42 @@ class GenSpec:
     seed: int
     reuse: float
     params: dict[str, Any]
+    pooling_sigma: float = 0.0
 
     @property
     def num_tables(self) -> int:
         return len(self.table_rows)
 
+    @functools.cached_property
+    def bag_lengths(self) -> tuple[np.ndarray, ...]:
+        """Per table, the B bag lengths every batch uses. With `pooling_sigma` > 0 they are
+        drawn once, as FBGEMM's `generate_pooling_factors_from_stats`: trunc(N(L, sigma)),
+        negatives -> 0, the same for every batch (key (3, t))."""
+        out = []
+        for t, L in enumerate(self.pooling):
+            if self.pooling_sigma > 0:
+                x = _rng(self, 3, t).normal(L, self.pooling_sigma, self.batch_size)
+                out.append(np.maximum(x.astype(np.int64), 0))
+            else:
+                out.append(np.full(self.batch_size, L, np.int64))
+        return tuple(out)
+
     @property
     def accesses_per_batch(self) -> int:
-        return self.batch_size * sum(self.pooling)
+        return int(sum(int(x.sum()) for x in self.bag_lengths))
 
     @property
     def block_batches(self) -> int:
-        return max(1, BLOCK_ACCESSES // self.accesses_per_batch)
+        nominal = self.batch_size * sum(self.pooling)
+        return max(1, BLOCK_ACCESSES // nominal)
 
     def meta(self) -> dict[str, Any]:
         return {"generator": {
             "version": GENERATOR_VERSION, "distribution": self.distribution,
             "table_rows": list(self.table_rows), "batch_size": self.batch_size,
             "num_batches": self.num_batches, "pooling": list(self.pooling),
-            "seed": self.seed, "reuse": self.reuse, "params": dict(self.params)}}
+            "seed": self.seed, "reuse": self.reuse, "params": dict(self.params),
+            **({"pooling_sigma": self.pooling_sigma} if self.pooling_sigma else {})}}
 
 
 def _positive_int(v: Any, field: str, source: str | None) -> int:
@@ -346,7 +364,8 @@ def _positive_int(v: Any, field: str, source: str | None) -> int:
 
 def make_spec(distribution: str, table_rows: Sequence[int] | int, batch_size: int,
               num_batches: int, pooling: int | Sequence[int], seed: int, reuse: float = 0.0,
-              source: str | None = None, field_prefix: str = "", **dist_params: Any) -> GenSpec:
+              source: str | None = None, field_prefix: str = "", pooling_sigma: float = 0.0,
+              **dist_params: Any) -> GenSpec:
     """Validate a generator configuration (UserError naming the field)."""
     load_distributions()
     p = field_prefix
@@ -368,9 +387,17 @@ def make_spec(distribution: str, table_rows: Sequence[int] | int, batch_size: in
     if isinstance(reuse, bool) or not isinstance(reuse, (int, float)) or not 0 <= reuse <= 1:
         raise UserError(f"expected a fraction in [0, 1], got {reuse!r}", source=source,
                         field=f"{p}reuse")
+    if (isinstance(pooling_sigma, bool) or not isinstance(pooling_sigma, (int, float))
+            or not math.isfinite(pooling_sigma) or pooling_sigma < 0):
+        raise UserError(f"expected a standard deviation >= 0, got {pooling_sigma!r}",
+                        source=source, field=f"{p}pooling_sigma")
     params = _check_params(distribution, dist_params, source, p)
-    return GenSpec(distribution, tuple(rows), batch_size, num_batches, tuple(pool), int(seed),
-                   float(reuse), params)
+    spec = GenSpec(distribution, tuple(rows), batch_size, num_batches, tuple(pool), int(seed),
+                   float(reuse), params, float(pooling_sigma))
+    if spec.accesses_per_batch == 0:
+        raise UserError("every drawn bag length is 0, so the trace would be empty: expected a "
+                        "smaller pooling_sigma", source=source, field=f"{p}pooling_sigma")
+    return spec
 
 
 # -- generation -----------------------------------------------------------------------------
@@ -386,19 +413,20 @@ def iter_blocks(spec: GenSpec) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndar
     """(indices, offsets, batch_bounds) of each RNG block, relative to the block."""
     factory = DISTRIBUTIONS.get(spec.distribution)
     T, B = spec.num_tables, spec.batch_size
-    per_bag = np.concatenate([np.full(B, L, np.int64) for L in spec.pooling])
+    per_bag = np.concatenate(spec.bag_lengths)
+    widths = [int(x.sum()) for x in spec.bag_lengths]
     prev: list[np.ndarray | None] = [None] * T
     # one sampler per table (its permutation built once), keyed by (0, t)
     # a distribution whose `accesses` parameter is 0 (auto) is told its table's stream length
     auto = "accesses" in spec.params and spec.params["accesses"] == 0
     samplers = [factory(spec.table_rows[t], _seed(spec, 0, t), **{
-        **spec.params, **({"accesses": spec.num_batches * B * spec.pooling[t]} if auto else {})})
+        **spec.params, **({"accesses": spec.num_batches * widths[t]} if auto else {})})
         for t in range(T)]
     for j, first in enumerate(range(0, spec.num_batches, spec.block_batches)):
         nbk = min(spec.block_batches, spec.num_batches - first)
         cols = []
         for t in range(T):
-            width = B * spec.pooling[t]
+            width = widths[t]
             ids = samplers[t].sample(_rng(spec, 1, t, j), nbk * width).reshape(nbk, width)
             count = int(width * spec.reuse)
             if count > 0:
@@ -436,12 +464,13 @@ def _apply_reuse(ids, pos, prev, start):
 def generate_trace(distribution: str, table_rows: Sequence[int] | int, batch_size: int,
                    num_batches: int, pooling: int | Sequence[int], seed: int,
                    reuse: float = 0.0, source: str | None = None, field_prefix: str = "",
-                   **dist_params: Any) -> Trace:
+                   pooling_sigma: float = 0.0, **dist_params: Any) -> Trace:
     """A synthetic trace in memory: `num_batches` batches of `batch_size` samples, each
     sample with `pooling[t]` ids of table t drawn from `distribution`; `reuse` of each
-    batch's ids (per table) copied from the previous batch at the same positions."""
+    batch's ids (per table) copied from the previous batch at the same positions;
+    `pooling_sigma` > 0 draws bag lengths around `pooling` (see `GenSpec.bag_lengths`)."""
     spec = make_spec(distribution, table_rows, batch_size, num_batches, pooling, seed, reuse,
-                     source, field_prefix, **dist_params)
+                     source, field_prefix, pooling_sigma, **dist_params)
     return trace_from_spec(spec)
 
 
@@ -463,11 +492,12 @@ def generate_to_store(path: str | os.PathLike, distribution: str,
                       table_rows: Sequence[int] | int, batch_size: int, num_batches: int,
                       pooling: int | Sequence[int], seed: int, reuse: float = 0.0,
                       overwrite: bool = False, source: str | None = None,
-                      field_prefix: str = "", **dist_params: Any) -> Path:
+                      field_prefix: str = "", pooling_sigma: float = 0.0,
+                      **dist_params: Any) -> Path:
     """The same trace as `generate_trace`, written block by block into a `.sptrace`
     (memory: one RNG block of ids plus the samplers' tables)."""
     spec = make_spec(distribution, table_rows, batch_size, num_batches, pooling, seed, reuse,
-                     source, field_prefix, **dist_params)
+                     source, field_prefix, pooling_sigma, **dist_params)
     return store_from_spec(spec, path, overwrite)
 
 
