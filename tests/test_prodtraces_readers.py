@@ -80,16 +80,17 @@ def test_criteo_dense_remap_first_appearance(tmp_path):
     assert list(t.table_rows) == [max(1, c) for c in counts]
 
 
-def test_criteo_gzip_and_raw_ids(tmp_path):
+def test_criteo_gzip_and_needs_a_mapping(tmp_path, capsys):
     gz = tmp_path / "day_0.gz"
     gz.write_bytes(gzip.compress(SAMPLE.read_bytes()))
-    convert(gz, tmp_path / "r.sptrace", fmt="criteo", opts=ConvertOptions(batch_size=32))
+    convert(gz, tmp_path / "r.sptrace", fmt="criteo", opts=ConvertOptions(rows=(13,),
+                                                                          batch_size=32))
     t = read_trace(tmp_path / "r.sptrace")
     lines = SAMPLE.read_text().splitlines()
-    assert batches_of(t) == criteo_oracle(lines, 32, lambda c, v: v)
-    for c in range(26):
-        vals = [int(x.split("\t")[14 + c], 16) for x in lines if x.split("\t")[14 + c]]
-        assert t.table_rows[c] == (max(vals) + 1 if vals else 1)
+    assert batches_of(t) == criteo_oracle(lines, 32, lambda c, v: v % 13)
+    rc = main(["trace", "convert", str(gz), str(tmp_path / "q.sptrace"), "--format", "criteo"])
+    assert rc == 2
+    assert "expected --rows N" in capsys.readouterr().err
 
 
 def _bad_file(tmp_path):
@@ -135,7 +136,7 @@ def test_criteo_field_count_message(tmp_path):
     p.write_text("1\t2\t3\n")
     with pytest.raises(UserError, match=r"short.tsv:1: fields: expected 40 tab-separated "
                                         r"fields, got 3"):
-        convert(p, tmp_path / "o.sptrace", fmt="criteo")
+        convert(p, tmp_path / "o.sptrace", fmt="criteo", opts=ConvertOptions(rows=(10,)))
 
 
 @pytest.mark.parametrize("bad,field", [("x", "label"), ("1.5", "I1"), ("123456789", "C1")])
@@ -146,7 +147,7 @@ def test_criteo_field_errors(tmp_path, bad, field):
     p = tmp_path / "one.tsv"
     p.write_text("\t".join(f) + "\n")
     with pytest.raises(UserError, match=rf"one.tsv:1: {field} \(field {pos + 1}\)"):
-        convert(p, tmp_path / "o.sptrace")
+        convert(p, tmp_path / "o.sptrace", opts=ConvertOptions(dense_remap=True))
 
 
 def test_criteo_open_trace_detects_by_content(tmp_path):
@@ -154,6 +155,12 @@ def test_criteo_open_trace_detects_by_content(tmp_path):
     assert t.num_tables == 26 and t.num_batches == 2
     assert batches_of(t) == criteo_oracle(SAMPLE.read_text().splitlines(), 16,
                                           lambda c, v: v % 50)
+    tsv = tmp_path / "day_1.tsv"
+    tsv.write_bytes(SAMPLE.read_bytes())
+    dense = open_trace(tsv, batch_size=16)  # by suffix; no row count: dense remap
+    assert dense.total_rows == len({(c, x.split("\t")[14 + c])
+                                    for x in SAMPLE.read_text().splitlines()
+                                    for c in range(26) if x.split("\t")[14 + c]})
 
 
 # -- DLRM -------------------------------------------------------------------------------------
@@ -271,9 +278,9 @@ def test_meta_torch_file(tmp_path):
 
 def test_convert_refuses_existing_output_and_unknown_format(tmp_path, capsys):
     out = tmp_path / "o.sptrace"
-    assert main(["trace", "convert", str(SAMPLE), str(out)]) == 0
+    assert main(["trace", "convert", str(SAMPLE), str(out), "--dense-remap"]) == 0
     capsys.readouterr()
-    assert main(["trace", "convert", str(SAMPLE), str(out)]) == 2
+    assert main(["trace", "convert", str(SAMPLE), str(out), "--dense-remap"]) == 2
     assert "already exists" in capsys.readouterr().err
     assert main(["trace", "convert", str(SAMPLE), str(out), "--force", "--rows", "0"]) == 2
     assert "--rows" in capsys.readouterr().err

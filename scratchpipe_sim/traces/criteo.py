@@ -5,8 +5,8 @@ features as 32-bit hex hashes; an empty field is a missing value. Each categoric
 one embedding table (C1 -> table 0, ... C26 -> table 25), pooling 1: a sample looks up one
 row per table, and a missing categorical is a skipped lookup (a bag of length 0, as DLRM's
 Criteo loader does when it drops missing features). Ids are `int(hex, 16) % rows`
-(`--rows`, DLRM's `max_ind_range`), a dense per-column remap (`--dense-remap`), or the raw
-32-bit value.
+(`--rows`, DLRM's `max_ind_range`) or a dense per-column remap (`--dense-remap`); one of
+the two is required (raw 32-bit hashes would make tables of 2^32 rows).
 
 Lines are parsed by a Numba kernel over raw bytes, one block at a time, so memory stays
 bounded by the block size (plus the dense-remap dictionary, which holds every distinct
@@ -206,6 +206,11 @@ def _message(src: str, line: int, code: int, where: int) -> str:
 @register_converter("criteo", suffixes=(".tsv", ".tsv.gz"))
 def convert_criteo(src: Path, out: Path, opts: ConvertOptions) -> ConvertResult:
     """Criteo TSV -> `.sptrace`: 26 tables, batches of `batch_size` samples."""
+    if opts.rows is None and not opts.dense_remap:
+        # raw 32-bit hashes would make 26 tables of up to 2^32 rows, almost all untouched
+        raise UserError("Criteo categoricals are 32-bit hashes: expected --rows N (ids modulo "
+                        "N, DLRM's max_ind_range) or --dense-remap", source=str(src),
+                        field="rows")
     idmap = IdMap(NUM_CAT, opts, str(src))
     B = opts.batch()
     result = ConvertResult(out, "criteo", [], 0, 0, extra={"record_name": "lines"})
@@ -248,10 +253,12 @@ def _sniff(path: Path) -> bool:
 @register_reader("criteo", suffixes=(".tsv", ".tsv.gz"), sniff=_sniff,
                  help="Criteo Kaggle/Terabyte TSV: 26 categorical tables, pooling 1")
 def read_criteo(path: Path, batch_size: int | None, num_rows: int | None) -> Trace:
-    """Open a Criteo file directly (converted into a temporary store, then read in RAM)."""
+    """Open a Criteo file directly (converted into a temporary store, then read in RAM):
+    ids modulo `num_rows`, or densely remapped when no row count is given."""
     import tempfile
 
-    opts = ConvertOptions(rows=(num_rows,) if num_rows else None, batch_size=batch_size)
+    opts = ConvertOptions(rows=(num_rows,) if num_rows else None, dense_remap=not num_rows,
+                          batch_size=batch_size)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "t.sptrace"
         convert_criteo(path, out, opts)
