@@ -68,7 +68,7 @@ def _find(slot_row, base, ways, r):
 
 @nb.njit(cache=True)
 def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, slot_row, slot_ts, served,
-                  counts, outcome, events):
+                  counts, slot_cnt, outcome, events):
     n = len(ids)
     set_of = np.empty(n, np.int64)
     miss_idx = np.empty(n, np.int64)
@@ -88,6 +88,8 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, slot_row, slot_t
             f = _find(slot_row, s * ways, ways, r)
             if f >= 0:
                 slot_ts[f] = t
+                if lfu:  # a resident row's count changes only in batches that hit it
+                    slot_cnt[f] = counts[r]
                 outcome[j] = HIT
             else:
                 miss_idx[nmiss] = j
@@ -113,9 +115,9 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, slot_row, slot_t
                 if slot_ts[k] == t:
                     continue  # used by this batch: locked
                 if lfu:  # least frequent way; empty ways count -1 and always admit
-                    c = np.int64(-1) if slot_row[k] == EMPTY else counts[slot_row[k]]
+                    c = np.int64(-1) if slot_row[k] == EMPTY else slot_cnt[k]
                 else:  # oldest timestamp; empty ways carry -1
-                    c = slot_ts[k]
+                    c = np.int64(slot_ts[k])
                 if best < 0 or c < best_c:
                     best, best_c = k, c
             if best < 0:
@@ -123,6 +125,8 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, slot_row, slot_t
             if lfu and slot_row[best] != EMPTY and counts[r] <= best_c:
                 continue  # not admitted
             _place(slot_row, slot_ts, best, r, t, events, b)
+            if lfu:
+                slot_cnt[best] = counts[r]
         # 3) outcomes of the missing accesses: first access of a filled row MISS, later HIT.
         for m in range(nmiss):
             j = miss_idx[m]
@@ -162,15 +166,19 @@ class _FbgemmCache(Policy):
         self.sets = -(-self.capacity // self.ways)
         self.capacity = self.sets * self.ways  # effective: FBGEMM rounds up to whole sets
         self.slot_row = np.full(self.capacity, EMPTY, np.int64)
-        self.slot_ts = np.full(self.capacity, -1, np.int64)
-        self.served = np.full(self.capacity, -1, np.int64)
+        # batch stamps (int32: 2^31 mini-batches is far beyond any trace)
+        self.slot_ts = np.full(self.capacity, -1, np.int32)
+        self.served = np.full(self.capacity, -1, np.int32)
         self.counts = np.zeros(self.num_rows if self.lfu else 1, np.int64)
+        # the count of the row in each way, so a miss compares its set without touching
+        # the O(rows) `counts` array 32 times
+        self.slot_cnt = np.zeros(self.capacity if self.lfu else 1, np.int64)
 
     def process(self, chunk: Chunk, next_use: np.ndarray | None, outcome: np.ndarray,
                 events: np.ndarray) -> None:
         _fbgemm_chunk(chunk.ids, chunk.batch_ptr, chunk.first_batch, self.sets, self.ways,
-                      self.lfu, self.slot_row, self.slot_ts, self.served, self.counts, outcome,
-                      events)
+                      self.lfu, self.slot_row, self.slot_ts, self.served, self.counts,
+                      self.slot_cnt, outcome, events)
 
     def resident(self) -> np.ndarray:
         return np.sort(self.slot_row[self.slot_row != EMPTY])
