@@ -125,12 +125,14 @@ def brute_force_lru_misses(ids, capacity: int) -> int:
     return misses
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(0, 15), min_size=1, max_size=120), st.integers(1, 4))
-def test_mrc_equals_brute_force_lru_at_every_capacity(ids, batch):
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 15), min_size=1, max_size=120), st.integers(1, 4),
+       st.sampled_from([None, 1, 20, 33]))
+def test_mrc_equals_brute_force_lru_at_every_capacity(ids, batch, tree_size):
     t = Trace.single_table(np.array(ids), 16, batch)
     caps = list(range(1, 18))
-    curve = lru_miss_ratio_curve(t, caps, chunk_accesses=7)  # several chunks
+    # several chunks; a small tree forces many renumberings
+    curve = lru_miss_ratio_curve(t, caps, chunk_accesses=7, tree_size=tree_size)
     for c in caps:
         assert curve.misses_at(c) == brute_force_lru_misses(ids, c)
     assert curve.cold_misses == len(set(ids))
@@ -140,6 +142,8 @@ def test_mrc_on_multi_table_zipf_equals_brute_force_and_the_lru_policy():
     t = generate_trace("zipf", [300, 100], 8, 40, [3, 2], seed=2, reuse=0.3)
     ids = t.linear_ids().tolist()
     curve = lru_miss_ratio_curve(t, [1, 4, 20, 64, 150, 400])
+    small_tree = lru_miss_ratio_curve(t, [1, 4, 20, 64, 150, 400], tree_size=500)
+    assert small_tree.distance_counts.tolist() == curve.distance_counts.tolist()
     for c in curve.capacities:
         assert curve.misses_at(c) == brute_force_lru_misses(ids, c)
     from scratchpipe_sim.policies import POLICIES

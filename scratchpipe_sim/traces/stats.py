@@ -12,8 +12,9 @@
   a Fenwick tree over access times marks each id's latest access, so an access's stack
   distance is the number of marks after its id's previous access, O(log n) per access.
 
-Memory: 8 bytes per row (count + batch stamp) for `summarize`; 8 bytes per row plus 4 per
-access for the curve.
+Memory: 8 bytes per row (count + batch stamp) for `summarize`; for the curve, 8 bytes per row
+plus a tree of about 2 slots per row (int32) whose positions are renumbered when they run
+out, so memory does not grow with the trace.
 """
 
 from __future__ import annotations
@@ -277,12 +278,34 @@ class MissRatioCurve:
 
 
 @nb.njit(cache=True)
-def _stack_distances(ids, base, last, tree, hist, state):
-    # state[0] = distinct ids seen so far (= marks in the tree), state[1] = cold misses
+def _compact(last, tree, size):
+    """Renumber the live marks 1..k in time order and rebuild the tree; returns k.
+
+    Why: the tree is indexed by access time, so without this it would need one slot per
+    access; renumbering keeps it at a fixed size (about 2x the rows) for any trace length.
+    """
+    owner = np.full(size + 1, -1, np.int64)
+    for x in range(len(last)):
+        if last[x] > 0:
+            owner[last[x]] = x
+    k = 0
+    for pos in range(1, size + 1):
+        if owner[pos] >= 0:
+            k += 1
+            last[owner[pos]] = k
+    for i in range(1, size + 1):  # linear-time Fenwick build of marks at 1..k
+        lo = i - (i & (-i))
+        tree[i] = max(0, min(i, k) - lo)
+    return k
+
+
+@nb.njit(cache=True)
+def _stack_distances(ids, last, tree, hist, state):
+    # state[0] = distinct ids seen so far (= marks in the tree), state[1] = cold misses,
+    # state[2] = current position in the tree (1-based), state[3] = compactions
     size = len(tree) - 1
     for j in range(len(ids)):
         x = ids[j]
-        t = base + j + 1  # 1-based access time
         p = last[x]
         if p > 0:
             # marks at positions <= p
@@ -299,6 +322,13 @@ def _stack_distances(ids, base, last, tree, hist, state):
         else:
             state[0] += 1
             state[1] += 1
+        if state[2] == size:
+            if p > 0:
+                last[x] = 0  # unmarked above; not live during the renumbering
+            state[2] = _compact(last, tree, size)
+            state[3] += 1
+        state[2] += 1
+        t = state[2]
         i = t
         while i <= size:
             tree[i] += 1
@@ -312,8 +342,14 @@ def default_capacities(total_rows: int) -> tuple[int, ...]:
 
 
 def lru_miss_ratio_curve(trace: Trace, capacities: list[int] | None = None,
-                         chunk_accesses: int = DEFAULT_CHUNK_ACCESSES) -> MissRatioCurve:
-    """Exact LRU miss counts at every capacity, one pass (see the module doc)."""
+                         chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
+                         tree_size: int | None = None) -> MissRatioCurve:
+    """Exact LRU miss counts at every capacity, one pass (see the module doc).
+
+    `tree_size` (default 2x the rows): slots of the Fenwick tree; when the access clock
+    reaches it, live marks are renumbered (amortized O(1) per access), so memory stays
+    bounded by the rows, not the trace length.
+    """
     caps = tuple(int(c) for c in capacities) if capacities else \
         default_capacities(trace.total_rows)
     for c in caps:
@@ -322,9 +358,13 @@ def lru_miss_ratio_curve(trace: Trace, capacities: list[int] | None = None,
                             field="capacities")
     n = trace.num_accesses
     last = np.zeros(trace.total_rows, np.int64)
-    tree = np.zeros(n + 1, np.int32)
+    if tree_size is None:
+        tree_size = max(2 * trace.total_rows, 1 << 16)
+    # marks never exceed the distinct ids, so a tree larger than that always has room
+    size = max(min(n, int(tree_size)), min(trace.total_rows, n) + 1)
+    tree = np.zeros(size + 1, np.int32)
     hist = np.zeros(min(trace.total_rows, n) + 2, np.int64)
-    state = np.zeros(2, np.int64)
+    state = np.zeros(4, np.int64)
     for c in trace.iter_chunks(chunk_accesses):
-        _stack_distances(c.ids, c.first_access, last, tree, hist, state)
+        _stack_distances(c.ids, last, tree, hist, state)
     return MissRatioCurve(n, int(state[1]), hist, caps)
