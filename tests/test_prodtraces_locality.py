@@ -250,3 +250,23 @@ def test_meta_presets_are_the_mean_of_the_published_blocks(year):
                        atol=6e-6)
     assert np.allclose(p["access_shares"], np.mean([b.access_share for b in blocks], axis=0),
                        atol=6e-6)
+
+
+def test_run_config_uses_a_trace_preset(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"trace: {{preset: {PRESETS / 'meta-2022.yaml'}}}\n"
+                   "model: {tables: {count: 2, rows: 300000, dim: 16, bytes_per_element: 4},\n"
+                   "        pooling: 2, batch_size: 1000, num_batches: 100}\n")
+    # a fresh interpreter: nothing has imported the calibrated module yet
+    code = ("from scratchpipe_sim.config import loader\n"
+            "from scratchpipe_sim.config.model import Config\n"
+            "from scratchpipe_sim.timing.runner import build_trace\n"
+            f"d = loader.resolve({str(cfg)!r})\n"
+            f"t = build_trace(Config.from_dict(d, source={str(cfg)!r}))\n"
+            "print(t.meta['generator']['distribution'], t.num_accesses)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["calibrated", str(2 * 2 * 1000 * 100)]

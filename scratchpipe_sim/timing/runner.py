@@ -39,8 +39,9 @@ def build_trace(cfg: Config) -> Trace:
             path = cand if cand.exists() else path
         trace = open_trace(path, batch_size=m.batch_size, fmt=t.format)
         return fit_trace(trace, cfg)
-    from scratchpipe_sim.traces.generators import DISTRIBUTIONS, generate_trace
+    from scratchpipe_sim.traces.generators import DISTRIBUTIONS, generate_trace, load_distributions
 
+    load_distributions()  # calibrated, reuse-distance register on import
     factory = DISTRIBUTIONS.get(t.distribution, source=cfg.source, field="trace.distribution")
     params = dict(t.params)
     if t.alpha is not None and "alpha" in getattr(factory, "PARAMS", {}):
