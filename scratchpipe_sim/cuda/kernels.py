@@ -51,6 +51,32 @@ def pooled_grad(pooled, target, grad):
         grad[b, c] = pooled[b, c] - target[b, c]
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S40 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(40)
+
+
+@_cuda.jit
+def make_target(key, out):
+    """out = training.batch_target(...) for this batch, computed on the GPU (same hash)."""
+    b, c = _cuda.grid(2)
+    if b < out.shape[0] and c < out.shape[1]:
+        z = np.uint64(b * out.shape[1] + c) + key + _GOLDEN
+        z = (z ^ (z >> _S30)) * _MIX1
+        z = (z ^ (z >> _S27)) * _MIX2
+        z = z ^ (z >> _S31)
+        out[b, c] = _f32(z >> _S40) * _f32(2.0 ** -23) - _f32(1.0)
+
+
+@_cuda.jit
+def expand_slots(uslots, inv, aslots):
+    """aslots[j] = uslots[inv[j]]: the slot of every access, built on the GPU."""
+    j = _cuda.grid(1)
+    if j < inv.shape[0]:
+        aslots[j] = uslots[inv[j]]
+
+
 @_cuda.jit
 def bag_backward(uidx, offsets, grad, ugrad):
     """Scatter-add each bag's output gradient into the unique rows its accesses touch."""

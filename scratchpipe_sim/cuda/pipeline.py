@@ -35,21 +35,21 @@ from typing import Any
 import numpy as np
 
 from scratchpipe_sim.cuda import kernels as K
-from scratchpipe_sim.cuda.host import gather_rows, scatter_rows, unique_with_inverse
+from scratchpipe_sim.cuda.host import gather_rows, scatter_rows
 from scratchpipe_sim.cuda.plan import Plan, ScratchpadState
 from scratchpipe_sim.cuda.runtime import EventTimer, cuda
 from scratchpipe_sim.cuda.training import (
     BatchIds,
     TrainSpec,
-    batch_target,
     initial_table,
+    target_key,
     trace_batches,
 )
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces.trace import Trace
 
 #: stages timed per batch (seconds; None where timing is not available)
-STAGES = ("plan", "collect", "h2d", "d2h", "insert", "writeback", "train")
+STAGES = ("plan", "collect", "h2d", "h2d_index", "d2h", "insert", "writeback", "train")
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,7 @@ class ScratchPipeReference:
                           c.device_array((b, o), np.float32)) for b, i, o in opts.mlp]
         self.flight: dict[int, _InFlight] = {}
         self.registered = -1
+        self.uniq_of: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.train_done: dict[int, Any] = {}
         self.result = PipelineResult(self.cpu_table, stage_s={s: [] for s in STAGES})
 
@@ -138,16 +139,17 @@ class ScratchPipeReference:
     def _register_upto(self, j: int) -> None:
         j = min(j, len(self.batches) - 1)
         while self.registered < j:
-            self.registered += 1
-            uniq = np.unique(self.batches[self.registered].ids)
-            self.state.register(uniq, self.registered)
+            nxt = self.registered = self.registered + 1
+            uniq, inv = self.state.unique(self.batches[nxt].ids, nxt)
+            self.uniq_of[nxt] = (uniq, inv)
+            self.state.register(uniq, nxt)
 
     def _plan_collect(self, k: int) -> None:
         L = self.opts.lookahead
         t0 = time.perf_counter()
         self._register_upto(k + (L - 1 if self.opts.hold_future else 0))
         batch = self.batches[k]
-        uniq, inv = unique_with_inverse(batch.ids)
+        uniq, inv = self.uniq_of.pop(k)
         plan = self.state.plan(k, uniq, inv, k - 1 if self.opts.hold_in_flight else k)
         if plan is None:
             raise UserError(
@@ -189,16 +191,20 @@ class ScratchPipeReference:
         f.timers["h2d"] = EventTimer(self.s_h2d).start()
         if nm:
             self.dev_in[f.ring][:nm].copy_to_device(self.pin_in[f.ring][:nm], stream=self.s_h2d)
-        mslots = c.to_device(p.miss_slots, stream=self.s_h2d)
-        f.dev["uslots"] = c.to_device(p.uslots, stream=self.s_h2d)
-        f.dev["inv"] = c.to_device(p.inv, stream=self.s_h2d)
-        f.dev["offsets"] = c.to_device(f.batch.offsets, stream=self.s_h2d)
-        f.dev["target"] = c.to_device(batch_target(k, f.batch.bags, self.spec),
-                                      stream=self.s_h2d)
         f.timers["h2d"].stop()
         f.h2d_done = c.event()
         f.h2d_done.record(self.s_h2d)
         self.ring_h2d_done[f.ring] = f.h2d_done
+        # the batch's indices (int32), timed apart: the model prices fills and victims only
+        f.timers["h2d_index"] = EventTimer(self.s_h2d).start()
+        mslots = c.to_device(p.miss_slots.astype(np.int32), stream=self.s_h2d)
+        f.dev["uslots"] = c.to_device(p.uslots.astype(np.int32), stream=self.s_h2d)
+        f.dev["inv"] = c.to_device(p.inv.astype(np.int32), stream=self.s_h2d)
+        f.dev["offsets"] = c.to_device(f.batch.offsets.astype(np.int32), stream=self.s_h2d)
+        f.timers["h2d_index"].stop()
+        f.dev["aslots"] = c.device_array(len(p.inv), np.int32, stream=self.s_h2d)
+        K.launch1(K.expand_slots, len(p.inv), self.s_h2d, f.dev["uslots"], f.dev["inv"],
+                  f.dev["aslots"])
         extracted.wait(self.s_h2d)
         f.timers["insert"] = EventTimer(self.s_h2d).start()
         K.launch2(K.scratchpad_insert, nm, w, self.s_h2d, self.dev_in[f.ring], mslots,
@@ -226,11 +232,11 @@ class ScratchPipeReference:
         pooled = c.device_array((bags, dim), np.float32, stream=s)
         grad = c.device_array((bags, dim), np.float32, stream=s)
         ugrad = c.device_array((nu, dim), np.float32, stream=s)
-        # slot of every access, for the forward gather
-        aslots = c.to_device(f.plan.uslots[f.plan.inv], stream=s)
-        K.launch2(K.bag_forward, bags, dim, s, aslots, f.dev["offsets"], self.dev_table, dim,
-                  pooled)
-        K.launch2(K.pooled_grad, bags, dim, s, pooled, f.dev["target"], grad)
+        target = c.device_array((bags, dim), np.float32, stream=s)
+        K.launch2(K.make_target, bags, dim, s, target_key(spec.seed, k), target)
+        K.launch2(K.bag_forward, bags, dim, s, f.dev["aslots"], f.dev["offsets"],
+                  self.dev_table, dim, pooled)
+        K.launch2(K.pooled_grad, bags, dim, s, pooled, target, grad)
         K.launch2(K.fill_zero, nu, dim, s, ugrad)
         K.launch2(K.bag_backward, bags, dim, s, f.dev["inv"], f.dev["offsets"], grad, ugrad)
         for a, b, out in self.mlp_bufs:
@@ -257,7 +263,7 @@ class ScratchPipeReference:
         r.stage_s["plan"].append(f.plan_s)
         r.stage_s["collect"].append(f.collect_s)
         r.stage_s["writeback"].append(f.writeback_s)
-        for name in ("h2d", "d2h", "insert", "train"):
+        for name in ("h2d", "h2d_index", "d2h", "insert", "train"):
             r.stage_s[name].append(f.timers[name].elapsed_s())
         self.train_done.pop(k - 3, None)
 

@@ -56,10 +56,32 @@ def initial_table(total_rows: int, spec: TrainSpec) -> np.ndarray:
     return table
 
 
+#: splitmix64 constants (shared with kernels.make_target, which computes the same values)
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def target_key(seed: int, k: int) -> np.uint64:
+    """Per-batch key of the target hash (seed and batch index mixed, wrapping uint64)."""
+    with np.errstate(over="ignore"):
+        return np.uint64((int(seed) * 0x100000001B3 + int(k) * 0x9E3779B1 + 1) % (1 << 64))
+
+
 def batch_target(k: int, bags: int, spec: TrainSpec) -> np.ndarray:
-    """The seeded target of mini-batch k (independent of how batches are scheduled)."""
-    rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 2, k]))
-    return rng.standard_normal((bags, spec.dim)).astype(np.float32)
+    """The seeded target of mini-batch k: uniform in [-1, 1), a hash of (seed, k, element).
+
+    A counter-based hash rather than a Generator so the GPU can make the same numbers itself
+    (kernels.make_target) instead of copying a target over PCIe every batch.
+    """
+    key = target_key(spec.seed, k)
+    with np.errstate(over="ignore"):
+        z = np.arange(bags * spec.dim, dtype=np.uint64) + key + GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * MIX1
+        z = (z ^ (z >> np.uint64(27))) * MIX2
+        z = z ^ (z >> np.uint64(31))
+    u = (z >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -23) - np.float32(1.0)
+    return u.reshape(bags, spec.dim)
 
 
 @dataclass(frozen=True)
