@@ -154,3 +154,29 @@ def test_bad_input_exits_2_with_one_line_naming_the_file(tmp_path, capsys, case)
     assert len(lines) == 1, out.err
     assert str(path) in lines[0] and expected in lines[0]
     assert "Traceback" not in out.err
+
+
+def test_formats_sharing_a_suffix_are_told_apart_by_sniffing(tmp_path, monkeypatch):
+    from scratchpipe_sim.registry import Registry
+    from scratchpipe_sim.traces import io
+
+    io.load_readers()
+    reg = Registry("trace format")
+    for name in io._ORDER:
+        reg.register(name)(io.READERS.get(name))
+    monkeypatch.setattr(io, "READERS", reg)
+    monkeypatch.setattr(io, "_ORDER", list(io._ORDER))
+
+    @io.register_reader("tsv-demo", suffixes=(".txt",), sniff=lambda p: b"\t" in p.read_bytes())
+    def read_demo(path, batch_size, num_rows):
+        ids = np.array([len(line) for line in path.read_text().splitlines()])
+        return io.flat_trace(ids, path, batch_size, num_rows, "tsv-demo")
+
+    (tmp_path / "a.txt").write_text("1\n2\n")
+    (tmp_path / "b.txt").write_text("x\ty\nzz\tw\n")
+    text_first = io._ORDER.index("text") < io._ORDER.index("tsv-demo")
+    assert text_first
+    # "text" sniffs a.txt, not b.txt: the demo format wins b.txt by content
+    assert io.detect_format(tmp_path / "a.txt") == "text"
+    assert io.detect_format(tmp_path / "b.txt") == "tsv-demo"
+    assert open_trace(tmp_path / "b.txt").linear_ids().tolist() == [3, 4]
