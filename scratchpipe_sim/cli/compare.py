@@ -33,7 +33,7 @@ def handle(args: argparse.Namespace) -> int:
             return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
         print(json.dumps({
-            "baseline": c.baseline, "metric": c.metric,
+            "baseline": c.baseline, "metric": c.metric, "common_points": c.common,
             "points": [{k: num(v) for k, v in r.items()}
                        for r in c.table.to_dict(orient="records")],
             "geomean": {d: num(v) for d, v in c.geomean.items()},

@@ -23,8 +23,9 @@ class Comparison:
     axes: list[str]
     designs: list[str]
     table: pd.DataFrame          # one row per point: axis values + a speedup per design
-    geomean: dict[str, float]    # design -> geometric mean speedup over points
+    geomean: dict[str, float]    # design -> geometric mean speedup over the common points
     maximum: dict[str, float]
+    common: int                  # points where every design ran (the geomean's points)
     baseline: str
     metric: str
 
@@ -58,9 +59,15 @@ def compare(res: Results, baseline: str = "hybrid", metric: str = ITER_TIME) -> 
     for d in designs:
         out[d] = base / wide[d] if d in wide.columns else float("nan")
     out = out.sort_values("index").drop(columns="index").reset_index(drop=True)
-    gm = {d: geometric_mean(out[d]) for d in designs}
+    # average over the points where every design ran, so designs are compared on the same
+    # points; a design that failed somewhere would otherwise be averaged over easier ones
+    both = out[designs].notna().all(axis=1)
+    if not both.any():
+        raise UserError("no point where every design ran; nothing to average (see the "
+                        "error column)", source=res.source)
+    gm = {d: geometric_mean(out.loc[both, d]) for d in designs}
     mx = {d: float(out[d].max()) for d in designs}
-    return Comparison(axes, designs, out, gm, mx, baseline, metric)
+    return Comparison(axes, designs, out, gm, mx, int(both.sum()), baseline, metric)
 
 
 def format_table(c: Comparison) -> str:
@@ -79,10 +86,16 @@ def format_table(c: Comparison) -> str:
 
     rule = "  ".join("-" * w for w in widths)
     title = f"speedup over {c.baseline} ({c.metric}: baseline / design)"
+    n = len(c.table)
+    if c.common < n:
+        title += (f"; geomean over the {c.common} of {n} points where every design ran "
+                  "(- = failed, see the error column)")
     return "\n".join([title, line(head), rule, *map(line, body), rule, *map(line, foot)])
 
 
 def _cell(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
     if isinstance(v, float):
         return f"{v:g}"
     return str(v)

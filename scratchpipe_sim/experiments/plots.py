@@ -37,6 +37,7 @@ DESIGN_ORDER = ("hybrid", "gpu-only", "static-cache", "lru-cache", "lru-prefetch
                 "scratchpipe")
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+HATCHES = ("", "///", "...", "xxx")  # past 8 stacked stages the colours repeat: hatch them
 
 #: axis labels with units for the keys experiments sweep; others fall back to the key.
 AXIS_LABELS = {
@@ -225,7 +226,7 @@ def stacked_bar_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
         _need(f, s, name, "stacks")
     designs = [d for d in DESIGN_ORDER if d in set(f["design"])] + sorted(
         set(f["design"]) - set(DESIGN_ORDER))
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(designs) + 2.5), 4.2))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(designs) + 3.5), 4.4))
     bottom = np.zeros(len(designs))
     by = f.set_index("design")
     for i, s in enumerate(stacks):
@@ -233,7 +234,8 @@ def stacked_bar_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
                         float) / 1e6
         label = s[len(STAGE_PREFIX):-len(STAGE_SUFFIX)] if s.startswith(STAGE_PREFIX) else s
         ax.bar(range(len(designs)), vals, bottom=bottom, label=label,
-               color=OKABE_ITO[i % len(OKABE_ITO)], edgecolor="white", linewidth=0.5)
+               color=OKABE_ITO[i % len(OKABE_ITO)], edgecolor="white", linewidth=0.5,
+               hatch=HATCHES[(i // len(OKABE_ITO)) % len(HATCHES)])
         bottom += vals
     if ITER_TIME in by.columns:
         it = np.array([by.at[d, ITER_TIME] for d in designs], float) / 1e6
@@ -246,7 +248,8 @@ def stacked_bar_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
     where = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in vals.items())
     ax.set_title((opts.get("title") or "Per-stage time") + (f"\n({where})" if where else ""),
                  fontsize=10)
-    ax.legend(fontsize=7, frameon=False, ncol=2)
+    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              ncol=1 if len(stacks) <= 12 else 2)
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
