@@ -7,7 +7,8 @@
 # bindings matching the driver). The device machine has no network: bring the environment.
 # Steps (each under its own timeout):
 #   1. calibrate -> configs/hardware/measured-$NAME.yaml (+ .json raw samples)
-#   2. validate benchmarks/gpu_validate.yaml with the measured preset (GPU run)
+#   2. validate benchmarks/gpu_validate.yaml with the measured preset (GPU run), the model
+#      told that planning is one thread at the measured ns per id
 #   3. the same measured stage times against the stock preset (no GPU rerun)
 #   4. a markdown table for docs/validation.md
 set -uo pipefail
@@ -35,14 +36,19 @@ timeout 300 "$PY" -m scratchpipe_sim calibrate --base h200-gen5 --name "measured
 [ -f "$PRESET" ] || { echo "gpu_validate: calibrate wrote no preset" >&2; exit 1; }
 cp "$PRESET" "${PRESET%.yaml}.json" "$DEST/" 2>/dev/null
 
-log "validate (measured preset)"
+# the reference planner is one host thread: tell the model so, at its measured cost
+PLAN_NS=$("$PY" -c "import json,sys; v=json.load(open(sys.argv[1])).get('plan_ns_per_id')
+print(round(v, 2) if v else 20.0)" "${PRESET%.yaml}.json")
+log "validate (measured preset, planner ${PLAN_NS} ns/id on 1 thread)"
 timeout 300 "$PY" -m scratchpipe_sim validate benchmarks/gpu_validate.yaml \
-    --set "hardware.preset=measured-$NAME" --out "$DEST/validate-measured.csv" 2>&1 \
+    --set "hardware.preset=measured-$NAME" --set cache.plan_threads=1 \
+    --set "cache.plan_ns_per_id=$PLAN_NS" --out "$DEST/validate-measured.csv" 2>&1 \
     | tee "$DEST/validate-measured.txt"
 [ -f "$DEST/validate-measured.json" ] || { echo "gpu_validate: no measurement" >&2; exit 1; }
 
 log "validate (stock preset, same measurement)"
 "$PY" -m scratchpipe_sim validate benchmarks/gpu_validate.yaml \
+    --set cache.plan_threads=1 --set "cache.plan_ns_per_id=$PLAN_NS" \
     --measured "$DEST/validate-measured.json" --out "$DEST/validate-stock.csv" 2>&1 \
     | tee "$DEST/validate-stock.txt"
 

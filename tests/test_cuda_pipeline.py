@@ -202,6 +202,7 @@ def test_microbenchmarks_run_and_report_no_gpu_numbers_in_the_simulator():
     assert m.h2d == [] and m.d2h == [] and m.hbm_gather == [] and m.gemm_tflops is None
     assert m.hbm_stream_GBps is None and m.kernel_launch_ns is None
     assert m.dram_stream_GBps > 0 and len(m.dram_gather) == 2  # host timing is real
+    assert m.plan_ns_per_id > 0
 
 
 @needs_sim

@@ -37,11 +37,15 @@ class BenchSizes:
     dram_table_bytes: int = 1 << 31
     gemm_n: int = 2048
     launches: int = 200
+    plan_rows: int = 8_000_000
+    plan_ids: int = 327_680
+    plan_batches: int = 8
 
 
 TINY = BenchSizes(pcie_bytes=(1 << 10, 1 << 12), reps=2, hbm_copy_bytes=1 << 12,
                   hbm_table_bytes=1 << 14, gather_rows=8, row_bytes=(64, 128), hot_rows=4,
-                  dram_copy_bytes=1 << 12, dram_table_bytes=1 << 14, gemm_n=16, launches=2)
+                  dram_copy_bytes=1 << 12, dram_table_bytes=1 << 14, gemm_n=16, launches=2,
+                  plan_rows=1000, plan_ids=64, plan_batches=3)
 
 
 def _median_event_s(fn: Callable[[], None], stream: Any, reps: int) -> float | None:
@@ -149,6 +153,27 @@ def measure_dram(m: Measurements, z: BenchSizes) -> None:
             m.dram_gather_1core_GBps = z.gather_rows * rb / t / 1e9
 
 
+def measure_planner(m: Measurements, z: BenchSizes) -> None:
+    """The reference plan stage (unique, register, plan) on Zipf batches, one thread."""
+    from scratchpipe_sim.cuda.plan import ScratchpadState  # noqa: PLC0415
+
+    rng = np.random.default_rng(2)
+    perm = rng.permutation(z.plan_rows)
+    batches = [perm[np.minimum(rng.zipf(1.05, z.plan_ids) - 1, z.plan_rows - 1)]
+               for _ in range(z.plan_batches)]
+    st = ScratchpadState(z.plan_rows, max(1, z.plan_rows // 20))
+    times = []
+    for k, ids in enumerate(batches):
+        t0 = time.perf_counter()
+        uniq, inv = st.unique(ids, k)
+        st.register(uniq, k)
+        if st.plan(k, uniq, inv, k - 1) is None:
+            break
+        times.append(time.perf_counter() - t0)
+    if len(times) > 1:
+        m.plan_ns_per_id = float(np.median(times[1:])) / z.plan_ids * 1e9  # [0]: warm-up
+
+
 def measure_compute(m: Measurements, z: BenchSizes) -> None:
     from scratchpipe_sim.cuda import kernels as K  # noqa: PLC0415
 
@@ -178,7 +203,7 @@ def measure_all(z: BenchSizes = BenchSizes(), log: Callable[[str], None] = print
     st = gpu_status()
     m = Measurements(device=st.reason if st.usable else "no GPU")
     for name, fn in (("pcie", measure_pcie), ("hbm", measure_hbm), ("dram", measure_dram),
-                     ("compute", measure_compute)):
+                     ("planner", measure_planner), ("compute", measure_compute)):
         t0 = time.perf_counter()
         fn(m, z)
         log(f"calibrate: {name} done in {time.perf_counter() - t0:.1f} s")

@@ -10,7 +10,7 @@ import numba as nb
 import numpy as np
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, parallel=True, nogil=True)
 def gather_rows(table, rows, out):
     """out[i] = table[rows[i]] for i < len(rows) (into a pinned staging buffer).
 
@@ -23,7 +23,7 @@ def gather_rows(table, rows, out):
             out[i, c] = table[r, c]
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, parallel=True, nogil=True)
 def scatter_rows(table, rows, src):
     """table[rows[i]] = src[i]: write evicted rows back (rows are unique: no races)."""
     w = table.shape[1]
@@ -33,7 +33,7 @@ def scatter_rows(table, rows, src):
             table[r, c] = src[i, c]
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def gather_rows_1core(table, rows, out):
     """Single-threaded gather: one core's embedding-op throughput (cpu.embedding_op_GBps)."""
     w = table.shape[1]
@@ -43,7 +43,7 @@ def gather_rows_1core(table, rows, out):
             out[i, c] = table[r, c]
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, parallel=True, nogil=True)
 def stream_copy(src, dst):
     """dst[:] = src[:] in parallel: CPU DRAM streaming bandwidth."""
     n = src.shape[0]

@@ -8,7 +8,8 @@ Schedule (L = lookahead). In step s the host, in this order:
      train(s-1) has finished with the scratchpad), missed rows copied H2D and inserted into
      their slots on the h2d stream (after the extract has read the victims' slots);
   4. issues train(s) on the compute stream (after insert(s)).
-Exchange(s+1) is issued before train(s), so on a GPU they overlap.
+Exchange(s+1) is issued before train(s), so on a GPU they overlap; step 2 runs on a host
+thread while steps 3-4 are issued (for L >= 2), so planning overlaps the GPU too.
 
 Hazards, and why this order avoids them:
 * a victim of plan(k) still needed by batch k-1: insert(k) is issued before train(k-1) (to
@@ -29,6 +30,7 @@ deterministically — exactly the interleaving a GPU is allowed to pick.
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -272,18 +274,35 @@ class ScratchPipeReference:
         n, L = len(self.batches), self.opts.lookahead
         t0 = time.perf_counter()
         ends: list[EventTimer] = []
-        for s in range(-L, n):
-            if s >= 0:
-                self._writeback(s)
-            if s + L < n:
-                self._plan_collect(s + L)
-            if 0 <= s + 1 < n:
-                self._exchange(s + 1)
-            if s >= 0:
-                self._train(s)
-                ends.append(self.train_done[s])
-                if s - 1 >= 0 and (s - 1) in self.flight:
-                    self._retire(s - 1)
+        # plan + collect run on a host thread (the Numba kernels release the GIL) while this
+        # thread applies write-backs and issues GPU work, as the model's separate stages do.
+        # collect(s+L) must follow writeback(s); exchange(s+1) needs plan(s+1) (L == 1:
+        # planned in the same step, so that case runs inline).
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="plan")
+        pending: Future | None = None
+        try:
+            for s in range(-L, n):
+                if pending is not None:
+                    pending.result()
+                    pending = None
+                if s >= 0:
+                    self._writeback(s)
+                if s + L < n:
+                    if L == 1:
+                        self._plan_collect(s + L)
+                    else:
+                        pending = pool.submit(self._plan_collect, s + L)
+                if 0 <= s + 1 < n:
+                    self._exchange(s + 1)
+                if s >= 0:
+                    self._train(s)
+                    ends.append(self.train_done[s])
+                    if s - 1 >= 0 and (s - 1) in self.flight:
+                        self._retire(s - 1)
+            if pending is not None:
+                pending.result()
+        finally:
+            pool.shutdown(wait=True)
         self.cuda.synchronize()
         if n and (n - 1) in self.flight:
             self._retire(n - 1)

@@ -84,7 +84,7 @@ class ScratchpadState:
         return self.row_in[slots].copy(), slots
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _unique(ids, k, stamp, pos):
     n = len(ids)
     uniq = np.empty(n, np.int64)
@@ -101,7 +101,7 @@ def _unique(ids, k, stamp, pos):
     return uniq[:u].copy(), inv
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _register(uniq, k, need_until, log_rows, log_batch, ctr):
     n = ctr[0]
     for i in range(len(uniq)):
@@ -112,7 +112,7 @@ def _register(uniq, k, need_until, log_rows, log_batch, ctr):
     ctr[0] = n
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _plan(uniq, evictable_before, slot_of, row_in, need_until, log_rows, log_batch, ctr):
     n = len(uniq)
     e = np.empty(0, np.int64)
