@@ -115,14 +115,25 @@ def policy_counts(trace: Trace, policy: str, capacity: int, **params: Any) -> Wo
     return Workload(policy, capacity, cols, obs.extra_totals())
 
 
-def uncached_counts(trace: Trace, where: str) -> Workload:
-    """No cache: every row in host memory (`where="host"`) or every row in HBM ("device")."""
+def access_unique(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Accesses and unique rows per batch (one Numba pass over the trace)."""
     nbat = trace.num_batches
     acc = np.zeros(nbat, np.int64)
     uniq = np.zeros(nbat, np.int64)
     seen = np.full(trace.total_rows, -1, np.int64)
     for chunk in trace.iter_chunks():
         _access_unique(chunk.ids, chunk.batch_ptr, chunk.first_batch, seen, acc, uniq)
+    return acc, uniq
+
+
+def uncached_counts(trace: Trace, where: str,
+                    au: tuple[np.ndarray, np.ndarray] | None = None) -> Workload:
+    """No cache: every row in host memory (`where="host"`) or every row in HBM ("device").
+
+    `au` = `access_unique(trace)` when already computed (hybrid and gpu-only share it).
+    """
+    nbat = trace.num_batches
+    acc, uniq = access_unique(trace) if au is None else au
     zero = np.zeros(nbat, np.int64)
     host = where == "host"
     cols = {"accesses": acc, "unique": uniq, "hits": zero if host else acc.copy(),

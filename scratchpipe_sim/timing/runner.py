@@ -20,7 +20,12 @@ import simpy
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.timing.counts import Workload, policy_counts, uncached_counts
+from scratchpipe_sim.timing.counts import (
+    Workload,
+    access_unique,
+    policy_counts,
+    uncached_counts,
+)
 from scratchpipe_sim.timing.designs import DESIGNS, WorkloadKey
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.timeline import write_timeline
@@ -87,9 +92,13 @@ def check_designs(cfg: Config, designs: Sequence[str] | None) -> list[str]:
     return names
 
 
-def workload(trace: Trace, key: WorkloadKey, cfg: Config) -> Workload:
+def workload(trace: Trace, key: WorkloadKey, cfg: Config,
+             memo: dict | None = None) -> Workload:
     if key.policy is None:
-        return uncached_counts(trace, key.where)
+        memo = {} if memo is None else memo
+        if "access_unique" not in memo:
+            memo["access_unique"] = access_unique(trace)
+        return uncached_counts(trace, key.where, memo["access_unique"])
     try:
         return policy_counts(trace, key.policy, key.capacity, **dict(key.params))
     except UserError as e:
@@ -109,13 +118,14 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     names = check_designs(cfg, designs)
     trace = build_trace(cfg) if trace is None else fit_trace(trace, cfg)
     cache: dict[WorkloadKey, tuple[Workload, float]] = {}
+    memo: dict = {}
     rows = []
     for name in names:
         design = DESIGNS.get(name)(cfg)
         key = design.workload_key()
         if key not in cache:
             t0 = time.perf_counter()
-            w = workload(trace, key, cfg)
+            w = workload(trace, key, cfg, memo)
             cache[key] = (w, time.perf_counter() - t0)
         w, policy_s = cache[key]
         t0 = time.perf_counter()
