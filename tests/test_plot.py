@@ -162,3 +162,15 @@ def test_compare_against_another_baseline_and_bad_baseline(results, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "(did you mean 'hybrid'?)" in err
     assert main(["compare", str(results), "--metric", "iter_ns_maen"]) == 2
+
+
+def test_a_key_zipped_with_x_does_not_split_lines(tmp_path):
+    exp = tmp_path / "z.yaml"
+    exp.write_text(yaml.safe_dump({
+        "name": "z", "base": BASE, "designs": DESIGNS, "metrics": METRICS,
+        "sweep": {"zip": {"cache.load_factor": [0.01, 0.05, 0.1],
+                          "trace.alpha": [1.0, 1.1, 1.2]}}}))
+    run_sweep(load_experiment(exp), tmp_path / "out", run_point=point, quiet=True)
+    fig = make_figure(load_results(tmp_path / "out"), "speedup-vs-cache-size")
+    visible = [a for a in fig.axes if a.get_visible()]
+    assert len(visible) == 1 and len(visible[0].get_lines()) == 3

@@ -44,6 +44,7 @@ AXIS_LABELS = {
     "cache.load_factor": ("cache size (% of all rows)", 100.0),
     "cache.capacity_rows": ("cache size (rows)", 1.0),
     "trace.alpha": ("Zipf alpha (unitless)", 1.0),
+    "trace.distribution": ("distribution", 1.0),
     "cache.lookahead": ("lookahead depth W (batches)", 1.0),
     "cache.queue_depth": ("pipeline queue depth (batches)", 1.0),
     "hardware.preset": ("hardware generation (GPU / PCIe)", 1.0),
@@ -121,6 +122,13 @@ def _labels(f: pd.DataFrame, cols: list[str], long: bool) -> list[str]:
     return out
 
 
+def _determined(f: pd.DataFrame, col: str, by: list[str]) -> bool:
+    """True when `col` has one value per `by` group: a key zipped with x (or a facet) moves
+    with it and must not split the lines."""
+    keyed = f[[*by, col]].astype(str)
+    return bool(keyed.groupby(by)[col].nunique().max() <= 1)
+
+
 def _numeric(values: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(values)
 
@@ -146,7 +154,8 @@ def line_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
     facets = [facet] if isinstance(facet, str) else list(facet or [])
     for c in facets:
         _need(f, c, name, "facet")
-    extra = _varying(f, [a for a in others if a not in facets])
+    extra = [c for c in _varying(f, [a for a in others if a not in facets])
+             if not _determined(f, c, [x, *facets])]
     f = f.sort_values("index").assign(_panel=_labels(f, facets, long=True),
                                       _group=_labels(f, extra, long=False))
     label, scale = AXIS_LABELS.get(x, (x, 1.0))
