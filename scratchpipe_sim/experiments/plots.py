@@ -149,7 +149,7 @@ def line_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
     others = [a for a in res.axes if a != x]
     facet = opts.get("facet")
     if facet is None and "facet" not in opts:
-        vary = _varying(f, others)
+        vary = [c for c in _varying(f, others) if not _determined(f, c, [x])]
         facet = vary[:1]
     facets = [facet] if isinstance(facet, str) else list(facet or [])
     for c in facets:
