@@ -52,7 +52,8 @@ def initial_table(total_rows: int, spec: TrainSpec) -> np.ndarray:
     """Seeded float32 rows with zero optimizer state."""
     rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 1]))
     table = np.zeros((total_rows, spec.width), np.float32)
-    table[:, :spec.dim] = (rng.standard_normal((total_rows, spec.dim)) * spec.init_scale)
+    table[:, :spec.dim] = rng.standard_normal((total_rows, spec.dim), dtype=np.float32)
+    table[:, :spec.dim] *= np.float32(spec.init_scale)
     return table
 
 
