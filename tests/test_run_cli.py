@@ -115,6 +115,7 @@ def test_trace_file_input(cfg_file, tmp_path, capsys):
     (["designs=[hybrid, scratchpip]"], ["designs", "did you mean 'scratchpipe'"]),
     (["cache.capacity_rows=10"], ["cache.capacity_rows", "scratchpipe needs capacity >="]),
     (["cache.policy=lruu"], ["cache.policy", "did you mean 'lru'"]),
+    (["cache.static_policy=statik"], ["cache.static_policy", "did you mean 'static'"]),
     (["trace.distribution=zipff"], ["trace.distribution"]),
 ])
 def test_bad_config_is_one_line_exit_2(cfg_file, tmp_path, capsys, sets, words):

@@ -106,7 +106,7 @@ def workload(trace: Trace, key: WorkloadKey, cfg: Config,
         if field in (None, "capacity"):
             field = "cache.capacity_rows"
         elif field == "policy":
-            field = "cache.policy"
+            field = key.policy_field
         elif not field.startswith("cache."):
             field = f"cache.{field}"
         raise UserError(e.message, source=cfg.source, field=field) from None

@@ -30,6 +30,8 @@ class WorkloadKey:
     capacity: int = 0
     params: tuple[tuple[str, Any], ...] = field(default=())
     where: str = "host"
+    #: the config key naming the policy (for error messages)
+    policy_field: str = field(default="cache.policy", compare=False)
 
 
 class Design(ABC):

@@ -19,7 +19,8 @@ class StaticCache(Design):
     summary = "hot rows pinned in HBM, the rest in CPU DRAM, both paths in parallel"
 
     def workload_key(self) -> WorkloadKey:
-        return WorkloadKey(self.cfg.cache.static_policy, self.cfg.capacity_rows())
+        return WorkloadKey(self.cfg.cache.static_policy, self.cfg.capacity_rows(),
+                           policy_field="cache.static_policy")
 
     def run(self, m, w):
         c = Columns(w)
