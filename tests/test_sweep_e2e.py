@@ -83,3 +83,28 @@ def test_rerun_skips_and_compare_and_plot_work(swept, capsys, tmp_path):
     assert main(["plot", str(out), "--figure", "speedup-vs-cache-size",
                  "--out", str(tmp_path / "f")]) == 0
     assert (tmp_path / "f.png").stat().st_size > 5_000
+
+
+def test_include_with_a_relative_trace_file_runs_from_any_cwd(tmp_path, monkeypatch, capsys):
+    import numpy as np
+
+    (tmp_path / "cfg").mkdir()
+    ids = np.tile(np.arange(8), 12)  # 8 rows cycled: LRU of 8 rows hits after the first lap
+    np.save(tmp_path / "cfg" / "ids.npy", ids)
+    (tmp_path / "cfg" / "base.yaml").write_text(yaml.safe_dump({
+        "model": {"tables": {"count": 1, "rows": 8}, "batch_size": 4, "pooling": 1,
+                  "num_batches": 24, "warmup_batches": 2},
+        "trace": {"path": "ids.npy"}}))
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump({
+        "name": "rel", "include": "cfg/base.yaml", "designs": ["hybrid", "lru-cache"],
+        "metrics": ["hit_ratio"], "sweep": {"grid": {"cache.capacity_rows": [4, 8]}}}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["sweep", str(tmp_path / "exp.yaml"), "--out", "o", "-q"]) == 0
+    rows = list(csv.DictReader(io.StringIO((elsewhere / "o" / "results.csv").read_text())))
+    hits = {(r["cache.capacity_rows"], r["design"]): float(r["hit_ratio"]) for r in rows}
+    # batches 2..23 are measured: capacity 8 holds every row (all hits), capacity 4 of a
+    # cycle of 8 under LRU never hits
+    assert hits == {("4", "hybrid"): 0.0, ("4", "lru-cache"): 0.0,
+                    ("8", "hybrid"): 0.0, ("8", "lru-cache"): 1.0}

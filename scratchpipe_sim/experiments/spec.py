@@ -88,7 +88,15 @@ def default_resolver(raw: dict, base_dir: Path | None, source: str) -> dict:
     from scratchpipe_sim.config import Config, expand_presets
 
     expanded = expand_presets(raw, base_dir, source)
-    return Config.from_dict(expanded, source=source).to_dict()
+    resolved = Config.from_dict(expanded, source=source).to_dict()
+    # a relative trace file is relative to the config that names it; points run elsewhere
+    # (another process, a Dask worker), so make it absolute here
+    path = (resolved.get("trace") or {}).get("path")
+    if path and base_dir is not None and not Path(path).is_absolute():
+        cand = base_dir / path
+        if cand.exists():
+            resolved["trace"]["path"] = str(cand.resolve())
+    return resolved
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
