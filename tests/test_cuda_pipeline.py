@@ -114,13 +114,19 @@ def test_insert_and_extract_move_whole_rows():
     np.testing.assert_array_equal(out.copy_to_host(), [[3, 4, 5], [0, 1, 2]])
 
 
-@pytest.mark.parametrize("opt", ["sgd", "rowwise-adagrad", "adagrad"])
-def test_pipeline_trains_like_the_numpy_reference(opt):
-    trace = _multi_table_trace()
+@pytest.mark.parametrize("opt, lookahead, capacity, seed, batches", [
+    ("sgd", 2, 18, 3, 6), ("rowwise-adagrad", 2, 18, 3, 6), ("adagrad", 2, 18, 3, 6),
+    ("sgd", 1, 15, 3, 6),  # planned in the same step as trained: no planner thread
+    ("rowwise-adagrad", 3, 19, 5, 10),
+])
+def test_pipeline_trains_like_the_numpy_reference(opt, lookahead, capacity, seed, batches):
+    trace = _multi_table_trace(seed, batches)
     spec = TrainSpec(dim=3, optimizer=opt)
     ref = reference_train(trace, spec)
-    res = train_on_gpu(trace, spec, PipelineOptions(capacity_rows=18, lookahead=2))
-    assert res.evictions > 0  # the scratchpad really had to swap rows (21 rows, 18 slots)
+    # capacity = the largest union of a window (batches k-1 .. k+L-1) of this trace
+    res = train_on_gpu(trace, spec, PipelineOptions(capacity_rows=capacity,
+                                                    lookahead=lookahead))
+    assert res.evictions > 0  # the scratchpad really had to swap rows (21 rows in all)
     np.testing.assert_allclose(res.table, ref, rtol=1e-5, atol=1e-6)
     assert not np.allclose(ref, initial_table(trace.total_rows, spec))
     uniq_total = sum(len(np.unique(b.ids)) for b in trace_batches(trace))
