@@ -174,3 +174,14 @@ def test_a_key_zipped_with_x_does_not_split_lines(tmp_path):
     fig = make_figure(load_results(tmp_path / "out"), "speedup-vs-cache-size")
     visible = [a for a in fig.axes if a.get_visible()]
     assert len(visible) == 1 and len(visible[0].get_lines()) == 3
+
+
+def test_cli_figures_from_an_edited_experiment_file(results, tmp_path, capsys):
+    exp = tmp_path / "edited.yaml"
+    exp.write_text(yaml.safe_dump({
+        "base": BASE, "sweep": {"grid": {"cache.load_factor": [0.01]}},
+        "figures": {"h2d-only": {"kind": "line", "x": "cache.load_factor",
+                                 "y": "pcie_h2d_bytes_per_sample"}}}))
+    assert main(["plot", str(results), "--experiment", str(exp), "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "h2d-only.png"),
+                                               str(tmp_path / "h2d-only.pdf")]

@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", action="append", dest="formats", choices=("png", "pdf", "svg"),
                    help="file formats (default: png and pdf)")
     p.add_argument("--dpi", type=int, default=110)
+    p.add_argument("--experiment", help="take the declared figures from this experiment YAML "
+                   "(default: those recorded in the results' manifest)")
     p.set_defaults(func=handle)
 
 
@@ -29,6 +31,10 @@ def handle(args: argparse.Namespace) -> int:
     from scratchpipe_sim.experiments.results import load_results
 
     res = load_results(args.results)
+    if args.experiment:
+        from scratchpipe_sim.experiments.spec import load_experiment
+
+        res.manifest["figures"] = load_experiment(args.experiment).figures
     names = args.figures or list(res.figures)
     if not names:
         raise UserError("the experiment declares no figures: expected --figure NAME",
