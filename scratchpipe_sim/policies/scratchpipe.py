@@ -139,14 +139,19 @@ def _unpin(s, p, su, qs, ql, st):
     slot's last use changed (the row was used again, or evicted and the slot refilled)."""
     if s < 0 or su[s, 0] != p:
         return
-    if st[_QTAIL] == len(qs):  # compact the FIFO: drop stale entries
+    n = len(qs)
+    if st[_QTAIL] - st[_QHEAD] == n:  # ring full of mostly stale pairs: keep the valid ones
+        ts, tl = np.empty(n, np.int64), np.empty(n, np.int64)
         k = 0
         for i in range(st[_QHEAD], st[_QTAIL]):
-            if su[qs[i], 0] == ql[i]:
-                qs[k], ql[k] = qs[i], ql[i]
+            a, b = qs[i % n], ql[i % n]
+            if su[a, 0] == b:
+                ts[k], tl[k] = a, b
                 k += 1
+        qs[:k] = ts[:k]
+        ql[:k] = tl[:k]
         st[_QHEAD], st[_QTAIL] = 0, k
-    qs[st[_QTAIL]], ql[st[_QTAIL]] = s, p
+    qs[st[_QTAIL] % n], ql[st[_QTAIL] % n] = s, p
     st[_QTAIL] += 1
 
 
@@ -176,8 +181,9 @@ def _victim(su, limit, qs, ql, hk, hs, hl, st):
     stays in that class until it is used again, which makes its entry stale). The heap is
     consulted only once the FIFO is empty, so it then holds every unpinned row.
     """
+    n = len(qs)
     while st[_QHEAD] < st[_QTAIL]:
-        s, p = qs[st[_QHEAD]], ql[st[_QHEAD]]
+        s, p = qs[st[_QHEAD] % n], ql[st[_QHEAD] % n]
         st[_QHEAD] += 1
         if su[s, 0] != p:
             continue  # stale: used again (pinned; it will be queued again) or evicted
