@@ -16,7 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--figure", "-f", action="append", dest="figures",
                    help="figure name (repeatable; default: the experiment's declared "
                    "figures)")
-    p.add_argument("--out", help="output stem or folder (default: RESULTS/figures/NAME)")
+    p.add_argument("--out", help="output stem (one figure) or folder (an existing one, a "
+                   "trailing '/', or several figures); default: RESULTS/figures/NAME")
     p.add_argument("--format", action="append", dest="formats", choices=("png", "pdf", "svg"),
                    help="file formats (default: png and pdf)")
     p.add_argument("--dpi", type=int, default=110)
@@ -45,7 +46,7 @@ def handle(args: argparse.Namespace) -> int:
         fig = make_figure(res, name)
         if args.out is None:
             stem = folder / "figures" / name
-        elif len(names) > 1 or Path(args.out).is_dir():
+        elif len(names) > 1 or Path(args.out).is_dir() or args.out.endswith(("/", "\\")):
             stem = Path(args.out) / name
         else:
             stem = Path(args.out)
