@@ -349,8 +349,9 @@ class ScratchPipe(Policy):
             need = min_scratchpipe_capacity(self._trace, self.lookahead)
             raise UserError(
                 f"scratchpipe needs capacity >= {need} rows for lookahead {self.lookahead} "
-                f"(got {self.capacity}): batch {bad} and the {self.lookahead - 1} in flight "
-                f"before it do not fit; raise --capacity or use on_overflow=stall",
+                f"(got {self.capacity}): the rows pinned while batch {bad} is planned (batches "
+                f"{max(0, bad - self.lookahead + 1)}..{bad}) do not fit; raise the capacity or "
+                f"use on_overflow=stall",
                 source=self._trace.source, field="capacity")
         outcome[:] = ext_out[ncar:]
         # keep the last W batches: they are unpinned and trained by later plans
