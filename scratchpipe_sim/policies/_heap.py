@@ -1,10 +1,13 @@
-"""A binary max-heap of (key, slot) pairs in flat numpy arrays, for the Numba kernels.
+"""An indexed binary max-heap of cache slots keyed by int64, for the Numba MIN kernels.
 
-Why lazy deletion: Belady updates a resident row's next use on every hit; instead of a
-decrease-key, the new (key, slot) is pushed and the old pair goes stale. A pair is valid
-when `slot_key[slot] == key`; stale pairs are discarded when they reach the top. When the
-arrays are full the heap is rebuilt from the slots (one pair each), so memory stays
-~3x capacity and the rebuild costs O(capacity) per ~capacity pushes: O(1) amortized.
+Why indexed (each slot knows its heap position) rather than lazy deletion: Belady updates a
+resident row's next use on every hit, and the new next use is always later than the old one
+(the old one was this very access), so a hit is an increase-key: a sift-up from the slot's
+own position. An eviction replaces the top with the incoming row's key and sifts it down,
+one pass instead of a pop plus a push. The heap always holds exactly one entry per occupied
+slot: no stale entries, no rebuilds, memory 2 arrays of capacity entries.
+
+Arrays: `hk[i]` key and `hs[i]` slot at heap position i; `pos[slot]` = its position.
 """
 
 from __future__ import annotations
@@ -13,24 +16,26 @@ import numba as nb
 
 
 @nb.njit(cache=True)
-def sift_up(hk, hv, i):
+def sift_up(hk, hs, pos, i):
     k = hk[i]
-    v = hv[i]
+    s = hs[i]
     while i > 0:
         parent = (i - 1) >> 1
         if hk[parent] >= k:
             break
         hk[i] = hk[parent]
-        hv[i] = hv[parent]
+        hs[i] = hs[parent]
+        pos[hs[i]] = i
         i = parent
     hk[i] = k
-    hv[i] = v
+    hs[i] = s
+    pos[s] = i
 
 
 @nb.njit(cache=True)
-def sift_down(hk, hv, i, n):
+def sift_down(hk, hs, pos, i, n):
     k = hk[i]
-    v = hv[i]
+    s = hs[i]
     while True:
         c = 2 * i + 1
         if c >= n:
@@ -40,52 +45,32 @@ def sift_down(hk, hv, i, n):
         if hk[c] <= k:
             break
         hk[i] = hk[c]
-        hv[i] = hv[c]
+        hs[i] = hs[c]
+        pos[hs[i]] = i
         i = c
     hk[i] = k
-    hv[i] = v
+    hs[i] = s
+    pos[s] = i
 
 
 @nb.njit(cache=True)
-def rebuild(hk, hv, slot_key, nslots):
-    """Heap of exactly one pair per slot 0..nslots-1; returns its size."""
-    for s in range(nslots):
-        hk[s] = slot_key[s]
-        hv[s] = s
-    for i in range(nslots // 2 - 1, -1, -1):
-        sift_down(hk, hv, i, nslots)
-    return nslots
-
-
-@nb.njit(cache=True)
-def push(hk, hv, n, key, slot, slot_key, nslots):
-    """Push (key, slot) (slot_key[slot] must already be key); returns the new size."""
-    if n == len(hk):
-        return rebuild(hk, hv, slot_key, nslots)
+def insert(hk, hs, pos, n, key, slot):
+    """Add `slot` with `key` to a heap of n entries (n < len(hk))."""
     hk[n] = key
-    hv[n] = slot
-    sift_up(hk, hv, n)
-    return n + 1
+    hs[n] = slot
+    sift_up(hk, hs, pos, n)
 
 
 @nb.njit(cache=True)
-def drop_stale(hk, hv, n, slot_key):
-    """Pop stale pairs off the top; returns the new size (the top is then valid)."""
-    while n > 0 and slot_key[hv[0]] != hk[0]:
-        n -= 1
-        hk[0] = hk[n]
-        hv[0] = hv[n]
-        if n > 0:
-            sift_down(hk, hv, 0, n)
-    return n
+def increase_key(hk, hs, pos, slot, key):
+    """Raise `slot`'s key to `key` (>= its current key)."""
+    i = pos[slot]
+    hk[i] = key
+    sift_up(hk, hs, pos, i)
 
 
 @nb.njit(cache=True)
-def pop_top(hk, hv, n):
-    """Remove the top pair; returns the new size."""
-    n -= 1
-    hk[0] = hk[n]
-    hv[0] = hv[n]
-    if n > 0:
-        sift_down(hk, hv, 0, n)
-    return n
+def replace_top(hk, hs, pos, n, key):
+    """Give the top slot (the victim, reused by the incoming row) a new key."""
+    hk[0] = key
+    sift_down(hk, hs, pos, 0, n)

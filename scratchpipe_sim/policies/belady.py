@@ -7,7 +7,7 @@ its next use is at least as far as every resident's, it is served from host memo
 (UNPLACED) and the cache is unchanged. With free space both admit. Next uses are global
 stream positions from the engine (`needs_next_use`), unique per access, so the only ties are
 between never-used-again rows, and which of those goes does not change any count.
-A lazy-deletion max-heap on next use finds the victim in O(log capacity).
+An indexed max-heap on next use (`_heap.py`) finds the victim in O(log capacity).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numba as nb
 import numpy as np
 
 from scratchpipe_sim.policies._hashmap import erase, map_keys, new_map, probe
-from scratchpipe_sim.policies._heap import drop_stale, pop_top, push
+from scratchpipe_sim.policies._heap import increase_key, insert, replace_top
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, UNPLACED, Policy
 
 _SIZE, _HEAP = 0, 1
@@ -31,14 +31,14 @@ class _MIN(Policy):
         slots = min(self.capacity, self.num_rows)
         self.keys, self.vals, self.mask, self.shift = new_map(slots)
         self.slot_id = np.full(slots, -1, np.int64)
-        self.slot_next = np.zeros(slots, np.int64)
-        self.hk = np.zeros(2 * slots + 2, np.int64)
-        self.hv = np.zeros(2 * slots + 2, np.int32)
-        self.state = np.zeros(2, np.int64)
+        self.hk = np.zeros(slots, np.int64)  # heap: next use, slot; pos: slot -> heap index
+        self.hs = np.zeros(slots, np.int32)
+        self.pos = np.zeros(slots, np.int32)
+        self.state = np.zeros(1, np.int64)
 
     def process(self, chunk, next_use, outcome, events):
         _min_chunk(chunk.ids, chunk.batch_ptr, next_use, self.bypass, self.keys, self.vals,
-                   self.mask, self.shift, self.slot_id, self.slot_next, self.hk, self.hv,
+                   self.mask, self.shift, self.slot_id, self.hk, self.hs, self.pos,
                    self.state, outcome, events)
 
     def resident(self) -> np.ndarray:
@@ -57,11 +57,10 @@ class BeladyBypass(_MIN):
 
 
 @nb.njit(cache=True)
-def _min_chunk(ids, batch_ptr, next_use, bypass, keys, vals, mask, shift, slot_id, slot_next,
-               hk, hv, state, outcome, events):
+def _min_chunk(ids, batch_ptr, next_use, bypass, keys, vals, mask, shift, slot_id, hk, hs,
+               pos, state, outcome, events):
     cap = len(slot_id)
-    size = state[_SIZE]
-    hn = state[_HEAP]
+    size = state[0]
     for b in range(len(batch_ptr) - 1):
         fills = 0
         evictions = 0
@@ -71,32 +70,27 @@ def _min_chunk(ids, batch_ptr, next_use, bypass, keys, vals, mask, shift, slot_i
             p = probe(keys, mask, shift, r)
             if keys[p] == r:
                 outcome[j] = HIT
-                s = vals[p]
-                slot_next[s] = nu
-                hn = push(hk, hv, hn, nu, s, slot_next, size)
+                increase_key(hk, hs, pos, vals[p], nu)
                 continue
             if size < cap:
                 s = size
+                insert(hk, hs, pos, size, nu, s)
                 size += 1
             else:
-                hn = drop_stale(hk, hv, hn, slot_next)
                 if bypass and nu >= hk[0]:
                     outcome[j] = UNPLACED
                     continue
-                s = hv[0]
-                hn = pop_top(hk, hv, hn)
+                s = hs[0]  # the farthest next use: evict it, reuse its slot
                 erase(keys, vals, mask, shift, probe(keys, mask, shift, slot_id[s]))
                 evictions += 1
                 p = probe(keys, mask, shift, r)
+                replace_top(hk, hs, pos, size, nu)
             outcome[j] = MISS
             fills += 1
             keys[p] = r
             vals[p] = s
             slot_id[s] = r
-            slot_next[s] = nu
-            hn = push(hk, hv, hn, nu, s, slot_next, size)
         events[b, 0] += fills
         events[b, 1] += evictions
         events[b, 2] += evictions
-    state[_SIZE] = size
-    state[_HEAP] = hn
+    state[0] = size
