@@ -300,7 +300,7 @@ class ScratchPipe(Policy):
         if self.on_overflow not in ON_OVERFLOW:
             raise UserError(f"on_overflow must be one of {', '.join(ON_OVERFLOW)}, got "
                             f"'{self.on_overflow}'", field="on_overflow")
-        cap = self.capacity
+        cap = min(self.capacity, self.num_rows)  # more slots than rows are never used
         self.keys, self.vals, self.mask, self.shift = new_map(cap)
         self.slot_row = np.full(cap, EMPTY, np.int64)
         # per slot: last-use position, next-use position (one cache line for both)
