@@ -27,20 +27,20 @@ class LRU(Policy):
         slots = min(self.capacity, self.num_rows)
         self.keys, self.vals, self.mask, self.shift = new_map(slots)
         self.slot_id = np.full(slots, -1, np.int64)
-        self.prev = np.full(slots, -1, np.int32)
-        self.next = np.full(slots, -1, np.int32)
+        # prev / next slot side by side: one cache line per slot update
+        self.links = np.full((slots, 2), -1, np.int32)
         self.state = np.array([0, -1, -1], np.int64)
 
     def process(self, chunk, next_use, outcome, events):
         _lru_chunk(chunk.ids, chunk.batch_ptr, self.keys, self.vals, self.mask, self.shift,
-                   self.slot_id, self.prev, self.next, self.state, outcome, events)
+                   self.slot_id, self.links, self.state, outcome, events)
 
     def resident(self) -> np.ndarray:
         return map_keys(self.keys)
 
 
 @nb.njit(cache=True)
-def _lru_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, prev, nxt, state,
+def _lru_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, links, state,
                outcome, events):
     cap = len(slot_id)
     size = state[_SIZE]
@@ -56,16 +56,16 @@ def _lru_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, prev, nxt, stat
                 outcome[j] = HIT
                 s = vals[p]
                 if s != head:  # unlink s, then push it at the head
-                    pv = prev[s]
-                    nx = nxt[s]
-                    nxt[pv] = nx
+                    pv = links[s, 0]
+                    nx = links[s, 1]
+                    links[pv, 1] = nx
                     if nx >= 0:
-                        prev[nx] = pv
+                        links[nx, 0] = pv
                     else:
                         tail = pv
-                    prev[s] = -1
-                    nxt[s] = head
-                    prev[head] = s
+                    links[s, 0] = -1
+                    links[s, 1] = head
+                    links[head, 0] = s
                     head = s
                 continue
             outcome[j] = MISS
@@ -74,11 +74,11 @@ def _lru_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, prev, nxt, stat
                 s = size
                 size += 1
                 if head >= 0:
-                    prev[head] = s
+                    links[head, 0] = s
                 else:
                     tail = s
-                prev[s] = -1
-                nxt[s] = head
+                links[s, 0] = -1
+                links[s, 1] = head
                 head = s
             else:  # reuse the least recently used slot
                 s = tail
@@ -86,11 +86,11 @@ def _lru_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, prev, nxt, stat
                 evictions += 1
                 p = probe(keys, mask, shift, r)  # the erase may have moved entries
                 if s != head:
-                    tail = prev[s]
-                    nxt[tail] = -1
-                    prev[s] = -1
-                    nxt[s] = head
-                    prev[head] = s
+                    tail = links[s, 0]
+                    links[tail, 1] = -1
+                    links[s, 0] = -1
+                    links[s, 1] = head
+                    links[head, 0] = s
                     head = s
             keys[p] = r
             vals[p] = s
