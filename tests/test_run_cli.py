@@ -140,3 +140,17 @@ def test_trace_ids_exceed_table_rows(cfg_file, tmp_path, capsys):
 
 def test_missing_config(tmp_path, capsys):
     one_line_error(capsys, ["run", str(tmp_path / "nope.yaml")], "no such config file")
+
+
+def test_resolved_config_reruns_to_identical_numbers(cfg_file, tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["run", str(cfg_file), "--out", str(a), "--json", "--no-timeline",
+                 "--set", "hardware.preset=h200-gen5"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(["run", str(a / "resolved_config.yaml"), "--out", str(b), "--json",
+                 "--no-timeline"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in WALL} for r in rs]  # noqa: E731
+    assert strip(first) == strip(second)
+    assert (a / "trace.sha256").read_text() == (b / "trace.sha256").read_text()
+    assert first[0]["iter_ns_mean"] > 0
