@@ -24,7 +24,7 @@ from scratchpipe_sim.errors import UserError, closest
 #: the project's preset folder (the repository's configs/; override with SCRATCHPIPE_CONFIGS).
 CONFIGS_DIR = Path(os.environ.get("SCRATCHPIPE_CONFIGS",
                                   Path(__file__).resolve().parents[2] / "configs"))
-_PRESET_DIRS = {"hardware": "hardware"}
+_PRESET_DIRS = {"hardware": "hardware", "trace": "traces"}
 
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:

@@ -103,6 +103,10 @@ class CacheConfig:
     static_policy: str = field(default="static", metadata={"help": "policy of static-cache"})
     lookahead: int = field(default=4, metadata={
         "help": "scratchpipe window W: batches in flight from plan to train", "min": 1})
+    on_overflow: str = field(default="error", metadata={
+        "help": "scratchpipe when the window's rows exceed the capacity: error (name the "
+                "minimum capacity) or stall (surplus rows served from host memory over UVM)",
+        "choices": ("error", "stall")})
     queue_depth: int = field(default=2, metadata={
         "help": "scratchpipe: batches buffered between consecutive stages", "min": 1})
     plan_ns_per_id: float = field(default=20.0, metadata={

@@ -351,7 +351,7 @@ class ScratchPipe(Policy):
                 f"scratchpipe needs capacity >= {need} rows for lookahead {self.lookahead} "
                 f"(got {self.capacity}): the rows pinned while batch {bad} is planned (batches "
                 f"{max(0, bad - self.lookahead + 1)}..{bad}) do not fit; raise the capacity or "
-                f"use on_overflow=stall",
+                f"use on_overflow=stall (cache.on_overflow in a run config)",
                 source=self._trace.source, field="capacity")
         outcome[:] = ext_out[ncar:]
         # keep the last W batches: they are unpinned and trained by later plans

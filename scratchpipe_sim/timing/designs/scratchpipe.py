@@ -9,7 +9,8 @@ batches each):
               out of the scratchpad
     exchange  H2D of the F fills || D2H of the W victims
     insert    HBM writes of the fills || CPU DRAM writes of the victims
-    train     GPU: gather A lookups from HBM (all hits) -> mlp -> update 2U rows
+    train     GPU: gather A lookups from HBM (all hits) -> mlp -> update 2U rows; with
+              cache.on_overflow=stall, surplus rows are read/updated over UVM instead
 
 A window of `cache.lookahead` tokens bounds the batches in flight: plan(j) takes a token and
 train(j) returns it, so plan(j) starts only after train(j - W) finished — the condition under
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import simpy
 
+from scratchpipe_sim.timing.designs._cache_stages import CacheStages
 from scratchpipe_sim.timing.designs.base import DESIGNS, Columns, Design, WorkloadKey
 
 
@@ -31,13 +33,15 @@ class ScratchPipe(Design):
 
     def workload_key(self) -> WorkloadKey:
         return WorkloadKey("scratchpipe", self.cfg.capacity_rows(),
-                           (("lookahead", self.cfg.cache.lookahead),))
+                           (("lookahead", self.cfg.cache.lookahead),
+                            ("on_overflow", self.cfg.cache.on_overflow)))
 
     def run(self, m, w):
         env = m.env
         c = Columns(w)
+        stages = CacheStages(self, c)
         n = w.num_batches
-        r, R = self.r, self.R
+        R = self.R
         slots = simpy.Container(env, capacity=self.cfg.cache.lookahead,
                                 init=self.cfg.cache.lookahead)
         qd = self.cfg.cache.queue_depth
@@ -77,9 +81,18 @@ class ScratchPipe(Design):
             env.process(proc())
         for _ in range(n):
             b = yield q[3].get()
-            train = m.seq(lambda b=b: m.hbm.gather(c.accesses[b], r, b, "gather"),
+            # Unplaced accesses exist only with on_overflow=stall: the surplus rows of an
+            # overflowing window are read and updated in host memory, as FBGEMM's conflict
+            # misses are (the same forward/backward parts as lru-cache).
+            train = m.seq(lambda b=b: _all(m, stages.forward(m, b)),
                           lambda b=b: m.mlp(b, c.samples[b]),
-                          lambda b=b: m.hbm.gather(2 * c.unique[b], R, b, "update"))
+                          lambda b=b: _all(m, stages.backward(m, b)))
             yield from m.stage("train", b, [train])
             m.batch_done(b)
             yield slots.put(1)
+
+
+def _all(m, parts):
+    """One event for the parts that move anything (zero-byte transfers are None)."""
+    evs = [p for p in parts if p is not None]
+    return m.env.all_of(evs) if evs else None
