@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,20 @@ import yaml
 from scratchpipe_sim.config.model import Config
 from scratchpipe_sim.errors import UserError, closest
 
-#: the project's preset folder (the repository's configs/; override with SCRATCHPIPE_CONFIGS).
-CONFIGS_DIR = Path(os.environ.get("SCRATCHPIPE_CONFIGS",
-                                  Path(__file__).resolve().parents[2] / "configs"))
+
+def _configs_dir() -> Path:
+    """The preset folder: $SCRATCHPIPE_CONFIGS, else the checkout's configs/ (editable
+    installs, tests), else the copy a regular install puts in <prefix>/share/scratchpipe_sim."""
+    if "SCRATCHPIPE_CONFIGS" in os.environ:
+        return Path(os.environ["SCRATCHPIPE_CONFIGS"])
+    checkout = Path(__file__).resolve().parents[2] / "configs"
+    if (checkout / "hardware").is_dir():
+        return checkout
+    return Path(sys.prefix) / "share" / "scratchpipe_sim" / "configs"
+
+
+#: the project's preset folder (hardware/ and traces/ presets).
+CONFIGS_DIR = _configs_dir()
 _PRESET_DIRS = {"hardware": "hardware", "trace": "traces"}
 
 
