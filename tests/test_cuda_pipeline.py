@@ -1,10 +1,18 @@
 """Reference CUDA path under the CUDA simulator: kernels vs numpy, the ScratchPipe pipeline
 vs the numpy training reference, and the two pipeline hazards (naive orderings corrupt)."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 
 from scratchpipe_sim.cuda import runtime
+
+# The kernels target the numba-cuda package (extra [cuda], also in [test]); numba's own
+# deprecated numba.cuda has a different simulator (timings 0.0, other scheduling).
+if importlib.util.find_spec("numba_cuda") is None:
+    pytest.skip("numba-cuda is not installed (pip install -e '.[test]' brings it)",
+                allow_module_level=True)
 
 # The simulator must be switched on before numba.cuda is imported in this process. If an
 # earlier test imported it for a real GPU, the numeric tests run on that GPU instead and
