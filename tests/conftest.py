@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# CI (CI=true) replays the same examples on every run, so a red build is reproducible and a
+# green one is not luck; local runs keep exploring new examples.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 def zipf_stream(n: int, rows: int, alpha: float, seed: int) -> np.ndarray:
