@@ -109,3 +109,13 @@ def test_next_use_matches_brute_force(chunk):
     for j, r in enumerate(ids):
         later = np.nonzero(ids[j + 1 :] == r)[0]
         assert nu[j] == (j + 1 + later[0] if len(later) else NO_NEXT_USE)
+
+
+def test_every_subcommand_and_policy_is_registered(capsys):
+    from scratchpipe_sim.cli import COMMANDS, build_parser
+    from scratchpipe_sim.policies import POLICIES
+
+    help_text = build_parser().format_help()
+    assert all(name in help_text for name in COMMANDS)
+    assert POLICIES.names() == ["belady", "belady-bypass", "fbgemm-lfu", "fbgemm-lru", "lfu",
+                                "lru", "scratchpipe", "static"]

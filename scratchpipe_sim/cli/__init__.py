@@ -33,13 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"scratchpipe_sim.cli.{name}")
-        except ModuleNotFoundError as e:  # a command not written yet
-            if e.name == f"scratchpipe_sim.cli.{name}":
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(f"scratchpipe_sim.cli.{name}").register(sub)
     return parser
 
 

@@ -11,10 +11,6 @@ from scratchpipe_sim.policies.base import POLICIES, Policy
 _MODULES = ("lru", "lfu", "fbgemm", "static", "belady", "scratchpipe")
 
 for _m in _MODULES:
-    try:
-        importlib.import_module(f"scratchpipe_sim.policies.{_m}")
-    except ModuleNotFoundError as _e:  # a policy not written yet
-        if _e.name != f"scratchpipe_sim.policies.{_m}":
-            raise
+    importlib.import_module(f"scratchpipe_sim.policies.{_m}")
 
 __all__ = ["POLICIES", "Policy"]
