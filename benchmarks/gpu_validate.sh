@@ -5,6 +5,11 @@
 #                                         # results/gpu_validate/
 # Needs: an NVIDIA GPU, this package installed with the [cuda] extra (numba-cuda and CUDA
 # bindings matching the driver). The device machine has no network: bring the environment.
+# This workplace's H200 image already holds numba, numba-cuda, numpy, pandas, pyyaml, tqdm
+# and matplotlib but not simpy; so, from the dev machine:
+#   python3 -m pip install --target .gpu_deps "simpy>=4.0,<5"      # once (ignored by git)
+#   device run: carry [".gpu_deps"], command "bash benchmarks/gpu_validate.sh"
+# The script puts the checkout and .gpu_deps on PYTHONPATH, so no install is needed there.
 # Steps (each under its own timeout):
 #   1. calibrate -> configs/hardware/measured-$NAME.yaml (+ .json raw samples)
 #   2. validate benchmarks/gpu_validate.yaml with the measured preset (GPU run), the model
@@ -13,7 +18,8 @@
 #   4. a markdown table for docs/validation.md
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python}
+PY=${PYTHON:-python3}
+export PYTHONPATH="$PWD:$PWD/.gpu_deps${PYTHONPATH:+:$PYTHONPATH}"
 NAME=${NAME:-h200}
 DEST=${OUT:-results/gpu_validate}
 mkdir -p "$DEST"
