@@ -262,3 +262,46 @@ def sample_major_batches(cats: np.ndarray, batch_size: int) -> tuple[np.ndarray,
     lengths = np.concatenate(parts_len)
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     return np.concatenate(parts_idx), offsets, np.asarray(bounds, np.int64)
+
+
+def flat_batches(ids: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray,
+                                                            np.ndarray]:
+    """CSR of whole mini-batches from a flat id stream: one table, pooling 1."""
+    n = len(ids)
+    offsets = np.arange(n + 1, dtype=np.int64)
+    bounds = np.minimum(np.arange(0, n + batch_size, batch_size, dtype=np.int64), n)
+    return ids, offsets, bounds[: -(-n // batch_size) + 1]
+
+
+class WholeBatches:
+    """Buffers converted samples and writes them to `writer` in whole mini-batches.
+
+    Readers produce blocks that do not end on batch boundaries; this keeps the remainder
+    until the next block (or `flush`, which writes the short last batch). `to_csr` turns a
+    run of samples into `(indices, offsets, batch_bounds)`.
+    """
+
+    def __init__(self, writer: TraceWriter, batch_size: int, result: ConvertResult,
+                 to_csr: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray,
+                                                           np.ndarray]]):
+        self.writer, self.B, self.result, self.to_csr = writer, batch_size, result, to_csr
+        self.pending: np.ndarray | None = None
+
+    def add(self, samples: np.ndarray) -> None:
+        if self.pending is not None and len(self.pending):
+            samples = np.concatenate((self.pending, samples))
+        full = (len(samples) // self.B) * self.B
+        if full:
+            self._write(samples[:full])
+        self.pending = samples[full:]
+
+    def flush(self) -> None:
+        if self.pending is not None and len(self.pending):
+            self._write(self.pending)
+        self.pending = None
+
+    def _write(self, samples: np.ndarray) -> None:
+        idx, offs, bounds = self.to_csr(samples, self.B)
+        self.writer.append_batches(idx, offs, bounds)
+        self.result.num_batches += len(bounds) - 1
+        self.result.num_accesses += len(idx)

@@ -25,6 +25,7 @@ from scratchpipe_sim.traces.convert import (
     ConvertOptions,
     ConvertResult,
     IdMap,
+    WholeBatches,
     finish,
     open_input,
     open_writer,
@@ -217,8 +218,7 @@ def convert_criteo(src: Path, out: Path, opts: ConvertOptions) -> ConvertResult:
     meta = {"reader": "criteo", "source_file": str(src), "pooling": 1}
     writer = open_writer(out, idmap, B, meta, opts)
     try:
-        pending = np.zeros((0, NUM_CAT), np.int64)
-        tables = np.broadcast_to(np.arange(NUM_CAT, dtype=np.int64), (0, NUM_CAT))
+        batches = WholeBatches(writer, B, result, sample_major_batches)
         for cats in iter_samples(src, opts, result):
             if len(cats) == 0:
                 continue
@@ -226,24 +226,12 @@ def convert_criteo(src: Path, out: Path, opts: ConvertOptions) -> ConvertResult:
             tables = np.broadcast_to(np.arange(NUM_CAT, dtype=np.int64), cats.shape)
             mapped = cats.copy()
             mapped[mask] = idmap.map(cats[mask], tables[mask])
-            pending = np.concatenate((pending, mapped)) if len(pending) else mapped
-            full = (len(pending) // B) * B
-            if full:
-                _append(writer, pending[:full], B, result)
-                pending = pending[full:]
-        if len(pending):
-            _append(writer, pending, B, result)
+            batches.add(mapped)
+        batches.flush()
     except BaseException:
         writer.abort()
         raise
     return finish(writer, idmap, result)
-
-
-def _append(writer, cats: np.ndarray, B: int, result: ConvertResult) -> None:
-    idx, offs, bounds = sample_major_batches(cats, B)
-    writer.append_batches(idx, offs, bounds)
-    result.num_batches += len(bounds) - 1
-    result.num_accesses += len(idx)
 
 
 def _sniff(path: Path) -> bool:

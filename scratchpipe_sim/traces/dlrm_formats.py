@@ -22,7 +22,9 @@ from scratchpipe_sim.traces.convert import (
     ConvertOptions,
     ConvertResult,
     IdMap,
+    WholeBatches,
     finish,
+    flat_batches,
     open_input,
     open_writer,
     register_converter,
@@ -98,32 +100,16 @@ def convert_flat(src: Path, out: Path, opts: ConvertOptions, fmt: str,
     result = ConvertResult(out, fmt, [], 0, 0, extra={"record_name": "ids"})
     writer = open_writer(out, idmap, B, {"reader": fmt, "source_file": str(src), "pooling": 1},
                          opts, raw_limit=limit)
-    zeros = np.zeros(0, np.int64)
     try:
-        pending = zeros
+        batches = WholeBatches(writer, B, result, flat_batches)
         for b in blocks():
             result.records += len(b)
-            ids = idmap.map(b, np.zeros(len(b), np.int64))
-            pending = np.concatenate((pending, ids)) if len(pending) else ids
-            full = (len(pending) // B) * B
-            if full:
-                _append(writer, pending[:full], B, result)
-                pending = pending[full:]
-        if len(pending):
-            _append(writer, pending, B, result)
+            batches.add(idmap.map(b, np.zeros(len(b), np.int64)))
+        batches.flush()
     except BaseException:
         writer.abort()
         raise
     return finish(writer, idmap, result)
-
-
-def _append(writer, ids: np.ndarray, B: int, result: ConvertResult) -> None:
-    n = len(ids)
-    offsets = np.arange(n + 1, dtype=np.int64)
-    bounds = np.unique(np.minimum(np.arange(0, n + B, B, dtype=np.int64), n))
-    writer.append_batches(ids, offsets, bounds)
-    result.num_batches += len(bounds) - 1
-    result.num_accesses += n
 
 
 @register_converter("dlrm-log", suffixes=(".log",))
