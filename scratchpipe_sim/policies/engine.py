@@ -153,7 +153,7 @@ def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES)
         tmp = tempfile.TemporaryFile(prefix="scratchpipe-next-use-")
         out = np.memmap(tmp, dtype=np.int64, mode="w+", shape=(n,))
     last = np.full(trace.total_rows, NO_NEXT_USE, np.int64)
-    starts = [c.first_batch for c in trace.iter_chunks(chunk_accesses)]
+    starts = trace.chunk_starts(chunk_accesses)[:-1]
     for s in reversed(starts):
         chunk = next(trace.iter_chunks(chunk_accesses, start_batch=s))
         view = out[chunk.first_access : chunk.first_access + len(chunk.ids)]

@@ -120,19 +120,26 @@ class Trace:
         """
         ptr = self.batch_access_ptr()
         toff = self.table_offsets
-        k = start_batch
-        nb_ = self.num_batches
-        while k < nb_:
-            end = int(np.searchsorted(ptr, ptr[k] + max_accesses, side="right")) - 1
-            end = max(end, k + 1)
-            end = min(end, nb_)
+        starts = self.chunk_starts(max_accesses, start_batch, ptr)
+        for k, end in zip(starts[:-1], starts[1:], strict=True):
             lo, hi = int(self.batch_bounds[k]), int(self.batch_bounds[end])
             offs = np.asarray(self.offsets[lo : hi + 1], dtype=np.int64)
             bounds = np.asarray(self.batch_bounds[k : end + 1], dtype=np.int64) - lo
             raw = np.asarray(self.indices[offs[0] : offs[-1]])
             ids, tables = _linearize(raw, offs - offs[0], bounds, toff, self.num_tables)
             yield Chunk(k, int(offs[0]), ids, tables, ptr[k : end + 1] - ptr[k])
-            k = end
+
+    def chunk_starts(self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0,
+                     ptr: np.ndarray | None = None) -> list[int]:
+        """First batch of every chunk `iter_chunks` yields, then `num_batches` (no data read
+        beyond the batch pointers), so a caller can walk the chunks in any order."""
+        ptr = self.batch_access_ptr() if ptr is None else ptr
+        starts, k, nb_ = [start_batch], start_batch, self.num_batches
+        while k < nb_:
+            end = int(np.searchsorted(ptr, ptr[k] + max_accesses, side="right")) - 1
+            k = min(max(end, k + 1), nb_)
+            starts.append(k)
+        return starts
 
     def linear_ids(self) -> np.ndarray:
         """The whole access stream as linearized ids (in memory: for small traces and tests)."""
