@@ -186,3 +186,53 @@ def test_processor_sharing_is_work_conserving(jobs):
     # the server is idle only when nothing is pending: makespan >= total work
     assert env.now >= sum(n for _, n in jobs) * (1 - 1e-9)
     assert s.bytes_by_batch[0] == pytest.approx(sum(n for _, n in jobs))
+
+
+@pytest.mark.parametrize("start_ns", [0.0, 1e11, 1e13])
+def test_transfers_finish_late_in_a_long_simulation(start_ns):
+    # Past ~1e11 ns the float spacing of `now` exceeds any absolute work threshold; the
+    # server must still complete staggered transfers in a bounded number of events.
+    env = simpy.Environment(initial_time=start_ns)
+    s = server(env, GBps=3.0, lat=0.0)
+    done = []
+
+    def job(delay, nbytes):
+        yield env.timeout(delay)
+        yield s.transfer(nbytes, 0)
+        done.append(env.now)
+
+    for delay, nbytes in ((0.0, 1000), (7.3, 333), (11.1, 77)):
+        env.process(job(delay, nbytes))
+    steps = 0
+    while env.peek() != float("inf"):
+        env.step()
+        steps += 1
+        assert steps < 1000, "processor-sharing server livelocked"
+    assert len(done) == 3
+    # total work 1410 B at 3 B/ns, the server never idle after t=0
+    assert max(done) - start_ns == pytest.approx(1410 / 3.0, rel=1e-6)
+
+
+def test_duplex_rate_never_exceeds_the_solo_rate():
+    # The a100 preset's duplex H2D figure (11 GB/s) is above a solo H2D lowered to 5 GB/s:
+    # H2D must not speed up while D2H runs, so more D2H bandwidth never slows the H2D.
+    def h2d_end(d2h_GBps):
+        cfg = load_config({"hardware": {"preset": "a100-gen4", "pcie": {
+            "h2d_GBps": 5.0, "d2h_GBps": d2h_GBps, "latency_ns": 0.0}}})
+        env = simpy.Environment()
+        m = Machine(env, cfg, num_batches=1)
+        end = {}
+
+        def fill():
+            yield m.pcie.h2d(50_000, 0, "fill")
+            end["h2d"] = env.now
+
+        env.process(fill())
+        m.pcie.d2h(50_000, 0, "victims")
+        env.run()
+        return end["h2d"]
+
+    ends = [h2d_end(g) for g in (5.0, 10.0, 20.0, 40.0)]
+    pairs = zip(ends[:-1], ends[1:], strict=True)
+    assert all(later <= earlier * (1 + 1e-12) for earlier, later in pairs)
+    assert min(ends) >= 50_000 / 5.0 * (1 - 1e-12)  # never faster than H2D alone

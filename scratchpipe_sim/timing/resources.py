@@ -75,6 +75,7 @@ class Server:
         self._next_id = 0
         self._last = 0.0
         self._gen = 0
+        self._target: int | None = None  # the transfer the pending timer will complete
         self._listeners: list[Callable[[bool], None]] = []
 
     # -- public ------------------------------------------------------------------------------
@@ -146,7 +147,8 @@ class Server:
         if not self._active:
             return
         n = len(self._active)
-        least = min(item[0] for item in self._active.values())
+        self._target = min(self._active, key=lambda k: self._active[k][0])
+        least = self._active[self._target][0]
         delay = max(least, 0.0) * n / self.rate
         gen = self._gen
         self.env.timeout(delay).callbacks.append(lambda _ev: self._on_timer(gen))
@@ -155,7 +157,11 @@ class Server:
         if gen != self._gen:
             return
         self._advance()
-        finished = [k for k, item in self._active.items() if item[0] <= _EPS_NS]
+        # The timer was set for `_target`'s completion: finish it (and any transfer at least
+        # as close) even when float rounding at a large `now` leaves a sliver of work, which
+        # an absolute threshold alone would reschedule forever (a zero-length timeout).
+        cutoff = max(self._active[self._target][0], 0.0) + _EPS_NS
+        finished = [k for k, item in self._active.items() if item[0] <= cutoff]
         events = [self._active.pop(k)[1] for k in finished]
         self._reschedule()
         if not self._active:
@@ -195,12 +201,15 @@ class Pcie:
                                      num_batches, recorder)
             self.d2h_server = Server(env, "pcie_d2h", cfg.d2h_GBps, cfg.latency_ns,
                                      num_batches, recorder)
+            # A direction never runs faster while the other is busy than alone: clamp the
+            # duplex rates to the solo ones (a preset's duplex figure may exceed a solo
+            # bandwidth lowered by --set or a sweep).
             if cfg.duplex_h2d_GBps is not None:
-                ratio = cfg.duplex_h2d_GBps / cfg.h2d_GBps
+                ratio = min(cfg.duplex_h2d_GBps / cfg.h2d_GBps, 1.0)
                 self.d2h_server.on_busy_change(
                     lambda busy: self.h2d_server.set_rate(ratio if busy else 1.0))
             if cfg.duplex_d2h_GBps is not None:
-                ratio_d = cfg.duplex_d2h_GBps / cfg.d2h_GBps
+                ratio_d = min(cfg.duplex_d2h_GBps / cfg.d2h_GBps, 1.0)
                 self.h2d_server.on_busy_change(
                     lambda busy: self.d2h_server.set_rate(ratio_d if busy else 1.0))
             self.servers = [self.h2d_server, self.d2h_server]
