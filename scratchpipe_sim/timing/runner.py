@@ -42,7 +42,17 @@ def build_trace(cfg: Config) -> Trace:
         if not path.is_absolute() and cfg.source and Path(cfg.source).exists():
             cand = Path(cfg.source).resolve().parent / path
             path = cand if cand.exists() else path
-        trace = open_trace(path, batch_size=m.batch_size, fmt=t.format)
+        from scratchpipe_sim.traces.store import is_store
+
+        if is_store(path):  # a store keeps its own mini-batches: they must be the model's
+            trace = open_trace(path, fmt=t.format)
+            if trace.batch_size != m.batch_size:
+                raise UserError(
+                    f"the trace {path} has batch size {trace.batch_size}; expected "
+                    f"model.batch_size to match (e.g. --set model.batch_size="
+                    f"{trace.batch_size})", source=cfg.source, field="model.batch_size")
+        else:  # flat id streams are cut into the model's mini-batches
+            trace = open_trace(path, batch_size=m.batch_size, fmt=t.format)
         return fit_trace(trace, cfg)
     from scratchpipe_sim.traces.generators import DISTRIBUTIONS, generate_trace, load_distributions
 
