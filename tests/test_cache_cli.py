@@ -104,6 +104,8 @@ def test_bad_inputs_exit_2(capsys, tmp_path, npy):
            "--capacity")
     _fails(capsys, ["cache", "--trace", t, "--policy", "lru", "--load-factor", "0"],
            "--load-factor")
+    _fails(capsys, ["cache", "--trace", t, "--policy", "lru", "--load-factor", "5"],
+           "--load-factor")
     _fails(capsys, ["cache", "--trace", t, "--policy", "lruu", "--capacity", "5"],
            "unknown policy 'lruu'", "did you mean 'lru'")
     _fails(capsys, ["cache", "--trace", t, "--policy", "lru", "--capacity", "5",

@@ -20,7 +20,6 @@ from reference_policies_b import (
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies import POLICIES
 from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy, run_cache
 from scratchpipe_sim.policies.scratchpipe import min_scratchpipe_capacity
 from scratchpipe_sim.traces.trace import Trace
@@ -156,8 +155,6 @@ def test_more_capacity_never_more_fills_on_these_traces():
 
 
 def test_belady_lower_bound_at_batch_one():
-    if "belady" not in POLICIES:
-        pytest.skip("belady policy not registered")
     trace = zipf_trace(5, 6000, 400, 1)
     for cap in (8, 40, 120):
         bel = run_cache(trace, "belady", cap)

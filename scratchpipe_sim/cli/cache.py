@@ -64,9 +64,8 @@ def handle(args: argparse.Namespace) -> int:
     if args.capacity is not None and args.capacity < 1:
         raise UserError(f"expected a positive number of rows, got {args.capacity}",
                         field="--capacity")
-    if args.load_factor is not None and not (args.load_factor > 0 and
-                                             math.isfinite(args.load_factor)):
-        raise UserError(f"expected a positive fraction of the table rows, got "
+    if args.load_factor is not None and not 0 < args.load_factor <= 1:
+        raise UserError(f"expected a fraction of the table rows in (0, 1], got "
                         f"{args.load_factor}", field="--load-factor")
     params = parse_params(args.param)
     for flag, key in (("lookahead", "lookahead"), ("ways", "ways")):

@@ -142,7 +142,7 @@ def _rows(point: Point, outcome: Outcome, designs: tuple[str, ...],
                              if DESIGN_ERROR not in r))
     for m in metrics:
         if reported and m not in reported:
-            raise UserError(f"the simulator reports no metric '{m}'{closest(m, reported)}; "
+            raise UserError(f"the simulator reports no metric '{m}'{closest(m, sorted(reported))}; "
                             f"it reports: {', '.join(sorted(reported))}", source=spec.source,
                             field="metrics")
     out = []
