@@ -53,32 +53,24 @@ class ScratchPipe(Design):
                 yield from m.stage("plan", b, [m.plan(b, c.accesses[b])])
                 yield q[0].put(b)
 
-        def collect():
+        def relay(name, q_in, q_out, parts):
+            """A middle stage: take a batch from q_in, move its bytes, pass it to q_out."""
             for _ in range(n):
-                b = yield q[0].get()
-                yield from m.stage("collect", b, [
-                    m.dram.gather(c.fills[b], R, b, "collect"),
-                    m.hbm.gather(c.writebacks[b], R, b, "victim read")])
-                yield q[1].put(b)
+                b = yield q_in.get()
+                yield from m.stage(name, b, parts(b))
+                yield q_out.put(b)
 
-        def exchange():
-            for _ in range(n):
-                b = yield q[1].get()
-                yield from m.stage("exchange", b, [
-                    m.pcie.h2d(c.fills[b] * R, b, "fill"),
-                    m.pcie.d2h(c.writebacks[b] * R, b, "victims")])
-                yield q[2].put(b)
-
-        def insert():
-            for _ in range(n):
-                b = yield q[2].get()
-                yield from m.stage("insert", b, [
-                    m.hbm.gather(c.fills[b], R, b, "insert"),
-                    m.dram.gather(c.writebacks[b], R, b, "writeback")])
-                yield q[3].put(b)
-
-        for proc in (plan, collect, exchange, insert):
-            env.process(proc())
+        middle = (
+            ("collect", lambda b: [m.dram.gather(c.fills[b], R, b, "collect"),
+                                   m.hbm.gather(c.writebacks[b], R, b, "victim read")]),
+            ("exchange", lambda b: [m.pcie.h2d(c.fills[b] * R, b, "fill"),
+                                    m.pcie.d2h(c.writebacks[b] * R, b, "victims")]),
+            ("insert", lambda b: [m.hbm.gather(c.fills[b], R, b, "insert"),
+                                  m.dram.gather(c.writebacks[b], R, b, "writeback")]),
+        )
+        env.process(plan())
+        for i, (name, parts) in enumerate(middle):
+            env.process(relay(name, q[i], q[i + 1], parts))
         for _ in range(n):
             b = yield q[3].get()
             # Unplaced accesses exist only with on_overflow=stall: the surplus rows of an
