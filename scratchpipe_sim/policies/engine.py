@@ -153,9 +153,10 @@ def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES)
         tmp = tempfile.TemporaryFile(prefix="scratchpipe-next-use-")
         out = np.memmap(tmp, dtype=np.int64, mode="w+", shape=(n,))
     last = np.full(trace.total_rows, NO_NEXT_USE, np.int64)
-    starts = trace.chunk_starts(chunk_accesses)[:-1]
-    for s in reversed(starts):
-        chunk = next(trace.iter_chunks(chunk_accesses, start_batch=s))
+    ptr = trace.batch_access_ptr()
+    starts = trace.chunk_starts(chunk_accesses, ptr=ptr)
+    for k, end in reversed(list(zip(starts[:-1], starts[1:], strict=True))):
+        chunk = trace.chunk(k, end, ptr)
         view = out[chunk.first_access : chunk.first_access + len(chunk.ids)]
         _next_use_backward(chunk.ids, chunk.first_access, last, view)
     return out

@@ -119,15 +119,20 @@ class Trace:
         A chunk always holds at least one batch, so one huge batch is one chunk.
         """
         ptr = self.batch_access_ptr()
-        toff = self.table_offsets
         starts = self.chunk_starts(max_accesses, start_batch, ptr)
         for k, end in zip(starts[:-1], starts[1:], strict=True):
-            lo, hi = int(self.batch_bounds[k]), int(self.batch_bounds[end])
-            offs = np.asarray(self.offsets[lo : hi + 1], dtype=np.int64)
-            bounds = np.asarray(self.batch_bounds[k : end + 1], dtype=np.int64) - lo
-            raw = np.asarray(self.indices[offs[0] : offs[-1]])
-            ids, tables = _linearize(raw, offs - offs[0], bounds, toff, self.num_tables)
-            yield Chunk(k, int(offs[0]), ids, tables, ptr[k : end + 1] - ptr[k])
+            yield self.chunk(k, end, ptr)
+
+    def chunk(self, k: int, end: int, ptr: np.ndarray | None = None) -> Chunk:
+        """Batches k..end-1 as one chunk (`ptr`: `batch_access_ptr()`, if already at hand)."""
+        ptr = self.batch_access_ptr() if ptr is None else ptr
+        lo, hi = int(self.batch_bounds[k]), int(self.batch_bounds[end])
+        offs = np.asarray(self.offsets[lo : hi + 1], dtype=np.int64)
+        bounds = np.asarray(self.batch_bounds[k : end + 1], dtype=np.int64) - lo
+        raw = np.asarray(self.indices[offs[0] : offs[-1]])
+        ids, tables = _linearize(raw, offs - offs[0], bounds, self.table_offsets,
+                                 self.num_tables)
+        return Chunk(k, int(offs[0]), ids, tables, ptr[k : end + 1] - ptr[k])
 
     def chunk_starts(self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0,
                      ptr: np.ndarray | None = None) -> list[int]:
