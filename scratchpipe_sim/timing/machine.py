@@ -83,10 +83,15 @@ class Machine:
               ) -> Generator:
         """Run `parts` concurrently; the stage ends when all have (skips None/empty parts)."""
         start = self.env.now
-        evs = [p for p in parts if p is not None]
-        if evs:
-            yield self.env.all_of(evs)
+        ev = self.all_of(parts)
+        if ev is not None:
+            yield ev
         self.end_stage(name, batch, start)
+
+    def all_of(self, parts: Iterable[simpy.Event | None]) -> simpy.Event | None:
+        """One event for the parts that move anything (zero-byte transfers are None)."""
+        evs = [p for p in parts if p is not None]
+        return self.env.all_of(evs) if evs else None
 
     def end_stage(self, name: str, batch: int, start: float) -> None:
         if name not in self.stage_ns:

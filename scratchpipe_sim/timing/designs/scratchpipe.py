@@ -76,15 +76,9 @@ class ScratchPipe(Design):
             # Unplaced accesses exist only with on_overflow=stall: the surplus rows of an
             # overflowing window are read and updated in host memory, as FBGEMM's conflict
             # misses are (the same forward/backward parts as lru-cache).
-            train = m.seq(lambda b=b: _all(m, stages.forward(m, b)),
+            train = m.seq(lambda b=b: m.all_of(stages.forward(m, b)),
                           lambda b=b: m.mlp(b, c.samples[b]),
-                          lambda b=b: _all(m, stages.backward(m, b)))
+                          lambda b=b: m.all_of(stages.backward(m, b)))
             yield from m.stage("train", b, [train])
             m.batch_done(b)
             yield slots.put(1)
-
-
-def _all(m, parts):
-    """One event for the parts that move anything (zero-byte transfers are None)."""
-    evs = [p for p in parts if p is not None]
-    return m.env.all_of(evs) if evs else None
