@@ -7,6 +7,7 @@ stable: other modules and calibrated presets depend on them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,6 +58,17 @@ class CpuConfig:
     cores: int = field(default=16, metadata={"help": "cores running embedding ops", "min": 1})
     embedding_op_GBps: float = field(
         default=4.0, metadata=_pos("gather/pool/update throughput of one core (bytes of rows)"))
+    parallel_efficiency: float = field(default=0.8, metadata={
+        "help": "fraction of cores x per-core rate reached when every core works (scaling "
+                "loss of the CPU's embedding ops and the planner)", "gt": 0, "max": 1})
+    aggregate_ns_per_lookup: float = field(default=6.0, metadata=_nonneg(
+        "core-ns to sort/hash one pooled-gradient contribution into its row gradient "
+        "(gradient aggregation, per lookup)"))
+    llc_MiB: float = field(default=32.0, metadata=_nonneg(
+        "last-level cache one socket's embedding ops share (0: none)"))
+    llc_ways: int = field(default=16, metadata={"help": "LLC associativity", "min": 1})
+    llc_GBps: float = field(default=1000.0, metadata=_pos(
+        "LLC bandwidth for rows that hit on chip"))
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,9 @@ class PcieConfig:
     uvm_efficiency: float = field(default=0.1, metadata={
         "help": "fraction of link bandwidth for rows read/written in place (UVM)",
         "gt": 0, "max": 1})
+    dma_loads_dram: bool = field(default=True, metadata={
+        "help": "copy-engine DMA also streams its bytes through CPU DRAM (reads for H2D, "
+                "writes for D2H)"})
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,16 @@ class GpuConfig:
     hbm_capacity_GiB: float = field(default=80.0, metadata=_pos("HBM capacity"))
     tflops: float = field(default=150.0, metadata=_pos("achievable dense TFLOP/s (MLPs)"))
     kernel_launch_ns: float = field(default=5_000.0, metadata=_nonneg("cost per kernel"))
+    aggregate_efficiency: float = field(default=0.4, metadata={
+        "help": "fraction of HBM streaming bandwidth reached by the backward's sort + "
+                "segment-reduce over the lookups (FBGEMM backward ~0.41x forward)",
+        "gt": 0, "max": 1})
+    cache_probe_bytes: float = field(default=256.0, metadata=_nonneg(
+        "HBM bytes an on-demand cache's lookup kernel reads per unique id (a 32-way set "
+        "of int64 tags)"))
+    l2_MiB: float = field(default=40.0, metadata=_nonneg("GPU L2 cache (0: none)"))
+    l2_ways: int = field(default=16, metadata={"help": "L2 associativity", "min": 1})
+    l2_GBps: float = field(default=5000.0, metadata=_pos("L2 bandwidth for rows that hit"))
 
 
 @dataclass(frozen=True)
@@ -94,7 +119,29 @@ class HardwareConfig:
     cpu: CpuConfig = field(default_factory=CpuConfig)
     pcie: PcieConfig = field(default_factory=PcieConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
+    dram_capacity_GiB: float = field(default=512.0, metadata=_pos(
+        "host memory holding the embedding tables"))
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict, metadata={
+        "help": "plausible [low, high] of each unmeasured constant, by dotted key under "
+                "hardware (e.g. gpu.aggregate_efficiency: [0.3, 0.6]); `sensitivity` varies "
+                "them"})
 
     def check(self, source: str | None) -> None:
         check_curve(self.cpu.gather_efficiency, source, "hardware.cpu.gather_efficiency")
         check_curve(self.gpu.gather_efficiency, source, "hardware.gpu.gather_efficiency")
+        if self.cpu.llc_MiB / 1024 > self.dram_capacity_GiB:
+            raise UserError(f"an LLC of {self.cpu.llc_MiB} MiB is larger than "
+                            f"hardware.dram_capacity_GiB = {self.dram_capacity_GiB}: expected "
+                            "llc_MiB below the DRAM size", source=source,
+                            field="hardware.cpu.llc_MiB")
+        if self.gpu.l2_MiB / 1024 > self.gpu.hbm_capacity_GiB:
+            raise UserError(f"an L2 of {self.gpu.l2_MiB} MiB is larger than "
+                            f"hardware.gpu.hbm_capacity_GiB = {self.gpu.hbm_capacity_GiB}: "
+                            "expected l2_MiB below the HBM size", source=source,
+                            field="hardware.gpu.l2_MiB")
+        for key, rng in self.ranges.items():
+            where = f"hardware.ranges.{key}"
+            lo, hi = rng
+            if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi or lo < 0:
+                raise UserError(f"expected a range [low, high] with 0 <= low <= high, got "
+                                f"[{lo}, {hi}]", source=source, field=where)

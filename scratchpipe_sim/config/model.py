@@ -14,11 +14,13 @@ from typing import Any
 
 from scratchpipe_sim.config.hardware import HardwareConfig
 from scratchpipe_sim.config.schema import build, to_plain
-from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.errors import UserError, closest
 
 ALL_DESIGNS = ("hybrid", "gpu-only", "static-cache", "lru-cache", "lru-prefetch", "scratchpipe")
 OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad")
 GiB = 1 << 30
+#: scratchpipe's stages in data-flow order; `cache.pipeline` groups them.
+SCRATCHPIPE_STAGES = ("plan", "collect", "exchange", "insert", "train")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class ModelConfig:
     pooling: int = field(default=20, metadata={"help": "lookups per sample per table",
                                                "min": 1})
     batch_size: int = field(default=2048, metadata={"help": "samples per mini-batch", "min": 1})
+    index_bytes: int = field(default=8, metadata={
+        "help": "bytes per index and per offset copied to the GPU (4 = int32, 8 = int64, "
+                "DLRM's default)", "choices": (4, 8)})
     optimizer: str = field(default="sgd", metadata={
         "help": "sgd (no state), adagrad (fp32 state per element), rowwise-adagrad (one fp32 "
                 "per row); the state travels with its row", "choices": OPTIMIZERS})
@@ -109,10 +114,29 @@ class CacheConfig:
         "choices": ("error", "stall")})
     queue_depth: int = field(default=2, metadata={
         "help": "scratchpipe: batches buffered between consecutive stages", "min": 1})
-    plan_ns_per_id: float = field(default=20.0, metadata={
-        "help": "scratchpipe plan cost per looked-up id on one CPU thread", "min": 0})
+    plan_ns_per_id: float = field(default=25.0, metadata={
+        "help": "scratchpipe plan cost per looked-up id on one CPU core (core-ns; the "
+                "reference planner measured 25)", "min": 0})
     plan_threads: int | None = field(default=None, metadata={
-        "help": "threads planning in parallel (null: hardware.cpu.cores)", "min": 1})
+        "help": "cores the planner may use at once, shared with collect and write-back "
+                "(null: hardware.cpu.cores)", "min": 1})
+    pipeline: tuple[tuple[str, ...], ...] = field(
+        default=(("plan",), ("collect",), ("exchange",), ("insert",), ("train",)),
+        metadata={"help": "scratchpipe stage groups, in order; each group works on a "
+                          "different batch, so the window must be at least the number of "
+                          "groups; stages fused in one group stream concurrently"})
+    refetch: str = field(default="wait", metadata={
+        "help": "scratchpipe: a row evicted and needed again while its write-back is in "
+                "flight waits for the write-back (wait) or is copied from the victim "
+                "buffer (forward)", "choices": ("wait", "forward")})
+    warmup_batches: int | str = field(default="auto", metadata={
+        "help": "batches replayed through each cache policy before the timed batches "
+                "(policy only, no timing): the cache warm-up; auto = until the prefix has "
+                "touched as many distinct rows as the cache holds, at most model.num_batches"})
+    static_profile: str = field(default="prefix", metadata={
+        "help": "static-cache picks its hot rows from the warm-up prefix (prefix, as a "
+                "deployment would) or from the timed batches too (oracle)",
+        "choices": ("prefix", "oracle")})
 
 
 @dataclass(frozen=True)
@@ -170,6 +194,11 @@ class Config:
                             else "model.top_mlp")
         if not self.designs:
             raise UserError("expected at least one design", source=src, field="designs")
+        self._check_pipeline()
+        wb = self.cache.warmup_batches
+        if isinstance(wb, str) and wb != "auto" or isinstance(wb, int) and wb < 0:
+            raise UserError(f"expected a whole number of batches >= 0 or 'auto', got {wb!r}",
+                            source=src, field="cache.warmup_batches")
         cap = self.cache.capacity_rows or self.capacity_rows()
         cache_bytes = cap * m.moved_row_bytes
         hbm = self.hardware.gpu.hbm_capacity_GiB * GiB
@@ -180,6 +209,30 @@ class Config:
                             f"{m.moved_row_bytes} B) but hardware.gpu.hbm_capacity_GiB is "
                             f"{self.hardware.gpu.hbm_capacity_GiB}: expected a cache that fits "
                             "in HBM", source=src, field=key)
+
+    def _check_pipeline(self) -> None:
+        """Every scratchpipe stage once, in data-flow order; the window covers the depth."""
+        c, src = self.cache, self.source
+        flat = [s for g in c.pipeline for s in g]
+        for i, g in enumerate(c.pipeline):
+            if not g:
+                raise UserError("expected a non-empty group of stages", source=src,
+                                field=f"cache.pipeline[{i}]")
+            for s in g:
+                if s not in SCRATCHPIPE_STAGES:
+                    raise UserError(f"unknown stage {s!r}{closest(s, SCRATCHPIPE_STAGES)}; "
+                                    f"expected one of: {', '.join(SCRATCHPIPE_STAGES)}",
+                                    source=src, field=f"cache.pipeline[{i}]")
+        if tuple(flat) != SCRATCHPIPE_STAGES:
+            raise UserError(f"expected each of {', '.join(SCRATCHPIPE_STAGES)} exactly once and "
+                            f"in that order, got {', '.join(flat)}", source=src,
+                            field="cache.pipeline")
+        depth = len(c.pipeline)
+        if "scratchpipe" in self.designs and c.lookahead < depth:
+            raise UserError(f"the pipeline has {depth} stage groups, so {depth} batches are in "
+                            f"flight: expected cache.lookahead >= {depth}, got {c.lookahead} "
+                            "(or fuse stages, e.g. cache.pipeline: [[plan], [collect, "
+                            "exchange, insert], [train]])", source=src, field="cache.lookahead")
 
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self)

@@ -85,5 +85,10 @@ class Policy(ABC):
         """Policy-specific totals reported beside the standard counters."""
         return {}
 
+    def batch_columns(self) -> dict[str, np.ndarray]:
+        """Policy-specific per-batch int64 columns (length = the trace's batches), read after
+        `finish()`: e.g. scratchpipe's refetch hazards, which the timing model enforces."""
+        return {}
+
 
 POLICIES: Registry[type[Policy]] = Registry("policy")

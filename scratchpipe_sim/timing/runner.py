@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +122,14 @@ def workload(trace: Trace, key: WorkloadKey, cfg: Config,
         raise UserError(e.message, source=cfg.source, field=field) from None
 
 
+#: progress(event, design, done, total): event is "policy" (a replay starts), "design" (a
+#: design's SimPy run ends: done = designs finished of total).
+Progress = Callable[[str, str, int, int], None]
+
+
 def simulate(cfg: Config, designs: Sequence[str] | None = None,
-             timeline_dir: Path | None = None, trace: Trace | None = None) -> list[dict]:
+             timeline_dir: Path | None = None, trace: Trace | None = None,
+             progress: Progress | None = None) -> list[dict]:
     """Run `designs` (default: cfg.designs) on one trace; one flat metrics dict per design."""
     names = check_designs(cfg, designs)
     trace = build_trace(cfg) if trace is None else fit_trace(trace, cfg)
@@ -134,6 +140,8 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
         design = DESIGNS.get(name)(cfg)
         key = design.workload_key()
         if key not in cache:
+            if progress is not None:
+                progress("policy", name, len(rows), len(names))
             t0 = time.perf_counter()
             w = workload(trace, key, cfg, memo)
             cache[key] = (w, time.perf_counter() - t0)
@@ -150,6 +158,8 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
         row = summarize(cfg, name, m, w)
         row.update(policy_wall_s=policy_s, simpy_wall_s=sim_s)
         rows.append(row)
+        if progress is not None:
+            progress("design", name, len(rows), len(names))
         if timeline_dir is not None:
             write_timeline(Path(timeline_dir) / f"timeline_{name}.json", name, m)
     base = next((r for r in rows if r["design"] == "hybrid"), None)
