@@ -64,6 +64,9 @@ class CpuConfig:
     aggregate_ns_per_lookup: float = field(default=6.0, metadata=_nonneg(
         "core-ns to sort/hash one pooled-gradient contribution into its row gradient "
         "(gradient aggregation, per lookup)"))
+    plan_ns_per_id: float = field(default=25.0, metadata=_nonneg(
+        "ScratchPipe planner cost per looked-up id on one core (core-ns; our reference "
+        "planner measured 25 ns on one thread; set by calibrate --cpu)"))
     llc_MiB: float = field(default=32.0, metadata=_nonneg(
         "last-level cache one socket's embedding ops share (0: none)"))
     llc_ways: int = field(default=16, metadata={"help": "LLC associativity", "min": 1})

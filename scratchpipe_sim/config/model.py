@@ -114,9 +114,9 @@ class CacheConfig:
         "choices": ("error", "stall")})
     queue_depth: int = field(default=2, metadata={
         "help": "scratchpipe: batches buffered between consecutive stages", "min": 1})
-    plan_ns_per_id: float = field(default=25.0, metadata={
-        "help": "scratchpipe plan cost per looked-up id on one CPU core (core-ns; the "
-                "reference planner measured 25)", "min": 0})
+    plan_ns_per_id: float | None = field(default=None, metadata={
+        "help": "scratchpipe plan cost per looked-up id on one CPU core, core-ns (null: "
+                "hardware.cpu.plan_ns_per_id)", "min": 0})
     plan_threads: int | None = field(default=None, metadata={
         "help": "cores the planner may use at once, shared with collect and write-back "
                 "(null: hardware.cpu.cores)", "min": 1})
