@@ -15,6 +15,7 @@ from scratchpipe_sim.config import (
     config_to_dict,
     interpolate,
     load_config,
+    parse_override,
     read_yaml,
     resolve,
     set_dotted,
@@ -79,14 +80,18 @@ def test_resolve_is_a_fixed_point_and_round_trips():
     assert isinstance(d["model"]["bottom_mlp"], list)
 
 
-def test_set_dotted_parses_yaml_scalars():
+def test_overrides_parse_yaml_scalars_once():
     d: dict = {}
-    set_dotted(d, "a.b.c", "22")
-    set_dotted(d, "a.b.f", "2.5")
-    set_dotted(d, "a.t", "true")
-    set_dotted(d, "a.s", "lru")
-    set_dotted(d, "a.l", "[1, 2]")
-    assert d == {"a": {"b": {"c": 22, "f": 2.5}, "t": True, "s": "lru", "l": [1, 2]}}
+    for text in ("a.b.c=22", "a.b.f=2.5", "a.t=true", "a.s=lru", "a.l=[1, 2]", 'a.q="22"'):
+        set_dotted(d, *parse_override(text))
+    assert d == {"a": {"b": {"c": 22, "f": 2.5}, "t": True, "s": "lru", "l": [1, 2],
+                       "q": "22"}}
+    # set_dotted stores what it is given (a string stays a string) and copies it
+    value = ["x"]
+    set_dotted(d, "a.v", value)
+    set_dotted(d, "a.w", "22")
+    value.append("y")
+    assert d["a"]["v"] == ["x"] and d["a"]["w"] == "22"
 
 
 def test_derived_quantities():

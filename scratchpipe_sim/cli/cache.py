@@ -9,14 +9,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from typing import Any
 
 import yaml
 
+from scratchpipe_sim import memory_guard
+from scratchpipe_sim.config.loader import UniqueKeyLoader
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies import POLICIES
 from scratchpipe_sim.policies.engine import CacheResult, run_cache
-from scratchpipe_sim.traces.io import open_trace
+from scratchpipe_sim.traces.io import formats, open_trace
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     size.add_argument("--capacity", type=int, metavar="ROWS", help="cache size in rows")
     size.add_argument("--load-factor", type=float, metavar="F",
                       help="FBGEMM cache_load_factor: capacity = ceil(F * total rows)")
+    p.add_argument("--format", dest="fmt", metavar="NAME", choices=formats(),
+                   help="trace format when the name and content do not tell: "
+                        f"{', '.join(formats())}")
     p.add_argument("--batch-size", type=int, metavar="B",
                    help="mini-batch size for flat id streams (default 1)")
     p.add_argument("--lookahead", type=int, metavar="W",
@@ -52,8 +58,11 @@ def parse_params(items: list[str]) -> dict[str, Any]:
         key = key.strip()
         if not sep or not key:
             raise UserError(f"expected KEY=VALUE, got '{item}'", field="--param")
+        if key in out:
+            raise UserError(f"parameter '{key}' given twice; expected each once",
+                            field="--param")
         try:
-            out[key] = yaml.safe_load(value) if value.strip() else value
+            out[key] = yaml.load(value, Loader=UniqueKeyLoader) if value.strip() else value
         except yaml.YAMLError:
             out[key] = value
     return out
@@ -77,10 +86,16 @@ def handle(args: argparse.Namespace) -> int:
                                 field=f"--{flag}")
             params[key] = value
     cls.check_params(params)
-    trace = open_trace(args.trace, batch_size=args.batch_size)
+    trace = open_trace(args.trace, batch_size=args.batch_size, fmt=args.fmt)
     rows = trace.total_rows
+    # per-row state is sized by the largest id: refuse a sparse (hashed) id space up front
+    memory_guard.check_cache(rows, trace.num_accesses, source=str(args.trace))
     capacity = (args.capacity if args.capacity is not None
                 else max(1, math.ceil(args.load_factor * rows)))
+    if capacity > rows:
+        print(f"scratchpipe-sim cache: warning: --capacity {capacity} exceeds the trace's "
+              f"{rows} rows: every row fits, only first-touch misses remain",
+              file=sys.stderr)
     result = run_cache(trace, args.policy, capacity, **params)
     if args.json:
         print(json.dumps(to_json(result, trace)))
@@ -114,10 +129,13 @@ def report(r: CacheResult, trace) -> str:
         f"hit ratio    {r.hit_ratio:.6f}",
         f"wall time    {r.wall_s:.3f} s",
         f"accesses/s   {r.accesses_per_s / 1e6:.2f} M",
-        "per table    table  accesses  hits  misses  unplaced  hit_ratio",
+        "per table",
     ]
-    for t in r.per_table:
-        hr = t["hits"] / t["accesses"] if t["accesses"] else 0.0
-        lines.append(f"             {t['table']}  {t['accesses']}  {t['hits']}  {t['misses']}"
-                     f"  {t['unplaced']}  {hr:.6f}")
+    head = ["table", "accesses", "hits", "misses", "unplaced", "hit_ratio"]
+    body = [[str(t["table"]), str(t["accesses"]), str(t["hits"]), str(t["misses"]),
+             str(t["unplaced"]), f"{t['hits'] / t['accesses'] if t['accesses'] else 0.0:.6f}"]
+            for t in r.per_table]
+    widths = [max(len(c) for c in col) for col in zip(head, *body, strict=True)]
+    for cells in [head, ["-" * w for w in widths], *body]:
+        lines.append("  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)))
     return "\n".join(lines)

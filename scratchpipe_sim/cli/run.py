@@ -19,8 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scratchpipe_sim import __version__
+from scratchpipe_sim import __version__, memory_guard
 from scratchpipe_sim.config import dump_yaml, flatten, load_config
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.experiments.progress import Progress
 from scratchpipe_sim.timing import DESIGNS, build_trace, simulate
 from scratchpipe_sim.timing.runner import check_designs
 from scratchpipe_sim.traces.store import trace_checksum
@@ -39,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    metavar="KEY=VALUE", help="override a config value by dotted path "
                    "(repeatable), e.g. --set hardware.pcie.h2d_GBps=22")
     p.add_argument("--design", dest="designs", action="append", metavar="NAME",
-                   help=f"run only this design (repeatable): {', '.join(DESIGNS.names())}")
+                   help="run only this design (repeatable, each name once; default: the "
+                        f"config's designs): {', '.join(DESIGNS.names())}")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="results folder (default results/<config name>; never overwritten: "
                         "a numbered sibling is used when it exists)")
@@ -47,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="skip the per-design timeline JSON files")
     p.add_argument("--json", action="store_true",
                    help="print the result rows as one JSON array instead of tables")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress on stderr (default: a bar on a terminal, else a line "
+                        "every $SCRATCHPIPE_PROGRESS_S seconds, 30 by default)")
     p.set_defaults(func=handle)
 
 
@@ -80,6 +86,19 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
+#: what each column of the main table means (printed under it).
+LEGEND = (
+    "iter_us, p50_us, p99_us: time per training iteration (mean, median, 99th percentile), "
+    "microseconds",
+    "samples/s: training samples per second",
+    "speedup_vs_hybrid: hybrid's mean iteration time / this design's (higher is faster)",
+    "hit: fraction of embedding lookups served from GPU memory (gpu-only 1, hybrid 0)",
+    "H2D_B/smp, D2H_B/smp: PCIe bytes per sample, host-to-device and device-to-host",
+    "DRAM_MB_tot, HBM_MB_tot: MB moved in CPU DRAM and GPU HBM, totals over the measured "
+    "batches (not per sample)",
+)
+
+
 def render(results: list[dict]) -> str:
     main = [[r["design"], _fmt(r["iter_ns_mean"] / 1e3, 1), _fmt(r["iter_ns_p50"] / 1e3, 1),
              _fmt(r["iter_ns_p99"] / 1e3, 1), _fmt(r["samples_per_s"], 0),
@@ -87,17 +106,29 @@ def render(results: list[dict]) -> str:
              _fmt(r["pcie_h2d_bytes_per_sample"], 1), _fmt(r["pcie_d2h_bytes_per_sample"], 1),
              _fmt(r["dram_bytes"] / 1e6, 1), _fmt(r["hbm_bytes"] / 1e6, 1)]
             for r in results]
-    out = [table(main, ["design", "iter_us", "p50_us", "p99_us", "samples/s", "speedup",
-                        "hit", "H2D_B/smp", "D2H_B/smp", "DRAM_MB", "HBM_MB"])]
+    out = [table(main, ["design", "iter_us", "p50_us", "p99_us", "samples/s",
+                        "speedup_vs_hybrid", "hit", "H2D_B/smp", "D2H_B/smp", "DRAM_MB_tot",
+                        "HBM_MB_tot"])]
+    measured = {r.get("measured_batches") for r in results} - {None}
+    legend = list(LEGEND)
+    if len(measured) == 1:
+        legend[-1] += f"; {measured.pop()} measured batches"
+    if not any(r["design"] == "hybrid" for r in results):
+        legend[2] = ("speedup_vs_hybrid: '-' because hybrid did not run (add --design "
+                     "hybrid for speedups)")
+    out[0] += "\n" + "\n".join(f"  {line}" for line in legend)
     busy_keys = sorted({k for r in results for k in r if k.startswith("busy_")})
     busy = [[r["design"]] + [_fmt(r.get(k, 0.0), 3) for k in busy_keys] for r in results]
-    out.append("busy fraction\n" + table(busy, ["design"] + [k[5:] for k in busy_keys]))
+    out.append("busy fraction: share of the measured time each resource was serving work "
+               "(0 = idle, 1 = always busy)\n"
+               + table(busy, ["design"] + [k[5:] for k in busy_keys]))
     stages = []
     for r in results:
         for k, v in r.items():
             if k.startswith("stage_"):
                 stages.append([r["design"], k[6:-3], _fmt(v / 1e3, 2)])
-    out.append("mean stage time per batch\n" + table(stages, ["design", "stage", "us"]))
+    out.append("mean stage time per batch (stages overlap in pipelined designs)\n"
+               + table(stages, ["design", "stage", "us"]))
     return "\n\n".join(out)
 
 
@@ -122,21 +153,67 @@ def write_results(out: Path, results: list[dict], resolved: dict, checksum: str,
     (out / "metadata.json").write_text(json.dumps(meta, indent=1))
 
 
+def _check_unique(names: list[str], source: str | None, field: str) -> None:
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise UserError(f"design '{dup[0]}' given twice; expected each design once",
+                        source=source, field=field)
+
+
+def _make_out(path: Path) -> Path:
+    """A fresh results folder (a numbered sibling when `path` exists); an unwritable place
+    is a UserError before anything is simulated."""
+    out = fresh_dir(path)
+    try:
+        out.mkdir(parents=True)
+        probe = out / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"cannot create the results folder: {e.strerror or e}; expected a "
+                        "writable folder path", source=str(out), field="--out") from None
+    return out
+
+
+def progress_callback(bar: Progress):
+    """simulate()'s progress(event, design, done, total) -> the bar."""
+    def cb(event: str, design: str, done: int, total: int) -> None:
+        if event == "policy":
+            bar.status(f"replaying the cache for {design}")
+        elif event == "design":
+            bar.update(1, note=f"{design} done")
+    return cb
+
+
 def handle(args: argparse.Namespace) -> int:
+    if args.designs:
+        _check_unique(list(args.designs), None, "--design")
     cfg = load_config(args.config, args.overrides)
     names = check_designs(cfg, args.designs)
+    if not args.designs:
+        _check_unique(names, cfg.source, "designs")
+    m = cfg.model
+    memory_guard.check_run(cfg.total_rows,
+                           m.num_batches * m.batch_size * m.pooling * m.tables.count,
+                           source=cfg.source)
     trace = build_trace(cfg)
-    out = fresh_dir(args.out if args.out is not None
+    memory_guard.check_run(trace.total_rows, trace.num_accesses, source=cfg.source,
+                           field="trace.path")
+    out = _make_out(args.out if args.out is not None
                     else DEFAULT_OUT / Path(args.config).stem)
-    out.mkdir(parents=True)
     try:
-        results = simulate(cfg, names, timeline_dir=None if args.no_timeline else out,
-                           trace=trace)
+        with Progress(len(names), "run", "design", quiet=args.quiet) as bar:
+            results = simulate(cfg, names, timeline_dir=None if args.no_timeline else out,
+                               trace=trace, progress=progress_callback(bar))
+        write_results(out, results, cfg.to_dict(), trace_checksum(trace), str(args.config),
+                      list(args.overrides))
+    except OSError as e:
+        shutil.rmtree(out, ignore_errors=True)
+        raise UserError(f"cannot write results: {e.strerror or e}", source=str(out),
+                        field="--out") from None
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # ours, just made: leave no half result
         raise
-    write_results(out, results, cfg.to_dict(), trace_checksum(trace), str(args.config),
-                  list(args.overrides))
     if args.json:
         print(json.dumps(results))
     else:

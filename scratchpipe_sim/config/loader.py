@@ -1,7 +1,8 @@
 """Read YAML configs: presets expanded in place, `--set key=value` overrides, validation.
 
-Order (Ramulator style): read the file; apply each `--set a.b.c=value` to the raw mapping
-(values parsed as YAML scalars, so `22` is an int and `true` a bool); expand every
+Order (Ramulator style): read the file (UTF-8, strict YAML: a key written twice is an
+error, an empty file too); apply each `--set a.b.c=value` to the raw mapping (each value
+parsed once as YAML, so `22` is an int, `'"22"'` the string 22 and `true` a bool); expand every
 `preset:` key — `hardware: {preset: a100-gen4, pcie: {h2d_GBps: 22}}` loads
 `configs/hardware/a100-gen4.yaml` and deep-merges the user's keys over it; validate with
 `Config.from_dict`. A preset is a name (looked up in the config file's folder, its
@@ -39,20 +40,63 @@ CONFIGS_DIR = _configs_dir()
 _PRESET_DIRS = {"hardware": "hardware", "trace": "traces"}
 
 
-def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise UserError("no such config file", source=str(p))
+class UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key written twice in one mapping (PyYAML keeps the last
+    silently, so a typo-level duplicate would change a config without a word)."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *anchor` merges are overridden on purpose
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # an unhashable key: the base constructor reports it
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first at line {first}); "
+                        "expected each key once", key_node.start_mark)
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml_text(text: str, source: str | None) -> Any:
+    """YAML text -> data with the strict loader; a syntax error or duplicate key is a
+    one-line UserError naming the line."""
     try:
-        with open(p, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"not valid YAML{where}: {getattr(e, 'problem', e)}",
-                        source=str(p)) from None
+        problem = getattr(e, "problem", None) or str(e)
+        raise UserError(f"not valid YAML{where}: {' '.join(str(problem).split())}",
+                        source=source) from None
+
+
+def read_text(path: Path, what: str = "config file") -> str:
+    """A file's UTF-8 text; a missing, unreadable or non-UTF-8 file is a UserError."""
+    if not path.is_file():
+        raise UserError(f"no such {what}", source=str(path))
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                        f"{e.start}); expected a UTF-8 YAML file", source=str(path)) from None
+    except OSError as e:
+        raise UserError(f"cannot read: {e.strerror or e}", source=str(path)) from None
+
+
+def read_yaml(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:
+    """A YAML file whose top level is a non-empty mapping."""
+    p = Path(path)
+    data = load_yaml_text(read_text(p, what), str(p))
     if data is None:
-        data = {}
+        raise UserError(f"empty {what}: expected a YAML mapping (e.g. the sections model, "
+                        "trace, cache, hardware, designs as in configs/quickstart.yaml)",
+                        source=str(p))
     if not isinstance(data, dict):
         raise UserError(f"expected a mapping at the top level, got {type(data).__name__}",
                         source=str(p))
@@ -60,47 +104,89 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def parse_override(text: str, source: str = "--set") -> tuple[str, Any]:
-    """'a.b.c=value' -> ('a.b.c', YAML-parsed value)."""
+    """'a.b.c=value' -> ('a.b.c', value parsed once as YAML: `22` is an int, `"22"` the
+    string 22, `true` a bool; text that is not YAML stays text)."""
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:
         raise UserError(f"expected key=value, got {text!r}", source=source)
+    if not raw.strip():
+        return key, None
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = yaml.load(raw, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError:
         value = raw
     return key, value
 
 
-def set_dotted(d: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
-    """Set `d["a"]["b"]["c"] = value` for key "a.b.c", creating mappings on the way.
+# -- dotted-key access to plain nested dicts (`cache.capacity_rows`) -----------------------
+# The one implementation: --set overrides here and sweep axes (experiments.dotted) use it.
 
-    A string `value` is parsed as a YAML scalar ("22" -> 22, "true" -> True). Unknown keys are
-    caught later by validation, which names the dotted key and the closest valid one.
-    """
-    if isinstance(value, str):
-        try:
-            value = yaml.safe_load(value) if value.strip() else value
-        except yaml.YAMLError:
-            pass
-    parts = key.split(".")
+_MISSING = object()
+
+
+def _parts(key: str, source: str | None, field: str | None) -> list[str]:
+    parts = key.split(".") if isinstance(key, str) else [""]
     if any(not p for p in parts):
-        raise UserError(f"bad dotted key {key!r}", source="--set", field=key)
+        raise UserError(f"bad dotted key {key!r}: expected names joined by '.'",
+                        source=source, field=field or str(key))
+    return parts
+
+
+def get_dotted(tree: Mapping[str, Any], key: str, default: Any = _MISSING) -> Any:
+    """The value at `key` in `tree`; `default` (or KeyError) when any part is absent."""
+    node: Any = tree
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            if default is _MISSING:
+                raise KeyError(key)
+            return default
+        node = node[part]
+    return node
+
+
+def has_dotted(tree: Mapping[str, Any], key: str) -> bool:
+    return get_dotted(tree, key, _MISSING_HAS) is not _MISSING_HAS
+
+
+_MISSING_HAS = object()
+
+
+def set_dotted(d: dict[str, Any], key: str, value: Any, *, source: str | None = "--set",
+               field: str | None = None) -> dict[str, Any]:
+    """Set `d["a"]["b"]["c"]` to a deep copy of `value` for key "a.b.c", creating mappings
+    on the way; returns `d`. The value is stored as given (parse text with
+    `parse_override` first). A part that is not a mapping is a UserError at `field`
+    (default: the key). Unknown keys are caught later by validation."""
+    parts = _parts(key, source, field)
     node = d
     for i, p in enumerate(parts[:-1]):
         nxt = node.get(p)
         if nxt is None:
             nxt = node[p] = {}
         elif not isinstance(nxt, dict):
-            raise UserError(f"'{'.'.join(parts[:i + 1])}' is {nxt!r}, not a mapping",
-                            source="--set", field=key)
+            raise UserError(f"'{'.'.join(parts[:i + 1])}' is {nxt!r}, not a mapping: cannot "
+                            f"set '{key}'", source=source, field=field or key)
         node = nxt
-    node[parts[-1]] = value
+    node[parts[-1]] = copy.deepcopy(value)
     return d
 
 
+def leaf_keys(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Every dotted key of `tree` (leaves and the mappings above them)."""
+    keys: list[str] = []
+    for k, v in tree.items():
+        full = f"{prefix}{k}"
+        keys.append(full)
+        if isinstance(v, Mapping):
+            keys.extend(leaf_keys(v, full + "."))
+    return keys
+
+
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """`over` on top of `base`, recursively for mappings (lists are replaced whole)."""
+    """A new dict: `over` on top of `base`, recursively for mappings (lists and scalars are
+    replaced whole); deep copies, so neither input is shared with or changed by the
+    result."""
     out = copy.deepcopy(dict(base))
     for k, v in over.items():
         if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
@@ -146,7 +232,7 @@ def expand_presets(d: dict[str, Any], base_dir: Path | None, source: str | None,
             if "preset" in v:
                 name = v.pop("preset")
                 path = _find_preset(k, name, base_dir, source, f"{where}.preset")
-                preset = read_yaml(path)
+                preset = read_yaml(path, "preset file")
                 preset = expand_presets({k: preset}, path.parent, str(path), prefix,
                                         depth + 1)[k]
                 v = deep_merge(preset, v)

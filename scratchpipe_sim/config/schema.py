@@ -3,7 +3,8 @@
 Every config dataclass declares its fields with type hints and optional `metadata`
 (`help`, `min`, `gt`, `max`, `choices`). `build(cls, data, source, prefix)` walks the
 hints, rejects unknown keys with a "did you mean", checks types strictly (an int where a
-float is expected is fine; a str where a number is expected is not; bool is never a number)
+float is expected is fine; a str where a number is expected is not; bool is never a number;
+.inf and .nan are never a number: no size, rate or count is infinite)
 and the metadata bounds, and names the dotted key and the file in every error.
 """
 
@@ -73,9 +74,15 @@ def coerce(tp: Any, value: Any, field: str, source: str | None) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad()
-        if math.isnan(value):
-            raise bad()
-        return float(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"expected a finite number, got {value!r} (.inf and .nan are not "
+                            "sizes or rates)", source=source, field=field)
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond float range (10**400)
+            raise UserError(f"expected a finite number, got an integer of "
+                            f"{len(str(abs(value)))} digits", source=source,
+                            field=field) from None
     if tp is str:
         if not isinstance(value, str):
             raise bad()

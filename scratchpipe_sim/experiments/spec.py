@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.experiments.dotted import (
     deep_merge,
@@ -100,15 +98,11 @@ def default_resolver(raw: dict, base_dir: Path | None, source: str) -> dict:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise UserError("no such experiment file", source=str(path))
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise UserError(f"not valid YAML: {e}".splitlines()[0], source=str(path)) from None
-    if not isinstance(data, dict):
-        raise UserError("expected a mapping at the top level", source=str(path))
-    return data
+    """The experiment file (UTF-8, strict YAML: duplicate keys and an empty file are
+    errors)."""
+    from scratchpipe_sim.config.loader import read_yaml
+
+    return read_yaml(path, "experiment file")
 
 
 def _find_include(name: Any, exp_dir: Path, source: str) -> Path:
@@ -257,11 +251,7 @@ def expand_points(spec: ExperimentSpec, resolver: Resolver | None = None) -> lis
             values.update(part)
         raw = copy.deepcopy(base)
         for key, v in values.items():
-            try:
-                put_dotted(raw, key, copy.deepcopy(v))
-            except TypeError as e:
-                raise UserError(f"'{e}' is not a mapping, cannot set '{key}'",
-                                source=spec.source, field=f"sweep.{key}") from None
+            put_dotted(raw, key, v, source=spec.source, field=f"sweep.{key}")
         try:
             cfg = resolver(raw, spec.base_dir, spec.base_source)
         except UserError as e:

@@ -1,0 +1,103 @@
+"""Estimate host memory before allocating it, so a too-large input is one line, not a
+MemoryError or OverflowError traceback minutes later.
+
+Why an estimate is enough: the big allocations are per-row state arrays sized by the total
+number of rows (batch stamps, the policy's per-row arrays, next-use tables) and per-access
+arrays sized by the trace; both counts are known before anything is allocated. The
+constants below are the bytes those arrays take per row and per access at their peak
+(docs/architecture.md lists the arrays); the check refuses inputs whose estimate exceeds the
+memory available now, and says what to change.
+
+    SCRATCHPIPE_MEMORY_BYTES   caps the memory the check assumes available (bytes; tests use
+                               it, and it lets a user keep a run below a budget)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from scratchpipe_sim.errors import UserError
+
+#: peak per-row state of a policy replay: the engine's batch stamps (int32, 4 B), the
+#: timing model's unique-row stamps (int64, 8 B), the policy's per-row array (scratchpipe's
+#: last use, LFU counts: int64, 8 B) and a next-use table for offline policies (int64, 8 B).
+RUN_BYTES_PER_ROW = 28
+#: `cache`: the engine's batch stamps (4 B) + the policy's per-row array (8 B) + next use
+#: for offline policies (8 B).
+CACHE_BYTES_PER_ROW = 20
+#: per access: the id (int64), its table (int32) and one int64 working array (next use, or
+#: the generator's draw).
+BYTES_PER_ACCESS = 20
+ENV = "SCRATCHPIPE_MEMORY_BYTES"
+
+
+def available_bytes() -> int | None:
+    """Memory this process can use now: $SCRATCHPIPE_MEMORY_BYTES, else Linux's
+    MemAvailable, else physical memory; None when nothing says."""
+    if os.environ.get(ENV):
+        try:
+            return int(float(os.environ[ENV]))
+        except ValueError:
+            raise UserError(f"expected a number of bytes, got {os.environ[ENV]!r}",
+                            source="environment", field=ENV) from None
+    meminfo = Path("/proc/meminfo")
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def human(n: int | float) -> str:
+    """Bytes as a short string (B, KiB, ..., EiB, then powers of ten of EiB)."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024:
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} EiB"
+
+
+def estimate(rows: int, accesses: int, bytes_per_row: int) -> int:
+    """Peak bytes of per-row state and per-access arrays (exact Python ints: 10**30 rows is
+    a number here, not an overflow)."""
+    return int(rows) * bytes_per_row + int(accesses) * BYTES_PER_ACCESS
+
+
+def check(need: int, what: str, advice: str, *, source: str | None = None,
+          field: str | None = None, available: int | None = None) -> None:
+    """Raise a UserError when `need` bytes exceed the memory available (`advice`: what to
+    change)."""
+    have = available_bytes() if available is None else available
+    if have is None or need <= have:
+        return
+    raise UserError(f"{what} needs about {human(need)} of memory, more than the "
+                    f"{human(have)} available; {advice}", source=source, field=field)
+
+
+def check_run(rows: int, accesses: int, *, source: str | None = None,
+              field: str = "model.tables.rows") -> None:
+    """`run` / a sweep point: every design keeps per-row state for all rows."""
+    check(estimate(rows, accesses, RUN_BYTES_PER_ROW),
+          f"simulating {rows} rows ({accesses} lookups)",
+          "expected fewer or smaller tables (model.tables.count x model.tables.rows) or "
+          "fewer lookups (model.num_batches, model.batch_size, model.pooling); for a trace "
+          "file with sparse (hashed) ids, renumber them densely (`scratchpipe-sim trace "
+          "convert IN OUT --dense-remap`)", source=source, field=field)
+
+
+def check_cache(rows: int, accesses: int, *, source: str | None = None) -> None:
+    """`cache`: the policy and the engine keep per-row arrays sized by the largest id."""
+    check(estimate(rows, accesses, CACHE_BYTES_PER_ROW),
+          f"replaying a trace with ids up to {max(int(rows) - 1, 0)} ({rows} rows of "
+          "per-row state)",
+          "renumber sparse (hashed) ids densely to 0..distinct-1 (`scratchpipe-sim trace "
+          "convert IN OUT --dense-remap` for a dataset file; numpy.unique(ids, "
+          "return_inverse=True) for an id array) or use a smaller trace", source=source,
+          field="--trace")
