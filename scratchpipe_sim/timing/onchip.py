@@ -1,0 +1,131 @@
+"""On-chip caches (CPU LLC, GPU L2): which embedding-row accesses never reach DRAM/HBM.
+
+Why: only misses of the on-chip cache cost DRAM/HBM bandwidth. The hot rows of a Zipf trace
+sit in the CPU's last-level cache or the GPU's L2 (tens of MiB hold the top 10^5 rows), so
+charging every lookup as a DRAM/HBM gather overprices the designs that gather a skewed stream
+(`hybrid` on the CPU, `gpu-only` on HBM). The timing model charges on-chip hits to an
+on-chip bandwidth (`hardware.cpu.llc_GBps`, `hardware.gpu.l2_GBps`) and only the rest to
+DRAM/HBM.
+
+Model: a set-associative LRU cache of `capacity_rows` entries, one entry per embedding row
+(a row spanning several cache lines is one entry: its lines are fetched and evicted
+together), `ways` ways, `sets = max(1, capacity_rows // ways)` (fewer rows than ways: one
+fully associative set of `capacity_rows` entries; a remainder of `capacity_rows % ways` rows is
+dropped). Set index = MurmurHash3 fmix64(linearized row id) mod sets, as in
+`policies.fbgemm`; LRU within a set by a per-access timestamp. Every access (forward lookup)
+touches its row; the backward's row update is counted, not replayed: it finds on chip the
+rows of the batch still resident after the batch's whole access stream (writes are treated
+like reads: no write-allocate or dirty-line traffic is modelled).
+
+Memory: the cache (two int64 per entry) plus one int32 batch stamp per row (to count each
+batch's unique rows); per-access work is one compiled kernel per trace chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from scratchpipe_sim.policies.fbgemm import cache_set
+from scratchpipe_sim.traces.trace import DEFAULT_CHUNK_ACCESSES, Trace
+
+EMPTY = -1
+
+
+@dataclass(frozen=True)
+class OnChipCounts:
+    """Per-batch on-chip hits (int64 arrays, one entry per batch of the trace).
+
+    `lookup_hits[b]`: accesses of batch b whose row was resident when accessed.
+    `update_hits[b]`: unique rows of batch b still resident right after batch b's accesses
+    (what the backward's row update finds on chip).
+    `sets * ways` is the number of entries actually modelled (<= the capacity asked for).
+    """
+
+    lookup_hits: np.ndarray
+    update_hits: np.ndarray
+    sets: int
+    ways: int
+
+
+def geometry(capacity_rows: int, ways: int) -> tuple[int, int]:
+    """(sets, ways) of a cache of `capacity_rows` entries: (0, 0) when there is none."""
+    if capacity_rows < 0:
+        raise ValueError(f"capacity_rows must be >= 0, got {capacity_rows}")
+    if ways < 1:
+        raise ValueError(f"ways must be >= 1, got {ways}")
+    if capacity_rows == 0:
+        return 0, 0
+    if capacity_rows < ways:
+        return 1, capacity_rows
+    return capacity_rows // ways, ways
+
+
+def onchip_hits(trace: Trace, capacity_rows: int, ways: int,
+                chunk_accesses: int = DEFAULT_CHUNK_ACCESSES) -> OnChipCounts:
+    """Replay `trace` through a set-associative LRU on-chip cache; per-batch hits.
+
+    Deterministic: the result depends only on the trace, `capacity_rows` and `ways` (not on
+    `chunk_accesses`, which only bounds the memory of one chunk).
+    """
+    sets, w = geometry(int(capacity_rows), int(ways))
+    nbat = trace.num_batches
+    lookup = np.zeros(nbat, np.int64)
+    update = np.zeros(nbat, np.int64)
+    if sets == 0:
+        return OnChipCounts(lookup, update, 0, 0)
+    slot_row = np.full(sets * w, EMPTY, np.int64)
+    slot_ts = np.full(sets * w, EMPTY, np.int64)
+    stamp_t = np.int32 if nbat < np.iinfo(np.int32).max else np.int64
+    seen = np.full(trace.total_rows, -1, stamp_t)
+    for chunk in trace.iter_chunks(chunk_accesses):
+        lo = chunk.first_batch
+        _onchip_chunk(chunk.ids, chunk.batch_ptr, chunk.first_batch, chunk.first_access,
+                      sets, w, slot_row, slot_ts, seen,
+                      lookup[lo : lo + chunk.num_batches], update[lo : lo + chunk.num_batches])
+    return OnChipCounts(lookup, update, sets, w)
+
+
+@nb.njit(cache=True)
+def _onchip_chunk(ids, batch_ptr, first_batch, first_access, sets, ways, slot_row, slot_ts,
+                  seen, lookup, update):
+    """One chunk of whole batches. `resident` counts the batch's unique rows now on chip: +1
+    when a row enters (a miss) or is first hit in the batch, -1 when a row the batch touched
+    (its timestamp is at or after the batch's first access) is evicted."""
+    for b in range(len(batch_ptr) - 1):
+        t = first_batch + b
+        lo, hi = batch_ptr[b], batch_ptr[b + 1]
+        batch_start = first_access + lo
+        hits = 0
+        resident = 0
+        for j in range(lo, hi):
+            r = ids[j]
+            ts = first_access + j
+            base = cache_set(r, sets) * ways if sets > 1 else 0
+            found = -1
+            victim = base
+            oldest = slot_ts[base]
+            for k in range(base, base + ways):
+                if slot_row[k] == r:
+                    found = k
+                    break
+                if slot_ts[k] < oldest:
+                    oldest = slot_ts[k]
+                    victim = k
+            if found >= 0:
+                hits += 1
+                slot_ts[found] = ts
+                if seen[r] != t:
+                    seen[r] = t
+                    resident += 1
+            else:
+                if slot_row[victim] != EMPTY and slot_ts[victim] >= batch_start:
+                    resident -= 1
+                slot_row[victim] = r
+                slot_ts[victim] = ts
+                seen[r] = t
+                resident += 1
+        lookup[b] = hits
+        update[b] = resident
