@@ -33,9 +33,15 @@ from scratchpipe_sim.policies.base import (
 from scratchpipe_sim.traces.trace import DEFAULT_CHUNK_ACCESSES, Trace
 
 #: Columns of `BatchCounts.counts`, in order.
+#: `unique_unplaced`: unique rows of the batch whose first access in it was UNPLACED (the
+#: rows a design updates in host memory once per batch). Appended last: indices never shift.
 COUNTERS = ("accesses", "unique", "hits", "misses", "fills", "evictions", "writebacks",
-            "unplaced")
-A_ACC, A_UNIQ, A_HIT, A_MISS, A_FILL, A_EVICT, A_WB, A_UNPL = range(len(COUNTERS))
+            "unplaced", "unique_unplaced")
+A_ACC, A_UNIQ, A_HIT, A_MISS, A_FILL, A_EVICT, A_WB, A_UNPL, A_UNIQ_UNPL = range(len(COUNTERS))
+NUM_COUNTERS = len(COUNTERS)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+#: most batches per engine chunk (bounds the per-batch buffers at small batch sizes)
+MAX_CHUNK_BATCHES = 1 << 16
 _IN_MEMORY_NEXT_USE = 1 << 26
 
 
@@ -60,6 +66,7 @@ class CacheResult:
     evictions: int = 0
     writebacks: int = 0
     unplaced: int = 0
+    unique_unplaced: int = 0
     wall_s: float = 0.0
     extra: dict[str, int] = field(default_factory=dict)
     per_table: list[dict[str, int]] = field(default_factory=list)
@@ -92,28 +99,53 @@ def iter_cache(trace: Trace, policy: Policy, chunk_accesses: int = DEFAULT_CHUNK
     `per_table`, if given, is an int64 array (num_tables, 4) accumulated in place with
     accesses, hits, misses, unplaced per table.
     """
+    for first, counts in _replay(trace, policy, chunk_accesses, per_table, per_batch=True):
+        yield BatchCounts(first, counts)
+
+
+def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.ndarray | None,
+            per_batch: bool) -> Iterator[tuple[int, np.ndarray]]:
+    """The engine loop: (first batch, counts) per chunk; `per_batch=False` yields instead one
+    (1, NUM_COUNTERS) array of running totals (no per-batch counter arrays at all).
+
+    Why chunks are also capped in batches (`MAX_CHUNK_BATCHES`): the per-batch arrays (events
+    and counters, 96 bytes a batch) would otherwise grow with the chunk's accesses, 400 MB per
+    4M-access chunk at batch size 1. The outcome and events buffers are reused across chunks.
+    """
     if policy.num_rows < trace.total_rows:
         raise UserError(f"policy built for {policy.num_rows} rows but the trace has "
                         f"{trace.total_rows}", source=trace.source)
     policy.prepare(trace)
     next_use = compute_next_use(trace, chunk_accesses) if policy.needs_next_use else None
-    seen = np.full(trace.total_rows, -1, np.int32)  # batch stamps; int32 halves the random traffic
-    for chunk in trace.iter_chunks(chunk_accesses):
+    seen = _SeenSet(trace)
+    tables = per_table if per_table is not None else np.zeros((1, 4), np.int64)
+    max_batches = max(1, min(MAX_CHUNK_BATCHES, trace.num_batches))
+    outcome_buf = np.empty(0, np.uint8)
+    events_buf = np.zeros((max_batches, NUM_EVENTS), np.int64)
+    totals = None if per_batch else np.zeros((1, NUM_COUNTERS), np.int64)
+    for chunk in trace.iter_chunks(chunk_accesses, max_batches=max_batches):
         n = len(chunk.ids)
-        outcome = np.empty(n, np.uint8)
-        events = np.zeros((chunk.num_batches, NUM_EVENTS), np.int64)
+        nbat = chunk.num_batches
+        if len(outcome_buf) < n:
+            outcome_buf = np.empty(max(n, chunk_accesses), np.uint8)
+        outcome = outcome_buf[:n]
+        events = events_buf[:nbat]
+        events.fill(0)
         nu = None
         if next_use is not None:
             nu = np.asarray(next_use[chunk.first_access : chunk.first_access + n])
         policy.process(chunk, nu, outcome, events)
-        counts = np.zeros((chunk.num_batches, len(COUNTERS)), np.int64)
-        _count_batches(chunk.ids, chunk.batch_ptr, chunk.first_batch, outcome, seen, counts)
-        counts[:, A_FILL] = events[:, FILLS]
-        counts[:, A_EVICT] = events[:, EVICTIONS]
-        counts[:, A_WB] = events[:, WRITEBACKS]
-        if per_table is not None:
-            _count_tables(chunk.tables, outcome, per_table)
-        yield BatchCounts(chunk.first_batch, counts)
+        if totals is None:
+            counts = np.zeros((nbat, NUM_COUNTERS), np.int64)
+            _count_chunk(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch,
+                         outcome, events, seen.keys, seen.stamps, seen.shift, counts, 1, tables,
+                         per_table is not None)
+            yield chunk.first_batch, counts
+        else:
+            _count_chunk(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch,
+                         outcome, events, seen.keys, seen.stamps, seen.shift, totals, 0, tables,
+                         per_table is not None)
+            yield chunk.first_batch, totals
     policy.finish()
 
 
@@ -126,9 +158,9 @@ def run_cache(trace: Trace, policy: str | Policy, capacity: int | None = None,
         policy = make_policy(policy, capacity, trace.total_rows, **params)
     start = time.perf_counter()
     tables = np.zeros((trace.num_tables, 4), np.int64)
-    totals = np.zeros(len(COUNTERS), np.int64)
-    for bc in iter_cache(trace, policy, chunk_accesses, tables):
-        totals += bc.counts.sum(axis=0)
+    totals = np.zeros(NUM_COUNTERS, np.int64)
+    for _, running in _replay(trace, policy, chunk_accesses, tables, per_batch=False):
+        totals = running[0]
     wall = time.perf_counter() - start
     res = CacheResult(policy.name, policy.capacity, policy.num_rows,
                       **{name: int(totals[i]) for i, name in enumerate(COUNTERS)},
@@ -138,6 +170,26 @@ def run_cache(trace: Trace, policy: str | Policy, capacity: int | None = None,
         for t, (a, h, m, u) in enumerate(tables)
     ]
     return res
+
+
+def replay_columns(trace: Trace, policy: Policy,
+                   chunk_accesses: int = DEFAULT_CHUNK_ACCESSES
+                   ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Every per-batch column of one replay: `COUNTERS` plus the policy's `batch_columns()`
+    (int64, one entry per batch of the trace) and its `extra_totals()`.
+
+    This is what the replay cache stores (`scratchpipe_sim.replay_cache`).
+    """
+    out = np.zeros((NUM_COUNTERS, trace.num_batches), np.int64)
+    for first, counts in _replay(trace, policy, chunk_accesses, None, per_batch=True):
+        out[:, first : first + len(counts)] = counts.T
+    cols = {name: out[i] for i, name in enumerate(COUNTERS)}
+    for name, col in policy.batch_columns().items():
+        if name in cols:
+            raise ValueError(f"policy column {name!r} shadows an engine counter")
+        cols[name] = np.asarray(col, np.int64)
+    extra = {k: int(v) for k, v in policy.extra_totals().items()}
+    return cols, extra
 
 
 def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES) -> np.ndarray:
@@ -170,36 +222,102 @@ def _next_use_backward(ids, base, last, out):
         last[r] = base + j
 
 
-@nb.njit(cache=True)
-def _count_batches(ids, batch_ptr, first_batch, outcome, seen, counts):
-    for b in range(len(batch_ptr) - 1):
-        stamp = first_batch + b
-        for j in range(batch_ptr[b], batch_ptr[b + 1]):
-            r = ids[j]
-            counts[b, 0] += 1
-            if seen[r] != stamp:
-                seen[r] = stamp
-                counts[b, 1] += 1
-            o = outcome[j]
-            if o == 0:
-                counts[b, 2] += 1
-            else:
-                counts[b, 3] += 1
-                if o == 2:
-                    counts[b, 7] += 1
+class _SeenSet:
+    """Which rows a batch has already touched, for the unique-row counters.
 
+    Why a per-batch hash set: a stamp per row (`seen[row] = batch`) costs one random DRAM
+    access per access once the rows outgrow the last-level cache (as much as the LRU kernel
+    itself); a set sized to the largest batch (>= 2x its accesses, a power of two) stays in
+    L1/L2 and needs no clearing (entries carry their batch stamp). Batches comparable to the
+    table size fall back to the per-row stamp array (`shift` < 0: the key is the index).
+    """
 
-@nb.njit(cache=True)
-def _count_tables(tables, outcome, acc):
-    for j in range(len(tables)):
-        t = tables[j]
-        acc[t, 0] += 1
-        if outcome[j] == 0:
-            acc[t, 1] += 1
+    def __init__(self, trace: Trace):
+        biggest = _largest_batch(trace.batch_access_ptr())
+        bits = max(3, (2 * max(biggest, 1) - 1).bit_length())
+        if (1 << bits) >= trace.total_rows:
+            self.keys = np.zeros(1, np.int64)
+            self.stamps = np.full(trace.total_rows, -1, np.int64)
+            self.shift = -1
         else:
-            acc[t, 2] += 1
-            if outcome[j] == 2:
-                acc[t, 3] += 1
+            self.keys = np.zeros(1 << bits, np.int64)
+            self.stamps = np.full(1 << bits, -1, np.int64)
+            self.shift = 64 - bits
 
 
-assert (A_HIT, A_MISS, A_UNPL) == (2, 3, 7) and HIT == 0 and UNPLACED == 2
+@nb.njit(cache=True)
+def _largest_batch(ptr):
+    m = 1
+    for b in range(len(ptr) - 1):
+        m = max(m, ptr[b + 1] - ptr[b])
+    return m
+
+
+@nb.njit(cache=True)
+def _first_in_batch(r, stamp, keys, stamps, shift):
+    """True the first time row r is marked with `stamp` (= its batch)."""
+    if shift < 0:
+        if stamps[r] == stamp:
+            return False
+        stamps[r] = stamp
+        return True
+    mask = len(stamps) - 1
+    i = np.int64((np.uint64(r) * _GOLDEN) >> np.uint64(shift))
+    while stamps[i] == stamp:
+        if keys[i] == r:
+            return False
+        i = (i + 1) & mask
+    stamps[i] = stamp
+    keys[i] = r
+    return True
+
+
+@nb.njit(cache=True)
+def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, keys, stamps, shift,
+                 counts, stride, per_table, do_tables):
+    """One pass over a chunk's outcomes adding every counter of batch b to `counts[b * stride]`
+    (stride 1: per batch; stride 0: totals only), and per-table counts if `do_tables`."""
+    for b in range(len(batch_ptr) - 1):
+        lo = batch_ptr[b]
+        hi = batch_ptr[b + 1]
+        uniq = 0
+        hits = 0
+        unpl = 0
+        uniq_unpl = 0
+        if hi - lo == 1:  # batch size 1: the row is unique, no stamp needed
+            o = outcome[lo]
+            uniq = 1
+            hits = o == 0
+            unpl = o == 2
+            uniq_unpl = unpl
+        else:
+            stamp = first_batch + b
+            for j in range(lo, hi):  # branch-free counting: outcomes are unpredictable
+                o = outcome[j]
+                first = _first_in_batch(ids[j], stamp, keys, stamps, shift)
+                uniq += first
+                hits += o == 0
+                unpl += o == 2
+                uniq_unpl += first & (o == 2)
+        if do_tables:
+            for j in range(lo, hi):
+                t = tables[j]
+                o = outcome[j]
+                per_table[t, 0] += 1
+                per_table[t, 1] += o == 0
+                per_table[t, 2] += o != 0
+                per_table[t, 3] += o == 2
+        row = b * stride
+        counts[row, 0] += hi - lo
+        counts[row, 1] += uniq
+        counts[row, 2] += hits
+        counts[row, 3] += hi - lo - hits
+        counts[row, 4] += events[b, 0]
+        counts[row, 5] += events[b, 1]
+        counts[row, 6] += events[b, 2]
+        counts[row, 7] += unpl
+        counts[row, 8] += uniq_unpl
+
+
+assert (A_HIT, A_MISS, A_FILL, A_UNPL, A_UNIQ_UNPL) == (2, 3, 4, 7, 8)
+assert HIT == 0 and UNPLACED == 2 and (FILLS, EVICTIONS, WRITEBACKS) == (0, 1, 2)

@@ -112,14 +112,16 @@ class Trace:
         return Batch(np.asarray(self.indices[offs[0] : offs[-1]]), offs - offs[0], self.num_tables)
 
     def iter_chunks(
-        self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0
+        self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0,
+        max_batches: int | None = None,
     ) -> Iterator[Chunk]:
-        """Consecutive whole batches of about `max_accesses` linearized ids each.
+        """Consecutive whole batches of about `max_accesses` linearized ids each (and at most
+        `max_batches` batches, if given: per-batch buffers stay small at tiny batch sizes).
 
         A chunk always holds at least one batch, so one huge batch is one chunk.
         """
         ptr = self.batch_access_ptr()
-        starts = self.chunk_starts(max_accesses, start_batch, ptr)
+        starts = self.chunk_starts(max_accesses, start_batch, ptr, max_batches)
         for k, end in zip(starts[:-1], starts[1:], strict=True):
             yield self.chunk(k, end, ptr)
 
@@ -127,22 +129,30 @@ class Trace:
         """Batches k..end-1 as one chunk (`ptr`: `batch_access_ptr()`, if already at hand)."""
         ptr = self.batch_access_ptr() if ptr is None else ptr
         lo, hi = int(self.batch_bounds[k]), int(self.batch_bounds[end])
+        base = int(ptr[k])
+        bptr = ptr[k : end + 1] - base
+        if self.num_tables == 1:
+            # one table: linear ids are the indices themselves, whatever the bags
+            ids = np.array(self.indices[base : base + int(bptr[-1])], dtype=np.int64)
+            return Chunk(k, base, ids, np.zeros(len(ids), np.int32), bptr)
         offs = np.asarray(self.offsets[lo : hi + 1], dtype=np.int64)
         bounds = np.asarray(self.batch_bounds[k : end + 1], dtype=np.int64) - lo
         raw = np.asarray(self.indices[offs[0] : offs[-1]])
         ids, tables = _linearize(raw, offs - offs[0], bounds, self.table_offsets,
                                  self.num_tables)
-        return Chunk(k, int(offs[0]), ids, tables, ptr[k : end + 1] - ptr[k])
+        return Chunk(k, int(offs[0]), ids, tables, bptr)
 
     def chunk_starts(self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0,
-                     ptr: np.ndarray | None = None) -> list[int]:
+                     ptr: np.ndarray | None = None,
+                     max_batches: int | None = None) -> list[int]:
         """First batch of every chunk `iter_chunks` yields, then `num_batches` (no data read
         beyond the batch pointers), so a caller can walk the chunks in any order."""
         ptr = self.batch_access_ptr() if ptr is None else ptr
         starts, k, nb_ = [start_batch], start_batch, self.num_batches
+        step = nb_ if max_batches is None else max(1, int(max_batches))
         while k < nb_:
             end = int(np.searchsorted(ptr, ptr[k] + max_accesses, side="right")) - 1
-            k = min(max(end, k + 1), nb_)
+            k = min(max(end, k + 1), nb_, k + step)
             starts.append(k)
         return starts
 
