@@ -209,3 +209,94 @@ def test_cli_cache_scratchpipe_json_reports_zero_train_misses(tmp_path, capsys):
     assert rc == 0
     got = json.loads(capsys.readouterr().out)
     assert got["stalls"] >= 1 and got["train_misses"] == 0 and got["unplaced"] >= 1
+
+
+def ref_plans(ids, ptr, capacity, w, stall=False):
+    """The rules of docs/policies.md once more, recording what each plan evicts and fills:
+    (outcomes, victims[j], fills[j]) - the refetch oracle below needs the victims."""
+    nb = len(ptr) - 1
+    batches = [ids[ptr[k]:ptr[k + 1]] for k in range(nb)]
+    positions = {}
+    for p, r in enumerate(ids):
+        positions.setdefault(r, []).append(p)
+
+    def next_use(r, p):
+        later = [x for x in positions[r] if x > p]
+        return later[0] if later else float("inf")
+
+    resident, last, outcome = set(), {}, []
+    victims, fills = [[] for _ in range(nb)], [[] for _ in range(nb)]
+    for j, batch in enumerate(batches):
+        pinned = set().union(*batches[max(0, j - w + 1):j + 1])
+        window = set().union(*batches[j + 1:j + w + 1]) if j + 1 < nb else set()
+        before = set(resident)
+        for i, r in enumerate(batch):
+            p = ptr[j] + i
+            if r in before or r in resident:
+                outcome.append(HIT)
+                last[r] = p
+                continue
+            if len(resident) == capacity:
+                cand = resident - pinned
+                if not cand:
+                    outcome.append(UNPLACED)
+                    continue
+                cold = [c for c in cand if c not in window]
+                victim = (min(cold, key=lambda c: last[c]) if cold
+                          else max(cand, key=lambda c: next_use(c, last[c])))
+                resident.remove(victim)
+                victims[j].append(victim)
+            resident.add(r)
+            fills[j].append(r)
+            outcome.append(1)
+            last[r] = p
+    return outcome, victims, fills
+
+
+def ref_refetch(victims, fills, w):
+    """counts[b][d-1]: rows filled at plan(b) whose latest eviction was at plan(b-d), d < W."""
+    out = [[0] * max(w - 1, 1) for _ in fills]
+    evicted_at = {}
+    for b in range(len(fills)):
+        for r in fills[b]:
+            j = evicted_at.get(r)
+            if j is not None and b - j < w:
+                out[b][b - j - 1] += 1
+        for r in victims[b]:
+            evicted_at[r] = b
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_refetch_distances_match_an_independent_count(data):
+    per_batch, rows = multi_table_batches(data.draw, st)
+    w = data.draw(st.integers(1, 5))
+    chunk = data.draw(st.integers(1, 40))
+    trace, ids, ptr = build_trace(per_batch, rows)
+    need = min_capacity(ids, ptr, w)
+    stall = data.draw(st.booleans())
+    cap = max(1, need + data.draw(st.integers(-3 if stall else 0, 3)))
+    outcome, victims, fills = ref_plans(ids, ptr, cap, w)
+    assert outcome == ref_scratchpipe(ids, ptr, cap, w, stall=True).outcome  # same rules
+    pol = make_policy("scratchpipe", cap, trace.total_rows, lookahead=w,
+                      on_overflow="stall" if stall else "error")
+    for _ in iter_cache(trace, pol, chunk):
+        pass
+    cols = pol.batch_columns()
+    assert sorted(cols) == [f"refetch_d{d}" for d in range(1, w)]
+    want = ref_refetch(victims, fills, w)
+    for d in range(1, w):
+        assert cols[f"refetch_d{d}"].tolist() == [c[d - 1] for c in want], d
+
+
+def test_refetch_at_distance_one_at_the_capacity_floor():
+    # W=2, capacity 2, batches [1] [2] [3] [1] [2].
+    t = Trace.from_batches([[np.array([r])] for r in (1, 2, 3, 1, 2)], [6])
+    pol = make_policy("scratchpipe", 2, 6, lookahead=2)
+    res = run_cache(t, pol)
+    # plan(2) pins {2,3}: evicts 1 (next use at batch 3 = inside the window, the only
+    # candidate); plan(3) pins {3,1}: refetches 1 (evicted by plan(2): distance 1) and
+    # evicts 2; plan(4) pins {1,2}: refetches 2 (evicted by plan(3): distance 1), evicts 3.
+    assert (res.fills, res.evictions) == (5, 3)
+    assert pol.batch_columns()["refetch_d1"].tolist() == [0, 0, 0, 1, 1]

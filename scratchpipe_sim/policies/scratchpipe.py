@@ -43,7 +43,7 @@ from scratchpipe_sim.traces.trace import DEFAULT_CHUNK_ACCESSES, Chunk, Trace
 
 ON_OVERFLOW = ("error", "stall")
 # indices into the int64 `st` state vector of the kernel
-_USED, _QHEAD, _QTAIL, _HSIZE, _TRAIN_MISSES, _STALLS = range(6)
+_USED, _QHEAD, _QTAIL, _HSIZE, _TRAIN_MISSES, _STALLS, _VHEAD, _VTAIL = range(8)
 
 
 # -- minimum capacity ---------------------------------------------------------------------------
@@ -133,12 +133,10 @@ def _heap_pop(hk, hr, hl, n):
 
 
 @nb.njit(cache=True)
-def _unpin(s, p, su, qs, ql, st):
-    """The row in slot s was last used at position p, in a batch that just left the window:
-    queue it as evictable. Entries are (slot, last-use position); one is stale once the
-    slot's last use changed (the row was used again, or evicted and the slot refilled)."""
-    if s < 0 or su[s, 0] != p:
-        return
+def _push_fifo(s, p, su, qs, ql, st):
+    """Queue slot s, last used at position p, as evictable. Entries are (slot, last-use
+    position); one is stale once the slot's last use changed (the row was used again, or
+    evicted and the slot refilled)."""
     n = len(qs)
     if st[_QTAIL] - st[_QHEAD] == n:  # ring full of mostly stale pairs: keep the valid ones
         ts, tl = np.empty(n, np.int64), np.empty(n, np.int64)
@@ -153,6 +151,31 @@ def _unpin(s, p, su, qs, ql, st):
         st[_QHEAD], st[_QTAIL] = 0, k
     qs[st[_QTAIL] % n], ql[st[_QTAIL] % n] = s, p
     st[_QTAIL] += 1
+
+
+@nb.njit(cache=True)
+def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, su, qs, ql, st):
+    """Batch tb has been trained: check its rows and, if `unpin_before` >= 0, unpin them.
+
+    Only the last access of each row in the batch is looked at (an earlier one has its next
+    use inside the batch), so the check costs one slot read per (row, batch), not per access;
+    every access of a row in one batch was planned into the same slot. The training check
+    counts (row, batch) pairs whose slot no longer holds the row (`train_misses`, 0 by
+    construction). A row is queued as evictable when this was its last use before the batch
+    now being planned (its next use >= `unpin_before`, the first position of that batch):
+    the same condition as "the slot's last-use stamp is still this position", read from the
+    sequential next-use array instead of the slot.
+    """
+    bend = ext_base + ext_ptr[tb + 1]
+    for q in range(ext_ptr[tb], ext_ptr[tb + 1]):
+        nu = ext_nu[q]
+        s = ext_slot[q]
+        if s < 0 or nu < bend:
+            continue  # served from host memory (stall mode), or not the row's last access
+        if su[s, 2] != ext_ids[q]:
+            st[_TRAIN_MISSES] += 1
+        if unpin_before >= 0 and nu >= unpin_before:
+            _push_fifo(s, ext_base + q, su, qs, ql, st)
 
 
 @nb.njit(cache=True)
@@ -200,36 +223,61 @@ def _victim(su, limit, qs, ql, hk, hs, hl, st):
 
 
 @nb.njit(cache=True)
-def _scratchpipe_chunk(ext_ids, ext_ptr, ext_first_batch, first_new, ext_base, next_use, gptr,
-                       num_batches, w, stall, keys, vals, mask, shift, slot_row, su, free,
-                       qs, ql, hk, hs, hl, st, ext_out, ext_slot, events):
-    """Plan every new batch of the chunk, then train the one W-1 batches behind it.
+def _expire_victims(j, w, gkeys, gvals, gmask, gshift, vring, vstart, st):
+    """Batch j is about to be planned: forget the victims of batch j-W (a refetch at
+    distance >= W cannot meet its write-back in flight) and mark where batch j's begin."""
+    ring = w + 1
+    if j - w >= 0:
+        n = len(vring)
+        end = vstart[(j - w + 1) % ring]
+        for i in range(vstart[(j - w) % ring], end):
+            v = vring[i % n]
+            g = probe(gkeys, gmask, gshift, v)
+            if gkeys[g] == v and gvals[g] == j - w:
+                erase(gkeys, gvals, gmask, gshift, g)
+        st[_VHEAD] = end
+    vstart[j % ring] = st[_VTAIL]
+
+
+@nb.njit(cache=True)
+def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext_base, gptr,
+                       num_batches, w, stall, keys, vals, mask, shift, su, qs, ql, hk, hs, hl,
+                       st, ext_out, ext_slot, events, gkeys, gvals, gmask, gshift, vring,
+                       vstart, refetch):
+    """Plan every new batch of the chunk; retire (check and unpin) the batch leaving the
+    window first.
 
     `ext_*` = the last W batches of earlier chunks followed by this chunk's; positions are
-    local to `ext_ids` (global = ext_base + local). `ext_slot[q]` is the slot that access q
-    was planned into (-1: unplaced) - what the trainer reads. Returns -1, or the global
-    index of the batch whose pinned set overflowed (on_overflow=error).
+    local to `ext_ids` (global = ext_base + local); `ext_nu` are their next-use positions.
+    `ext_slot[q]` is the slot that access q was planned into (-1: unplaced) - what the
+    trainer reads. With W >= 2, refetches are counted: `refetch[j, d-1]` = rows filled at
+    plan(j) that plan(j-d) evicted, d = 1..W-1 (a ghost map row -> eviction batch holds the
+    victims of the last W-1 batches; a ring `vring` lists them for expiry). Returns -1, or
+    the global index of the batch whose pinned set overflowed (on_overflow=error).
     """
-    cap = len(slot_row)
-    carry = ext_ptr[first_new]
-    nb_ext = len(ext_ptr) - 1
-    for lb in range(first_new, nb_ext):
+    track = w >= 2
+    nring = len(vring)
+    for lb in range(first_new, len(ext_ptr) - 1):
         j = ext_first_batch + lb
         lo, hi = ext_ptr[lb], ext_ptr[lb + 1]
-        # batch j-W leaves the pinned window
-        ub = lb - w
-        if ub >= 0:
-            for q in range(ext_ptr[ub], ext_ptr[ub + 1]):
-                _unpin(ext_slot[q], ext_base + q, su, qs, ql, st)
+        glo, ghi = ext_base + lo, ext_base + hi
+        # batch j-W was trained after plan(j-1): check it and unpin its rows
+        if lb - w >= 0:
+            _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, lb - w, glo, su, qs, ql, st)
+        if track:
+            _expire_victims(j, w, gkeys, gvals, gmask, gshift, vring, vstart, st)
         limit = gptr[min(j + w + 1, num_batches)]
-        # pass 1: resident rows hit and are pinned before any victim is chosen
+        # pass 1: resident rows hit and are pinned before any victim is chosen (the slot's
+        # use stamps are written once per row, at its last access in the batch)
         for q in range(lo, hi):
             s = _lookup(keys, vals, mask, shift, ext_ids[q])
             ext_slot[q] = s
             if s >= 0:
                 ext_out[q] = HIT
-                su[s, 0] = ext_base + q
-                su[s, 1] = next_use[q - carry]
+                nu = ext_nu[q]
+                if nu >= ghi:
+                    su[s, 0] = ext_base + q
+                    su[s, 1] = nu
             else:
                 ext_out[q] = MISS
         # pass 2: fill the missing rows
@@ -243,8 +291,8 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_first_batch, first_new, ext_base, n
                 ext_out[q] = HIT  # filled earlier in this batch
                 s = vals[i]
             else:
-                if st[_USED] < cap:
-                    s = free[st[_USED]]
+                if st[_USED] < len(su):
+                    s = st[_USED]
                     st[_USED] += 1
                 else:
                     s = _victim(su, limit, qs, ql, hk, hs, hl, st)
@@ -254,34 +302,31 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_first_batch, first_new, ext_base, n
                         ext_out[q] = UNPLACED
                         stalled = True
                         continue
-                    erase(keys, vals, mask, shift, probe(keys, mask, shift, slot_row[s]))
+                    v = su[s, 2]
+                    erase(keys, vals, mask, shift, probe(keys, mask, shift, v))
                     events[lb - first_new, EVICTIONS] += 1
                     events[lb - first_new, WRITEBACKS] += 1
+                    if track:
+                        g = probe(gkeys, gmask, gshift, v)
+                        gkeys[g] = v
+                        gvals[g] = j
+                        vring[st[_VTAIL] % nring] = v
+                        st[_VTAIL] += 1
                     i = probe(keys, mask, shift, r)
+                if track:
+                    g = probe(gkeys, gmask, gshift, r)
+                    if gkeys[g] == r:
+                        refetch[j, j - gvals[g] - 1] += 1
                 keys[i] = r
                 vals[i] = s
-                slot_row[s] = r
+                su[s, 2] = r
                 events[lb - first_new, FILLS] += 1
             ext_slot[q] = s
             su[s, 0] = ext_base + q
-            su[s, 1] = next_use[q - carry]
+            su[s, 1] = ext_nu[q]
         if stalled:
             st[_STALLS] += 1
-        # train(j-W+1): every row it reads must be in the slot it was planned into
-        tb = lb - w + 1
-        if tb >= 0:
-            _train_check(ext_ids, ext_ptr, tb, ext_out, ext_slot, slot_row, st)
     return -1
-
-
-@nb.njit(cache=True)
-def _train_check(ext_ids, ext_ptr, tb, ext_out, ext_slot, slot_row, st):
-    for q in range(ext_ptr[tb], ext_ptr[tb + 1]):
-        if ext_out[q] == UNPLACED:
-            continue  # served from host memory (stall mode), by design
-        s = ext_slot[q]
-        if s < 0 or slot_row[s] != ext_ids[q]:
-            st[_TRAIN_MISSES] += 1
 
 
 # -- the policy ---------------------------------------------------------------------------------
@@ -302,49 +347,64 @@ class ScratchPipe(Policy):
                             f"'{self.on_overflow}'", field="on_overflow")
         cap = min(self.capacity, self.num_rows)  # more slots than rows are never used
         self.keys, self.vals, self.mask, self.shift = new_map(cap)
-        self.slot_row = np.full(cap, EMPTY, np.int64)
-        # per slot: last-use position, next-use position (one cache line for both)
-        self.slot_use = np.zeros((cap, 2), np.int64)
+        # per slot: last-use position, next-use position, row (one cache line for all three);
+        # slots are handed out in order 0, 1, ... until the scratchpad is full
+        self.slot_use = np.zeros((cap, 3), np.int64)
         self.slot_use[:, 0] = -1
-        self.free = np.arange(cap, dtype=np.int64)
+        self.slot_use[:, 2] = EMPTY
         q = 2 * cap + 2
         self.qs, self.ql = np.zeros(q, np.int64), np.zeros(q, np.int64)
         self.hk, self.hs, self.hl = (np.zeros(q, np.int64), np.zeros(q, np.int64),
                                      np.zeros(q, np.int64))
-        self.st = np.zeros(6, np.int64)
+        self.st = np.zeros(8, np.int64)
+        # refetch tracking (W >= 2): victims of the last W-1 batches, row -> eviction batch.
+        # Rows filled in batches j-W+1..j are distinct and resident, so those batches have at
+        # most `cap` victims: the map and the ring hold them all.
+        track = self.lookahead >= 2
+        self.gkeys, self.gvals, self.gmask, self.gshift = new_map(cap if track else 1)
+        self.vring = np.zeros(cap + 1 if track else 1, np.int64)
+        self.vstart = np.zeros(self.lookahead + 1, np.int64)
+        self.refetch = np.zeros((0, max(self.lookahead - 1, 1)), np.int64)
         self._trace: Trace | None = None
-        self._reset_window(0, 0)
+        self.chunk_slots = np.zeros(0, np.int64)
+        self._reset_window(0)
 
-    def _reset_window(self, first_batch: int, first_access: int) -> None:
+    def _reset_window(self, first_batch: int) -> None:
         self.win_ids = np.zeros(0, np.int64)
         self.win_out = np.zeros(0, np.uint8)
         self.win_slot = np.zeros(0, np.int64)
+        self.win_nu = np.zeros(0, np.int64)
         self.win_ptr = np.zeros(1, np.int64)
         self.win_first_batch = first_batch
-        self.win_first_access = first_access
 
     def prepare(self, trace: Trace) -> None:
         self._trace = trace
         self.gptr = trace.batch_access_ptr()
         self.num_batches = trace.num_batches
+        self.refetch = np.zeros((trace.num_batches, max(self.lookahead - 1, 1)), np.int64)
 
     def process(self, chunk: Chunk, next_use: np.ndarray | None, outcome: np.ndarray,
                 events: np.ndarray) -> None:
         if self._trace is None or next_use is None:
             raise RuntimeError("scratchpipe needs prepare(trace) and next-use positions")
         ncar = len(self.win_ids)
+        n = len(chunk.ids)
         ext_ids = np.concatenate((self.win_ids, chunk.ids))
-        ext_out = np.concatenate((self.win_out, np.zeros(len(chunk.ids), np.uint8)))
-        ext_slot = np.concatenate((self.win_slot, np.full(len(chunk.ids), -1, np.int64)))
+        ext_nu = np.concatenate((self.win_nu, np.asarray(next_use, np.int64)))
+        ext_out = np.empty(ncar + n, np.uint8)
+        ext_out[:ncar] = self.win_out
+        ext_slot = np.empty(ncar + n, np.int64)
+        ext_slot[:ncar] = self.win_slot
         ext_ptr = np.concatenate((self.win_ptr, chunk.batch_ptr[1:] + ncar))
         first_new = len(self.win_ptr) - 1
         ext_base = chunk.first_access - ncar
         bad = _scratchpipe_chunk(
-            ext_ids, ext_ptr, chunk.first_batch - first_new, first_new, ext_base,
-            np.asarray(next_use, np.int64), self.gptr, self.num_batches, self.lookahead,
-            self.on_overflow == "stall", self.keys, self.vals, self.mask, self.shift,
-            self.slot_row, self.slot_use, self.free, self.qs, self.ql,
-            self.hk, self.hs, self.hl, self.st, ext_out, ext_slot, events)
+            ext_ids, ext_ptr, ext_nu, chunk.first_batch - first_new, first_new, ext_base,
+            self.gptr, self.num_batches, self.lookahead, self.on_overflow == "stall",
+            self.keys, self.vals, self.mask, self.shift, self.slot_use, self.qs, self.ql,
+            self.hk, self.hs, self.hl, self.st, ext_out, ext_slot, events,
+            self.gkeys, self.gvals, self.gmask, self.gshift, self.vring, self.vstart,
+            self.refetch)
         if bad >= 0:
             need = min_scratchpipe_capacity(self._trace, self.lookahead)
             raise UserError(
@@ -354,28 +414,45 @@ class ScratchPipe(Policy):
                 f"use on_overflow=stall (cache.on_overflow in a run config)",
                 source=self._trace.source, field="capacity")
         outcome[:] = ext_out[ncar:]
-        # keep the last W batches: they are unpinned and trained by later plans
+        self.chunk_slots = ext_slot[ncar:]
+        # keep the last W batches: they are retired (checked, unpinned) by later plans
         nbat = len(ext_ptr) - 1
         keep = min(self.lookahead, nbat)
         cut = int(ext_ptr[nbat - keep])
         self.win_ids = ext_ids[cut:].copy()
         self.win_out = ext_out[cut:].copy()
         self.win_slot = ext_slot[cut:].copy()
+        self.win_nu = ext_nu[cut:].copy()
         self.win_ptr = ext_ptr[nbat - keep:] - cut
         self.win_first_batch = chunk.first_batch - first_new + nbat - keep
 
     def finish(self) -> None:
-        """Train the last W-1 batches (no more plans run beside them)."""
+        """Check the batches trained after the last plan (no later plan retires them)."""
         nbat = len(self.win_ptr) - 1
-        last_batch = self.win_first_batch + nbat - 1
-        first_untrained = max(0, last_batch - self.lookahead + 2)
-        for lb in range(first_untrained - self.win_first_batch, nbat):
-            _train_check(self.win_ids, self.win_ptr, lb, self.win_out, self.win_slot,
-                         self.slot_row, self.st)
-        self._reset_window(last_batch + 1, 0)
+        if nbat and self._trace is not None:
+            ext_base = int(self.gptr[self.win_first_batch])
+            for lb in range(nbat):
+                _retire(self.win_ids, self.win_ptr, self.win_nu, self.win_slot, ext_base, lb,
+                        -1, self.slot_use, self.qs, self.ql, self.st)
+        self._reset_window(self.win_first_batch + nbat)
 
     def resident(self) -> np.ndarray:
         return np.sort(self.keys[self.keys != EMPTY])
 
+    def slot_rows(self) -> np.ndarray:
+        """Row held by each slot (EMPTY where none): the scratchpad's directory."""
+        return self.slot_use[:, 2]
+
     def extra_totals(self) -> dict[str, int]:
         return {"train_misses": int(self.st[_TRAIN_MISSES]), "stalls": int(self.st[_STALLS])}
+
+    def batch_columns(self) -> dict[str, np.ndarray]:
+        """`refetch_d{d}`[b], d = 1..W-1: rows filled at plan(b) that plan(b-d) evicted.
+
+        These are the only refetches whose write-back can still be in flight: plan(b) starts
+        after train(b-W), which follows insert(b-W). Distances, not source batches, so the
+        columns stay right when the timing model drops a warm-up prefix; a design derives
+        the source of batch b's newest refetch as b - (smallest d with a nonzero count).
+        """
+        return {f"refetch_d{d}": self.refetch[:, d - 1].copy()
+                for d in range(1, self.lookahead)}
