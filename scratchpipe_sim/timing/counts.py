@@ -38,6 +38,16 @@ class Workload:
     def total(self, name: str, lo: int = 0) -> int:
         return int(self.cols[name][lo:].sum())
 
+    def tail(self, skip: int) -> Workload:
+        """The batches after the first `skip` (the cache warm-up replayed without timing)."""
+        if skip == 0:
+            return self
+        return Workload(self.policy, self.capacity,
+                        {k: v[skip:].copy() for k, v in self.cols.items()}, self.extra)
+
+    def with_columns(self, cols: dict[str, np.ndarray]) -> Workload:
+        return Workload(self.policy, self.capacity, {**self.cols, **cols}, self.extra)
+
 
 def samples_per_batch(trace: Trace) -> np.ndarray:
     return (np.diff(np.asarray(trace.batch_bounds, np.int64)) // trace.num_tables).astype(
@@ -144,3 +154,40 @@ def uncached_counts(trace: Trace, where: str,
     cols = {k: v.copy() for k, v in cols.items()}
     return Workload("none" if host else "all-resident", 0 if host else trace.total_rows,
                     cols, {})
+
+
+@nb.njit(cache=True)
+def _new_rows(ids, batch_ptr, seen, out, first_batch):
+    for b in range(len(batch_ptr) - 1):
+        n = 0
+        for j in range(batch_ptr[b], batch_ptr[b + 1]):
+            r = ids[j]
+            if seen[r] == 0:
+                seen[r] = 1
+                n += 1
+        out[first_batch + b] += n
+
+
+def first_touches(trace: Trace) -> np.ndarray:
+    """Per batch, rows never accessed in an earlier batch of `trace` (compulsory misses of
+    any cache that starts empty at the trace's first batch)."""
+    out = np.zeros(trace.num_batches, np.int64)
+    seen = np.zeros(trace.total_rows, np.uint8)
+    for chunk in trace.iter_chunks():
+        _new_rows(chunk.ids, chunk.batch_ptr, seen, out, chunk.first_batch)
+    return out
+
+
+def warmup_length(trace: Trace, prefix: int, capacity: int) -> int:
+    """Fewest batches k <= prefix such that batches prefix-k..prefix-1 touch at least
+    `capacity` distinct rows (so an LRU-like cache replaying them starts the timed batches
+    full); `prefix` when even the whole prefix touches fewer."""
+    seen = np.zeros(trace.total_rows, np.uint8)
+    count = np.zeros(1, np.int64)
+    ptr = trace.batch_access_ptr()
+    for k in range(1, prefix + 1):
+        chunk = trace.chunk(prefix - k, prefix - k + 1, ptr)
+        _new_rows(chunk.ids, chunk.batch_ptr, seen, count, 0)
+        if count[0] >= capacity:
+            return k
+    return prefix

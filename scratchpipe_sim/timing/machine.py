@@ -1,17 +1,22 @@
-"""The simulated machine: every resource of one hardware config, plus stage bookkeeping.
+"""The simulated machine: every resource of one hardware config, the cost of every kind of
+work a design does, and stage bookkeeping.
 
 Resources (one `Server` each, processor sharing — see resources.py):
 
-    cpu_dram    CPU DRAM; gathers at dram_GBps x min(gather_efficiency(row), op cap)
-                where op cap = cores x embedding_op_GBps / dram_GBps (CPU-side op limit)
+    cpu_dram    CPU DRAM; random row gathers at dram_GBps x gather_efficiency(row); DMA
+                traffic (every PCIe copy reads or writes host memory) streams at dram_GBps
+    cpu_llc     rows that hit in the CPU last-level cache (llc_GBps)
+    cpu_cores   the CPU cores: cores x parallel_efficiency core-ns per ns; embedding ops
+                (bytes / embedding_op_GBps), gradient aggregation (aggregate_ns_per_lookup)
+                and ScratchPipe's planner (plan_ns_per_id) all compete for them
     pcie_h2d,   the link, per direction (or one `pcie` server when not full duplex)
     pcie_d2h
     hbm         GPU HBM; gathers at hbm_GBps x gather_efficiency(row)
+    gpu_l2      rows that hit in the GPU L2 (l2_GBps)
     gpu_compute dense MLPs: tflops x 1e3 FLOP/ns; latency = kernels x kernel_launch_ns
-    cpu_plan    ScratchPipe's planner threads (work = ids x plan_ns_per_id / threads)
 
-A design yields on `m.stage(name, batch, *events)`-style helpers; stage time is summed per
-stage name and recorded as a span on the design's "stages" track.
+Every design prices its work through the helpers below, so the same work costs the same
+in every design (docs/timing.md lists each formula and its source).
 """
 
 from __future__ import annotations
@@ -35,27 +40,38 @@ class Machine:
         self.num_batches = num_batches
         self.recorder = Recorder(keep_spans)
         cpu, gpu = hw.cpu, hw.gpu
-        op_cap = cpu.cores * cpu.embedding_op_GBps / cpu.dram_GBps
-        self.dram = Memory(
-            Server(env, "cpu_dram", cpu.dram_GBps, cpu.dram_latency_ns, num_batches,
-                   self.recorder),
-            lambda rb: min(interpolate(cpu.gather_efficiency, rb), op_cap, 1.0))
-        self.hbm = Memory(
-            Server(env, "hbm", gpu.hbm_GBps, gpu.hbm_latency_ns, num_batches, self.recorder),
-            lambda rb: interpolate(gpu.gather_efficiency, rb))
-        self.pcie = Pcie(env, hw.pcie, num_batches, self.recorder)
-        self.compute = Server(env, "gpu_compute", gpu.tflops * 1e3, gpu.kernel_launch_ns,
-                              num_batches, self.recorder)
-        threads = cfg.cache.plan_threads or cpu.cores
-        self.plan_ns_per_id = cfg.cache.plan_ns_per_id / threads
-        # planner "bandwidth" is 1 unit/ns; work units are ns of planning
-        self.planner = Server(env, "cpu_plan", 1.0, 0.0, num_batches, self.recorder)
+        rec = self.recorder
+
+        def server(name: str, GBps: float, latency_ns: float) -> Server:
+            return Server(env, name, GBps, latency_ns, num_batches, rec)
+
+        self.dram = Memory(server("cpu_dram", cpu.dram_GBps, cpu.dram_latency_ns),
+                           lambda rb: interpolate(cpu.gather_efficiency, rb),
+                           server("cpu_llc", cpu.llc_GBps, 0.0) if cpu.llc_MiB > 0 else None)
+        self.hbm = Memory(server("hbm", gpu.hbm_GBps, gpu.hbm_latency_ns),
+                          lambda rb: interpolate(gpu.gather_efficiency, rb),
+                          server("gpu_l2", gpu.l2_GBps, 0.0) if gpu.l2_MiB > 0 else None)
+        self.pcie = Pcie(env, hw.pcie, num_batches, rec, dram=self.dram.server)
+        self.compute = server("gpu_compute", gpu.tflops * 1e3, gpu.kernel_launch_ns)
+        # "bandwidth" in core-ns of work per ns
+        self.cores = server("cpu_cores", cpu.cores * cpu.parallel_efficiency, 0.0)
+        plan_threads = min(cfg.cache.plan_threads or cpu.cores, cpu.cores)
+        self.plan_share = plan_threads / cpu.cores
+        self.plan_ns_per_id = (cfg.cache.plan_ns_per_id if cfg.cache.plan_ns_per_id is not None
+                               else cpu.plan_ns_per_id)
         self.stage_ns: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(num_batches))
         self.stage_order: list[str] = []
+        #: design-specific totals written as metric columns (e.g. refetch_hazards)
+        self.counters: dict[str, float] = {}
         self.done = np.full(num_batches, np.nan)
         self.warmup = cfg.model.warmup_batches
         self.window_start_ns = 0.0
         self.busy_at_window_start = {s.name: 0.0 for s in self.servers}
+        m = cfg.model
+        self.r = m.row_bytes
+        self.R = m.moved_row_bytes
+        self.index_bytes = m.index_bytes
+        self.tables = m.tables.count
 
     def batch_done(self, b: int) -> None:
         """Batch b finished training; at the end of warm-up, snapshot busy times."""
@@ -66,19 +82,83 @@ class Machine:
 
     @property
     def servers(self) -> list[Server]:
-        out = [self.dram.server, *self.pcie.servers, self.hbm.server, self.compute]
-        return out + [self.planner]
+        out = [self.dram.server]
+        if self.dram.onchip is not None:
+            out.append(self.dram.onchip)
+        out += [self.cores, *self.pcie.servers, self.hbm.server]
+        if self.hbm.onchip is not None:
+            out.append(self.hbm.onchip)
+        return out + [self.compute]
 
-    # -- helpers designs use ------------------------------------------------------------------
+    # -- CPU work ----------------------------------------------------------------------------
+    def cpu_work(self, core_ns: float, batch: int, label: str, max_share: float = 1.0
+                 ) -> simpy.Process | None:
+        """`core_ns` of work on the CPU cores (spread over as many as `max_share` allows)."""
+        return self.cores.transfer(core_ns, batch, label, max_share=max_share)
+
+    def cpu_gather(self, rows: float, row_bytes: float, batch: int, label: str,
+                   onchip_fraction: float = 0.0) -> simpy.Event | None:
+        """A CPU-executed random gather or scatter of rows (lookups, collect, write-back,
+        update): DRAM (or LLC) traffic || the cores' embedding-op work, both must finish."""
+        if rows <= 0:
+            return None
+        op = self.cfg.hardware.cpu.embedding_op_GBps
+        return self.all_of([self.dram.gather(rows, row_bytes, batch, label, onchip_fraction),
+                            self.cpu_work(rows * row_bytes / op, batch, label)])
+
+    def cpu_backward(self, batch: int, lookups: float, unique_rows: float,
+                     onchip_fraction: float = 0.0) -> simpy.Process:
+        """Hybrid's backward on the CPU: aggregate the lookups' gradient contributions into
+        row gradients (sort/hash: cores, and a random read-modify-write of r bytes per
+        lookup), then update each unique row with its optimizer state (2U x R)."""
+        cpu = self.cfg.hardware.cpu
+        return self.seq(
+            lambda: self.all_of([
+                self.cpu_work(lookups * cpu.aggregate_ns_per_lookup, batch, "aggregate"),
+                self.cpu_gather(lookups, self.r, batch, "aggregate", onchip_fraction)]),
+            lambda: self.cpu_gather(2 * unique_rows, self.R, batch, "update", onchip_fraction))
+
+    def plan(self, batch: int, ids: float) -> simpy.Process | None:
+        """ScratchPipe's planner: ids x plan_ns_per_id core-ns on at most plan_threads cores,
+        sharing the cores with collect and write-back."""
+        return self.cpu_work(ids * self.plan_ns_per_id, batch, "plan", self.plan_share)
+
+    # -- GPU work ----------------------------------------------------------------------------
+    def index_h2d(self, batch: int, lookups: float, samples: float) -> simpy.Event | None:
+        """Indices and offsets of one batch to the GPU (index_bytes each; T x B + 1 offsets)."""
+        n = lookups + samples * self.tables + 1
+        return self.pcie.h2d(n * self.index_bytes, batch, "indices")
+
+    def gpu_forward(self, batch: int, lookups: float, onchip_fraction: float = 0.0
+                    ) -> simpy.Event | None:
+        """Embedding-bag forward: gather `lookups` rows of r bytes from HBM (or L2)."""
+        return self.hbm.gather(lookups, self.r, batch, "gather", onchip_fraction)
+
+    def gpu_backward(self, batch: int, lookups: float, unique_rows: float,
+                     onchip_fraction: float = 0.0) -> simpy.Process:
+        """FBGEMM-style backward: sort the lookups' ids and segment-reduce their gradients
+        (lookups x (r + 2 index_bytes) at aggregate_efficiency), then update each unique row
+        with its state (2U x R gathers)."""
+        gpu = self.cfg.hardware.gpu
+        agg = lookups * (self.r + 2 * self.index_bytes)
+        return self.seq(
+            lambda: self.hbm.stream(agg, batch, "sort+reduce", gpu.aggregate_efficiency),
+            lambda: self.hbm.gather(2 * unique_rows, self.R, batch, "update", onchip_fraction))
+
+    def cache_lookup(self, batch: int, unique_rows: float, fills: float
+                     ) -> simpy.Process | None:
+        """An on-demand cache's bookkeeping kernels: probe a set of tags per unique id, and
+        again per fill to pick the victim (cache_probe_bytes each, coalesced)."""
+        probe = self.cfg.hardware.gpu.cache_probe_bytes
+        return self.hbm.stream((unique_rows + fills) * probe, batch, "cache lookup")
+
     def mlp(self, batch: int, samples: int) -> simpy.Process:
         m = self.cfg.model
         flops = m.mlp_flops / m.batch_size * samples
         launch = m.mlp_kernels * self.cfg.hardware.gpu.kernel_launch_ns
         return self.compute.transfer(flops, batch, "mlp", latency_ns=launch)
 
-    def plan(self, batch: int, ids: float) -> simpy.Process:
-        return self.planner.transfer(ids * self.plan_ns_per_id, batch, "plan")
-
+    # -- stages ------------------------------------------------------------------------------
     def stage(self, name: str, batch: int, parts: Iterable[simpy.Event | None]
               ) -> Generator:
         """Run `parts` concurrently; the stage ends when all have (skips None/empty parts)."""
@@ -91,7 +171,9 @@ class Machine:
     def all_of(self, parts: Iterable[simpy.Event | None]) -> simpy.Event | None:
         """One event for the parts that move anything (zero-byte transfers are None)."""
         evs = [p for p in parts if p is not None]
-        return self.env.all_of(evs) if evs else None
+        if not evs:
+            return None
+        return evs[0] if len(evs) == 1 else self.env.all_of(evs)
 
     def end_stage(self, name: str, batch: int, start: float) -> None:
         if name not in self.stage_ns:

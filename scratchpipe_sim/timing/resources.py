@@ -80,17 +80,19 @@ class Server:
 
     # -- public ------------------------------------------------------------------------------
     def transfer(self, nbytes: float, batch: int, label: str = "", efficiency: float = 1.0,
-                 GBps: float | None = None, latency_ns: float | None = None
-                 ) -> simpy.Process | None:
+                 GBps: float | None = None, latency_ns: float | None = None,
+                 max_share: float = 1.0) -> simpy.Process | None:
         """Move `nbytes` at `GBps x efficiency` (default: this server's bandwidth).
 
-        Nothing to move costs nothing: returns None (no latency, no event), which stage
-        helpers skip; a design never pays a transfer's latency for an empty transfer.
+        `max_share` caps the fraction of the server this transfer can use even when alone
+        (e.g. a planner limited to some of the CPU cores); the others share the rest (water-
+        filling processor sharing). Nothing to move costs nothing: returns None (no latency,
+        no event), which stage helpers skip; a design never pays an empty transfer's latency.
         """
         if nbytes <= 0:
             return None
         return self.env.process(self._run(float(nbytes), batch, label, efficiency, GBps,
-                                          latency_ns))
+                                          latency_ns, max_share))
 
     def busy_now(self) -> float:
         """Busy time integrated up to now (without advancing the PS state)."""
@@ -111,7 +113,7 @@ class Server:
 
     # -- PS machinery -------------------------------------------------------------------------
     def _run(self, nbytes: float, batch: int, label: str, efficiency: float,
-             GBps: float | None, latency_ns: float | None) -> Generator:
+             GBps: float | None, latency_ns: float | None, max_share: float) -> Generator:
         start = self.env.now
         self.transfers += 1
         self.bytes_by_batch[batch] += nbytes
@@ -123,7 +125,7 @@ class Server:
             done = self.env.event()
             self._advance()
             was_idle = not self._active
-            self._active[self._next_id] = [work, done]
+            self._active[self._next_id] = [work, done, min(max(max_share, 1e-9), 1.0)]
             self._next_id += 1
             self._reschedule()
             if was_idle:
@@ -132,13 +134,23 @@ class Server:
             yield done
         self.recorder.add(Span(self.name, label, start, self.env.now, batch, nbytes))
 
+    def _shares(self) -> dict[int, float]:
+        """Fraction of the server each active transfer gets: equal shares, except that a
+        transfer capped below its share gives the surplus to the others (water-filling)."""
+        items = sorted(self._active.items(), key=lambda kv: kv[1][2])
+        left, n, out = 1.0, len(items), {}
+        for i, (k, item) in enumerate(items):
+            share = min(item[2], left / (n - i))
+            out[k] = share
+            left -= share
+        return out
+
     def _advance(self) -> None:
         now = self.env.now
         dt = now - self._last
         if dt > 0 and self._active:
-            share = dt * self.rate / len(self._active)
-            for item in self._active.values():
-                item[0] -= share
+            for k, share in self._shares().items():
+                self._active[k][0] -= dt * self.rate * share
             self.busy_ns += dt
         self._last = now
 
@@ -146,10 +158,11 @@ class Server:
         self._gen += 1
         if not self._active:
             return
-        n = len(self._active)
-        self._target = min(self._active, key=lambda k: self._active[k][0])
+        shares = self._shares()
+        self._target = min(self._active,
+                           key=lambda k: self._active[k][0] / shares[k])
         least = self._active[self._target][0]
-        delay = max(least, 0.0) * n / self.rate
+        delay = max(least, 0.0) / (shares[self._target] * self.rate)
         gen = self._gen
         self.env.timeout(delay).callbacks.append(lambda _ev: self._on_timer(gen))
 
@@ -160,8 +173,11 @@ class Server:
         # The timer was set for `_target`'s completion: finish it (and any transfer at least
         # as close) even when float rounding at a large `now` leaves a sliver of work, which
         # an absolute threshold alone would reschedule forever (a zero-length timeout).
-        cutoff = max(self._active[self._target][0], 0.0) + _EPS_NS
-        finished = [k for k, item in self._active.items() if item[0] <= cutoff]
+        shares = self._shares()
+        t = self._target
+        cutoff = max(self._active[t][0], 0.0) / shares[t] + _EPS_NS
+        finished = [k for k, item in self._active.items()
+                    if k == t or item[0] / shares[k] <= cutoff]
         events = [self._active.pop(k)[1] for k in finished]
         self._reschedule()
         if not self._active:
@@ -172,17 +188,36 @@ class Server:
 
 
 class Memory:
-    """A memory (CPU DRAM or HBM): streaming bandwidth, latency, gather efficiency by row."""
+    """A memory (CPU DRAM or HBM) behind an optional on-chip cache (LLC or L2).
 
-    def __init__(self, server: Server, gather_eff: Callable[[float], float]):
+    Streaming bandwidth, latency and gather efficiency by row size; rows that hit on chip
+    (`onchip_fraction` of a gather, from the compiled on-chip cache model) move over the
+    on-chip server instead and cost the memory nothing.
+    """
+
+    def __init__(self, server: Server, gather_eff: Callable[[float], float],
+                 onchip: Server | None = None):
         self.server = server
         self.gather_eff = gather_eff
+        self.onchip = onchip
 
-    def gather(self, rows: float, row_bytes: float, batch: int, label: str
-               ) -> simpy.Process | None:
+    def gather(self, rows: float, row_bytes: float, batch: int, label: str,
+               onchip_fraction: float = 0.0) -> simpy.Event | None:
         """Random access to `rows` rows of `row_bytes` each (read or write)."""
-        return self.server.transfer(rows * row_bytes, batch, label,
-                                    efficiency=self.gather_eff(row_bytes))
+        if self.onchip is None or onchip_fraction <= 0.0 or rows <= 0:
+            return self.server.transfer(rows * row_bytes, batch, label,
+                                        efficiency=self.gather_eff(row_bytes))
+        hit = rows * min(onchip_fraction, 1.0)
+        parts = [self.onchip.transfer(hit * row_bytes, batch, label),
+                 self.server.transfer((rows - hit) * row_bytes, batch, label,
+                                      efficiency=self.gather_eff(row_bytes))]
+        evs = [p for p in parts if p is not None]
+        return evs[0] if len(evs) == 1 else self.server.env.all_of(evs)
+
+    def stream(self, nbytes: float, batch: int, label: str, efficiency: float = 1.0
+               ) -> simpy.Process | None:
+        """Sequential traffic (DMA of a staging buffer, a sort pass) at `efficiency`."""
+        return self.server.transfer(nbytes, batch, label, efficiency=efficiency)
 
 
 class Pcie:
@@ -194,8 +229,13 @@ class Pcie:
     at its own bandwidth, concurrent transfers time-sharing it.
     """
 
-    def __init__(self, env: simpy.Environment, cfg, num_batches: int, recorder: Recorder):
+    def __init__(self, env: simpy.Environment, cfg, num_batches: int, recorder: Recorder,
+                 dram: Server | None = None):
+        self.env = env
         self.cfg = cfg
+        # copy-engine DMA reads (H2D) or writes (D2H) host memory: the same bytes stream
+        # through CPU DRAM (UVM traffic is charged as gathers by the designs instead)
+        self.dram = dram if cfg.dma_loads_dram else None
         if cfg.full_duplex:
             self.h2d_server = Server(env, "pcie_h2d", cfg.h2d_GBps, cfg.latency_ns,
                                      num_batches, recorder)
@@ -220,16 +260,30 @@ class Pcie:
         self.h2d_bytes = np.zeros(num_batches)
         self.d2h_bytes = np.zeros(num_batches)
 
-    def h2d(self, nbytes: float, batch: int, label: str, uvm: bool = False
-            ) -> simpy.Process | None:
+    def h2d(self, nbytes: float, batch: int, label: str, uvm: bool = False, dma: bool = True
+            ) -> simpy.Event | None:
+        """Host-to-device copy; `dma=False` when the design charges the host-memory side
+        itself (a GPU kernel pulling rows from pinned memory: its DRAM gather is the read)."""
+        if nbytes <= 0:
+            return None
         self.h2d_bytes[batch] += nbytes
-        return self.h2d_server.transfer(nbytes, batch, "h2d " + label,
+        link = self.h2d_server.transfer(nbytes, batch, "h2d " + label,
                                         efficiency=self.cfg.uvm_efficiency if uvm else 1.0,
                                         GBps=self.cfg.h2d_GBps)
+        return self._with_dma(link, nbytes, batch, "dma read " + label, uvm or not dma)
 
-    def d2h(self, nbytes: float, batch: int, label: str, uvm: bool = False
-            ) -> simpy.Process | None:
+    def d2h(self, nbytes: float, batch: int, label: str, uvm: bool = False, dma: bool = True
+            ) -> simpy.Event | None:
+        if nbytes <= 0:
+            return None
         self.d2h_bytes[batch] += nbytes
-        return self.d2h_server.transfer(nbytes, batch, "d2h " + label,
+        link = self.d2h_server.transfer(nbytes, batch, "d2h " + label,
                                         efficiency=self.cfg.uvm_efficiency if uvm else 1.0,
                                         GBps=self.cfg.d2h_GBps)
+        return self._with_dma(link, nbytes, batch, "dma write " + label, uvm or not dma)
+
+    def _with_dma(self, link: simpy.Process, nbytes: float, batch: int, label: str,
+                  skip: bool) -> simpy.Event:
+        if self.dram is None or skip:
+            return link
+        return self.env.all_of([link, self.dram.transfer(nbytes, batch, label)])

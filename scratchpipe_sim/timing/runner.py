@@ -23,8 +23,10 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing.counts import (
     Workload,
     access_unique,
+    first_touches,
     policy_counts,
     uncached_counts,
+    warmup_length,
 )
 from scratchpipe_sim.timing.designs import DESIGNS, WorkloadKey
 from scratchpipe_sim.timing.machine import Machine
@@ -32,8 +34,18 @@ from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.traces.trace import Trace
 
 
+def prefix_cap(cfg: Config) -> int:
+    """Most warm-up batches a trace is built with (auto: up to model.num_batches)."""
+    wb = cfg.cache.warmup_batches
+    return cfg.model.num_batches if wb == "auto" else int(wb)
+
+
 def build_trace(cfg: Config) -> Trace:
-    """The config's trace: read `trace.path` or generate it; checked against model.tables."""
+    """The config's trace: read `trace.path` or generate it, checked against model.tables.
+
+    It holds the cache warm-up prefix (at most `prefix_cap` batches) followed by the
+    model.num_batches timed batches; `simulate` replays the prefix through the policies only.
+    """
     t, m = cfg.trace, cfg.model
     if t.path is not None:
         from scratchpipe_sim.traces.io import open_trace
@@ -63,12 +75,24 @@ def build_trace(cfg: Config) -> Trace:
         params.setdefault("alpha", t.alpha)
     seed = cfg.seed if t.seed is None else t.seed
     return generate_trace(t.distribution, [m.tables.rows] * m.tables.count, m.batch_size,
-                          m.num_batches, m.pooling, seed, reuse=t.reuse, source=cfg.source,
-                          field_prefix="trace.params.", **params)
+                          prefix_cap(cfg) + m.num_batches, m.pooling, seed, reuse=t.reuse,
+                          source=cfg.source, field_prefix="trace.params.", **params)
+
+
+def slice_batches(trace: Trace, start: int, stop: int) -> Trace:
+    """Batches start..stop-1 as a trace of their own (views of the arrays, offsets rebased)."""
+    if start == 0 and stop == trace.num_batches:
+        return trace
+    bounds = np.asarray(trace.batch_bounds[start : stop + 1], np.int64)
+    offs = np.asarray(trace.offsets[int(bounds[0]) : int(bounds[-1]) + 1], np.int64)
+    indices = trace.indices[int(offs[0]) : int(offs[-1])]
+    return dataclasses.replace(trace, indices=indices, offsets=offs - offs[0],
+                               batch_bounds=bounds - bounds[0])
 
 
 def fit_trace(trace: Trace, cfg: Config) -> Trace:
-    """Check a trace against the model (tables, rows) and cut it to model.num_batches."""
+    """Check a trace against the model (tables, rows); keep at most `prefix_cap` warm-up
+    batches before the model.num_batches timed ones (from the start of the trace)."""
     m = cfg.model
     src = trace.source
     if trace.num_tables != m.tables.count:
@@ -83,13 +107,19 @@ def fit_trace(trace: Trace, cfg: Config) -> Trace:
     except UserError as e:
         raise UserError(f"{e.message} (model.tables.rows = {m.tables.rows})", source=src,
                         field="model.tables.rows") from None
-    if trace.num_batches > m.num_batches:
-        n = m.num_batches
-        bounds = np.asarray(trace.batch_bounds[: n + 1], np.int64)
-        offsets = trace.offsets[: int(bounds[-1]) + 1]
-        trace = dataclasses.replace(trace, batch_bounds=bounds, offsets=offsets)
-    if trace.num_batches <= m.warmup_batches:
-        raise UserError(f"the trace has {trace.num_batches} batches, expected more than "
+    if trace.num_batches < m.num_batches:
+        raise UserError(f"the trace has {trace.num_batches} batches but model.num_batches is "
+                        f"{m.num_batches}: expected at most {trace.num_batches}", source=src,
+                        field="model.num_batches")
+    prefix = min(trace.num_batches - m.num_batches, prefix_cap(cfg))
+    wb = cfg.cache.warmup_batches
+    if wb != "auto" and prefix < int(wb):
+        raise UserError(f"cache.warmup_batches = {wb} needs {int(wb) + m.num_batches} batches "
+                        f"with model.num_batches = {m.num_batches}, but the trace has "
+                        f"{trace.num_batches}", source=src, field="cache.warmup_batches")
+    trace = slice_batches(trace, 0, prefix + m.num_batches)
+    if m.num_batches <= m.warmup_batches:
+        raise UserError(f"model.num_batches = {m.num_batches}, expected more than "
                         f"model.warmup_batches = {m.warmup_batches}", source=src,
                         field="model.warmup_batches")
     return trace
@@ -122,8 +152,90 @@ def workload(trace: Trace, key: WorkloadKey, cfg: Config,
         raise UserError(e.message, source=cfg.source, field=field) from None
 
 
-#: progress(event, design, done, total): event is "policy" (a replay starts), "design" (a
-#: design's SimPy run ends: done = designs finished of total).
+class Replays:
+    """The counts every design of one `simulate` call is priced from, each computed once.
+
+    The trace is `prefix` warm-up batches then the timed ones. Dynamic caches replay the last
+    `warm` prefix batches before the timed ones (policy only, no SimPy); `static` profiles the
+    whole prefix (or, as an oracle, the timed batches too) and preloads its rows.
+    """
+
+    def __init__(self, cfg: Config, trace: Trace, cached: bool):
+        self.cfg, self.trace = cfg, trace
+        self.timed = cfg.model.num_batches
+        self.prefix = trace.num_batches - self.timed
+        wb = cfg.cache.warmup_batches
+        if not cached or self.prefix == 0:
+            self.warm = 0
+        elif wb == "auto":
+            self.warm = warmup_length(trace, self.prefix, cfg.capacity_rows())
+        else:
+            self.warm = int(wb)
+        self._run = slice_batches(trace, self.prefix - self.warm, trace.num_batches)
+        self._memo: dict = {}
+        self._cache: dict[WorkloadKey, tuple[Workload, float]] = {}
+
+    def get(self, key: WorkloadKey) -> tuple[Workload, float]:
+        if key not in self._cache:
+            t0 = time.perf_counter()
+            self._cache[key] = (self._compute(key), time.perf_counter() - t0)
+        return self._cache[key]
+
+    def _compute(self, key: WorkloadKey) -> Workload:
+        cfg = self.cfg
+        params = dict(key.params)
+        profile = params.pop("profile", None)
+        if profile is not None:  # static: profile the prefix (or everything), preload
+            if profile == "prefix" and self.prefix == 0:
+                raise UserError("static-cache picks its rows from the warm-up prefix: expected "
+                                "cache.warmup_batches >= 1 (or cache.static_profile: oracle)",
+                                source=cfg.source, field="cache.warmup_batches")
+            n = self.trace.num_batches
+            # ceil(fraction x n) = prefix batches exactly (the 0.5 keeps float error away)
+            frac = 1.0 if profile == "oracle" else (self.prefix - 0.5) / n
+            params.update(profile_fraction=frac, preload=True)
+            k = dataclasses.replace(key, params=tuple(sorted(params.items())))
+            w = workload(self.trace, k, cfg, self._memo).tail(self.prefix)
+        else:
+            w = workload(self._run, key, cfg, self._memo).tail(self.warm)
+        cols = self._onchip(key)
+        if key.policy is not None and profile is None:
+            cols["first_touches"] = self._first_touches()
+        return w.with_columns(cols)
+
+    def _first_touches(self) -> np.ndarray:
+        """Rows of each timed batch never seen earlier in the whole trace (prefix included):
+        the closest estimate of compulsory misses the trace allows."""
+        if "first" not in self._memo:
+            self._memo["first"] = first_touches(self.trace)[self.prefix:]
+        return self._memo["first"]
+
+    def _onchip(self, key: WorkloadKey) -> dict[str, np.ndarray]:
+        """On-chip hits of the lookup stream: GPU L2 for GPU-side designs, CPU LLC for the
+        host-side one (computed over the timed batches plus one batch to warm them)."""
+        hw, r = self.cfg.hardware, self.cfg.model.row_bytes
+        host = key.policy is None and key.where == "host"
+        mib, ways, name = ((hw.cpu.llc_MiB, hw.cpu.llc_ways, "llc") if host
+                           else (hw.gpu.l2_MiB, hw.gpu.l2_ways, "l2"))
+        rows = int(mib * (1 << 20) // r)
+        if rows <= 0:
+            return {}
+        if name not in self._memo:
+            try:
+                from scratchpipe_sim.timing.onchip import onchip_hits
+            except ImportError:  # TODO(lead): remove once timing/onchip.py lands
+                return {}
+
+            lead = 1 if self.prefix > 0 else 0
+            sub = slice_batches(self.trace, self.prefix - lead, self.trace.num_batches)
+            oc = onchip_hits(sub, rows, ways)
+            self._memo[name] = {f"{name}_hits": np.asarray(oc.lookup_hits)[lead:],
+                                f"{name}_update_hits": np.asarray(oc.update_hits)[lead:]}
+        return dict(self._memo[name])
+
+
+#: progress(event, design, done, total): event is "policy" (a design's counts are about to be
+#: computed or reused), "design" (a design's SimPy run ended: done of total designs).
 Progress = Callable[[str, str, int, int], None]
 
 
@@ -133,19 +245,15 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     """Run `designs` (default: cfg.designs) on one trace; one flat metrics dict per design."""
     names = check_designs(cfg, designs)
     trace = build_trace(cfg) if trace is None else fit_trace(trace, cfg)
-    cache: dict[WorkloadKey, tuple[Workload, float]] = {}
-    memo: dict = {}
+    built = {name: DESIGNS.get(name)(cfg) for name in names}
+    keys = {name: d.workload_key() for name, d in built.items()}
+    replays = Replays(cfg, trace, any(k.policy is not None for k in keys.values()))
     rows = []
     for name in names:
-        design = DESIGNS.get(name)(cfg)
-        key = design.workload_key()
-        if key not in cache:
-            if progress is not None:
-                progress("policy", name, len(rows), len(names))
-            t0 = time.perf_counter()
-            w = workload(trace, key, cfg, memo)
-            cache[key] = (w, time.perf_counter() - t0)
-        w, policy_s = cache[key]
+        design, key = built[name], keys[name]
+        if progress is not None:
+            progress("policy", name, len(rows), len(names))
+        w, policy_s = replays.get(key)
         t0 = time.perf_counter()
         env = simpy.Environment()
         m = Machine(env, cfg, w.num_batches, keep_spans=timeline_dir is not None)
@@ -156,6 +264,7 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
         if np.isnan(done).any():
             raise RuntimeError(f"design {name} did not finish every batch")
         row = summarize(cfg, name, m, w)
+        row["cache_warmup_batches"] = replays.warm if key.policy is not None else 0
         row.update(policy_wall_s=policy_s, simpy_wall_s=sim_s)
         rows.append(row)
         if progress is not None:
@@ -167,6 +276,17 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
         r["speedup_vs_hybrid"] = (base["iter_ns_mean"] / r["iter_ns_mean"]
                                   if base is not None else None)
     return rows
+
+
+def steady(fills: np.ndarray, tol: float = 0.1) -> tuple[bool, float]:
+    """Whether the fill rate converged over the measured batches: the mean of the second
+    half within `tol` of the first half's (relative drift returned too)."""
+    n = len(fills)
+    if n < 4:
+        return True, 0.0
+    a, b = float(fills[: n // 2].mean()), float(fills[n // 2 :].mean())
+    drift = (a - b) / max(a, b) if max(a, b) > 0 else 0.0
+    return abs(drift) <= tol, drift
 
 
 def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]:
@@ -209,4 +329,12 @@ def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]
         row[f"stage_{st}_ns"] = float(m.stage_ns[st][wu:].mean())
     for k, v in w.extra.items():
         row[f"policy_{k}"] = v
+    for k, v in m.counters.items():
+        row[k] = v
+    if "first_touches" in w.cols:  # a cache design: how much of the result is cold start
+        misses = w.total("misses", wu)
+        row["cold_miss_share"] = w.total("first_touches", wu) / misses if misses else 0.0
+        ok, drift = steady(w.cols["fills"][wu:])
+        row["steady_state"] = ok
+        row["fill_rate_drift"] = drift
     return row

@@ -1,13 +1,19 @@
 """`gpu-only`: every table resident in HBM (capacity ignored): the GPU-memory-speed bound.
 
-Per batch: gpu_gather (A lookups from HBM) -> mlp -> gpu_update (2U rows with state).
-No PCIe traffic: input ids and dense features are outside the modelled system (as for
-every design).
+Per batch: input_wait (its indices and offsets, copied while the previous batch ran) ->
+gpu_gather (A lookups from HBM or L2) -> mlp -> gpu_update (sort + segment-reduce of the A
+gradient contributions, then 2U row updates with state).
 """
 
 from __future__ import annotations
 
-from scratchpipe_sim.timing.designs.base import DESIGNS, Columns, Design, WorkloadKey
+from scratchpipe_sim.timing.designs.base import (
+    DESIGNS,
+    Columns,
+    Design,
+    InputCopies,
+    WorkloadKey,
+)
 
 
 @DESIGNS.register("gpu-only")
@@ -20,10 +26,11 @@ class GpuOnly(Design):
 
     def run(self, m, w):
         c = Columns(w)
+        inputs = InputCopies(m, c, w.num_batches)
         for b in range(w.num_batches):
-            yield from m.stage("gpu_gather", b, [m.hbm.gather(c.accesses[b], self.r, b,
-                                                              "gather")])
+            yield from inputs.wait(b)
+            yield from m.stage("gpu_gather", b, [m.gpu_forward(b, c.accesses[b], c.l2[b])])
             yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
-            yield from m.stage("gpu_update", b, [m.hbm.gather(2 * c.unique[b], self.R, b,
-                                                              "update")])
+            yield from m.stage("gpu_update", b, [
+                m.gpu_backward(b, c.accesses[b], c.unique[b], c.l2_update[b])])
             m.batch_done(b)

@@ -1,9 +1,11 @@
 """`hybrid`: embeddings live in CPU DRAM and are trained by the CPU (the baseline).
 
 Per batch, strictly in order (each stage needs the previous one's output):
-cpu_gather (A lookups x row bytes from DRAM, pooled on the CPU) -> h2d_pooled (B x T x dim
-pooled vectors) -> mlp (GPU) -> d2h_grads (the same size of gradients) -> cpu_update
-(each of the U unique rows read and written with its optimizer state: 2U rows).
+cpu_gather (A lookups gathered and pooled by the CPU cores from DRAM or LLC) -> h2d_pooled
+(B x T x dim pooled vectors, DMA from host memory) -> mlp (GPU) -> d2h_grads (the same size
+of gradients) -> cpu_update (aggregate the A gradient contributions into row gradients on
+the cores, then update the U unique rows with their optimizer state: 2U rows). The indices
+stay on the CPU: no index bytes cross PCIe.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ class Hybrid(Design):
         c = Columns(w)
         for b in range(w.num_batches):
             pooled = c.samples[b] * self.pooled
-            yield from m.stage("cpu_gather", b, [m.dram.gather(c.accesses[b], self.r, b,
-                                                               "gather")])
+            yield from m.stage("cpu_gather", b, [m.cpu_gather(c.accesses[b], self.r, b,
+                                                              "gather", c.llc[b])])
             yield from m.stage("h2d_pooled", b, [m.pcie.h2d(pooled, b, "pooled")])
             yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
             yield from m.stage("d2h_grads", b, [m.pcie.d2h(pooled, b, "grads")])
-            yield from m.stage("cpu_update", b, [m.dram.gather(2 * c.unique[b], self.R, b,
-                                                               "update")])
+            yield from m.stage("cpu_update", b, [
+                m.cpu_backward(b, c.accesses[b], c.unique[b], c.llc_update[b])])
             m.batch_done(b)

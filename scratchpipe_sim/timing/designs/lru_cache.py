@@ -1,13 +1,20 @@
 """`lru-cache`: an on-demand GPU embedding cache (policy `cache.policy`: lru, lfu, fbgemm-*).
 
-Per batch, in order: fetch (write back evictions, fill misses) -> forward -> mlp ->
-backward; see `_cache_stages` for what each stage moves. Nothing overlaps across batches.
+Per batch, in order: input_wait (indices copied while the previous batch ran) -> fetch
+(lookup kernels, write back evictions, fill misses) -> forward -> mlp -> backward; see
+`_cache_stages` for what each stage moves. Nothing else overlaps across batches.
 """
 
 from __future__ import annotations
 
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages, cache_key
-from scratchpipe_sim.timing.designs.base import DESIGNS, Columns, Design, WorkloadKey
+from scratchpipe_sim.timing.designs.base import (
+    DESIGNS,
+    Columns,
+    Design,
+    InputCopies,
+    WorkloadKey,
+)
 
 
 @DESIGNS.register("lru-cache")
@@ -20,8 +27,10 @@ class LruCache(Design):
 
     def run(self, m, w):
         s = CacheStages(self, Columns(w))
+        inputs = InputCopies(m, s.c, w.num_batches)
         for b in range(w.num_batches):
-            yield from m.stage("fetch", b, s.fetch(m, b))
+            yield from inputs.wait(b)
+            yield from m.stage("fetch", b, [s.fetch(m, b)])
             yield from m.stage("forward", b, s.forward(m, b))
             yield from m.stage("mlp", b, [m.mlp(b, s.c.samples[b])])
             yield from m.stage("backward", b, s.backward(m, b))

@@ -2,8 +2,9 @@
 
 TorchRec's PrefetchTrainPipelineSparseDist runs forward(i), then prefetch(i+1) on its own
 stream, then backward(i). Here prefetch(i+1) (the `fetch` stage of batch i+1) starts as soon
-as the embedding forward of batch i ends, so it overlaps batch i's mlp and backward and
-contends with them for PCIe, DRAM and HBM; forward(i+1) waits for it. Replacement is
+as the embedding forward of batch i ends (after batch i+1's indices arrived), so it overlaps
+batch i's mlp and backward and contends with them for PCIe, DRAM and HBM; forward(i+1)
+waits for it. Replacement is
 past-only (the same policy counts as `lru-cache`); the rows of batches i and i+1 are locked,
 which the counts approximate with the policy's own current-batch lock (documented).
 """
@@ -11,7 +12,13 @@ which the counts approximate with the policy's own current-batch lock (documente
 from __future__ import annotations
 
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages, cache_key
-from scratchpipe_sim.timing.designs.base import DESIGNS, Columns, Design, WorkloadKey
+from scratchpipe_sim.timing.designs.base import (
+    DESIGNS,
+    Columns,
+    Design,
+    InputCopies,
+    WorkloadKey,
+)
 
 
 @DESIGNS.register("lru-prefetch")
@@ -26,9 +33,11 @@ class LruPrefetch(Design):
         s = CacheStages(self, Columns(w))
         env = m.env
         n = w.num_batches
+        inputs = InputCopies(m, s.c, n)
 
         def prefetch(b):
-            yield from m.stage("prefetch", b, s.fetch(m, b))
+            yield from inputs.wait(b)  # the lookup kernels need batch b's indices
+            yield from m.stage("prefetch", b, [s.fetch(m, b)])
 
         pending = env.process(prefetch(0))
         for b in range(n):
