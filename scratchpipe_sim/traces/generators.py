@@ -54,7 +54,7 @@ Factory = Callable[..., Sampler]
 DISTRIBUTIONS: Registry[Factory] = Registry("distribution")
 
 #: Modules under scratchpipe_sim.traces that register distributions when imported.
-DISTRIBUTION_MODULES = ("calibrated", "reuse_distance")
+DISTRIBUTION_MODULES = ("calibrated", "reuse_distance", "temporal")
 _loaded = False
 
 
@@ -150,29 +150,34 @@ def uniform(rows: int, seed: np.random.SeedSequence) -> Sampler:
 
 
 class ZipfSampler:
-    """P(rank r) ∝ r^-alpha over ranks 1..rows, by inverse CDF; ranks -> ids by permutation.
+    """P(rank r) ∝ (r + shift)^-alpha over ranks 1..rows, by inverse CDF; ranks -> ids by
+    permutation. shift = 0 is Zipf; shift > 0 (Zipf-Mandelbrot) flattens the head, as in
+    rating and click logs where the top few hundred items are about equally popular.
 
     The cumulative weights of the first ZIPF_EXACT_ROWS ranks are tabulated (exact for any
     alpha > 0, including alpha <= 1). Beyond, the tail mass is the integral of x^-alpha from
-    K+1/2 to rows+1/2 (midpoint rule; relative error per rank ~alpha(alpha+1)/(24 r^2), below
-    1e-15 there) and tail draws invert that integral and round to the nearest rank.
+    K+1/2+shift to rows+1/2+shift (midpoint rule; relative error per rank ~alpha(alpha+1)/
+    (24 r^2), below 1e-15 there) and tail draws invert that integral and round to the nearest
+    rank.
     """
 
-    _cache: dict[tuple[int, float], tuple[np.ndarray, np.ndarray, float, float]] = {}
+    _cache: dict[tuple[int, float, float], tuple[np.ndarray, np.ndarray, float, float]] = {}
 
-    def __init__(self, rows: int, alpha: float, perm: Permutation | None):
-        self.rows, self.alpha, self.perm = rows, alpha, perm
-        key = (rows, alpha)
+    def __init__(self, rows: int, alpha: float, perm: Permutation | None, shift: float = 0.0):
+        self.rows, self.alpha, self.perm, self.shift = rows, alpha, perm, float(shift)
+        key = (rows, alpha, self.shift)
         if key not in self._cache:
             self._cache.clear()  # keep one table: the memory is per distinct (rows, alpha)
-            self._cache[key] = self._tabulate(rows, alpha)
+            self._cache[key] = self._tabulate(rows, alpha, self.shift)
         self.cdf, self.guide, self.head_mass, self.total = self._cache[key]
 
     @staticmethod
-    def _tabulate(rows: int, alpha: float) -> tuple[np.ndarray, np.ndarray, float, float]:
+    def _tabulate(rows: int, alpha: float, shift: float = 0.0
+                  ) -> tuple[np.ndarray, np.ndarray, float, float]:
         head = min(rows, ZIPF_EXACT_ROWS)
-        cum = np.cumsum(np.arange(1, head + 1, dtype=np.float64) ** -alpha)
-        tail = 0.0 if head == rows else _power_integral(head + 0.5, rows + 0.5, alpha)
+        cum = np.cumsum((np.arange(1, head + 1, dtype=np.float64) + shift) ** -alpha)
+        tail = 0.0 if head == rows else _power_integral(head + 0.5 + shift, rows + 0.5 + shift,
+                                                        alpha)
         total = float(cum[-1]) + tail
         cdf = cum / total
         head_mass = 1.0 if tail == 0.0 else float(cdf[-1])
@@ -190,7 +195,7 @@ class ZipfSampler:
             in_tail = ranks >= head
             if in_tail.any():
                 v = (u[in_tail] - self.head_mass) * self.total
-                x = _power_integral_inverse(head + 0.5, v, self.alpha)
+                x = _power_integral_inverse(head + 0.5 + self.shift, v, self.alpha) - self.shift
                 ranks[in_tail] = np.clip(np.floor(x + 0.5).astype(np.int64), head + 1,
                                          self.rows) - 1
         return ranks if self.perm is None else self.perm(ranks)
@@ -291,19 +296,66 @@ def _check_params(distribution: str, params: dict[str, Any], source: str | None,
             if not isinstance(v, bool):
                 raise UserError(f"expected true or false, got {v!r}", source=source,
                                 field=f"{prefix}{k}")
+        elif isinstance(default, list):
+            if not isinstance(v, (list, tuple)) or any(
+                    isinstance(x, bool) or not isinstance(x, (int, float)) for x in v):
+                raise UserError(f"expected a list of numbers, e.g. [0.3, 0.7] or 0.3,0.7, got "
+                                f"{v!r}", source=source, field=f"{prefix}{k}")
+            out[k] = list(v)
         elif isinstance(default, (int, float)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise UserError(f"expected a number, got {v!r}", source=source,
-                                field=f"{prefix}{k}")
-            out[k] = float(v) if isinstance(default, float) else v
-    if "alpha" in out and not out["alpha"] > 0:
-        raise UserError(f"alpha must be > 0, got {out['alpha']}", source=source,
-                        field=f"{prefix}alpha")
-    for k in out:  # by convention, every "*_fraction" parameter is a share in [0, 1]
-        if k.endswith("_fraction") and not 0.0 <= out[k] <= 1.0:
-            raise UserError(f"expected a fraction in [0, 1], got {out[k]}", source=source,
-                            field=f"{prefix}{k}")
+            # a numeric parameter may be one value (every table) or a list (per table)
+            vals = v if isinstance(v, (list, tuple)) else [v]
+            if not vals:
+                raise UserError("expected a number or a non-empty list of numbers (one per "
+                                "table), got []", source=source, field=f"{prefix}{k}")
+            for i, x in enumerate(vals):
+                if isinstance(x, bool) or not isinstance(x, (int, float)) \
+                        or not math.isfinite(x) \
+                        or (isinstance(default, int) and not float(x).is_integer()):
+                    kind = "an integer" if isinstance(default, int) else "a number"
+                    where = f"{prefix}{k}" + (f"[{i}]" if vals is v else "")
+                    raise UserError(f"expected {kind}, got {x!r}", source=source, field=where)
+            conv = [float(x) if isinstance(default, float) else int(x) for x in vals]
+            out[k] = conv if isinstance(v, (list, tuple)) else conv[0]
+    for k in out:
+        for i, x in enumerate(_as_list(out[k])):
+            where = f"{prefix}{k}" + (f"[{i}]" if isinstance(out[k], list) else "")
+            if k == "alpha" and not x > 0:
+                raise UserError(f"alpha must be > 0, got {x}", source=source, field=where)
+            # by convention, every "*_fraction" parameter is a share in [0, 1]
+            if k.endswith("_fraction") and isinstance(x, (int, float)) \
+                    and not 0.0 <= x <= 1.0:
+                raise UserError(f"expected a fraction in [0, 1], got {x}", source=source,
+                                field=where)
     return out
+
+
+def _as_list(v: Any) -> list:
+    return v if isinstance(v, list) else [v]
+
+
+def per_table_params(params: dict[str, Any], defaults: dict[str, Any], t: int
+                     ) -> dict[str, Any]:
+    """Table t's parameters: a list given for a numeric parameter holds one value per table
+    (or a shorter cycle whose length divides the table count: table t takes entry t mod k)."""
+    out = {}
+    for k, v in params.items():
+        d = defaults.get(k)
+        numeric = isinstance(d, (int, float)) and not isinstance(d, bool)
+        out[k] = v[t % len(v)] if numeric and isinstance(v, list) else v
+    return out
+
+
+def _check_param_lengths(distribution: str, params: dict[str, Any], num_tables: int,
+                         source: str | None, prefix: str) -> None:
+    defaults = DISTRIBUTIONS.get(distribution).PARAMS  # type: ignore[attr-defined]
+    for k, v in params.items():
+        d = defaults.get(k)
+        if isinstance(d, (int, float)) and not isinstance(d, bool) and isinstance(v, list) \
+                and num_tables % len(v):
+            raise UserError(f"{len(v)} values for {num_tables} tables: expected one value, "
+                            f"one per table, or a cycle whose length divides {num_tables}",
+                            source=source, field=f"{prefix}{k}")
 
 
 @dataclass(frozen=True)
@@ -318,7 +370,11 @@ class GenSpec:
     seed: int
     reuse: float
     params: dict[str, Any]
-    pooling_sigma: float = 0.0
+    pooling_sigma: float | tuple[float, ...] = 0.0
+
+    def sigma(self, t: int) -> float:
+        s = self.pooling_sigma
+        return float(s[t]) if isinstance(s, tuple) else float(s)
 
     @property
     def num_tables(self) -> int:
@@ -331,8 +387,8 @@ class GenSpec:
         negatives -> 0, the same for every batch (key (3, t))."""
         out = []
         for t, L in enumerate(self.pooling):
-            if self.pooling_sigma > 0:
-                x = _rng(self, 3, t).normal(L, self.pooling_sigma, self.batch_size)
+            if self.sigma(t) > 0:
+                x = _rng(self, 3, t).normal(L, self.sigma(t), self.batch_size)
                 out.append(np.maximum(x.astype(np.int64), 0))
             else:
                 out.append(np.full(self.batch_size, L, np.int64))
@@ -353,7 +409,9 @@ class GenSpec:
             "table_rows": list(self.table_rows), "batch_size": self.batch_size,
             "num_batches": self.num_batches, "pooling": list(self.pooling),
             "seed": self.seed, "reuse": self.reuse, "params": dict(self.params),
-            **({"pooling_sigma": self.pooling_sigma} if self.pooling_sigma else {})}}
+            **({"pooling_sigma": (list(self.pooling_sigma) if isinstance(
+                self.pooling_sigma, tuple) else self.pooling_sigma)}
+               if self.pooling_sigma else {})}}
 
 
 def _positive_int(v: Any, field: str, source: str | None) -> int:
@@ -364,7 +422,8 @@ def _positive_int(v: Any, field: str, source: str | None) -> int:
 
 def make_spec(distribution: str, table_rows: Sequence[int] | int, batch_size: int,
               num_batches: int, pooling: int | Sequence[int], seed: int, reuse: float = 0.0,
-              source: str | None = None, field_prefix: str = "", pooling_sigma: float = 0.0,
+              source: str | None = None, field_prefix: str = "",
+              pooling_sigma: float | Sequence[float] = 0.0,
               **dist_params: Any) -> GenSpec:
     """Validate a generator configuration (UserError naming the field)."""
     load_distributions()
@@ -387,13 +446,22 @@ def make_spec(distribution: str, table_rows: Sequence[int] | int, batch_size: in
     if isinstance(reuse, bool) or not isinstance(reuse, (int, float)) or not 0 <= reuse <= 1:
         raise UserError(f"expected a fraction in [0, 1], got {reuse!r}", source=source,
                         field=f"{p}reuse")
-    if (isinstance(pooling_sigma, bool) or not isinstance(pooling_sigma, (int, float))
-            or not math.isfinite(pooling_sigma) or pooling_sigma < 0):
-        raise UserError(f"expected a standard deviation >= 0, got {pooling_sigma!r}",
-                        source=source, field=f"{p}pooling_sigma")
+    sigmas = list(pooling_sigma) if isinstance(pooling_sigma, (list, tuple)) \
+        else [pooling_sigma]
+    if len(sigmas) not in (1, len(rows)):
+        raise UserError(f"expected one pooling_sigma or one per table ({len(rows)}), got "
+                        f"{len(sigmas)}", source=source, field=f"{p}pooling_sigma")
+    for s in sigmas:
+        if (isinstance(s, bool) or not isinstance(s, (int, float))
+                or not math.isfinite(s) or s < 0):
+            raise UserError(f"expected a standard deviation >= 0, got {s!r}",
+                            source=source, field=f"{p}pooling_sigma")
+    sigma: float | tuple[float, ...] = (float(sigmas[0]) if len(sigmas) == 1
+                                        else tuple(float(x) for x in sigmas))
     params = _check_params(distribution, dist_params, source, p)
+    _check_param_lengths(distribution, params, len(rows), source, p)
     spec = GenSpec(distribution, tuple(rows), batch_size, num_batches, tuple(pool), int(seed),
-                   float(reuse), params, float(pooling_sigma))
+                   float(reuse), params, sigma)
     if spec.accesses_per_batch == 0:
         raise UserError("every drawn bag length is 0, so the trace would be empty: expected a "
                         "smaller pooling_sigma", source=source, field=f"{p}pooling_sigma")
@@ -419,8 +487,10 @@ def iter_blocks(spec: GenSpec) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndar
     # one sampler per table (its permutation built once), keyed by (0, t)
     # a distribution whose `accesses` parameter is 0 (auto) is told its table's stream length
     auto = "accesses" in spec.params and spec.params["accesses"] == 0
+    defaults = factory.PARAMS  # type: ignore[attr-defined]
     samplers = [factory(spec.table_rows[t], _seed(spec, 0, t), **{
-        **spec.params, **({"accesses": spec.num_batches * widths[t]} if auto else {})})
+        **per_table_params(spec.params, defaults, t),
+        **({"accesses": spec.num_batches * widths[t]} if auto else {})})
         for t in range(T)]
     for j, first in enumerate(range(0, spec.num_batches, spec.block_batches)):
         nbk = min(spec.block_batches, spec.num_batches - first)
