@@ -74,7 +74,8 @@ def test_efficiency_scales_service_and_zero_bytes_cost_nothing():
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_resource_unloaded_latency_and_peak_bandwidth(preset):
-    cfg = load_config({"hardware": {"preset": preset}, "model": {"tables": {"dim": 128}}})
+    cfg = load_config({"hardware": {"preset": preset, "pcie": {"dma_loads_dram": False}},
+                       "model": {"tables": {"dim": 128}}})
     hw = cfg.hardware
     big = 1 << 30
     rb = cfg.model.row_bytes
@@ -93,8 +94,11 @@ def test_every_resource_unloaded_latency_and_peak_bandwidth(preset):
                        hw.gpu.hbm_latency_ns, hw.gpu.hbm_GBps),
         "dram_gather": (lambda env, n: Machine(env, cfg, 1).dram.gather(n / rb, rb, 0, "x"),
                         hw.cpu.dram_latency_ns,
-                        min(hw.cpu.dram_GBps * interpolate(hw.cpu.gather_efficiency, rb),
-                            hw.cpu.cores * hw.cpu.embedding_op_GBps)),
+                        hw.cpu.dram_GBps * interpolate(hw.cpu.gather_efficiency, rb)),
+        "llc": (lambda env, n: Machine(env, cfg, 1).dram.gather(n / rb, rb, 0, "x", 1.0),
+                0.0, hw.cpu.llc_GBps),
+        "l2": (lambda env, n: Machine(env, cfg, 1).hbm.gather(n / rb, rb, 0, "x", 1.0),
+               0.0, hw.gpu.l2_GBps),
         "dram_stream": (lambda env, n: Machine(env, cfg, 1).dram.server.transfer(n, 0),
                         hw.cpu.dram_latency_ns, hw.cpu.dram_GBps),
     }
@@ -109,6 +113,13 @@ def test_every_resource_unloaded_latency_and_peak_bandwidth(preset):
               f"{dev_lat:.2e}%)  bandwidth {bw_meas:8.2f} GB/s (cfg {bw:8.2f}, "
               f"{dev_bw:.2e}%)")  # shown with pytest -s
         assert dev_lat < 1e-6 and dev_bw < 1e-6
+    # a CPU gather is a roofline: DRAM (latency + bytes) and the cores' op work in parallel
+    dram_bw = hw.cpu.dram_GBps * interpolate(hw.cpu.gather_efficiency, rb)
+    ops_bw = hw.cpu.cores * hw.cpu.parallel_efficiency * hw.cpu.embedding_op_GBps
+    for n in (rb, 1 << 20, big):
+        t = lone(lambda env, n: Machine(env, cfg, 1).cpu_gather(n / rb, rb, 0, "x"), n)
+        assert t == pytest.approx(max(hw.cpu.dram_latency_ns + n / dram_bw, n / ops_bw),
+                                  rel=1e-12)
 
 
 def test_gpu_compute_lone_kernel_matches_flops_and_launches():
@@ -125,7 +136,8 @@ def test_gpu_compute_lone_kernel_matches_flops_and_launches():
 
 def both_directions(cfg_over):
     cfg = load_config({"hardware": {"pcie": {"h2d_GBps": 10.0, "d2h_GBps": 20.0,
-                                             "latency_ns": 0.0, **cfg_over}}})
+                                             "latency_ns": 0.0, "dma_loads_dram": False,
+                                             **cfg_over}}})
     env = simpy.Environment()
     m = Machine(env, cfg, 1)
     ends = {}
@@ -218,7 +230,8 @@ def test_duplex_rate_never_exceeds_the_solo_rate():
     # H2D must not speed up while D2H runs, so more D2H bandwidth never slows the H2D.
     def h2d_end(d2h_GBps):
         cfg = load_config({"hardware": {"preset": "a100-gen4", "pcie": {
-            "h2d_GBps": 5.0, "d2h_GBps": d2h_GBps, "latency_ns": 0.0}}})
+            "h2d_GBps": 5.0, "d2h_GBps": d2h_GBps, "latency_ns": 0.0,
+            "dma_loads_dram": False}}})
         env = simpy.Environment()
         m = Machine(env, cfg, num_batches=1)
         end = {}
@@ -236,3 +249,61 @@ def test_duplex_rate_never_exceeds_the_solo_rate():
     pairs = zip(ends[:-1], ends[1:], strict=True)
     assert all(later <= earlier * (1 + 1e-12) for earlier, later in pairs)
     assert min(ends) >= 50_000 / 5.0 * (1 - 1e-12)  # never faster than H2D alone
+
+
+def test_capped_transfer_leaves_the_rest_to_the_others():
+    # water-filling: A may use at most 25% of a 1 B/ns server; B takes the other 75%.
+    # A: 100 B -> 400 ns alone-capped. B: 300 B at 0.75 -> 400 ns; both end at 400.
+    env = simpy.Environment()
+    s = Server(env, "s", 1.0, 0.0, num_batches=1)
+    ends = {}
+
+    def job(name, nbytes, cap):
+        yield s.transfer(nbytes, 0, max_share=cap)
+        ends[name] = env.now
+
+    env.process(job("A", 100, 0.25))
+    env.process(job("B", 300, 1.0))
+    env.run()
+    assert ends == {"A": pytest.approx(400.0), "B": pytest.approx(400.0)}
+    # alone, the capped transfer still runs at its cap only
+    env2 = simpy.Environment()
+    s2 = Server(env2, "s", 1.0, 0.0, num_batches=1)
+    s2.transfer(100, 0, max_share=0.25)
+    env2.run()
+    assert env2.now == pytest.approx(400.0)
+
+
+def test_dma_copies_also_load_cpu_dram():
+    cfg = load_config({"hardware": {"pcie": {"h2d_GBps": 10.0, "d2h_GBps": 10.0,
+                                             "latency_ns": 0.0},
+                                    "cpu": {"dram_GBps": 4.0, "dram_latency_ns": 0.0}}})
+    env = simpy.Environment()
+    m = Machine(env, cfg, 1)
+    m.pcie.h2d(1000, 0, "x")
+    env.run()
+    # the host side (4 GB/s) is slower than the link (10 GB/s): it sets the time
+    assert env.now == pytest.approx(250.0)
+    assert m.dram.server.bytes_by_batch[0] == 1000
+    env = simpy.Environment()
+    m = Machine(env, cfg, 1)
+    m.pcie.h2d(1000, 0, "x", uvm=True)  # UVM: the design charges the host gather itself
+    env.run()
+    assert m.dram.server.bytes_by_batch[0] == 0
+
+
+def test_planner_shares_the_cores_with_collect():
+    cfg = load_config({"hardware": {"cpu": {"cores": 4, "parallel_efficiency": 1.0,
+                                            "plan_ns_per_id": 10.0}},
+                       "cache": {"plan_threads": 1}})
+    env = simpy.Environment()
+    m = Machine(env, cfg, 1)
+    m.plan(0, 100)  # 1000 core-ns on at most 1 of 4 cores -> 1000 ns alone
+    env.run()
+    assert env.now == pytest.approx(1000.0)
+    env = simpy.Environment()
+    m = Machine(env, cfg, 1)
+    m.plan(0, 100)
+    m.cpu_work(3000.0, 0, "collect")  # the other 3 cores: both end at 1000 ns
+    env.run()
+    assert env.now == pytest.approx(1000.0)

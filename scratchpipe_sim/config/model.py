@@ -106,7 +106,7 @@ class CacheConfig:
     ways: int | None = field(default=None, metadata={"help": "fbgemm-* associativity",
                                                       "min": 1})
     static_policy: str = field(default="static", metadata={"help": "policy of static-cache"})
-    lookahead: int = field(default=4, metadata={
+    lookahead: int = field(default=5, metadata={
         "help": "scratchpipe window W: batches in flight from plan to train", "min": 1})
     on_overflow: str = field(default="error", metadata={
         "help": "scratchpipe when the window's rows exceed the capacity: error (name the "

@@ -1,10 +1,10 @@
-"""Per-batch counts that the designs price: the policy engine's counters plus two more.
+"""Per-batch counts that the designs price.
 
-The engine's `BatchCounts` give accesses, unique rows, hits, misses, fills, evictions,
-write-backs and unplaced accesses per batch. Designs that serve unplaced rows from host
-memory also need how many *unique* rows were unplaced (the backward pass updates each
-unique row once), so `policy_counts` wraps the policy in `_Observed`, which runs one extra
-Numba pass over each chunk's outcomes. Samples per batch come from the trace's bags.
+The engine (`policies/engine.py:replay_columns`) gives accesses, unique rows, hits, misses,
+fills, evictions, write-backs, unplaced accesses and unique unplaced rows per batch, plus
+the policy's own per-batch columns; samples per batch come from the trace's bags. Designs
+without a cache get the same columns from one pass over the trace (`uncached_counts`);
+`first_touches` and `warmup_length` serve the cache warm-up.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.policies.base import UNPLACED, Policy
-from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy
+from scratchpipe_sim.policies.engine import COUNTERS, make_policy, replay_columns
 from scratchpipe_sim.traces.trace import Trace
 
 COLUMNS = (*COUNTERS, "unique_unplaced", "samples")
@@ -54,50 +53,6 @@ def samples_per_batch(trace: Trace) -> np.ndarray:
         np.int64)
 
 
-class _Observed(Policy):
-    """Delegates to `inner`, counting unique unplaced rows per batch from the outcomes."""
-
-    name = "observed"
-
-    def __init__(self, inner: Policy, num_batches: int):  # noqa: D107 - no Policy init
-        self.inner = inner
-        self.capacity = inner.capacity
-        self.num_rows = inner.num_rows
-        self.needs_next_use = inner.needs_next_use
-        self.unique_unplaced = np.zeros(num_batches, np.int64)
-        self._seen = np.full(inner.num_rows, -1, np.int64)
-
-    def prepare(self, trace) -> None:
-        self.inner.prepare(trace)
-
-    def process(self, chunk, next_use, outcome, events) -> None:
-        self.inner.process(chunk, next_use, outcome, events)
-        _unique_unplaced(chunk.ids, chunk.batch_ptr, chunk.first_batch, outcome, self._seen,
-                         self.unique_unplaced, UNPLACED)
-
-    def finish(self) -> None:
-        self.inner.finish()
-
-    def resident(self) -> np.ndarray:
-        return self.inner.resident()
-
-    def extra_totals(self) -> dict[str, int]:
-        return self.inner.extra_totals()
-
-
-@nb.njit(cache=True)
-def _unique_unplaced(ids, batch_ptr, first_batch, outcome, seen, out, unplaced):
-    # a row counts once per batch, classified by its first access in that batch
-    for b in range(len(batch_ptr) - 1):
-        stamp = first_batch + b
-        for j in range(batch_ptr[b], batch_ptr[b + 1]):
-            r = ids[j]
-            if seen[r] != stamp:
-                seen[r] = stamp
-                if outcome[j] == unplaced:
-                    out[stamp] += 1
-
-
 @nb.njit(cache=True)
 def _access_unique(ids, batch_ptr, first_batch, seen, acc, uniq):
     for b in range(len(batch_ptr) - 1):
@@ -113,16 +68,14 @@ def _access_unique(ids, batch_ptr, first_batch, seen, acc, uniq):
 
 
 def policy_counts(trace: Trace, policy: str, capacity: int, **params: Any) -> Workload:
-    """Run `policy` (a POLICIES name) over `trace`; per-batch counts for the timing model."""
-    nbat = trace.num_batches
-    obs = _Observed(make_policy(policy, capacity, trace.total_rows, **params), nbat)
-    out = np.zeros((nbat, len(COUNTERS)), np.int64)
-    for bc in iter_cache(trace, obs):
-        out[bc.first_batch : bc.first_batch + len(bc.counts)] = bc.counts
-    cols = {name: out[:, i].copy() for i, name in enumerate(COUNTERS)}
-    cols["unique_unplaced"] = obs.unique_unplaced
+    """Run `policy` (a POLICIES name) over `trace`; per-batch counts for the timing model:
+    the engine's counters, the policy's own per-batch columns (e.g. refetch distances) and
+    samples per batch."""
+    cols, extra = replay_columns(trace, make_policy(policy, capacity, trace.total_rows,
+                                                    **params))
+    cols = dict(cols)
     cols["samples"] = samples_per_batch(trace)
-    return Workload(policy, capacity, cols, obs.extra_totals())
+    return Workload(policy, capacity, cols, extra)
 
 
 def access_unique(trace: Trace) -> tuple[np.ndarray, np.ndarray]:

@@ -221,10 +221,7 @@ class Replays:
         if rows <= 0:
             return {}
         if name not in self._memo:
-            try:
-                from scratchpipe_sim.timing.onchip import onchip_hits
-            except ImportError:  # TODO(lead): remove once timing/onchip.py lands
-                return {}
+            from scratchpipe_sim.timing.onchip import onchip_hits
 
             lead = 1 if self.prefix > 0 else 0
             sub = slice_batches(self.trace, self.prefix - lead, self.trace.num_batches)
@@ -331,6 +328,10 @@ def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]
         row[f"policy_{k}"] = v
     for k, v in m.counters.items():
         row[k] = v
+    for chip in ("l2", "llc"):  # lookups that hit on chip (only where the design has one)
+        if f"{chip}_hits" in w.cols:
+            row[f"{chip}_hit_ratio"] = (w.total(f"{chip}_hits", wu)
+                                        / max(w.total("accesses", wu), 1))
     if "first_touches" in w.cols:  # a cache design: how much of the result is cold start
         misses = w.total("misses", wu)
         row["cold_miss_share"] = w.total("first_touches", wu) / misses if misses else 0.0
