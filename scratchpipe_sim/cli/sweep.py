@@ -1,9 +1,15 @@
-"""`scratchpipe-sim sweep EXPERIMENT.yaml`: run a resumable sweep into a results folder."""
+"""`scratchpipe-sim sweep EXPERIMENT.yaml`: run a resumable sweep into a results folder.
+
+Exit status: 0 when every point ran (infeasible design results are results: they are marked
+in figures); 1 when the table holds error rows, which are listed on every rerun until rerun
+with --retry-failed; 2 for a user mistake (bad experiment, folder busy or unwritable).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -13,18 +19,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "finished points; a killed sweep resumes where it stopped.")
     p.add_argument("experiment", help="experiment YAML (see experiments/ and "
                    "docs/experiments.md)")
-    p.add_argument("--out", help="results folder (default: results/NAME)")
-    p.add_argument("--jobs", "-j", type=int, default=1, help="points in parallel (processes)")
+    p.add_argument("--out", metavar="DIR", help="results folder (default: results/NAME); "
+                   "one sweep at a time per folder (a lock names the running one)")
+    p.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                   help="points in parallel, one process each (default: 1)")
     p.add_argument("--executor", choices=("local", "process", "dask"), default=None,
                    help="local (one process), process (pool of --jobs), dask (a cluster); "
                    "default: local for --jobs 1, else process")
     p.add_argument("--scheduler", help="Dask scheduler address (tcp://host:8786); without it "
                    "the dask executor starts a local cluster of --jobs workers")
     p.add_argument("--retry-failed", action="store_true",
-                   help="run points recorded as failed again")
+                   help="run points recorded with errors again (infeasible results are "
+                        "kept)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the points (hash and axis values) and exit")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress on stderr (default: a bar on a terminal, else a line "
+                        "every $SCRATCHPIPE_PROGRESS_S seconds, 30 by default)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=handle)
 
@@ -51,7 +62,15 @@ def handle(args: argparse.Namespace) -> int:
         print(json.dumps({"name": summary.name, "out": str(summary.out),
                           "points": summary.points, "designs": summary.designs,
                           "ran": summary.ran, "skipped": summary.skipped,
-                          "failed": summary.failed}))
+                          "failed": summary.failed, "infeasible": summary.infeasible,
+                          "errors": [{"index": i, "values": v, "design": d, "error": r}
+                                     for i, v, d, r in summary.errors]}))
     else:
         print(summary.line())
+    if summary.errors:
+        for line in summary.error_lines():
+            print(line, file=sys.stderr)
+        print(f"scratchpipe-sim sweep: {summary.failed} point(s) have errors; fix the cause "
+              "and rerun with --retry-failed (finished points are kept)", file=sys.stderr)
+        return 1
     return 0

@@ -3,11 +3,21 @@
 Each executor takes tasks `(key, config, designs)` and yields `Outcome`s as points finish,
 in completion order. The point function runs inside `call_point`, which turns any exception
 into a recorded error, so one failing point never stops the others.
+
+Pool workers die with the sweep: a SIGKILLed parent cannot shut its pool down, so each
+worker asks Linux to kill it when its parent dies (prctl PR_SET_PDEATHSIG) and, as a
+fallback elsewhere, watches its parent's pid from a daemon thread.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import multiprocessing
+import os
+import signal
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -60,11 +70,44 @@ def run_local(fn: PointFn, tasks: Iterable[Task], jobs: int = 1) -> Iterator[Out
         yield call_point(fn, key, config, designs)
 
 
+PR_SET_PDEATHSIG = 1
+WATCHDOG_S = 1.0
+
+
+def _parent_death_signal() -> bool:
+    """Linux: SIGKILL this process when its parent dies; False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        if os.getppid() != parent:
+            os._exit(1)
+        time.sleep(WATCHDOG_S)
+
+
+def worker_init(parent: int) -> None:
+    """Pool worker initializer: die with the parent (`parent`: its pid)."""
+    _parent_death_signal()
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True,
+                     name="parent-watchdog").start()
+
+
 def run_process(fn: PointFn, tasks: Iterable[Task], jobs: int) -> Iterator[Outcome]:
-    """A ProcessPoolExecutor with the spawn start method (safe with Numba and threads)."""
+    """A ProcessPoolExecutor with the spawn start method (safe with Numba and threads);
+    its workers die with this process (`worker_init`)."""
     tasks = list(tasks)
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=worker_init,
+                             initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(call_point, fn, k, c, d): k for k, c, d in tasks}
         try:
             for fut in as_completed(futures):

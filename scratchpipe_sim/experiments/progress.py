@@ -50,8 +50,8 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(final_line=exc_type is None)  # a failure's one-line error stays alone
 
     def status(self, note: str) -> None:
         """What is running now (shown beside the count); no step counted."""
@@ -78,11 +78,11 @@ class Progress:
         print(f"{self.desc}: {self.done}/{self.total} {self.unit}s{note} "
               f"[{elapsed:.0f} s]", file=self.stream, flush=True)
 
-    def close(self) -> None:
+    def close(self, final_line: bool = True) -> None:
         if self._closed:
             return
         self._closed = True
         if self._bar is not None:
             self._bar.close()
-        elif not self.quiet and self.total:
+        elif final_line and not self.quiet and self.total:
             self._line()

@@ -7,9 +7,10 @@ function and used with the timing model unchanged.
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -17,8 +18,15 @@ from scratchpipe_sim import __version__
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.experiments.executors import Outcome, PointFn, execute
 from scratchpipe_sim.experiments.hashing import config_hash
+from scratchpipe_sim.experiments.progress import Progress
 from scratchpipe_sim.experiments.spec import ExperimentSpec, Point, Resolver, expand_points
-from scratchpipe_sim.experiments.store import ERROR, OK, ResultStore, columns_for
+from scratchpipe_sim.experiments.store import (
+    ERROR,
+    INFEASIBLE,
+    OK,
+    ResultStore,
+    columns_for,
+)
 
 #: metrics kept when an experiment does not list its own (the timing model's result keys).
 DEFAULT_METRICS = ("iter_ns_mean", "iter_ns_p50", "iter_ns_p99",
@@ -28,6 +36,9 @@ DEFAULT_METRICS = ("iter_ns_mean", "iter_ns_p50", "iter_ns_p99",
 
 #: key under which a point function reports that one design (not the whole point) failed.
 DESIGN_ERROR = "__error__"
+#: key under which a point function reports that one design cannot run at this point (a
+#: legitimate result: the simulator's UserError, e.g. scratchpipe's window does not fit).
+DESIGN_INFEASIBLE = "__infeasible__"
 
 _TRACE_CACHE: dict[str, Any] = {}
 
@@ -64,28 +75,69 @@ def simulate_point(config: dict, designs: tuple) -> list[dict]:
         return list(simulate(cfg, designs=names, trace=trace))
     except Exception as e:
         if len(names) == 1:
-            raise
-        first = e
+            return [_failed_row(names[0], e)]
     rows: list[dict] = []
     for name in names:
         try:
             rows.extend(simulate(cfg, designs=[name], trace=trace))
         except Exception as e:
-            from scratchpipe_sim.experiments.executors import _one_line
-
-            rows.append({"design": name, DESIGN_ERROR: _one_line(e)})
-    if all(DESIGN_ERROR in r for r in rows):
-        raise first
+            rows.append(_failed_row(name, e))
     _fix_speedups(rows)
     return rows
 
 
+def _failed_row(design: str, e: Exception) -> dict:
+    """A design that did not run: infeasible when the simulator says why in a UserError
+    (the input asks for something this design cannot do), an error otherwise (a bug)."""
+    from scratchpipe_sim.experiments.executors import _one_line
+
+    return {"design": design,
+            (DESIGN_INFEASIBLE if isinstance(e, UserError) else DESIGN_ERROR): _one_line(e)}
+
+
+def _failed(r: dict) -> bool:
+    return DESIGN_ERROR in r or DESIGN_INFEASIBLE in r
+
+
+def reported_metrics(config: dict, designs: tuple[str, ...]) -> set[str] | None:
+    """The metric names the simulator reports for `config`, from a few-batch run of each
+    design (seconds, not the point's full run); None when no design could run that way."""
+    from scratchpipe_sim.config import Config
+    from scratchpipe_sim.timing import simulate
+
+    short = copy.deepcopy(config)
+    model = short.setdefault("model", {})
+    nb = min(int(model.get("num_batches", 4)), 4)
+    model["num_batches"] = nb
+    model["warmup_batches"] = min(int(model.get("warmup_batches", 0)), nb - 1)
+    try:
+        cfg = Config.from_dict(short, source="metric check")
+    except Exception:
+        return None
+    names: set[str] = set()
+    for d in designs:
+        try:
+            for r in simulate(cfg, designs=[d]):
+                names.update(r)
+        except Exception:
+            continue
+    return names or None
+
+
+def check_metrics(metrics: tuple[str, ...], reported: set[str], spec: ExperimentSpec) -> None:
+    for m in metrics:
+        if m not in reported:
+            raise UserError(f"the simulator reports no metric '{m}'"
+                            f"{closest(m, sorted(reported))}; it reports: "
+                            f"{', '.join(sorted(reported))}", source=spec.source,
+                            field="metrics")
+
+
 def _fix_speedups(rows: list[dict]) -> None:
     """Per-design runs lose the cross-design speedup; recompute it against hybrid's row."""
-    base = next((r for r in rows if r.get("design") == "hybrid" and DESIGN_ERROR not in r),
-                None)
+    base = next((r for r in rows if r.get("design") == "hybrid" and not _failed(r)), None)
     for r in rows:
-        if DESIGN_ERROR in r or "iter_ns_mean" not in r:
+        if _failed(r) or "iter_ns_mean" not in r:
             continue
         r["speedup_vs_hybrid"] = (base["iter_ns_mean"] / r["iter_ns_mean"]
                                   if base is not None else None)
@@ -99,13 +151,29 @@ class SweepSummary:
     designs: int
     skipped: int
     ran: int
-    failed: int
+    failed: int            # points with an error row in the table (this run or before)
     parquet: Path | None
+    infeasible: int = 0    # design rows marked infeasible in the table
+    #: every error row in the table: (point index, axis values, design, reason)
+    errors: list[tuple[int, dict, str, str]] = field(default_factory=list)
 
     def line(self) -> str:
-        return (f"sweep {self.name}: {self.points} points x {self.designs} designs; "
-                f"{self.ran} run, {self.skipped} already done, {self.failed} failed -> "
-                f"{self.out}")
+        text = (f"sweep {self.name}: {self.points} points x {self.designs} designs; "
+                f"{self.ran} run, {self.skipped} already done")
+        if self.infeasible:
+            text += f", {self.infeasible} infeasible design result(s) (marked in figures)"
+        text += f", {self.failed} point(s) with errors -> {self.out}"
+        return text
+
+    def error_lines(self, limit: int = 20) -> list[str]:
+        out = []
+        for index, values, design, reason in self.errors[:limit]:
+            vals = ", ".join(f"{k}={v}" for k, v in values.items())
+            out.append(f"error: point {index} ({vals}) {design}: {reason}")
+        if len(self.errors) > limit:
+            out.append(f"... and {len(self.errors) - limit} more error rows (see the 'error' "
+                       "column of results.csv)")
+        return out
 
 
 def experiment_hash(spec: ExperimentSpec, points: list[Point], metrics: tuple[str, ...],
@@ -124,6 +192,10 @@ def _designs_of(points: list[Point], spec: ExperimentSpec) -> tuple[str, ...]:
     if not d:
         raise UserError("expected a 'designs:' list (the base config has none)",
                         source=spec.source, field="designs")
+    dup = sorted({x for x in d if list(d).count(x) > 1})
+    if dup:
+        raise UserError(f"design '{dup[0]}' listed twice; expected each design once",
+                        source=spec.base_source, field="designs")
     return tuple(d)
 
 
@@ -138,18 +210,18 @@ def _rows(point: Point, outcome: Outcome, designs: tuple[str, ...],
     if missing:
         err = f"the point function returned no row for design(s) {', '.join(missing)}"
         return [{**base, "design": d, "status": ERROR, "error": err} for d in designs]
-    reported = set().union(*(r.keys() for r in by_design.values()
-                             if DESIGN_ERROR not in r))
-    for m in metrics:
-        if reported and m not in reported:
-            raise UserError(f"the simulator reports no metric '{m}'{closest(m, sorted(reported))}; "
-                            f"it reports: {', '.join(sorted(reported))}", source=spec.source,
-                            field="metrics")
+    reported = set().union(*(r.keys() for r in by_design.values() if not _failed(r)))
+    if reported:
+        check_metrics(metrics, reported, spec)
     out = []
     for d in designs:
         r = by_design[d]
         if DESIGN_ERROR in r:
             out.append({**base, "design": d, "status": ERROR, "error": str(r[DESIGN_ERROR])})
+            continue
+        if DESIGN_INFEASIBLE in r:
+            out.append({**base, "design": d, "status": INFEASIBLE,
+                        "error": str(r[DESIGN_INFEASIBLE])})
             continue
         row = {**base, "design": d, "status": OK, "error": None}
         for m in metrics:
@@ -157,14 +229,6 @@ def _rows(point: Point, outcome: Outcome, designs: tuple[str, ...],
             row[m] = v if not (isinstance(v, float) and math.isnan(v)) else None
         out.append(row)
     return out
-
-
-def _progress(total: int, initial: int, name: str, quiet: bool, stream: TextIO):
-    from tqdm import tqdm
-
-    disable = quiet or not (hasattr(stream, "isatty") and stream.isatty())
-    return tqdm(total=total, initial=initial, desc=name, unit="point", file=stream,
-                disable=disable, dynamic_ncols=True, smoothing=0.1)
 
 
 def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
@@ -188,26 +252,37 @@ def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
         "columns": columns_for(spec.axes, metrics), "figures": spec.figures,
         "points": len(points), "scratchpipe_sim": __version__,
     }
+    if run_point is simulate_point and points:
+        # a metric typo fails here, before any point runs and before the folder is made
+        reported = reported_metrics(points[0].config, designs)
+        if reported is not None:
+            check_metrics(metrics, reported, spec)
     store = ResultStore.open(out, manifest, [
         {"point": p.key, "index": p.index, "values": p.values, "config": p.config}
         for p in points], retry_failed=retry_failed)
-    todo = [p for p in points if p.key not in store.done]
-    by_key = {p.key: p for p in points}
-    skipped = len(points) - len(todo)
-    failed = ran = 0
-    bar = _progress(len(points), skipped, spec.name, quiet, stream)
     try:
-        tasks = [(p.key, p.config, designs) for p in todo]
-        for outcome in execute(executor, run_point, tasks, jobs, scheduler):
-            rows = _rows(by_key[outcome.key], outcome, designs, metrics, spec)
-            store.append_point(rows)
-            ran += 1
-            failed += any(r["status"] == ERROR for r in rows)
-            bar.update(1)
-            if failed:
-                bar.set_postfix(failed=failed, refresh=False)
+        todo = [p for p in points if p.key not in store.done]
+        by_key = {p.key: p for p in points}
+        skipped = len(points) - len(todo)
+        ran = 0
+        with Progress(len(points), f"sweep {spec.name}", "point", initial=skipped,
+                      quiet=quiet, stream=stream) as bar:
+            tasks = [(p.key, p.config, designs) for p in todo]
+            for outcome in execute(executor, run_point, tasks, jobs, scheduler):
+                rows = _rows(by_key[outcome.key], outcome, designs, metrics, spec)
+                store.append_point(rows)
+                ran += 1
+                bad = sum(r["status"] != OK for r in rows)
+                bar.update(1, note=f"{bad} design(s) did not run at the last point"
+                           if bad else "")
+        parquet = store.finalize([p.key for p in points])
     finally:
-        bar.close()
-    parquet = store.finalize([p.key for p in points])
-    return SweepSummary(spec.name, Path(out), len(points), len(designs), skipped, ran, failed,
-                        parquet)
+        store.close()
+    rank = {d: i for i, d in enumerate(designs)}
+    errors = sorted(
+        ((by_key[k].index, by_key[k].values, d, store.reasons.get((k, d), ""))
+         for k, ds in store.done.items() if k in by_key
+         for d, st in ds.items() if st == ERROR), key=lambda e: (e[0], rank.get(e[2], 0)))
+    infeasible = sum(st == INFEASIBLE for ds in store.done.values() for st in ds.values())
+    return SweepSummary(spec.name, Path(out), len(points), len(designs), skipped, ran,
+                        len({e[0] for e in errors}), parquet, infeasible, errors)

@@ -5,11 +5,24 @@
     results.csv      a row per (point, design); appended and fsync'ed point by point
     results.parquet  rewritten from the CSV when a sweep finishes (when pyarrow is present)
 
+    sweep.lock       while a sweep runs: its pid, host and start time (one sweep per folder)
+
 Crash safety: the manifest and points file are published atomically (temporary file +
 rename) before any row exists; each point's rows go out in one write followed by fsync.
 A `kill -9` can therefore only leave a torn last line or a point with some of its design
 rows: opening the store truncates the torn line and drops incomplete points (rewriting the
-file atomically), so those points run again and no row is ever written twice.
+file atomically), so those points run again.
+
+One writer: `ResultStore.open` takes sweep.lock (created exclusively); a second sweep on the
+folder gets a UserError naming the holder, and a lock whose process is gone (same host, dead
+pid) is taken over. Rows are keyed by (point, design): `append_point` refuses a key already
+in the table, and reopening drops any duplicate a foreign writer left, so the table never
+holds a row twice. Files get the permissions of `open()` (0666 less the umask), as `run`'s.
+
+Statuses: `ok`; `infeasible` (a legitimate result: the design cannot run at this point, e.g.
+scratchpipe's window does not fit the cache; the reason is in `error`); `error` (a bug or a
+broken input: the sweep exits non-zero and lists it on every rerun until rerun with
+--retry-failed).
 """
 
 from __future__ import annotations
@@ -19,7 +32,9 @@ import io
 import json
 import math
 import os
+import socket
 import tempfile
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +51,9 @@ VERSION = 1
 #: leading columns of every results table; then the swept keys, then the metrics.
 ID_COLUMNS = ("point", "index")
 TAIL_ID_COLUMNS = ("design", "status", "error")
-OK, ERROR = "ok", "error"
+LOCK = "sweep.lock"
+OK, INFEASIBLE, ERROR = "ok", "infeasible", "error"
+STATUSES = (OK, INFEASIBLE, ERROR)
 
 
 def columns_for(axes: Sequence[str], metrics: Sequence[str]) -> list[str]:
@@ -58,10 +75,22 @@ def encode(value: Any) -> str:
     return str(value).replace("\r", " ").replace("\n", " ")
 
 
+def _umask() -> int:
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def default_mode() -> int:
+    """What `open(path, "w")` gives a new file: 0666 less the umask (mkstemp gives 0600)."""
+    return 0o666 & ~_umask()
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write via a temporary sibling + fsync + rename: readers see old or new, never half."""
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, default_mode())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -108,8 +137,74 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
     return data
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, another user's
+    except OSError:
+        return True
+    return True
+
+
+def _read_lock(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def acquire_lock(folder: Path) -> Path:
+    """Create folder/sweep.lock exclusively, naming this process; take over a stale one
+    (its pid is dead on this host); a live holder is a UserError naming it."""
+    path = folder / LOCK
+    me = {"pid": os.getpid(), "host": socket.gethostname(),
+          "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    for _ in range(5):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            holder = _read_lock(path)
+            if holder is None:
+                continue  # released meanwhile
+            pid, host = holder.get("pid"), holder.get("host")
+            if isinstance(pid, int) and host == me["host"] and not _pid_alive(pid):
+                try:  # stale: its sweep died; take it over
+                    path.unlink()
+                except FileNotFoundError:
+                    pass
+                continue
+            who = (f"pid {pid} on {host}, since {holder.get('started', '?')}"
+                   if pid is not None else "an unreadable lock file")
+            raise UserError(f"another sweep is writing here ({who}); expected one sweep per "
+                            f"results folder: wait for it, use another --out, or delete "
+                            f"{path} if that process is gone", source=str(folder)) from None
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(me, f)
+            f.flush()
+            os.fsync(f.fileno())
+        return path
+    raise UserError(f"cannot take the sweep lock {path}; expected it to be free",
+                    source=str(folder))
+
+
+def release_lock(path: Path) -> None:
+    """Remove the lock if it is still ours."""
+    holder = _read_lock(path)
+    if holder and holder.get("pid") == os.getpid():
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+
+
 class ResultStore:
-    """Append-only, crash-safe results of one experiment in one folder."""
+    """Append-only, crash-safe results of one experiment in one folder (one writer)."""
 
     def __init__(self, folder: Path, manifest: dict[str, Any]):
         self.folder = folder
@@ -119,27 +214,60 @@ class ResultStore:
         self.csv_path = folder / CSV_NAME
         #: point key -> {design: status} for every complete point in the CSV
         self.done: dict[str, dict[str, str]] = {}
+        #: (point, design) -> reason, for rows with status error / infeasible
+        self.reasons: dict[tuple[str, str], str] = {}
+        self.lock: Path | None = None
 
     # -- opening -------------------------------------------------------------------------
     @classmethod
     def open(cls, folder: str | os.PathLike, manifest: dict[str, Any],
              points: Sequence[dict[str, Any]] = (), retry_failed: bool = False
              ) -> ResultStore:
-        """Create the folder, or reopen it after checking it holds this same experiment."""
+        """Create the folder, or reopen it after checking it holds this same experiment;
+        either way take its lock (release it with `close`)."""
         folder = Path(folder)
         manifest = {"format": FORMAT, "version": VERSION, **manifest}
+        if folder.exists() and not folder.is_dir():
+            raise UserError("exists and is not a folder; expected a results folder path "
+                            "(new, or a previous run of this experiment)", source=str(folder),
+                            field="--out")
         old = read_manifest(folder) if folder.is_dir() else None
-        if old is None:
-            if folder.is_dir() and any(folder.iterdir()):
-                raise UserError("exists and is not a sweep results folder (no manifest.json); "
-                                "expected a new or a previous results folder of this "
-                                "experiment", source=str(folder))
+        if old is None and folder.is_dir() and any(p.name != LOCK for p in folder.iterdir()):
+            raise UserError("exists and is not a sweep results folder (no manifest.json); "
+                            "expected a new or a previous results folder of this "
+                            "experiment", source=str(folder))
+        try:
             folder.mkdir(parents=True, exist_ok=True)
+            lock = acquire_lock(folder)
+        except OSError as e:
+            raise UserError(f"cannot create the results folder: {e.strerror or e}; expected a "
+                            "writable folder path", source=str(folder), field="--out") from None
+        try:
+            store = cls._open_locked(folder, manifest, points, retry_failed)
+        except BaseException:
+            release_lock(lock)
+            raise
+        store.lock = lock
+        return store
+
+    @classmethod
+    def _open_locked(cls, folder: Path, manifest: dict[str, Any],
+                     points: Sequence[dict[str, Any]], retry_failed: bool) -> ResultStore:
+        old = read_manifest(folder)
+        if old is not None and old.get("experiment_hash") != manifest["experiment_hash"] \
+                and not cls._has_rows(folder):
+            old = None  # a folder with no results (a run stopped before its first point)
+        if old is None:
             store = cls(folder, manifest)
-            atomic_write(folder / POINTS, b"".join(
-                (json.dumps(p, sort_keys=True) + "\n").encode() for p in points))
-            atomic_write(folder / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
-            atomic_write(store.csv_path, _csv_bytes([store.columns]))
+            try:
+                atomic_write(folder / POINTS, b"".join(
+                    (json.dumps(p, sort_keys=True) + "\n").encode() for p in points))
+                atomic_write(folder / MANIFEST,
+                             (json.dumps(manifest, indent=2) + "\n").encode())
+                atomic_write(store.csv_path, _csv_bytes([store.columns]))
+            except OSError as e:
+                raise UserError(f"cannot write the results folder: {e.strerror or e}",
+                                source=str(folder), field="--out") from None
             return store
         if old.get("experiment_hash") != manifest["experiment_hash"]:
             raise UserError(
@@ -150,6 +278,22 @@ class ResultStore:
         store = cls(folder, old)
         store._recover(retry_failed)
         return store
+
+    @staticmethod
+    def _has_rows(folder: Path) -> bool:
+        path = folder / CSV_NAME
+        try:
+            with open(path, "rb") as f:
+                f.readline()
+                return bool(f.readline().strip())
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        """Release the folder's lock."""
+        if self.lock is not None:
+            release_lock(self.lock)
+            self.lock = None
 
     def _recover(self, retry_failed: bool) -> None:
         """Truncate a torn last line; drop incomplete points (and failed ones on retry)."""
@@ -165,29 +309,47 @@ class ResultStore:
             rows = [self.columns]
         body = rows[1:]
         ip, idesign, istatus = (self.columns.index(c) for c in ("point", "design", "status"))
+        ierr = self.columns.index("error")
         by_point: dict[str, dict[str, str]] = {}
+        unique: list[list[str]] = []
         for r in body:
             if len(r) != len(self.columns):
                 continue  # cannot happen after truncation; never trust a malformed row
+            if r[idesign] in by_point.get(r[ip], {}):
+                continue  # a duplicate (point, design): keep the first
             by_point.setdefault(r[ip], {})[r[idesign]] = r[istatus]
+            unique.append(r)
         want = set(self.designs)
         keep = {k for k, d in by_point.items() if set(d) == want
                 and not (retry_failed and ERROR in d.values())}
-        kept = [r for r in body if len(r) == len(self.columns) and r[ip] in keep]
+        kept = [r for r in unique if r[ip] in keep]
         if cut != len(raw) or len(kept) != len(body):
             atomic_write(self.csv_path, _csv_bytes([self.columns, *kept]))
         self.done = {k: by_point[k] for k in keep}
+        self.reasons = {(r[ip], r[idesign]): r[ierr] for r in kept
+                        if r[istatus] in (ERROR, INFEASIBLE)}
 
     # -- writing -------------------------------------------------------------------------
     def append_point(self, rows: Sequence[dict[str, Any]]) -> None:
-        """All design rows of one point, in one write, then fsync."""
+        """All design rows of one point, in one write, then fsync. A (point, design) key
+        already in the table is a bug (a point run twice): refused, nothing written."""
+        keys = [(str(r["point"]), str(r["design"])) for r in rows]
+        dup = [k for k in keys if k[1] in self.done.get(k[0], {})] + \
+            [k for i, k in enumerate(keys) if k in keys[:i]]
+        if dup:
+            raise RuntimeError(f"row {dup[0]} is already in {self.csv_path}")
         data = _csv_bytes([[encode(r.get(c)) for c in self.columns] for r in rows])
         with open(self.csv_path, "ab") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         for r in rows:
-            self.done.setdefault(str(r["point"]), {})[str(r["design"])] = str(r["status"])
+            key = (str(r["point"]), str(r["design"]))
+            self.done.setdefault(key[0], {})[key[1]] = str(r["status"])
+            if r["status"] in (ERROR, INFEASIBLE):
+                self.reasons[key] = str(r.get("error") or "")
+            else:
+                self.reasons.pop(key, None)
 
     def finalize(self, order: Sequence[str]) -> Path | None:
         """Rewrite the CSV in point order (so --jobs N gives the same file as --jobs 1) and
@@ -209,6 +371,7 @@ class ResultStore:
         frame = read_csv_table(self.csv_path)
         out = self.folder / PARQUET_NAME
         fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=self.folder)
+        os.fchmod(fd, default_mode())
         os.close(fd)
         try:
             frame.to_parquet(tmp, index=False)
