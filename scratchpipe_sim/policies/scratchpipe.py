@@ -96,6 +96,7 @@ def _check_lookahead(lookahead: Any) -> int:
 # -- the kernel ---------------------------------------------------------------------------------
 @nb.njit(cache=True)
 def _lookup(keys, vals, mask, shift, r):
+    """Slot of row r, or a negative value: absent (-1) or a ghost (evicted recently)."""
     i = probe(keys, mask, shift, r)
     return vals[i] if keys[i] == r else -1
 
@@ -223,8 +224,8 @@ def _victim(su, limit, qs, ql, hk, hs, hl, st):
 
 
 @nb.njit(cache=True)
-def _expire_victims(j, w, gkeys, gvals, gmask, gshift, vring, vstart, st):
-    """Batch j is about to be planned: forget the victims of batch j-W (a refetch at
+def _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st):
+    """Batch j is about to be planned: drop the ghosts of batch j-W's victims (a refetch at
     distance >= W cannot meet its write-back in flight) and mark where batch j's begin."""
     ring = w + 1
     if j - w >= 0:
@@ -232,9 +233,9 @@ def _expire_victims(j, w, gkeys, gvals, gmask, gshift, vring, vstart, st):
         end = vstart[(j - w + 1) % ring]
         for i in range(vstart[(j - w) % ring], end):
             v = vring[i % n]
-            g = probe(gkeys, gmask, gshift, v)
-            if gkeys[g] == v and gvals[g] == j - w:
-                erase(gkeys, gvals, gmask, gshift, g)
+            g = probe(keys, mask, shift, v)
+            if keys[g] == v and vals[g] == -1 - (j - w):  # still that ghost (not refetched)
+                erase(keys, vals, mask, shift, g)
         st[_VHEAD] = end
     vstart[j % ring] = st[_VTAIL]
 
@@ -242,8 +243,7 @@ def _expire_victims(j, w, gkeys, gvals, gmask, gshift, vring, vstart, st):
 @nb.njit(cache=True)
 def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext_base, gptr,
                        num_batches, w, stall, keys, vals, mask, shift, su, qs, ql, hk, hs, hl,
-                       st, ext_out, ext_slot, events, gkeys, gvals, gmask, gshift, vring,
-                       vstart, refetch):
+                       st, ext_out, ext_slot, events, vring, vstart, refetch):
     """Plan every new batch of the chunk; retire (check and unpin) the batch leaving the
     window first.
 
@@ -251,9 +251,10 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
     local to `ext_ids` (global = ext_base + local); `ext_nu` are their next-use positions.
     `ext_slot[q]` is the slot that access q was planned into (-1: unplaced) - what the
     trainer reads. With W >= 2, refetches are counted: `refetch[j, d-1]` = rows filled at
-    plan(j) that plan(j-d) evicted, d = 1..W-1 (a ghost map row -> eviction batch holds the
-    victims of the last W-1 batches; a ring `vring` lists them for expiry). Returns -1, or
-    the global index of the batch whose pinned set overflowed (on_overflow=error).
+    plan(j) that plan(j-d) evicted, d = 1..W-1. A victim stays in the hash map as a *ghost*
+    (value -1 - eviction batch) for W-1 batches, so the fill's own probe finds it for free;
+    a ring `vring` lists the victims for expiry. Returns -1, or the global index of the
+    batch whose pinned set overflowed (on_overflow=error).
     """
     track = w >= 2
     nring = len(vring)
@@ -265,7 +266,7 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
         if lb - w >= 0:
             _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, lb - w, glo, su, qs, ql, st)
         if track:
-            _expire_victims(j, w, gkeys, gvals, gmask, gshift, vring, vstart, st)
+            _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st)
         limit = gptr[min(j + w + 1, num_batches)]
         # pass 1: resident rows hit and are pinned before any victim is chosen (the slot's
         # use stamps are written once per row, at its last access in the batch)
@@ -287,7 +288,7 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
                 continue
             r = ext_ids[q]
             i = probe(keys, mask, shift, r)
-            if keys[i] == r:
+            if keys[i] == r and vals[i] >= 0:
                 ext_out[q] = HIT  # filled earlier in this batch
                 s = vals[i]
             else:
@@ -300,23 +301,22 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
                         if not stall:
                             return j
                         ext_out[q] = UNPLACED
+                        ext_slot[q] = -1
                         stalled = True
                         continue
                     v = su[s, 2]
-                    erase(keys, vals, mask, shift, probe(keys, mask, shift, v))
+                    g = probe(keys, mask, shift, v)
                     events[lb - first_new, EVICTIONS] += 1
                     events[lb - first_new, WRITEBACKS] += 1
-                    if track:
-                        g = probe(gkeys, gmask, gshift, v)
-                        gkeys[g] = v
-                        gvals[g] = j
+                    if track:  # v becomes a ghost: its entry stays, no probe moves
+                        vals[g] = -1 - j
                         vring[st[_VTAIL] % nring] = v
                         st[_VTAIL] += 1
-                    i = probe(keys, mask, shift, r)
-                if track:
-                    g = probe(gkeys, gmask, gshift, r)
-                    if gkeys[g] == r:
-                        refetch[j, j - gvals[g] - 1] += 1
+                    else:
+                        erase(keys, vals, mask, shift, g)
+                        i = probe(keys, mask, shift, r)
+                if keys[i] == r:  # a ghost: refetched d = j - eviction batch later
+                    refetch[j, j + vals[i]] += 1
                 keys[i] = r
                 vals[i] = s
                 su[s, 2] = r
@@ -346,7 +346,11 @@ class ScratchPipe(Policy):
             raise UserError(f"on_overflow must be one of {', '.join(ON_OVERFLOW)}, got "
                             f"'{self.on_overflow}'", field="on_overflow")
         cap = min(self.capacity, self.num_rows)  # more slots than rows are never used
-        self.keys, self.vals, self.mask, self.shift = new_map(cap)
+        track = self.lookahead >= 2
+        # refetch tracking (W >= 2): victims of the last W-1 batches stay in the map as
+        # ghosts. Rows filled in batches j-W+1..j are distinct and resident, so those batches
+        # have at most `cap` victims: the map holds <= 2 cap keys, the ring <= cap victims.
+        self.keys, self.vals, self.mask, self.shift = new_map(2 * cap if track else cap)
         # per slot: last-use position, next-use position, row (one cache line for all three);
         # slots are handed out in order 0, 1, ... until the scratchpad is full
         self.slot_use = np.zeros((cap, 3), np.int64)
@@ -357,11 +361,6 @@ class ScratchPipe(Policy):
         self.hk, self.hs, self.hl = (np.zeros(q, np.int64), np.zeros(q, np.int64),
                                      np.zeros(q, np.int64))
         self.st = np.zeros(8, np.int64)
-        # refetch tracking (W >= 2): victims of the last W-1 batches, row -> eviction batch.
-        # Rows filled in batches j-W+1..j are distinct and resident, so those batches have at
-        # most `cap` victims: the map and the ring hold them all.
-        track = self.lookahead >= 2
-        self.gkeys, self.gvals, self.gmask, self.gshift = new_map(cap if track else 1)
         self.vring = np.zeros(cap + 1 if track else 1, np.int64)
         self.vstart = np.zeros(self.lookahead + 1, np.int64)
         self.refetch = np.zeros((0, max(self.lookahead - 1, 1)), np.int64)
@@ -403,7 +402,7 @@ class ScratchPipe(Policy):
             self.gptr, self.num_batches, self.lookahead, self.on_overflow == "stall",
             self.keys, self.vals, self.mask, self.shift, self.slot_use, self.qs, self.ql,
             self.hk, self.hs, self.hl, self.st, ext_out, ext_slot, events,
-            self.gkeys, self.gvals, self.gmask, self.gshift, self.vring, self.vstart,
+            self.vring, self.vstart,
             self.refetch)
         if bad >= 0:
             need = min_scratchpipe_capacity(self._trace, self.lookahead)
@@ -437,7 +436,7 @@ class ScratchPipe(Policy):
         self._reset_window(self.win_first_batch + nbat)
 
     def resident(self) -> np.ndarray:
-        return np.sort(self.keys[self.keys != EMPTY])
+        return np.sort(self.keys[(self.keys != EMPTY) & (self.vals >= 0)])
 
     def slot_rows(self) -> np.ndarray:
         """Row held by each slot (EMPTY where none): the scratchpad's directory."""
