@@ -41,7 +41,7 @@ def test_histogram_of_a_hand_built_trace():
     t = Trace.single_table(ids, 10, 100, source="hand")
     s = summarize(t)
     h = s.histogram
-    assert s.accesses == 40025 and s.unique == 8
+    assert s.accesses == 40025 and s.distinct_rows == 8
     assert h.num_indices == 40025 and h.num_unique == 8
     want_rows = [2, 1, 2, 1, 1] + [0] * 11 + [1]  # (0,1]:2 (1,2]:1 (2,4]:2 (4,8]:1 (8,16]:1
     want_acc = [2, 2, 7, 5, 9] + [0] * 11 + [40000]
@@ -55,8 +55,8 @@ def test_summary_counts_per_table_and_per_batch():
     t = generate_trace("zipf", [200, 50], 16, 30, [3, 2], seed=3)
     s = summarize(t)
     ids = t.linear_ids()
-    assert s.unique == len(np.unique(ids))
-    assert s.unique_per_table == [len(np.unique(ids[ids < 200])),
+    assert s.distinct_rows == len(np.unique(ids))
+    assert s.distinct_rows_per_table == [len(np.unique(ids[ids < 200])),
                                   len(np.unique(ids[ids >= 200]))]
     assert s.accesses_per_table == [30 * 16 * 3, 30 * 16 * 2]
     ptr = t.batch_access_ptr()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub.required = True
     _register_gen(sub)
     _register_stats(sub)
+    _register_fit(sub)
     for name in SUBCOMMAND_MODULES:
         try:
             module = importlib.import_module(f"scratchpipe_sim.cli.{name}")
@@ -57,22 +59,34 @@ def _register_gen(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--hot-access-fraction", type=float,
                    help="hotset: share of accesses that go to the hot rows")
     g.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="any distribution parameter (repeatable)")
-    g.add_argument("--rows", required=True, metavar="N[,N...]",
-                   help="rows per table: one number (for every table) or one per table")
+                   help="any distribution parameter (repeatable); a list as KEY=1,2 or "
+                        "KEY=[1,2]")
+    g.add_argument("--from-fit", metavar="PARAMS.yaml",
+                   help="the `burst` parameters written by `trace fit`: table count, rows, "
+                        "pooling and batch size come from it unless --rows, --pooling or "
+                        "--batch-size override them")
+    g.add_argument("--rows", metavar="N[,N...]",
+                   help="rows per table: one number (for every table) or one per table "
+                        "(required unless --from-fit; with it, scales the tables up or down)")
     g.add_argument("--tables", type=int, metavar="T", help="number of tables (default: "
                    "the number of --rows values)")
-    g.add_argument("--batch-size", type=int, required=True, metavar="B")
-    g.add_argument("--batches", type=int, required=True, metavar="N")
-    g.add_argument("--pooling", default="1", metavar="L[,L...]",
-                   help="lookups per sample per table: one or one per table (default 1)")
-    g.add_argument("--pooling-sigma", type=float, default=0.0, metavar="S",
+    g.add_argument("--batch-size", type=int, metavar="B",
+                   help="samples per mini-batch (required unless --from-fit)")
+    g.add_argument("--batches", type=int, required=True, metavar="N",
+                   help="number of mini-batches to write")
+    g.add_argument("--pooling", metavar="L[,L...]",
+                   help="lookups per sample per table: one or one per table (default 1; "
+                        "--from-fit: the fit's)")
+    g.add_argument("--pooling-sigma", type=float, metavar="S",
                    help="bag lengths ~ trunc(N(pooling, S)), >= 0, drawn once per sample "
-                        "slot (FBGEMM's sigma_L; default 0: fixed pooling)")
+                        "slot (FBGEMM's sigma_L; default 0: fixed pooling; --from-fit: the "
+                        "fit's)")
     g.add_argument("--reuse", type=float, default=0.0, metavar="F",
                    help="share of each batch's ids copied from the previous batch")
-    g.add_argument("--seed", type=int, required=True)
-    g.add_argument("--out", required=True, metavar="PATH.sptrace")
+    g.add_argument("--seed", type=int, required=True, metavar="S",
+                   help="random seed: the same arguments and seed give the same trace")
+    g.add_argument("--out", required=True, metavar="PATH.sptrace",
+                   help="output .sptrace folder (written atomically)")
     g.add_argument("--force", action="store_true", help="overwrite an existing output")
     g.set_defaults(func=handle_gen)
 
@@ -86,21 +100,46 @@ def _int_list(text: str, flag: str) -> list[int]:
 
 
 def _params(items: list[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs, values read as YAML; a bare comma list (row_shares=0.3,0.7) is a
+    list, like [0.3, 0.7]."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UserError(f"expected KEY=VALUE, got '{item}'", field="--param")
+        text = value.strip()
+        if "," in text and not text.startswith(("[", "{", "'", '"')):
+            text = f"[{text}]"
         try:
-            out[key.strip()] = yaml.safe_load(value) if value.strip() else value
+            out[key.strip()] = yaml.safe_load(text) if text else value
         except yaml.YAMLError:
-            out[key.strip()] = value
+            raise UserError(f"cannot read the value of '{item}': expected a number, a word or "
+                            "a list such as 0.3,0.7", field="--param") from None
     return out
 
 
+def _check_out(out: Path, force: bool) -> None:
+    """One line and exit 2, before any work, when OUT cannot be written."""
+    if out.exists() and not force:
+        raise UserError("already exists; pass --force to overwrite", source=str(out))
+    parent = out.resolve().parent
+    if not parent.is_dir():
+        raise UserError("the folder to write into does not exist", source=str(out),
+                        field="--out")
+    if not os.access(parent, os.W_OK | os.X_OK) or (out.exists()
+                                                    and not os.access(out, os.W_OK)):
+        raise UserError("not writable: expected a path in a folder you can write to",
+                        source=str(out), field="--out")
+
+
 def handle_gen(args: argparse.Namespace) -> int:
+    if args.from_fit:
+        return _gen_from_fit(args)
+    for flag, value in (("--rows", args.rows), ("--batch-size", args.batch_size)):
+        if value is None:
+            raise UserError("required (or pass --from-fit PARAMS.yaml)", field=flag)
     rows = _int_list(args.rows, "--rows")
-    pooling = _int_list(args.pooling, "--pooling")
+    pooling = _int_list(args.pooling or "1", "--pooling")
     if args.tables is not None:
         if args.tables < 1:
             raise UserError(f"expected a positive number of tables, got {args.tables}",
@@ -120,15 +159,63 @@ def handle_gen(args: argparse.Namespace) -> int:
     if args.no_permute:
         params["permute"] = False
     out = Path(args.out)
-    if out.exists() and not args.force:
-        raise UserError("already exists; pass --force to overwrite", source=str(out))
+    _check_out(out, args.force)
     try:
         spec = gen.make_spec(args.distribution, rows, args.batch_size, args.batches, pooling,
-                             args.seed, args.reuse, pooling_sigma=args.pooling_sigma,
+                             args.seed, args.reuse, pooling_sigma=args.pooling_sigma or 0.0,
                              **params)
     except UserError as e:  # name the flag, not the API argument
         raise UserError(e.message, source=e.source, field=_flag(e.field)) from None
-    gen.store_from_spec(spec, out, overwrite=args.force)
+    return _write(spec, out, args.force)
+
+
+def _gen_from_fit(args: argparse.Namespace) -> int:
+    from scratchpipe_sim.traces import fit as ft
+
+    for flag, given in (("--distribution", args.distribution != "zipf"),
+                        ("--alpha", args.alpha is not None), ("--param", bool(args.param)),
+                        ("--no-permute", args.no_permute), ("--tables", args.tables),
+                        ("--hot-fraction", args.hot_fraction is not None),
+                        ("--hot-access-fraction", args.hot_access_fraction is not None)):
+        if given:
+            raise UserError("--from-fit gives the distribution and its parameters: expected "
+                            f"no {flag}", field=flag)
+    f = ft.load_fit(args.from_fit)
+    T = len(f.tables)
+    rows = f.table_rows
+    if args.rows is not None:
+        rows = _int_list(args.rows, "--rows")
+        if len(rows) == 1:
+            rows = rows * T
+        elif len(rows) != T:
+            raise UserError(f"{len(rows)} row counts for the fit's {T} tables: expected one "
+                            "or one per table", field="--rows")
+    pooling = [t.pooling for t in f.tables]
+    if args.pooling is not None:
+        pooling = _int_list(args.pooling, "--pooling")
+        pooling = pooling * T if len(pooling) == 1 else pooling
+    sigma: Any = [t.pooling_sigma for t in f.tables]
+    if args.pooling_sigma is not None:
+        sigma = args.pooling_sigma
+    out = Path(args.out)
+    _check_out(out, args.force)
+    try:
+        spec = gen.make_spec("burst", rows, args.batch_size or f.batch_size, args.batches,
+                             pooling, args.seed, args.reuse, pooling_sigma=sigma,
+                             **f.params())
+    except UserError as e:
+        raise UserError(e.message, source=e.source, field=_flag(e.field)) from None
+    return _write(spec, out, args.force)
+
+
+def _write(spec: gen.GenSpec, out: Path, force: bool) -> int:
+    try:
+        gen.store_from_spec(spec, out, overwrite=force)
+    except UserError as e:  # a sampler's own check (e.g. calibrated's shares), by flag
+        raise UserError(e.message, source=e.source, field=_flag(e.field)) from None
+    except OSError as e:
+        raise UserError(f"cannot write: {e.strerror or e}", source=str(out),
+                        field="--out") from None
     accesses = spec.accesses_per_batch * spec.num_batches
     print(f"wrote {out}: {spec.distribution} {_fmt_params(spec.params)}, "
           f"{spec.num_tables} table(s), {sum(spec.table_rows)} rows, {spec.num_batches} "
@@ -137,13 +224,20 @@ def handle_gen(args: argparse.Namespace) -> int:
 
 
 _FLAGS = {"num_batches": "--batches", "table_rows": "--rows"}
+#: API arguments and distribution parameters that have a flag of their own in `trace gen`.
+_OWN_FLAGS = ("alpha", "hot_fraction", "hot_access_fraction", "pooling", "pooling_sigma",
+              "batch_size", "reuse", "seed", "tables", "distribution")
 
 
 def _flag(field: str | None) -> str | None:
     if not field:
         return field
     base = field.split("[")[0]
-    return _FLAGS.get(base, "--" + base.replace("_", "-"))
+    if base in _FLAGS:
+        return _FLAGS[base]
+    if base in _OWN_FLAGS:
+        return "--" + base.replace("_", "-")
+    return f"--param {field}"
 
 
 def _fmt_params(params: dict[str, Any]) -> str:
@@ -226,15 +320,19 @@ def report(s: st.TraceSummary, curve: st.MissRatioCurve | None) -> str:
         f"batches          {s.num_batches}  (batch size {s.batch_size}, mean pooling "
         f"{s.mean_pooling:.3g})",
         f"accesses         {s.accesses}",
-        f"unique rows      {s.unique}  ({100.0 * s.unique / rows:.3g}% of rows, "
-        f"{s.accesses / max(s.unique, 1):.3g} accesses per touched row)",
-        f"unique per batch {s.mean_unique_per_batch:.1f}  (mean)",
+        f"distinct rows    {s.distinct_rows}  ({100.0 * s.distinct_rows / rows:.3g}% of rows, "
+        f"{s.accesses / max(s.distinct_rows, 1):.3g} accesses per touched row)",
+        f"unique per batch {s.mean_unique_per_batch:.1f}  (mean distinct rows of a batch; "
+        "cache and run sum these as 'unique')",
     ]
     if len(s.table_rows) > 1:
-        lines.append("per table        table  rows  accesses  unique")
-        for t, (r, a, u) in enumerate(zip(s.table_rows, s.accesses_per_table,
-                                          s.unique_per_table, strict=True)):
-            lines.append(f"                 {t}  {r}  {a}  {u}")
+        head = ("table", "rows", "accesses", "distinct rows")
+        body = [(str(t), str(r), str(a), str(u)) for t, (r, a, u) in enumerate(zip(
+            s.table_rows, s.accesses_per_table, s.distinct_rows_per_table, strict=True))]
+        w = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+        fmt = "  ".join(f"{{:>{n}}}" for n in w)
+        lines.append("per table        " + fmt.format(*head))
+        lines.extend("                 " + fmt.format(*r) for r in body)
     h = s.histogram
     lines.append("histogram        accesses per row   share of rows   share of accesses"
                  "   (Meta locality_stats buckets)")
@@ -248,3 +346,75 @@ def report(s: st.TraceSummary, curve: st.MissRatioCurve | None) -> str:
                          f" {p['miss_ratio']:>12.6f} {p['misses']:>8}")
         lines.append(f"cold misses      {curve.cold_misses}")
     return "\n".join(lines)
+
+
+# -- fit ------------------------------------------------------------------------------------
+def _register_fit(sub: argparse._SubParsersAction) -> None:
+    f = sub.add_parser("fit", help="fit the `burst` generator (popularity + temporal bursts) "
+                                   "to a trace",
+                       description="Fit, per table, the `burst` generator's popularity "
+                                   "exponent, popularity shift, repeat share and repeat-lag "
+                                   "exponent to a trace's LRU and static miss curves; write "
+                                   "them (with rows, pooling and batch size) as YAML for "
+                                   "`trace gen --from-fit`, and check the fit over the whole "
+                                   "trace.")
+    f.add_argument("path", metavar="PATH", help=f"a trace ({', '.join(formats())})")
+    f.add_argument("--out", required=True, metavar="PARAMS.yaml",
+                   help="where to write the fitted parameters")
+    f.add_argument("--preset", metavar="PRESET.yaml",
+                   help="also write them as a trace preset (configs/traces/ format)")
+    f.add_argument("--max-accesses", type=int, default=None, metavar="N",
+                   help="fit each table on its first N accesses (default 131072)")
+    f.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                   help="generate a trace from the fit and compare LRU and static hit "
+                        "ratios at 1-20%% of rows (default on)")
+    f.add_argument("--batch-size", type=int, metavar="B",
+                   help="mini-batch size for flat id streams (default 1)")
+    f.add_argument("--rows", type=int, metavar="N",
+                   help="table rows for flat id streams (default max id + 1)")
+    f.add_argument("--format", dest="fmt", metavar="FMT", help="override format detection")
+    f.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    f.set_defaults(func=handle_fit)
+
+
+def handle_fit(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from scratchpipe_sim.traces import fit as ft
+
+    outs = [Path(args.out)] + ([Path(args.preset)] if args.preset else [])
+    for o in outs:
+        _check_out(o, args.force)
+    if args.max_accesses is not None and args.max_accesses < 2:
+        raise UserError(f"expected at least 2 accesses, got {args.max_accesses}",
+                        field="--max-accesses")
+    trace = open_trace(args.path, batch_size=args.batch_size, num_rows=args.rows,
+                       fmt=args.fmt)
+    fit = ft.fit_trace(trace, args.max_accesses or ft.DEFAULT_MAX_ACCESSES)
+    if args.check:
+        fit = dataclasses.replace(fit, check=ft.check_fit(trace, fit))
+    try:
+        ft.write_fit(fit, args.out)
+        if args.preset:
+            Path(args.preset).write_text(ft.preset_yaml(fit, Path(args.preset).stem))
+    except OSError as e:
+        raise UserError(f"cannot write: {e.strerror or e}", source=str(e.filename or args.out),
+                        field="--out") from None
+    print(f"wrote {args.out}: {len(fit.tables)} table(s), batch size {fit.batch_size}")
+    w = len(str(len(fit.tables) - 1))
+    for t, tf in enumerate(fit.tables):
+        print(f"  table {t:>{w}}  rows {tf.rows}  pooling {tf.pooling}  alpha {tf.alpha:.4g}  "
+              f"head_scale {tf.head_scale:.4g}  repeat_fraction {tf.repeat_fraction:.4g}  "
+              f"lag_alpha {tf.lag_alpha:.4g}  (curve RMS error {tf.rms_error:.3g})")
+    if fit.check:
+        c = fit.check
+        print("check            % of rows   LRU hit source  fitted   static hit source  "
+              "fitted")
+        for i, frac in enumerate(c["capacity_fraction"]):
+            print(f"                 {100 * frac:>9.3g} {c['source_lru_hit'][i]:>15.4f} "
+                  f"{c['fitted_lru_hit'][i]:>7.4f} {c['source_static_hit'][i]:>18.4f} "
+                  f"{c['fitted_static_hit'][i]:>7.4f}")
+        print(f"max LRU hit gap  {c['max_lru_gap']:.4f}")
+    if args.preset:
+        print(f"wrote {args.preset}: use as trace: {{preset: {args.preset}}}")
+    return 0

@@ -99,7 +99,7 @@ def handle_locality(args: argparse.Namespace) -> int:
     dist = max(d_rows, d_acc)
     if args.json:
         print(json.dumps({"trace": str(args.path), "target": target.name,
-                          "accesses": int(h.num_indices), "unique": int(h.num_unique),
+                          "accesses": int(h.num_indices), "distinct_rows": int(h.num_unique),
                           "buckets": list(BUCKET_LABELS), "row_share": rs.tolist(),
                           "target_row_share": target.row_share.tolist(),
                           "access_share": as_.tolist(),
@@ -107,7 +107,7 @@ def handle_locality(args: argparse.Namespace) -> int:
                           "distance_rows": d_rows, "distance_accesses": d_acc,
                           "distance": dist}))
     else:
-        print(f"trace {args.path}: {int(h.num_indices)} accesses, {int(h.num_unique)} unique "
+        print(f"trace {args.path}: {int(h.num_indices)} accesses, {int(h.num_unique)} distinct "
               f"rows; target {target.name}")
         print(f"{'bucket':<16} {'rows':>7} {'target':>7} {'accesses':>9} {'target':>7}")
         for i, lab in enumerate(BUCKET_LABELS):

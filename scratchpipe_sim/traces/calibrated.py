@@ -58,7 +58,7 @@ class Target:
             if arr.shape != (NUM_BUCKETS,) or np.any(~np.isfinite(arr)) or np.any(arr < 0) \
                     or arr.sum() <= 0:
                 raise UserError(f"expected {NUM_BUCKETS} non-negative shares (Meta's buckets "
-                                f"(0,1] .. (32768+), got {list(np.atleast_1d(arr))}",
+                                f"(0,1] .. (32768+), got {np.atleast_1d(arr).tolist()}",
                                 source=source, field=fld)
         return Target(name, r / r.sum(), a / a.sum())
 
@@ -143,8 +143,10 @@ def plan_counts(target: Target, accesses: int, max_rows: int) -> Plan:
     u0 = target.row_share[0]
     mean = N * a[0] / u0 if u0 > 0 and a[0] > 0 else N / 2.0
     best = None
+    fewest = None  # the fewest distinct rows any searched plan needs: the true minimum
     for U in np.geomspace(max(1.0, 0.5 * mean), 2.0 * mean, 161):
         n, S = _plan_for(target, S0, float(U))
+        fewest = int(n.sum()) if fewest is None else min(fewest, int(n.sum()))
         if n.sum() > max_rows:
             continue
         rs, as_ = n / n.sum(), S / N
@@ -152,9 +154,9 @@ def plan_counts(target: Target, accesses: int, max_rows: int) -> Plan:
         if best is None or d < best[0]:
             best = (d, n, S, rs, as_)
     if best is None:
-        raise UserError(f"calibrated: {N} accesses need at least about {int(0.5 * mean)} "
-                        f"distinct rows but the table has {max_rows}; expected more rows "
-                        "or fewer accesses", field="table_rows")
+        raise UserError(f"calibrated: {N} accesses need at least {fewest} distinct rows "
+                        f"but the table has {max_rows}; expected more rows or fewer "
+                        "accesses", field="table_rows")
     d, n, S, rs, as_ = best
     return Plan(n, S, rs, as_, d)
 

@@ -80,9 +80,10 @@ class TraceSummary:
     num_batches: int
     batch_size: int
     accesses: int
-    unique: int
+    #: distinct rows over the whole trace (not the per-batch sum `cache`/`run` call unique)
+    distinct_rows: int
     accesses_per_table: list[int]
-    unique_per_table: list[int]
+    distinct_rows_per_table: list[int]
     mean_unique_per_batch: float
     mean_pooling: float
     histogram: LocalityStats
@@ -92,9 +93,9 @@ class TraceSummary:
         return {"source": self.source, "tables": len(self.table_rows),
                 "table_rows": self.table_rows, "rows": int(sum(self.table_rows)),
                 "batches": self.num_batches, "batch_size": self.batch_size,
-                "accesses": self.accesses, "unique": self.unique,
+                "accesses": self.accesses, "distinct_rows": self.distinct_rows,
                 "accesses_per_table": self.accesses_per_table,
-                "unique_per_table": self.unique_per_table,
+                "distinct_rows_per_table": self.distinct_rows_per_table,
                 "mean_unique_per_batch": self.mean_unique_per_batch,
                 "mean_pooling": self.mean_pooling, "histogram": self.histogram.to_dict()}
 
@@ -143,7 +144,8 @@ def histogram_from_counts(counts: np.ndarray, name: str, num_batches: int = 1,
 
 
 def summarize(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES) -> TraceSummary:
-    """Accesses, unique rows, mean unique per batch and the access histogram, one pass."""
+    """Accesses, distinct rows, mean distinct rows per batch and the access histogram, one
+    pass."""
     counts, uniq = row_access_counts(trace, chunk_accesses)
     toff = np.concatenate((trace.table_offsets, [trace.total_rows]))
     acc_t = [int(counts[toff[t]:toff[t + 1]].sum(dtype=np.int64))
