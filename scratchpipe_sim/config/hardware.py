@@ -129,6 +129,14 @@ class HardwareConfig:
                 "hardware (e.g. gpu.aggregate_efficiency: [0.3, 0.6]); `sensitivity` varies "
                 "them"})
 
+    def check_l2(self, source: str | None) -> None:
+        """After the cache-fits-in-HBM check, which names the usual mistake first."""
+        if self.gpu.l2_MiB / 1024 > self.gpu.hbm_capacity_GiB:
+            raise UserError(f"an L2 of {self.gpu.l2_MiB} MiB is larger than "
+                            f"hardware.gpu.hbm_capacity_GiB = {self.gpu.hbm_capacity_GiB}: "
+                            "expected l2_MiB below the HBM size", source=source,
+                            field="hardware.gpu.l2_MiB")
+
     def check(self, source: str | None) -> None:
         check_curve(self.cpu.gather_efficiency, source, "hardware.cpu.gather_efficiency")
         check_curve(self.gpu.gather_efficiency, source, "hardware.gpu.gather_efficiency")
@@ -137,11 +145,6 @@ class HardwareConfig:
                             f"hardware.dram_capacity_GiB = {self.dram_capacity_GiB}: expected "
                             "llc_MiB below the DRAM size", source=source,
                             field="hardware.cpu.llc_MiB")
-        if self.gpu.l2_MiB / 1024 > self.gpu.hbm_capacity_GiB:
-            raise UserError(f"an L2 of {self.gpu.l2_MiB} MiB is larger than "
-                            f"hardware.gpu.hbm_capacity_GiB = {self.gpu.hbm_capacity_GiB}: "
-                            "expected l2_MiB below the HBM size", source=source,
-                            field="hardware.gpu.l2_MiB")
         for key, rng in self.ranges.items():
             where = f"hardware.ranges.{key}"
             lo, hi = rng

@@ -8,6 +8,7 @@ design prices the same thing the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,20 +24,38 @@ GiB = 1 << 30
 SCRATCHPIPE_STAGES = ("plan", "collect", "exchange", "insert", "train")
 
 
+#: rows per table when neither the config nor a trace file gives them
+DEFAULT_ROWS = 1_000_000
+DEFAULT_TABLES = 8
+PerTable = int | tuple[int, ...]
+
+
 @dataclass(frozen=True)
 class TablesConfig:
-    count: int = field(default=8, metadata={"help": "number of embedding tables", "min": 1})
-    rows: int = field(default=1_000_000, metadata={"help": "rows per table", "min": 1})
-    dim: int = field(default=64, metadata={"help": "embedding dimension", "min": 1})
+    count: int | None = field(default=None, metadata={
+        "help": "number of embedding tables (null: the length of a per-table list, the "
+                "trace's tables, or 8)", "min": 1})
+    rows: PerTable | None = field(default=None, metadata={
+        "help": "rows per table: one value for every table or a list, one per table (null: "
+                "from the trace file, or 1,000,000)", "min": 1})
+    dim: PerTable = field(default=64, metadata={
+        "help": "embedding dimension: one value or a list, one per table", "min": 1})
     bytes_per_element: int = field(default=4, metadata={"help": "4 = fp32, 2 = fp16",
                                                         "min": 1})
+
+
+def _per_table(value: PerTable | None, n: int, default: int) -> tuple[int, ...]:
+    if value is None:
+        return (default,) * n
+    return tuple(value) if isinstance(value, tuple) else (value,) * n
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     tables: TablesConfig = field(default_factory=TablesConfig)
-    pooling: int = field(default=20, metadata={"help": "lookups per sample per table",
-                                               "min": 1})
+    pooling: PerTable = field(default=20, metadata={
+        "help": "lookups per sample per table: one value or a list, one per table (a trace "
+                "file's own bag lengths win)", "min": 1})
     batch_size: int = field(default=2048, metadata={"help": "samples per mini-batch", "min": 1})
     index_bytes: int = field(default=8, metadata={
         "help": "bytes per index and per offset copied to the GPU (4 = int32, 8 = int64, "
@@ -48,23 +67,70 @@ class ModelConfig:
         "help": "layer widths, input first", "min": 1})
     top_mlp: tuple[int, ...] = field(default=(512, 512, 256, 1), metadata={
         "help": "layer widths, input (interaction output) first", "min": 1})
-    num_batches: int = field(default=100, metadata={"help": "mini-batches simulated",
-                                                    "min": 1})
+    num_batches: int | str = field(default=100, metadata={
+        "help": "mini-batches timed (after the cache warm-up); 'all': every batch of the "
+                "trace file", "min": 1})
     warmup_batches: int = field(default=10, metadata={
-        "help": "batches excluded from the statistics", "min": 0})
+        "help": "timed batches excluded from the statistics (pipeline fill)", "min": 0})
+
+    # -- per-table sizes ---------------------------------------------------------------------
+    @property
+    def table_count(self) -> int:
+        for v in (self.tables.rows, self.tables.dim, self.pooling):
+            if isinstance(v, tuple):
+                return len(v)
+        return self.tables.count if self.tables.count is not None else DEFAULT_TABLES
 
     @property
-    def row_bytes(self) -> int:
-        return self.tables.dim * self.tables.bytes_per_element
+    def rows_per_table(self) -> tuple[int, ...]:
+        return _per_table(self.tables.rows, self.table_count, DEFAULT_ROWS)
 
     @property
-    def state_bytes(self) -> int:
+    def dims(self) -> tuple[int, ...]:
+        return _per_table(self.tables.dim, self.table_count, 64)
+
+    @property
+    def poolings(self) -> tuple[int, ...]:
+        return _per_table(self.pooling, self.table_count, 20)
+
+    def _state(self, dim: int) -> int:
         """Optimizer state per row, moved with the row (FBGEMM keeps it beside the weights)."""
-        return {"sgd": 0, "adagrad": 4 * self.tables.dim, "rowwise-adagrad": 4}[self.optimizer]
+        return {"sgd": 0, "adagrad": 4 * dim, "rowwise-adagrad": 4}[self.optimizer]
 
     @property
-    def moved_row_bytes(self) -> int:
-        return self.row_bytes + self.state_bytes
+    def row_bytes_per_table(self) -> tuple[int, ...]:
+        """Bytes a lookup reads, per table (weights only)."""
+        return tuple(d * self.tables.bytes_per_element for d in self.dims)
+
+    @property
+    def moved_row_bytes_per_table(self) -> tuple[int, ...]:
+        """Bytes of a row that moves or is updated, per table (weights + optimizer state)."""
+        return tuple(r + self._state(d) for r, d in zip(self.row_bytes_per_table, self.dims,
+                                                        strict=True))
+
+    def _mean(self, per_table: tuple[int, ...]) -> float:
+        if len(set(per_table)) == 1:
+            return per_table[0]
+        rows = self.rows_per_table
+        return sum(a * b for a, b in zip(per_table, rows, strict=True)) / sum(rows)
+
+    @property
+    def row_bytes(self) -> float:
+        """Bytes per lookup: exact with one dim for all tables, else the mean over rows."""
+        return self._mean(self.row_bytes_per_table)
+
+    @property
+    def moved_row_bytes(self) -> float:
+        return self._mean(self.moved_row_bytes_per_table)
+
+    @property
+    def state_bytes(self) -> float:
+        return self.moved_row_bytes - self.row_bytes
+
+    @property
+    def pooled_bytes(self) -> int:
+        """Pooled embedding vectors of one sample (one per table)."""
+        return sum(self.row_bytes_per_table)
 
     @property
     def mlp_flops(self) -> float:
@@ -165,7 +231,7 @@ class Config:
 
     @property
     def total_rows(self) -> int:
-        return self.model.tables.count * self.model.tables.rows
+        return sum(self.model.rows_per_table)
 
     def capacity_rows(self) -> int:
         """Cache capacity in rows: `capacity_rows`, else ceil(load_factor x total rows).
@@ -185,7 +251,15 @@ class Config:
         src = self.source
         self.hardware.check(src)
         m = self.model
-        if m.warmup_batches >= m.num_batches:
+        self._check_tables()
+        if m.num_batches == "all" and self.trace.path is None:
+            raise UserError("'all' needs a trace file (trace.path); expected a number of "
+                            "batches for a generated trace", source=src,
+                            field="model.num_batches")
+        if isinstance(m.num_batches, str) and m.num_batches != "all":
+            raise UserError(f"expected a whole number of batches or 'all', got "
+                            f"{m.num_batches!r}", source=src, field="model.num_batches")
+        if isinstance(m.num_batches, int) and m.warmup_batches >= m.num_batches:
             raise UserError(f"expected warmup_batches < num_batches ({m.num_batches}), got "
                             f"{m.warmup_batches}", source=src, field="model.warmup_batches")
         if len(m.bottom_mlp) < 2 or len(m.top_mlp) < 2:
@@ -199,6 +273,12 @@ class Config:
         if isinstance(wb, str) and wb != "auto" or isinstance(wb, int) and wb < 0:
             raise UserError(f"expected a whole number of batches >= 0 or 'auto', got {wb!r}",
                             source=src, field="cache.warmup_batches")
+        if not (self.trace.path is not None and m.tables.rows is None):
+            self._check_cache_fits()  # else sizes come from the trace: checked once known
+        self.hardware.check_l2(src)
+
+    def _check_cache_fits(self) -> None:
+        src, m = self.source, self.model
         cap = self.cache.capacity_rows or self.capacity_rows()
         cache_bytes = cap * m.moved_row_bytes
         hbm = self.hardware.gpu.hbm_capacity_GiB * GiB
@@ -206,9 +286,24 @@ class Config:
             key = ("cache.capacity_rows" if self.cache.capacity_rows is not None
                    else "cache.load_factor")
             raise UserError(f"the cache needs {cache_bytes / GiB:.2f} GiB ({cap} rows x "
-                            f"{m.moved_row_bytes} B) but hardware.gpu.hbm_capacity_GiB is "
+                            f"{m.moved_row_bytes:g} B) but hardware.gpu.hbm_capacity_GiB is "
                             f"{self.hardware.gpu.hbm_capacity_GiB}: expected a cache that fits "
                             "in HBM", source=src, field=key)
+
+    def _check_tables(self) -> None:
+        """Per-table lists agree with each other and with tables.count."""
+        m, src = self.model, self.source
+        n = m.table_count
+        for key, v in (("model.tables.count", m.tables.count), ("model.tables.rows",
+                       m.tables.rows), ("model.tables.dim", m.tables.dim),
+                       ("model.pooling", m.pooling)):
+            size = v if key.endswith("count") else (len(v) if isinstance(v, tuple) else None)
+            if size is not None and size != n:
+                raise UserError(f"{size} tables here but {n} elsewhere in model (a per-table "
+                                "list, or model.tables.count): expected one length",
+                                source=src, field=key)
+            if isinstance(v, tuple) and not v:
+                raise UserError("expected at least one table", source=src, field=key)
 
     def _check_pipeline(self) -> None:
         """Every scratchpipe stage once, in data-flow order; the window covers the depth."""
@@ -233,6 +328,13 @@ class Config:
                             f"flight: expected cache.lookahead >= {depth}, got {c.lookahead} "
                             "(or fuse stages, e.g. cache.pipeline: [[plan], [collect, "
                             "exchange, insert], [train]])", source=src, field="cache.lookahead")
+
+    def with_model(self, **changes: Any) -> Config:
+        """This config with model fields replaced (sizes learnt from a trace), re-checked."""
+        cfg = dataclasses.replace(self, model=dataclasses.replace(self.model, **changes))
+        object.__setattr__(cfg, "_source", self.source)
+        cfg.check()
+        return cfg
 
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self)

@@ -71,7 +71,7 @@ class Machine:
         self.r = m.row_bytes
         self.R = m.moved_row_bytes
         self.index_bytes = m.index_bytes
-        self.tables = m.tables.count
+        self.tables = m.table_count
 
     def batch_done(self, b: int) -> None:
         """Batch b finished training; at the end of warm-up, snapshot busy times."""

@@ -63,9 +63,10 @@ def build_trace(cfg: Config) -> Trace:
                     f"the trace {path} has batch size {trace.batch_size}; expected "
                     f"model.batch_size to match (e.g. --set model.batch_size="
                     f"{trace.batch_size})", source=cfg.source, field="model.batch_size")
-        else:  # flat id streams are cut into the model's mini-batches
+        else:  # flat id streams are cut into the model's mini-batches; rows = max id + 1
             trace = open_trace(path, batch_size=m.batch_size, fmt=t.format)
-        return fit_trace(trace, cfg)
+            trace = dataclasses.replace(trace, meta={**trace.meta, ROWS_INFERRED: True})
+        return fit_trace(trace, sized_config(cfg, trace))
     from scratchpipe_sim.traces.generators import DISTRIBUTIONS, generate_trace, load_distributions
 
     load_distributions()  # calibrated, reuse-distance register on import
@@ -74,9 +75,64 @@ def build_trace(cfg: Config) -> Trace:
     if t.alpha is not None and "alpha" in getattr(factory, "PARAMS", {}):
         params.setdefault("alpha", t.alpha)
     seed = cfg.seed if t.seed is None else t.seed
-    return generate_trace(t.distribution, [m.tables.rows] * m.tables.count, m.batch_size,
-                          prefix_cap(cfg) + m.num_batches, m.pooling, seed, reuse=t.reuse,
-                          source=cfg.source, field_prefix="trace.params.", **params)
+    return generate_trace(t.distribution, list(m.rows_per_table), m.batch_size,
+                          prefix_cap(cfg) + m.num_batches, list(m.poolings), seed,
+                          reuse=t.reuse, source=cfg.source, field_prefix="trace.params.",
+                          **params)
+
+
+#: trace.meta key: the trace's row counts were inferred from its ids (a flat id stream)
+ROWS_INFERRED = "rows_inferred"
+
+
+def sized_config(cfg: Config, trace: Trace) -> Config:
+    """The config with the sizes the trace determines: table count and rows when the config
+    leaves them out, `num_batches: all`. Where both give them and disagree: exit 2 naming
+    both numbers (a flat id stream's rows are only a lower bound: max id + 1)."""
+    m, src = cfg.model, cfg.source
+    t = trace.num_tables
+    given_count = m.tables.count is not None or any(
+        isinstance(v, tuple) for v in (m.tables.rows, m.tables.dim, m.pooling))
+    if given_count and m.table_count != t:
+        field = ("model.tables.count" if m.tables.count is not None
+                 else "model.tables.rows" if isinstance(m.tables.rows, tuple)
+                 else "model.tables.dim" if isinstance(m.tables.dim, tuple) else "model.pooling")
+        raise UserError(f"the trace {trace.source} has {t} tables but the config gives "
+                        f"{m.table_count}: expected equal (or leave model.tables.count out)",
+                        source=src, field=field)
+    trace_rows = tuple(int(x) for x in trace.table_rows)
+    changes: dict[str, Any] = {}
+    if m.tables.rows is None:
+        changes["tables"] = dataclasses.replace(m.tables, rows=trace_rows, count=None)
+    elif not given_count:
+        changes["tables"] = dataclasses.replace(m.tables, count=t)
+    if m.tables.rows is not None:
+        rows = _expand(m.tables.rows, t)
+        inferred = bool(trace.meta.get(ROWS_INFERRED))
+        for k, (mine, theirs) in enumerate(zip(rows, trace_rows, strict=True)):
+            if inferred and mine < theirs:
+                raise UserError(f"table {k} of the trace {trace.source} has ids up to "
+                                f"{theirs - 1} but model.tables.rows gives {mine}: expected "
+                                f"0 <= id < {mine} (raise model.tables.rows, or leave it out "
+                                "to take the trace's)", source=src, field="model.tables.rows")
+            if not inferred and mine != theirs:
+                raise UserError(f"table {k} has {theirs} rows in the trace {trace.source} but "
+                                f"{mine} in the config: expected equal (or leave "
+                                "model.tables.rows out to take the trace's)", source=src,
+                                field="model.tables.rows")
+    if m.num_batches == "all":
+        wb = cfg.cache.warmup_batches
+        warm = 0 if wb == "auto" else int(wb)
+        if trace.num_batches - warm < 1:
+            raise UserError(f"the trace has {trace.num_batches} batches, all taken by "
+                            f"cache.warmup_batches = {warm}", source=src,
+                            field="model.num_batches")
+        changes["num_batches"] = trace.num_batches - warm
+    return cfg.with_model(**changes) if changes else cfg
+
+
+def _expand(v: int | tuple[int, ...], n: int) -> tuple[int, ...]:
+    return tuple(v) if isinstance(v, tuple) else (v,) * n
 
 
 def slice_batches(trace: Trace, start: int, stop: int) -> Trace:
@@ -95,18 +151,14 @@ def fit_trace(trace: Trace, cfg: Config) -> Trace:
     batches before the model.num_batches timed ones (from the start of the trace)."""
     m = cfg.model
     src = trace.source
-    if trace.num_tables != m.tables.count:
-        raise UserError(f"the trace has {trace.num_tables} tables but model.tables.count is "
-                        f"{m.tables.count}: expected equal", source=src,
-                        field="model.tables.count")
-    rows = np.full(trace.num_tables, m.tables.rows, np.int64)
+    rows = np.asarray(m.rows_per_table, np.int64)
     if np.any(np.asarray(trace.table_rows) != rows):
         trace = dataclasses.replace(trace, table_rows=rows)
-    try:
-        trace.validate()
-    except UserError as e:
-        raise UserError(f"{e.message} (model.tables.rows = {m.tables.rows})", source=src,
-                        field="model.tables.rows") from None
+        try:
+            trace.validate()
+        except UserError as e:
+            raise UserError(f"{e.message} (model.tables.rows)", source=src,
+                            field="model.tables.rows") from None
     if trace.num_batches < m.num_batches:
         raise UserError(f"the trace has {trace.num_batches} batches but model.num_batches is "
                         f"{m.num_batches}: expected at most {trace.num_batches}", source=src,
@@ -241,7 +293,9 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
              progress: Progress | None = None) -> list[dict]:
     """Run `designs` (default: cfg.designs) on one trace; one flat metrics dict per design."""
     names = check_designs(cfg, designs)
-    trace = build_trace(cfg) if trace is None else fit_trace(trace, cfg)
+    trace = build_trace(cfg) if trace is None else trace
+    cfg = sized_config(cfg, trace)
+    trace = fit_trace(trace, cfg)
     built = {name: DESIGNS.get(name)(cfg) for name in names}
     keys = {name: d.workload_key() for name, d in built.items()}
     replays = Replays(cfg, trace, any(k.policy is not None for k in keys.values()))

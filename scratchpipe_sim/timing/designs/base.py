@@ -47,7 +47,7 @@ class Design(ABC):
         m = cfg.model
         self.r = m.row_bytes  # bytes read per lookup (weights only)
         self.R = m.moved_row_bytes  # bytes per row moved or updated (weights + state)
-        self.pooled = m.tables.count * m.tables.dim * m.tables.bytes_per_element  # per sample
+        self.pooled = m.pooled_bytes  # pooled vectors of one sample, every table
 
     @abstractmethod
     def workload_key(self) -> WorkloadKey:

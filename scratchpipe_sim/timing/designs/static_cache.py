@@ -37,8 +37,8 @@ class StaticCache(Design):
 
     def run(self, m, w):
         c = Columns(w)
-        T = self.cfg.model.tables.count
-        vec = self.pooled // T  # bytes of one pooled vector
+        T = self.cfg.model.table_count
+        vec = self.pooled / T  # bytes of one pooled vector (the mean over tables)
         inputs = InputCopies(m, c, w.num_batches)
         for b in range(w.num_batches):
             A, host, uh = c.accesses[b], c.unplaced[b], c.unique_unplaced[b]
