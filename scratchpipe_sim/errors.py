@@ -29,3 +29,13 @@ def closest(name: str, choices: Iterable[str]) -> str:
     """A ' (did you mean X?)' hint for an unknown name, or '' when nothing is close."""
     match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
     return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def os_reason(e: OSError) -> str:
+    """Why a path could not be written, in words (a file where a folder is needed, no
+    permission, ...): the strerror, made specific for the common cases."""
+    if isinstance(e, (FileExistsError, NotADirectoryError)):
+        return "a part of the path is an existing file, not a folder"
+    if isinstance(e, PermissionError):
+        return "permission denied"
+    return e.strerror or str(e)

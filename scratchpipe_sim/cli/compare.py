@@ -11,11 +11,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="speedup of every design over a baseline, per point",
                        description="speedup = baseline time / design time, per point, with "
                        "the geometric mean and maximum over points.")
-    p.add_argument("results", help="results folder (or its results.csv / results.parquet)")
-    p.add_argument("--baseline", default="hybrid", help="design to divide by (default hybrid)")
-    p.add_argument("--metric", default="iter_ns_mean",
-                   help="a time metric, lower is better (default iter_ns_mean)")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("results", help="a sweep's or a `run`'s results folder (or its "
+                   "results.csv / results.parquet)")
+    p.add_argument("--baseline", default="hybrid", metavar="DESIGN",
+                   help="design to divide by (default: hybrid)")
+    p.add_argument("--metric", default="iter_ns_mean", metavar="COLUMN",
+                   help="a time column of the table, lower is better, e.g. iter_ns_p99 "
+                        "(default: iter_ns_mean)")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                   help="table: aligned text with geomean and max rows; csv: one row per "
+                        "point; json: points, geomean and max (default: table)")
     p.set_defaults(func=handle)
 
 

@@ -14,12 +14,17 @@ from scratchpipe_sim.config import dump_yaml, flatten, resolve
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("config", help="show the fully resolved config",
-                              description="Inspect configs.")
+                              description="Inspect configs: `config show CONFIG` prints what "
+                                          "`run` would simulate.")
     sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
     sub.required = True
     show = sub.add_parser("show", help="print the resolved config (presets expanded, "
-                                       "overrides applied, defaults filled)")
-    show.add_argument("config", metavar="CONFIG")
+                                       "overrides applied, defaults filled)",
+                          description="Print the fully resolved config: presets expanded, "
+                                      "--set overrides applied, every default filled; "
+                                      "exactly what `run` simulates and saves as "
+                                      "resolved_config.yaml.")
+    show.add_argument("config", metavar="CONFIG", help="YAML config (see configs/)")
     show.add_argument("--set", dest="overrides", action="append", default=[],
                       metavar="KEY=VALUE", help="override by dotted path (repeatable)")
     fmt = show.add_mutually_exclusive_group()

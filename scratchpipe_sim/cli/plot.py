@@ -12,7 +12,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plot", help="draw a figure from sweep results (PNG + PDF)",
                        description="Built-in figures: " + ", ".join(BUILTIN) +
                        "; an experiment may declare more under 'figures:'.")
-    p.add_argument("results", help="results folder (or its results.csv / results.parquet)")
+    p.add_argument("results", help="a sweep's or a `run`'s results folder (or its "
+                   "results.csv / results.parquet); a run folder is one point: its figure "
+                   "is stage-breakdown")
     p.add_argument("--figure", "-f", action="append", dest="figures",
                    help="figure name (repeatable; default: the experiment's declared "
                    "figures)")
@@ -20,14 +22,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "trailing '/', or several figures); default: RESULTS/figures/NAME")
     p.add_argument("--format", action="append", dest="formats", choices=("png", "pdf", "svg"),
                    help="file formats (default: png and pdf)")
-    p.add_argument("--dpi", type=int, default=110)
+    p.add_argument("--dpi", type=int, default=110, metavar="N",
+                   help="resolution of PNG output in dots per inch (default: 110)")
     p.add_argument("--experiment", help="take the declared figures from this experiment YAML "
                    "(default: those recorded in the results' manifest)")
     p.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    from scratchpipe_sim.errors import UserError
+    from scratchpipe_sim.errors import UserError, os_reason
     from scratchpipe_sim.experiments.plots import make_figure, save_figure
     from scratchpipe_sim.experiments.results import load_results
 
@@ -40,6 +43,8 @@ def handle(args: argparse.Namespace) -> int:
     if not names:
         raise UserError("the experiment declares no figures: expected --figure NAME",
                         field="--figure")
+    if args.dpi < 1:
+        raise UserError(f"expected a positive resolution, got {args.dpi}", field="--dpi")
     folder = Path(args.results) if Path(args.results).is_dir() else Path(args.results).parent
     formats = tuple(args.formats or ("png", "pdf"))
     for name in names:
@@ -50,6 +55,13 @@ def handle(args: argparse.Namespace) -> int:
             stem = Path(args.out) / name
         else:
             stem = Path(args.out)
-        for path in save_figure(fig, stem, formats, args.dpi):
+        try:
+            paths = save_figure(fig, stem, formats, args.dpi)
+        except OSError as e:
+            where = getattr(e, "filename", None) or stem
+            raise UserError(f"cannot write the figure: {os_reason(e)}; expected a "
+                            "writable path", source=str(where),
+                            field="--out" if args.out else None) from None
+        for path in paths:
             print(path)
     return 0

@@ -21,7 +21,7 @@ from typing import Any
 
 from scratchpipe_sim import __version__, memory_guard
 from scratchpipe_sim.config import dump_yaml, flatten, load_config
-from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.progress import Progress
 from scratchpipe_sim.timing import DESIGNS, build_trace, simulate
 from scratchpipe_sim.timing.runner import check_designs
@@ -170,7 +170,7 @@ def _make_out(path: Path) -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:
-        raise UserError(f"cannot create the results folder: {e.strerror or e}; expected a "
+        raise UserError(f"cannot create the results folder: {os_reason(e)}; expected a "
                         "writable folder path", source=str(out), field="--out") from None
     return out
 
@@ -209,7 +209,7 @@ def handle(args: argparse.Namespace) -> int:
                       list(args.overrides))
     except OSError as e:
         shutil.rmtree(out, ignore_errors=True)
-        raise UserError(f"cannot write results: {e.strerror or e}", source=str(out),
+        raise UserError(f"cannot write results: {os_reason(e)}", source=str(out),
                         field="--out") from None
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # ours, just made: leave no half result

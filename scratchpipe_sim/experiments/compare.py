@@ -89,7 +89,7 @@ def format_table(c: Comparison) -> str:
     n = len(c.table)
     if c.common < n:
         title += (f"; geomean over the {c.common} of {n} points where every design ran "
-                  "(- = failed, see the error column)")
+                  "(- = did not run: infeasible or error, see the error column)")
     return "\n".join([title, line(head), rule, *map(line, body), rule, *map(line, foot)])
 
 

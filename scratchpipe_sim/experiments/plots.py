@@ -3,7 +3,10 @@
 Every plot function returns its `Figure`, so tests inspect lines and bars instead of pixels.
 Colours: the Okabe-Ito palette (distinguishable with the common colour-vision
 deficiencies), one fixed colour per design across every figure; a second metric on the same
-axes is told apart by line style, a further swept key by marker.
+axes is told apart by line style, a further swept key by marker. A design that did not run
+at a point is marked at the bottom of the panel in its colour: x = infeasible (a result:
+e.g. scratchpipe's window does not fit the cache), ! = error; a note under the figure gives
+the reasons.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.transforms as mtransforms  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
@@ -82,6 +86,69 @@ def _frame(res: Results, opts: dict[str, Any], name: str) -> pd.DataFrame:
         raise UserError(f"figure '{name}': no successful rows to plot (after where/designs)",
                         source=res.source)
     return f
+
+
+#: marker of a design that did not run at a point, by status.
+NOT_RUN_MARKERS = {"infeasible": "x", "error": "$!$"}
+NOTE_CHARS = 110
+
+
+def _not_run(res: Results, opts: dict[str, Any]) -> pd.DataFrame:
+    """Rows that did not run, after the figure's where/designs filters."""
+    f = res.not_ok()
+    for col, val in (opts.get("where") or {}).items():
+        if col in f.columns:
+            f = f[f[col] == val]
+    if opts.get("designs"):
+        f = f[f["design"].isin(opts["designs"])]
+    return f
+
+
+def _short(reason: Any) -> str:
+    parts = " ".join(str(reason).split()).split(": ")
+    # drop the "source: field: " prefix of a UserError line (names without spaces)
+    while len(parts) > 1 and (" " not in parts[0] or parts[0] == "sweep point"):
+        parts = parts[1:]
+    text = ": ".join(parts)
+    return text if len(text) <= NOTE_CHARS else text[:NOTE_CHARS - 3] + "..."
+
+
+def _mark_not_run(ax, part: pd.DataFrame, x: str, categorical: bool, cats: list,
+                  scale: float, designs: list[str], labelled: set[str]) -> None:
+    """A marker at the panel's bottom for each (design, x) that did not run."""
+    trans = mtransforms.blended_transform_factory(ax.transData, ax.transAxes)
+    for status, marker in NOT_RUN_MARKERS.items():
+        rows = part[part["status"] == status]
+        for d in dict.fromkeys(rows["design"]):
+            vals = rows[rows["design"] == d][x]
+            if categorical:
+                xs = np.array([cats.index(v) for v in vals if v in cats], float)
+            else:
+                xs = pd.to_numeric(vals, errors="coerce").dropna().to_numpy(float) * scale
+            if not len(xs):
+                continue
+            key = f"{d} {status}"
+            ax.plot(xs, np.full(len(xs), 0.03), transform=trans, linestyle="none",
+                    marker=marker, markersize=7, color=design_color(d, designs),
+                    label=key if key not in labelled else None, clip_on=False)
+            labelled.add(key)
+
+
+def _note(fig: Figure, bad: pd.DataFrame) -> None:
+    """Under the figure: why designs did not run (a few distinct reasons)."""
+    if bad.empty:
+        return
+    lines = []
+    for status, marker in NOT_RUN_MARKERS.items():
+        rows = bad[bad["status"] == status]
+        reasons = list(dict.fromkeys(f"{d}: {_short(r)}" for d, r in
+                                     zip(rows["design"], rows.get("error", ""), strict=False)))
+        if reasons:
+            more = f" (+{len(reasons) - 2} more)" if len(reasons) > 2 else ""
+            lines.append(f"{marker.strip('$')} {status}: " + "; ".join(reasons[:2]) + more)
+    fig.text(0.01, 0.005, "\n".join(lines), fontsize=6, ha="left", va="bottom",
+             color="#444444")
+    fig.subplots_adjust(bottom=min(0.35, 0.12 + 0.035 * len(lines)))
 
 
 def _need(f: pd.DataFrame, col: str, name: str, what: str) -> None:
@@ -162,7 +229,13 @@ def line_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
     scale = float(opts.get("x_scale", scale))
     x_label = opts.get("x_label") or label
     categorical = not _numeric(f[x])
-    cats = list(dict.fromkeys(f[x])) if categorical else []
+    bad = _not_run(res, opts)
+    if x in bad.columns and all(c in bad.columns for c in facets):
+        bad = bad.assign(_panel=_labels(bad, facets, long=True))
+    else:
+        bad = bad.iloc[0:0].assign(_panel=[])
+    cats = list(dict.fromkeys([*f[x], *bad[x]])) if categorical else []
+    labelled: set[str] = set()
     panels = list(dict.fromkeys(f["_panel"]))
     rows, cols = _grid(len(panels))
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False,
@@ -195,6 +268,8 @@ def line_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
                             color=design_color(d, designs),
                             linestyle=LINESTYLES[yi % len(LINESTYLES)],
                             marker=MARKERS[gi % len(MARKERS)], markersize=4, linewidth=1.5)
+        _mark_not_run(ax, bad[bad["_panel"] == pv], x, categorical, cats, scale, designs,
+                      labelled)
         if categorical:
             ax.set_xticks(range(len(cats)), [str(c) for c in cats], rotation=15)
         if opts.get("logx") and not categorical:
@@ -212,6 +287,7 @@ def line_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
     if opts.get("title"):
         fig.suptitle(opts["title"], fontsize=11)
     fig.tight_layout()
+    _note(fig, bad)
     return fig
 
 
@@ -270,6 +346,10 @@ def make_figure(res: Results, name: str, overrides: dict[str, Any] | None = None
     opts.update(overrides or {})
     if opts.get("kind") == "stacked-bar":
         return stacked_bar_figure(res, name, opts)
+    if res.manifest.get("kind") == "run":
+        raise UserError(f"figure '{name}' draws a line over swept values, and a `run` folder "
+                        "is one point: expected a sweep's results folder, or --figure "
+                        "stage-breakdown", source=res.source, field="--figure")
     return line_figure(res, name, opts)
 
 

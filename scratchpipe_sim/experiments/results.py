@@ -1,4 +1,9 @@
-"""Read a sweep's results table (folder, CSV or Parquet) for `plot` and `compare`."""
+"""Read a results table (folder, CSV or Parquet) for `plot` and `compare`.
+
+A sweep's folder holds many points; a `run` folder (results.csv + metadata.json, no
+manifest) is read as a one-point result: point "run", no swept keys, every row ok, and the
+stage breakdown as its default figure.
+"""
 
 from __future__ import annotations
 
@@ -30,9 +35,14 @@ class Results:
         return dict(self.manifest.get("figures") or {})
 
     def ok(self) -> pd.DataFrame:
-        """Rows of points that ran (failed points are kept in the table, not in figures)."""
+        """Rows of points that ran (the others are marked in figures, not drawn as data)."""
         f = self.frame
         return f[f["status"] == "ok"] if "status" in f.columns else f
+
+    def not_ok(self) -> pd.DataFrame:
+        """Rows that did not run: status infeasible (a result) or error."""
+        f = self.frame
+        return f[f["status"] != "ok"] if "status" in f.columns else f.iloc[0:0]
 
 
 def read_csv_table(path: str | os.PathLike) -> pd.DataFrame:
@@ -65,4 +75,21 @@ def load_results(path: str | os.PathLike) -> Results:
         if col not in frame.columns:
             raise UserError(f"not a results table: no '{col}' column", source=str(table))
     manifest = read_manifest(folder) if (folder / MANIFEST).is_file() else None
+    if manifest is None and "point" not in frame.columns:
+        return _one_point(frame, str(table))
     return Results(frame=frame, source=str(table), manifest=manifest or {})
+
+
+def _one_point(frame: pd.DataFrame, source: str) -> Results:
+    """A `run` result (one row per design, no sweep columns) as a sweep of one point."""
+    if frame["design"].duplicated().any():
+        raise UserError("a design appears twice in a table without 'point' and 'index' "
+                        "columns; expected a `run` results.csv (one row per design) or a "
+                        "sweep's results folder", source=source)
+    frame = frame.copy()
+    frame.insert(0, "index", 0)
+    frame.insert(0, "point", "run")
+    if "status" not in frame.columns:
+        frame["status"] = "ok"
+    return Results(frame=frame, source=source,
+                   manifest={"axes": [], "figures": {"stage-breakdown": {}}, "kind": "run"})

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.errors import UserError, os_reason
 
 MANIFEST = "manifest.json"
 POINTS = "points.jsonl"
@@ -240,7 +240,7 @@ class ResultStore:
             folder.mkdir(parents=True, exist_ok=True)
             lock = acquire_lock(folder)
         except OSError as e:
-            raise UserError(f"cannot create the results folder: {e.strerror or e}; expected a "
+            raise UserError(f"cannot create the results folder: {os_reason(e)}; expected a "
                             "writable folder path", source=str(folder), field="--out") from None
         try:
             store = cls._open_locked(folder, manifest, points, retry_failed)
@@ -266,7 +266,7 @@ class ResultStore:
                              (json.dumps(manifest, indent=2) + "\n").encode())
                 atomic_write(store.csv_path, _csv_bytes([store.columns]))
             except OSError as e:
-                raise UserError(f"cannot write the results folder: {e.strerror or e}",
+                raise UserError(f"cannot write the results folder: {os_reason(e)}",
                                 source=str(folder), field="--out") from None
             return store
         if old.get("experiment_hash") != manifest["experiment_hash"]:
