@@ -5,6 +5,11 @@ once, HBM and CPU DRAM streaming and random-row gather bandwidth by row size (un
 set), GEMM throughput and kernel launch cost. The preset (hardware schema, loads with
 `hardware: {preset: PATH}`) and the raw samples (JSON) are written; `--from-json` rebuilds a
 preset from saved samples without a GPU. Without a GPU: one line, exit status 2.
+
+`--cpu` (any machine): compiled micro-benchmarks of the host only (streaming copy, embedding-
+bag gather + pool by row size and thread count, gradient aggregation + optimizer apply, the
+scratchpipe planner kernel); writes a preset with the measured `cpu:` keys, each commented
+with how it was measured, over `--base` (`preset: BASE`) when given. See scratchpipe_sim/cpu.
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="build the preset from samples saved by an earlier run (no GPU)")
     p.add_argument("--quick", action="store_true",
                    help="fewer repetitions and smaller buffers (about 4x faster, noisier)")
+    p.add_argument("--cpu", action="store_true",
+                   help="measure the host CPU only (no GPU needed) and write its cpu: keys")
+    p.add_argument("--threads", metavar="N[,N...]",
+                   help="--cpu: thread counts to measure (default: 1 and every Numba thread)")
+    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests only
     p.set_defaults(func=handle)
 
 
@@ -45,11 +55,77 @@ def _slug(text: str) -> str:
 def base_hardware(name: str | None) -> HardwareConfig:
     if name is None:
         return HardwareConfig()
-    return load_config({"hardware": {"preset": name}}).hardware
+    return _load_hardware({"preset": name})
+
+
+def _load_hardware(hw: dict) -> HardwareConfig:
+    """A hardware section on its own (design: hybrid, so no cache or pipeline settings of
+    the defaults can reject it)."""
+    return load_config({"hardware": hw, "designs": ["hybrid"]}).hardware
+
+
+def _threads(text: str | None) -> list[int]:
+    import numba as nb
+
+    if text is None:
+        return sorted({1, nb.config.NUMBA_NUM_THREADS})
+    try:
+        out = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise UserError(f"expected thread counts like 1,2,4, got {text!r}",
+                        field="--threads") from None
+    if not out:
+        raise UserError("expected at least one thread count", field="--threads")
+    avail = nb.config.NUMBA_NUM_THREADS
+    bad = [t for t in out if not 1 <= t <= avail]
+    if bad:
+        raise UserError(f"{bad[0]} threads: expected 1..{avail} (this machine's Numba "
+                        "threads; NUMBA_NUM_THREADS raises the limit)", field="--threads")
+    return out
+
+
+def _base_ref(name: str | None) -> str | None:
+    """How the written preset names its base: a preset name as is, a file by absolute path
+    (the preset may be written elsewhere)."""
+    if name is None:
+        return None
+    p = Path(name)
+    return str(p.resolve()) if p.suffix in (".yaml", ".yml") and p.exists() else name
+
+
+def handle_cpu(args: argparse.Namespace) -> int:
+    from scratchpipe_sim.cpu import bench
+    from scratchpipe_sim.cpu.fit import cpu_preset_yaml, fit_cpu, llc_from_sysfs
+    from scratchpipe_sim.cuda.fit import check_writable, write_preset
+
+    if args.from_json is not None:
+        raise UserError("--from-json rebuilds a GPU preset; --cpu measures this host",
+                        field="--from-json")
+    base = base_hardware(args.base)  # a missing base preset fails before measuring
+    name = args.name or "measured-cpu"
+    out = args.out or Path("configs/hardware") / f"{name}.yaml"
+    check_writable(out)
+    threads = _threads(args.threads)
+    sizes = bench.TINY if args.tiny else bench.QUICK if args.quick else bench.CpuBenchSizes()
+    meas = bench.measure_all(threads, sizes)
+    cal = fit_cpu(meas, base.cpu, llc_from_sysfs())
+    write_preset(out, cpu_preset_yaml(cal, meas, name, _base_ref(args.base)))
+    write_preset(out.with_suffix(".json"), meas.to_json())
+    _load_hardware({"preset": str(out.resolve())})  # it must load as it is
+    for key, value in cal.values.items():
+        print(f"cpu.{key} = {value}    # {cal.how[key]}")
+    for c in cal.checks:
+        print(f"check: {c}")
+    print(f"noise: best of {meas.reps}; worst spread {meas.worst_spread * 100:.0f}%")
+    print(f"wrote {out} (raw samples: {out.with_suffix('.json')})")
+    return 0
 
 
 def handle(args: argparse.Namespace) -> int:
     from scratchpipe_sim.cuda.fit import Measurements, build_preset, preset_yaml, write_preset
+
+    if args.cpu:
+        return handle_cpu(args)
 
     base = base_hardware(args.base)
     if args.from_json is not None:
@@ -84,7 +160,7 @@ def handle(args: argparse.Namespace) -> int:
     write_preset(out, preset_yaml(cal, meas, args.base or "schema defaults"))
     if json_out:
         write_preset(out.with_suffix(".json"), meas.to_json())
-    load_config({"hardware": {"preset": str(out.resolve())}})  # it must load as it is
+    _load_hardware({"preset": str(out.resolve())})  # it must load as it is
     for label, f in (("h2d", cal.h2d), ("d2h", cal.d2h)):
         if f is not None:
             print(f"{label}: latency {f.latency_ns:.0f} ns, {f.GBps:.2f} GB/s (R^2 {f.r2:.4f})")

@@ -5,6 +5,11 @@ through `simulate` (design `scratchpipe`), then prints predicted vs measured per
 end to end with the error in %, and writes a CSV (and the measured stage means as JSON, so
 `--measured` can redo the comparison — e.g. against another preset — without a GPU).
 Without a GPU (and no --measured): one line, exit status 2.
+
+`--cpu` (any machine): the CPU stages of hybrid and scratchpipe run for real on the config's
+trace (real tables in DRAM) and are compared, stage by stage, with the timing model's price
+of the same per-batch counts (see scratchpipe_sim/cpu/validate.py). `--rows N` scales every
+table to N rows when the full size does not fit in memory.
 """
 
 from __future__ import annotations
@@ -28,10 +33,55 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="comparison CSV (default results/validate-<config name>.csv)")
     p.add_argument("--measured", type=Path, metavar="JSON",
                    help="compare with stage times saved by an earlier GPU run (no GPU)")
+    p.add_argument("--cpu", action="store_true",
+                   help="run the CPU stages for real (no GPU needed) and compare them")
+    p.add_argument("--json", action="store_true",
+                   help="--cpu: print a JSON list of {stage, predicted_ns, measured_ns, "
+                        "error_pct}")
+    p.add_argument("--rows", type=int, metavar="N",
+                   help="--cpu: rows per table (scales model.tables.rows to fit memory)")
+    p.add_argument("--batches", type=int, metavar="N",
+                   help="--cpu: validate only the first N measured batches")
+    p.add_argument("--reps", type=int, default=3, metavar="N",
+                   help="--cpu: in-order passes over the batches; best of N per batch "
+                        "(default 3)")
     p.set_defaults(func=handle)
 
 
+def handle_cpu(args: argparse.Namespace) -> int:
+    import json
+
+    from scratchpipe_sim.cpu.validate import cpu_designs, format_table, validate_cpu
+    from scratchpipe_sim.errors import UserError
+
+    for flag in ("rows", "batches", "reps"):
+        v = getattr(args, flag)
+        if v is not None and v < 1:
+            raise UserError(f"expected a positive number, got {v}", field=f"--{flag}")
+    overrides = list(args.overrides)
+    if args.rows is not None:
+        overrides.append(f"model.tables.rows={args.rows}")
+    overrides.append("cache.plan_threads=1")  # the policy kernel runs on one thread
+    cfg = load_config(args.config, overrides)
+    cpu_designs(cfg)
+    log = (lambda _s: None) if args.json else print
+    results = validate_cpu(cfg, reps=args.reps, max_batches=args.batches, log=log)
+    if args.json:
+        print(json.dumps([r.as_json() for r in results], indent=1))
+        return 0
+    hw = cfg.hardware
+    print(f"validate --cpu {cfg.name or Path(args.config).stem}: hardware "
+          f"{hw.name or '(inline)'}, cpu.cores {hw.cpu.cores}, "
+          f"{cfg.model.tables.count} x {cfg.model.tables.rows} rows, "
+          f"{results[0].batches} batches, best of {args.reps} passes; plan priced with "
+          "cache.plan_threads=1 (the policy kernel runs on one thread)")
+    print(format_table(results))
+    return 0
+
+
 def handle(args: argparse.Namespace) -> int:
+    if args.cpu:
+        return handle_cpu(args)
     from scratchpipe_sim.cuda.compare import compare, format_table, write_csv
     from scratchpipe_sim.cuda.validation import (
         load_measured,

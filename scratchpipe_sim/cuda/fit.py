@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,8 +199,29 @@ def preset_yaml(cal: Calibration, m: Measurements, base_name: str) -> str:
 
 
 def write_preset(path: Path, text: str) -> None:
-    """Write atomically (a temp file renamed into place)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write atomically (a temp file renamed into place); a folder that cannot be created or
+    written is one UserError line (calibrate --cpu and the GPU calibrate share this)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as e:
+        if tmp.parent.is_dir():
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+        raise UserError(f"cannot write the preset: {e.strerror or e}; expected a writable "
+                        "folder (--out)", source=str(path)) from None
+
+
+def check_writable(path: Path) -> None:
+    """Fail before measuring (minutes) when `path`'s folder cannot be written."""
+    folder = path.parent
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write into {folder}: expected a writable folder (--out)",
+                        source=str(path))

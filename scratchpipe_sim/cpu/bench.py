@@ -1,0 +1,197 @@
+"""Micro-benchmarks behind `calibrate --cpu` (compiled with Numba, timed best-of-N).
+
+Each benchmark runs at several sizes so that `fit_latency_bandwidth` (the same least
+squares `calibrate` fits to PCIe) separates a fixed cost per call from a rate:
+
+    stream      parallel copy, traffic = 2 x bytes (read + write, as datasheets count)
+    gather      embedding-bag gather + pool of random rows (uniform ids over a table larger
+                than the LLC) by row size, on every thread; rate = bytes of rows gathered
+    threads     the same gather at 256 B rows on 1..T threads (one core's rate, scaling)
+    backward    gradient aggregation (lookups -> unique-row gradients) then the optimizer
+                apply (SGD, Adagrad), by row size
+    planner     the real `scratchpipe` policy kernel on a synthetic Zipf trace
+
+Ids are synthetic (uniform, or Zipf for the planner): calibration never sees the config's
+trace, which `validate --cpu` uses to check the fitted model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numba as nb
+import numpy as np
+
+from scratchpipe_sim.cpu import kernels as K
+from scratchpipe_sim.cpu.measure import Timing, best_of
+from scratchpipe_sim.cuda import host
+
+
+@dataclass(frozen=True)
+class CpuBenchSizes:
+    copy_bytes: tuple[int, ...] = (1 << 25, 1 << 26, 1 << 27, 1 << 28)
+    table_bytes: int = 1 << 30  # well above any LLC
+    lookups: tuple[int, ...] = (1 << 17, 1 << 18, 1 << 19)
+    row_bytes: tuple[int, ...] = (64, 128, 256, 512)
+    pooling: int = 20
+    reps: int = 5
+    plan_rows: int = 8_000_000
+    plan_tables: int = 8
+    plan_batch: int = 2048
+    plan_batches: int = 8
+    plan_lookahead: int = 5
+    plan_load_factor: float = 0.05
+
+
+QUICK = CpuBenchSizes(copy_bytes=(1 << 24, 1 << 25, 1 << 26), table_bytes=1 << 28,
+                      lookups=(1 << 15, 1 << 16, 1 << 17), reps=3, plan_rows=1_000_000,
+                      plan_batch=1024, plan_batches=5)
+TINY = CpuBenchSizes(copy_bytes=(1 << 20, 1 << 23), table_bytes=1 << 23,
+                     lookups=(1 << 12, 1 << 15), row_bytes=(64, 256), reps=2, plan_rows=20_000,
+                     plan_tables=2, plan_batch=64, plan_batches=4, plan_lookahead=2,
+                     plan_load_factor=0.2)
+
+
+@dataclass
+class CpuMeasurements:
+    """Raw samples of `calibrate --cpu` (JSON-serialisable; seconds are best-of-reps)."""
+
+    threads: list[int] = field(default_factory=list)
+    reps: int = 0
+    #: (traffic bytes, seconds) of the parallel copy
+    stream: list[tuple[float, float]] = field(default_factory=list)
+    #: (row_bytes, gathered bytes, seconds) on max(threads)
+    gather: list[tuple[float, float, float]] = field(default_factory=list)
+    #: (threads, row_bytes, gathered bytes, seconds)
+    scaling: list[tuple[float, float, float, float]] = field(default_factory=list)
+    #: (row_bytes, lookups, seconds) of the aggregation on max(threads)
+    aggregate: list[tuple[float, float, float]] = field(default_factory=list)
+    #: (optimizer, row_bytes, unique rows, moved row bytes, seconds) of the apply
+    apply: list[tuple[str, float, float, float, float]] = field(default_factory=list)
+    plan_ns_per_id: float | None = None
+    plan_ids: int = 0
+    #: (median - best) / best of every timed point, worst one (noise)
+    worst_spread: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+
+def _time(m: CpuMeasurements, fn: Callable[[], object], reps: int,
+          setup: Callable[[], object] | None = None) -> float:
+    t: Timing = best_of(fn, reps, setup)
+    m.worst_spread = max(m.worst_spread, t.spread)
+    return t.best_s
+
+
+def measure_stream(m: CpuMeasurements, z: CpuBenchSizes) -> None:
+    n = max(z.copy_bytes) // 4
+    src = np.ones(n, np.float32)
+    dst = np.empty_like(src)
+    for nbytes in z.copy_bytes:
+        k = nbytes // 4
+        s = _time(m, lambda k=k: host.stream_copy(src[:k], dst[:k]), z.reps)
+        m.stream.append((2.0 * k * 4, s))
+
+
+def _pool_samples(m: CpuMeasurements, z: CpuBenchSizes, rb: int, store: np.ndarray,
+                  rng: np.random.Generator) -> list[tuple[float, float]]:
+    dim = rb // 4
+    out_samples = []
+    for n in z.lookups:
+        ids = rng.integers(0, store.shape[0], n).astype(np.int64)
+        bag_ptr = np.arange(0, n + 1, z.pooling, dtype=np.int64)
+        if bag_ptr[-1] != n:
+            bag_ptr = np.append(bag_ptr, n)
+        out = np.empty((len(bag_ptr) - 1, dim), np.float32)
+        s = _time(m, lambda ids=ids, b=bag_ptr, out=out: K.bag_pool(store, dim, ids, b, out),
+                  z.reps)
+        out_samples.append((float(n * rb), s))
+    return out_samples
+
+
+def measure_gather(m: CpuMeasurements, z: CpuBenchSizes) -> None:
+    rng = np.random.default_rng(11)
+    top = max(m.threads)
+    for rb in z.row_bytes:
+        store = np.ones((max(z.table_bytes // rb, max(z.lookups)), rb // 4), np.float32)
+        nb.set_num_threads(top)
+        for nbytes, s in _pool_samples(m, z, rb, store, rng):
+            m.gather.append((float(rb), nbytes, s))
+        for t in m.threads:
+            nb.set_num_threads(t)
+            for nbytes, s in _pool_samples(m, z, rb, store, rng):
+                m.scaling.append((float(t), float(rb), nbytes, s))
+        del store
+    nb.set_num_threads(top)
+
+
+def measure_backward(m: CpuMeasurements, z: CpuBenchSizes) -> None:
+    rng = np.random.default_rng(12)
+    top = max(m.threads)
+    nb.set_num_threads(top)
+    for rb in z.row_bytes:
+        for opt in ("sgd", "adagrad"):
+            _backward_point(m, z, rb, opt, rng, top)
+
+
+def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
+                    rng: np.random.Generator, top: int) -> None:
+    """Aggregation (timed with SGD's table) and apply of one optimizer at one row size."""
+    dim = rb // 4
+    cols = dim + K.state_columns(opt, dim)
+    rows = max(z.table_bytes // (cols * 4), max(z.lookups))
+    store = np.ones((rows, cols), np.float32)
+    bw = K.Backward(rows, dim, max(z.lookups), top)
+    state = {"n": 0}
+
+    def reset() -> None:
+        if state["n"]:
+            K.reset_slots(bw.slot, bw.uniq, state["n"])
+            state["n"] = 0
+
+    for n in z.lookups:
+        ids = rng.integers(0, rows, n).astype(np.int64)
+        bag_ptr = np.arange(0, n + 1, z.pooling, dtype=np.int64)
+        bag_of = K.bag_of_lookups(np.append(bag_ptr[bag_ptr < n], n))
+        grads = np.full((int(bag_of[-1]) + 1, dim), 1e-3, np.float32)
+
+        def agg(ids=ids, bag_of=bag_of, grads=grads) -> None:
+            state["n"] = bw.aggregate(ids, bag_of, grads)
+
+        s = _time(m, agg, z.reps, setup=reset)
+        if opt == "sgd":
+            m.aggregate.append((float(rb), float(n), s))
+        u = state["n"]
+        s = _time(m, lambda u=u: K.apply(opt, store, bw.uniq, bw.grad_rows, u), z.reps)
+        m.apply.append((opt, float(rb), float(u), float(cols * 4), s))
+        reset()
+
+
+def measure_planner(m: CpuMeasurements, z: CpuBenchSizes) -> None:
+    from scratchpipe_sim.cpu.planner import run_planner  # noqa: PLC0415
+    from scratchpipe_sim.traces.generators import generate_trace  # noqa: PLC0415
+
+    per = max(1, z.plan_rows // z.plan_tables)
+    trace = generate_trace("zipf", [per] * z.plan_tables, z.plan_batch, z.plan_batches,
+                           z.pooling, 7, alpha=1.05)
+    cap = max(1, int(trace.total_rows * z.plan_load_factor))
+    run = run_planner(trace, cap, z.plan_lookahead, on_overflow="stall")
+    m.plan_ns_per_id = run.ns_per_id(lo=1)  # batch 0 compiles and fills an empty pad
+    m.plan_ids = int(run.accesses[1:].sum())
+
+
+def measure_all(threads: list[int], z: CpuBenchSizes = CpuBenchSizes(),
+                log: Callable[[str], None] = print) -> CpuMeasurements:
+    import time  # noqa: PLC0415
+
+    m = CpuMeasurements(threads=sorted(set(threads)), reps=z.reps)
+    for name, fn in (("stream", measure_stream), ("gather", measure_gather),
+                     ("backward", measure_backward), ("planner", measure_planner)):
+        t0 = time.perf_counter()
+        fn(m, z)
+        log(f"calibrate --cpu: {name} done in {time.perf_counter() - t0:.1f} s")
+    return m

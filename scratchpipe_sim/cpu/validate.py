@@ -1,0 +1,308 @@
+"""`validate --cpu`: the CPU stages run for real on a config's trace vs the timing model.
+
+Measured (real tables in DRAM: one float32 row store of total rows x R bytes, the embedding
+then its optimizer state; threads = hardware.cpu.cores, at most what Numba may use):
+
+    hybrid       gather_pool        embedding-bag gather + pool of every lookup
+                 aggregate_update   lookups' gradients -> unique-row gradients, optimizer apply
+    scratchpipe  plan               the real `scratchpipe` policy kernel (one thread)
+                 collect            the batch's fill rows gathered into a staging buffer
+                 write_back         W rows scattered back into the table
+
+Predicted: the same per-batch counts the simulator prices (`timing.runner.Replays`: policy
+replay, warm-up prefix, LLC hits), each stage alone on a fresh SimPy environment and
+`Machine`, priced by the Machine's own helpers (`cpu_gather`, `cpu_backward`, `plan`) — the
+formulas are not copied here. The planner runs on one thread, so predictions use
+cache.plan_threads = 1. Batches run in trace order, the whole sequence repeated `reps`
+times; a batch's time is its best over the passes (the LLC holds what the previous batch
+left, as in training). Victim ids are not reported by the policy: write-back scatters, per
+batch, the policy's count of rows taken oldest-fill-first from the rows it filled.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numba as nb
+import numpy as np
+import simpy
+
+from scratchpipe_sim import memory_guard
+from scratchpipe_sim.config import Config
+from scratchpipe_sim.cpu import kernels as K
+from scratchpipe_sim.cpu.planner import run_planner
+from scratchpipe_sim.cuda import host
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.policies.engine import COUNTERS
+from scratchpipe_sim.timing.designs import DESIGNS
+from scratchpipe_sim.timing.designs.base import Columns
+from scratchpipe_sim.timing.machine import Machine
+from scratchpipe_sim.timing.runner import Replays, build_trace, slice_batches
+from scratchpipe_sim.traces.trace import Trace
+
+#: the CPU stages of each design that has any (in pipeline order)
+CPU_STAGES = {"hybrid": ("gather_pool", "aggregate_update"),
+              "scratchpipe": ("plan", "collect", "write_back")}
+
+
+@dataclass(frozen=True)
+class StageResult:
+    design: str
+    stage: str
+    predicted_ns: float
+    measured_ns: float
+    error_pct: float  # (predicted - measured) / measured
+    batches: int
+    spread_pct: float  # mean over batches of (median - best) / best of the passes
+
+    def as_json(self) -> dict:
+        d = asdict(self)
+        d["stage"] = f"{self.design}.{self.stage}"
+        del d["design"]
+        return d
+
+
+def cpu_designs(cfg: Config) -> list[str]:
+    names = [d for d in cfg.designs if d in CPU_STAGES]
+    if not names:
+        raise UserError(f"designs {list(cfg.designs)} run no CPU stage here: expected hybrid "
+                        "or scratchpipe among them", source=cfg.source, field="designs")
+    return names
+
+
+def memory_needed(cfg: Config) -> int:
+    """Bytes the run allocates: the row store, per-row arrays (aggregation slots, the
+    policy's and the replay's state) and the trace with its per-access arrays."""
+    m = cfg.model
+    rows = cfg.total_rows
+    per_row = m.moved_row_bytes + 8 + memory_guard.RUN_BYTES_PER_ROW
+    batches = m.num_batches * 2  # the timed batches and at most as many warm-up ones
+    accesses = batches * m.batch_size * m.tables.count * m.pooling
+    return rows * per_row + accesses * memory_guard.BYTES_PER_ACCESS
+
+
+def check_size(cfg: Config, available: int | None = None) -> None:
+    if cfg.model.tables.bytes_per_element != 4:
+        raise UserError("validate --cpu runs float32 tables: expected "
+                        f"model.tables.bytes_per_element 4, got "
+                        f"{cfg.model.tables.bytes_per_element}", source=cfg.source,
+                        field="model.tables.bytes_per_element")
+    need = memory_needed(cfg)
+    have = memory_guard.available_bytes() if available is None else available
+    if have is not None and need > have * 0.8:
+        m = cfg.model
+        fit_rows = max(1, int(m.tables.rows * have * 0.5 / need))
+        raise UserError(
+            f"running {m.tables.count} tables x {m.tables.rows} rows x "
+            f"{m.moved_row_bytes} B for real needs about {memory_guard.human(need)}, more "
+            f"than 80% of the {memory_guard.human(have)} available; expected a smaller "
+            f"table: scale it with --rows {fit_rows} (rows per table; the trace is generated "
+            "for that size) or fewer batches (--set model.num_batches=N)",
+            source=cfg.source, field="model.tables.rows")
+
+
+class _Predictor:
+    """Each stage of each batch priced alone by the Machine's helpers on a fresh SimPy
+    environment (no other stage contends)."""
+
+    def __init__(self, cfg: Config, num_batches: int):
+        self.cfg = cfg
+        self.n = num_batches
+
+    def times(self, part: Callable[[Machine, int], simpy.Event | None],
+              batches: list[int]) -> np.ndarray:
+        env = simpy.Environment()
+        m = Machine(env, self.cfg, self.n)
+        out = np.zeros(len(batches))
+
+        def run():
+            for i, b in enumerate(batches):
+                t0 = env.now
+                ev = part(m, b)
+                if ev is not None:
+                    yield ev
+                out[i] = env.now - t0
+
+        env.process(run())
+        env.run()
+        return out
+
+
+def _passes(reps: int, batches: list[int], fn: Callable[[int], float],
+            before: Callable[[], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Best and median seconds per batch over `reps` in-order passes (pass 0 untimed warm-up
+    of the compiled kernels is the caller's)."""
+    t = np.zeros((reps, len(batches)))
+    for r in range(reps):
+        if before is not None:
+            before()
+        for i, b in enumerate(batches):
+            t[r, i] = fn(b)
+    return t.min(axis=0), np.median(t, axis=0)
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    import time  # noqa: PLC0415
+
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _batch_ids(trace: Trace, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Linearized ids of batch k and its bags' offsets (rebased to 0)."""
+    ch = trace.chunk(k, k + 1)
+    lo, hi = int(trace.batch_bounds[k]), int(trace.batch_bounds[k + 1])
+    offs = np.asarray(trace.offsets[lo : hi + 1], np.int64)
+    return ch.ids, offs - offs[0]
+
+
+def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
+                 log: Callable[[str], None] = print) -> list[StageResult]:
+    """Measure and predict every CPU stage of the config's hybrid / scratchpipe designs."""
+    names = cpu_designs(cfg)
+    check_size(cfg)
+    trace = build_trace(cfg)
+    m = cfg.model
+    threads = max(1, min(cfg.hardware.cpu.cores, nb.config.NUMBA_NUM_THREADS))
+    nb.set_num_threads(threads)
+    replays = Replays(cfg, trace, cached="scratchpipe" in names)
+    prefix = replays.prefix
+    measured = list(range(m.warmup_batches, m.num_batches))
+    if max_batches is not None:
+        measured = measured[:max_batches]
+    dim, R = m.tables.dim, m.moved_row_bytes
+    cols = R // 4
+    store = np.full((trace.total_rows, cols), 0.01, np.float32)
+    pred = _Predictor(cfg, m.num_batches)
+    out: list[StageResult] = []
+
+    def result(design: str, stage: str, p: np.ndarray, best: np.ndarray, med: np.ndarray
+               ) -> StageResult:
+        pm, mm = float(p.mean()), float(best.mean()) * 1e9
+        busy = best > 0
+        spread = (float(np.mean((med[busy] - best[busy]) / best[busy])) * 100
+                  if busy.any() else 0.0)
+        err = (pm - mm) / mm * 100 if mm > 0 else (0.0 if pm == 0 else float("inf"))
+        r = StageResult(design, stage, pm, mm, err, len(best), spread)
+        log(f"validate --cpu: {design}.{stage} measured {mm / 1e3:.0f} us, predicted "
+            f"{pm / 1e3:.0f} us")
+        return r
+
+    batch_data = {b: _batch_ids(trace, prefix + b) for b in measured}
+    if "hybrid" in names:
+        c = Columns(replays.get(DESIGNS.get("hybrid")(cfg).workload_key())[0])
+        r = m.row_bytes
+        maxbags = max(len(bp) - 1 for _, bp in batch_data.values())
+        pooled = np.empty((maxbags, dim), np.float32)
+        grads = np.full((maxbags, dim), 1e-4, np.float32)
+        maxa = max(len(ids) for ids, _ in batch_data.values())
+        bw = K.Backward(trace.total_rows, dim, maxa, threads)
+        bag_of = {b: K.bag_of_lookups(bp) for b, (_, bp) in batch_data.items()}
+
+        def gather(b: int) -> float:
+            ids, bp = batch_data[b]
+            return _timed(lambda: K.bag_pool(store, dim, ids, bp, pooled))
+
+        state = {"n": 0}
+
+        def backward(b: int) -> float:
+            ids, _ = batch_data[b]
+
+            def work() -> None:
+                state["n"] = bw.aggregate(ids, bag_of[b], grads)
+                K.apply(m.optimizer, store, bw.uniq, bw.grad_rows, state["n"])
+
+            t = _timed(work)
+            K.reset_slots(bw.slot, bw.uniq, state["n"])
+            return t
+
+        for stage, fn, part in (
+                ("gather_pool", gather,
+                 lambda mm, b: mm.cpu_gather(c.accesses[b], r, b, "gather", c.llc[b])),
+                ("aggregate_update", backward,
+                 lambda mm, b: mm.cpu_backward(b, c.accesses[b], c.unique[b],
+                                               c.llc_update[b]))):
+            for b in measured[:2]:  # compile (and touch) before timing
+                fn(b)
+            best, med = _passes(reps, measured, fn)
+            out.append(result("hybrid", stage, pred.times(part, measured), best, med))
+    if "scratchpipe" in names:
+        w = replays.get(DESIGNS.get("scratchpipe")(cfg).workload_key())[0]
+        c = Columns(w)
+        run_trace = slice_batches(trace, prefix - replays.warm, trace.num_batches)
+        plans = []
+        for _ in range(max(1, reps)):
+            plans.append(run_planner(run_trace, cfg.capacity_rows(), cfg.cache.lookahead,
+                                     keep_fills=not plans,
+                                     on_overflow=cfg.cache.on_overflow))
+        first = plans[0]
+        skip = replays.warm
+        fi, wi = COUNTERS.index("fills"), COUNTERS.index("writebacks")
+        fills = first.counts[skip:, fi] if first.counts is not None else None
+        if fills is None or not np.array_equal(fills, np.asarray(w.cols["fills"])):
+            raise RuntimeError("the timed planner's fills differ from the simulator's replay")
+        share = [p.next_use_s / max(float(p.accesses.sum()), 1.0) for p in plans]
+        per = np.array([[p.seconds[skip + b] + s * p.accesses[skip + b] for b in measured]
+                        for p, s in zip(plans, share, strict=True)])
+        out.append(result("scratchpipe", "plan",
+                          pred.times(lambda mm, b: mm.plan(b, c.accesses[b]), measured),
+                          per.min(axis=0), np.median(per, axis=0)))
+        fill_rows = first.fills
+        maxf = max(1, max(len(f) for f in fill_rows))
+        staging = np.zeros((maxf, cols), np.float32)
+        victims: dict[int, np.ndarray] = {}
+        queue: deque[np.ndarray] = deque()
+        for k, f in enumerate(fill_rows):  # oldest fill first, the policy's count per batch
+            b = k - skip
+            nwb = int(first.counts[k, wi])
+            take, need = [], nwb
+            while need > 0 and queue:
+                head = queue[0]
+                if len(head) <= need:
+                    take.append(queue.popleft())
+                    need -= len(head)
+                else:
+                    take.append(head[:need])
+                    queue[0] = head[need:]
+                    need = 0
+            if b in batch_data:
+                victims[b] = (np.concatenate(take) if take else np.zeros(0, np.int64))
+            queue.append(f)
+        fills_of = {b: fill_rows[skip + b] for b in measured}
+
+        # a batch with nothing to move skips the stage (the model charges it nothing too)
+        def collect(b: int) -> float:
+            rows = fills_of[b]
+            return _timed(lambda: host.gather_rows(store, rows, staging)) if len(rows) else 0.0
+
+        def write_back(b: int) -> float:
+            rows = victims[b]
+            return (_timed(lambda: host.scatter_rows(store, rows, staging)) if len(rows)
+                    else 0.0)
+
+        R_ = R
+        for stage, fn, part in (
+                ("collect", collect,
+                 lambda mm, b: mm.cpu_gather(c.fills[b], R_, b, "collect")),
+                ("write_back", write_back,
+                 lambda mm, b: mm.cpu_gather(c.writebacks[b], R_, b, "writeback"))):
+            for b in measured:
+                if fn(b) > 0:  # compile once on a batch with work
+                    break
+            best, med = _passes(reps, measured, fn)
+            out.append(result("scratchpipe", stage, pred.times(part, measured), best, med))
+    return out
+
+
+def format_table(results: list[StageResult]) -> str:
+    head = (f"{'stage':<30} {'predicted us':>13} {'measured us':>12} {'error':>8} "
+            f"{'spread':>7}")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        lines.append(f"{r.design + '.' + r.stage:<30} {r.predicted_ns / 1e3:>13.1f} "
+                     f"{r.measured_ns / 1e3:>12.1f} {r.error_pct:>+7.1f}% "
+                     f"{r.spread_pct:>6.1f}%")
+    return "\n".join(lines)
