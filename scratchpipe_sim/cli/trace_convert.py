@@ -21,11 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     cv.load_converters()
     p = sub.add_parser("convert", help="convert a production trace into a .sptrace folder",
                        description="Stream IN (Criteo TSV, DLRM trace.log or uint64 binary, "
-                                   "Meta dlrm_datasets .pt[.gz], (sample, table, id) CSV or "
-                                   "Parquet) into the .sptrace folder OUT. Nothing is "
+                                   "Meta dlrm_datasets .pt[.gz], (sample, table, id) CSV, TSV "
+                                   "or Parquet) into the .sptrace folder OUT. Nothing is "
                                    "written under OUT unless the conversion completes.")
-    p.add_argument("input", metavar="IN")
-    p.add_argument("output", metavar="OUT")
+    p.add_argument("input", metavar="IN",
+                   help="the production trace to read (format by content or suffix)")
+    p.add_argument("output", metavar="OUT",
+                   help="the .sptrace folder to write (nothing is left on failure)")
     p.add_argument("--format", dest="fmt", choices=cv.CONVERTERS.names(),
                    help="input format (default: Criteo by content, else by suffix)")
     ids = p.add_mutually_exclusive_group()

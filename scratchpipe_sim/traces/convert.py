@@ -71,9 +71,12 @@ class ConvertResult:
     extra: dict = field(default_factory=dict)
 
     def summary(self) -> str:
-        s = (f"wrote {self.path}: {len(self.table_rows)} tables, {self.num_batches} batches, "
-             f"{self.num_accesses} accesses, {sum(self.table_rows)} rows from {self.records} "
-             f"{self.extra.get('record_name', 'records')}")
+        how = {"dense": "distinct ids, renumbered", "modulo": "ids modulo --rows",
+               "raw": "max id + 1 per table"}.get(self.extra.get("id_mapping", ""), "")
+        s = (f"wrote {self.path}: {self.records} {self.extra.get('record_name', 'records')} "
+             f"read -> {len(self.table_rows)} tables, {self.num_batches} batches, "
+             f"{self.num_accesses} accesses, {sum(self.table_rows)} table rows in all"
+             + (f" ({how})" if how else ""))
         if self.skipped:
             s += f"; skipped {self.skipped} bad (first: {self.first_error})"
         return s
@@ -108,13 +111,17 @@ def load_converters() -> None:
 
 
 def detect_format(path: Path) -> str:
-    """The converter format for `path`: Criteo by content (40 tab-separated fields), else
-    by suffix."""
+    """The converter format for `path`: Criteo by content (40 tab-separated fields), a
+    table by its `sample, table, id` header (comma or tab separated), else by suffix."""
     load_converters()
     from scratchpipe_sim.traces.criteo import looks_like_criteo
+    from scratchpipe_sim.traces.tabular import tabular_header_format
 
     if looks_like_criteo(path):
         return "criteo"
+    header = tabular_header_format(path)  # a (sample, table, id) header, any suffix
+    if header:
+        return header
     name = path.name.lower()
     for suffix in sorted(SUFFIXES, key=len, reverse=True):
         if name.endswith(suffix):
@@ -239,6 +246,7 @@ def finish(writer: TraceWriter, idmap: IdMap, result: ConvertResult) -> ConvertR
         raise UserError("no accesses in the input (nothing to write)", source=str(result.path))
     writer.close()
     result.table_rows = idmap.table_rows()
+    result.extra["id_mapping"] = idmap.mode
     return result
 
 

@@ -39,6 +39,8 @@ from scratchpipe_sim.traces.trace import Trace
 FIT_VERSION = 1
 #: capacities (shares of a table's rows) at which the LRU and static curves are matched.
 FIT_FRACTIONS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+#: and at these absolute capacities (rows), which see repeats at short lags.
+FIT_ROWS = (1, 2, 4, 8)
 #: default cap on the accesses per table the fit looks at (the trace's first ones).
 DEFAULT_MAX_ACCESSES = 1 << 17
 #: seed of the synthetic streams inside the fit (part of the fit's definition).
@@ -119,7 +121,9 @@ def bag_lengths(trace: Trace) -> list[np.ndarray]:
 
 
 def capacities(rows: int) -> np.ndarray:
-    return np.unique(np.maximum(1, np.round(np.asarray(FIT_FRACTIONS) * rows)).astype(np.int64))
+    """`FIT_ROWS` (short repeats: lag 1 is stack distance 1) and `FIT_FRACTIONS` of rows."""
+    caps = np.concatenate((FIT_ROWS, np.round(np.asarray(FIT_FRACTIONS) * rows)))
+    return np.unique(np.clip(caps, 1, rows).astype(np.int64))
 
 
 def curves(ids: np.ndarray, rows: int, caps: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Any table of `(sample, table, id)` rows, in CSV (with a header) or Parquet.
+"""Any table of `(sample, table, id)` rows, in CSV or TSV (with a header) or Parquet.
 
 Each row is one lookup: sample `sample` reads row `id` of table `table`. Rows must come
 grouped by sample in non-decreasing sample order (the order a data loader yields them);
@@ -32,6 +32,25 @@ from scratchpipe_sim.traces.store import read_trace
 from scratchpipe_sim.traces.trace import Trace
 
 COLUMNS = ("sample", "table", "id")
+#: text formats and their field separators.
+SEPARATORS = {"csv": ",", "tsv": "\t"}
+
+
+def tabular_header_format(path: Path) -> str | None:
+    """'tsv' or 'csv' when the first line is a header naming sample, table and id (so a
+    `.tsv` of lookups is not taken for Criteo's click log), else None."""
+    from scratchpipe_sim.traces.convert import open_input
+
+    try:
+        with open_input(path) as f:
+            first = f.read(1 << 12).split(b"\n", 1)[0].decode("utf-8", "replace")
+    except (UserError, OSError, EOFError):
+        return None
+    for fmt, sep in (("tsv", "\t"), ("csv", ",")):
+        names = {x.strip().strip('"').lower() for x in first.split(sep)}
+        if set(COLUMNS) <= names:
+            return fmt
+    return None
 
 
 def _check_columns(cols, src: str) -> None:
@@ -46,15 +65,17 @@ def iter_rows(path: Path, fmt: str, opts: ConvertOptions,
     """(sample, table, id) int64 blocks; bad rows raise or are dropped and counted."""
     src = str(path)
     chunk_rows = max(1, opts.block_bytes // 24)
-    first_line = 2 if fmt == "csv" else 1  # CSV line of the first data row (after header)
-    if fmt == "csv":
+    text = fmt in SEPARATORS
+    first_line = 2 if text else 1  # CSV line of the first data row (after header)
+    if text:
+        sep = SEPARATORS[fmt]
         try:
-            head = pd.read_csv(path, nrows=0)
+            head = pd.read_csv(path, nrows=0, sep=sep)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
             raise UserError(f"not a readable CSV ({e})", source=src) from None
         _check_columns(head.columns, src)
         frames = (f for f in pd.read_csv(path, usecols=list(COLUMNS), chunksize=chunk_rows,
-                                         dtype=str, keep_default_na=False))
+                                         dtype=str, keep_default_na=False, sep=sep))
     else:
         try:
             import pyarrow.parquet as pq
@@ -82,7 +103,7 @@ def iter_rows(path: Path, fmt: str, opts: ConvertOptions,
             if len(bad):
                 r = int(bad[0])
                 c = next(c for c in COLUMNS if not _good(df[c].iloc[r]))
-                where = "line" if fmt == "csv" else "row"
+                where = "line" if text else "row"
                 msg = (f"{src}:{row0 + first_line + r}: {c}: expected a non-negative integer, "
                        f"got {df[c].iloc[r]!r} ({where} {row0 + first_line + r})")
                 if stats is None or not opts.skip_bad_lines:
@@ -138,7 +159,7 @@ def _convert(src: Path, out: Path, opts: ConvertOptions, fmt: str) -> ConvertRes
             raise UserError("no rows in the input (nothing to write)", source=source)
     idmap = IdMap(T, opts, source)
     B = opts.batch()
-    result = ConvertResult(out, fmt, [], 0, 0, extra={"record_name": "rows"})
+    result = ConvertResult(out, fmt, [], 0, 0, extra={"record_name": f"{fmt} records"})
     # raw ids of unknown width are stored as int64; dense ids always fit 32 bits
     writer = open_writer(out, idmap, B, {"reader": fmt, "source_file": source}, opts,
                          raw_limit=1 << 32 if opts.dense_remap else 1 << 62)
@@ -188,6 +209,11 @@ def convert_csv(src: Path, out: Path, opts: ConvertOptions) -> ConvertResult:
     return _convert(src, out, opts, "csv")
 
 
+@register_converter("tsv")  # no suffix: .tsv is Criteo's unless the header says otherwise
+def convert_tsv(src: Path, out: Path, opts: ConvertOptions) -> ConvertResult:
+    return _convert(src, out, opts, "tsv")
+
+
 @register_converter("parquet", suffixes=(".parquet", ".pq"))
 def convert_parquet(src: Path, out: Path, opts: ConvertOptions) -> ConvertResult:
     return _convert(src, out, opts, "parquet")
@@ -209,6 +235,13 @@ def _read(path: Path, batch_size: int | None, num_rows: int | None, fmt: str) ->
                  help="CSV with columns sample, table, id (one lookup per row)")
 def read_csv(path: Path, batch_size: int | None, num_rows: int | None) -> Trace:
     return _read(path, batch_size, num_rows, "csv")
+
+
+@register_reader("tsv", suffixes=(".tsv", ".tsv.gz"),
+                 sniff=lambda p: tabular_header_format(p) == "tsv",
+                 help="TSV with a header naming sample, table, id (one lookup per row)")
+def read_tsv(path: Path, batch_size: int | None, num_rows: int | None) -> Trace:
+    return _read(path, batch_size, num_rows, "tsv")
 
 
 @register_reader("parquet", suffixes=(".parquet", ".pq"),
