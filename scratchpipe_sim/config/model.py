@@ -115,6 +115,11 @@ class ModelConfig:
         return sum(a * b for a, b in zip(per_table, rows, strict=True)) / sum(rows)
 
     @property
+    def heterogeneous(self) -> bool:
+        """Tables of different row sizes: bytes are then priced per table."""
+        return len(set(self.row_bytes_per_table)) > 1
+
+    @property
     def row_bytes(self) -> float:
         """Bytes per lookup: exact with one dim for all tables, else the mean over rows."""
         return self._mean(self.row_bytes_per_table)

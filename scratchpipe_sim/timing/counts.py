@@ -15,10 +15,8 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.policies.engine import COUNTERS, make_policy, replay_columns
+from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy, replay_columns
 from scratchpipe_sim.traces.trace import Trace
-
-COLUMNS = (*COUNTERS, "unique_unplaced", "samples")
 
 
 @dataclass(frozen=True)
@@ -67,12 +65,22 @@ def _access_unique(ids, batch_ptr, first_batch, seen, acc, uniq):
         uniq[stamp] = n
 
 
-def policy_counts(trace: Trace, policy: str, capacity: int, **params: Any) -> Workload:
+def policy_counts(trace: Trace, policy: str, capacity: int, *, replay_cache: bool = True,
+                  **params: Any) -> Workload:
     """Run `policy` (a POLICIES name) over `trace`; per-batch counts for the timing model:
     the engine's counters, the policy's own per-batch columns (e.g. refetch distances) and
-    samples per batch."""
-    cols, extra = replay_columns(trace, make_policy(policy, capacity, trace.total_rows,
-                                                    **params))
+    samples per batch. Replays come from the on-disk replay cache when it has them (keyed
+    by the trace's content, the policy, its capacity and parameters)."""
+    from scratchpipe_sim.replay_cache import cached_columns, policy_key
+
+    def compute() -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        return replay_columns(trace, make_policy(policy, capacity, trace.total_rows, **params))
+
+    if replay_cache:
+        cols, extra = cached_columns(policy_key(trace, policy, capacity, params), compute,
+                                     True)
+    else:
+        cols, extra = compute()
     cols = dict(cols)
     cols["samples"] = samples_per_batch(trace)
     return Workload(policy, capacity, cols, extra)
@@ -144,3 +152,55 @@ def warmup_length(trace: Trace, prefix: int, capacity: int) -> int:
         if count[0] >= capacity:
             return k
     return prefix
+
+
+@nb.njit(cache=True)
+def _table_bytes(ids, tables, batch_ptr, first_batch, seen, r_t, R_t, lookup_out, unique_out):
+    for b in range(len(batch_ptr) - 1):
+        stamp = first_batch + b
+        for j in range(batch_ptr[b], batch_ptr[b + 1]):
+            t = tables[j]
+            lookup_out[stamp] += r_t[t]
+            r = ids[j]
+            if seen[r] != stamp:
+                seen[r] = stamp
+                unique_out[stamp] += R_t[t]
+
+
+def table_bytes(trace: Trace, r_t: tuple[int, ...], R_t: tuple[int, ...]
+                ) -> dict[str, np.ndarray]:
+    """Per batch, bytes the lookups read (sum of their tables' row bytes) and bytes of the
+    unique rows updated (with state): exact byte accounting for tables of different dims."""
+    n = trace.num_batches
+    lookup = np.zeros(n, np.float64)
+    unique = np.zeros(n, np.float64)
+    seen = np.full(trace.total_rows, -1, np.int32)
+    r_arr, R_arr = np.asarray(r_t, np.float64), np.asarray(R_t, np.float64)
+    for chunk in trace.iter_chunks():
+        _table_bytes(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch, seen, r_arr,
+                     R_arr, lookup, unique)
+    return {"lookup_bytes": lookup, "unique_bytes": unique}
+
+
+def policy_mix(trace: Trace, policy: str, capacity: int, r_t: tuple[int, ...],
+               R_t: tuple[int, ...], **params: Any) -> tuple[Workload, dict[str, float]]:
+    """`policy_counts` plus the mean row bytes of what the policy moves, from its per-table
+    totals: fills (and, in steady state, the victims they displace) and unplaced rows."""
+    pol = make_policy(policy, capacity, trace.total_rows, **params)
+    per = np.zeros((trace.num_tables, 4), np.int64)  # accesses, hits, misses, unplaced
+    out = np.zeros((trace.num_batches, len(COUNTERS)), np.int64)
+    for bc in iter_cache(trace, pol, per_table=per):
+        out[bc.first_batch : bc.first_batch + len(bc.counts)] = bc.counts
+    cols = {name: out[:, i].copy() for i, name in enumerate(COUNTERS)}
+    cols.update({k: np.asarray(v, np.int64) for k, v in pol.batch_columns().items()})
+    cols["samples"] = samples_per_batch(trace)
+    r, R = np.asarray(r_t, float), np.asarray(R_t, float)
+    filled, unplaced = per[:, 2] - per[:, 3], per[:, 3]
+
+    def mean(weights: np.ndarray, sizes: np.ndarray) -> float:
+        tot = weights.sum()
+        return float((weights * sizes).sum() / tot) if tot else float(sizes.mean())
+
+    mix = {"fill_row_bytes": mean(filled, R), "unplaced_lookup_bytes": mean(unplaced, r),
+           "unplaced_row_bytes": mean(unplaced, R)}
+    return Workload(policy, capacity, cols, pol.extra_totals()), mix

@@ -107,16 +107,18 @@ class Machine:
                             self.cpu_work(rows * row_bytes / op, batch, label)])
 
     def cpu_backward(self, batch: int, lookups: float, unique_rows: float,
-                     onchip_fraction: float = 0.0) -> simpy.Process:
+                     onchip_fraction: float = 0.0, r: float | None = None,
+                     R: float | None = None) -> simpy.Process:
         """Hybrid's backward on the CPU: aggregate the lookups' gradient contributions into
         row gradients (sort/hash: cores, and a random read-modify-write of r bytes per
         lookup), then update each unique row with its optimizer state (2U x R)."""
         cpu = self.cfg.hardware.cpu
+        r, R = r or self.r, R or self.R
         return self.seq(
             lambda: self.all_of([
                 self.cpu_work(lookups * cpu.aggregate_ns_per_lookup, batch, "aggregate"),
-                self.cpu_gather(lookups, self.r, batch, "aggregate", onchip_fraction)]),
-            lambda: self.cpu_gather(2 * unique_rows, self.R, batch, "update", onchip_fraction))
+                self.cpu_gather(lookups, r, batch, "aggregate", onchip_fraction)]),
+            lambda: self.cpu_gather(2 * unique_rows, R, batch, "update", onchip_fraction))
 
     def plan(self, batch: int, ids: float) -> simpy.Process | None:
         """ScratchPipe's planner: ids x plan_ns_per_id core-ns on at most plan_threads cores,
@@ -129,21 +131,23 @@ class Machine:
         n = lookups + samples * self.tables + 1
         return self.pcie.h2d(n * self.index_bytes, batch, "indices")
 
-    def gpu_forward(self, batch: int, lookups: float, onchip_fraction: float = 0.0
-                    ) -> simpy.Event | None:
+    def gpu_forward(self, batch: int, lookups: float, onchip_fraction: float = 0.0,
+                    r: float | None = None) -> simpy.Event | None:
         """Embedding-bag forward: gather `lookups` rows of r bytes from HBM (or L2)."""
-        return self.hbm.gather(lookups, self.r, batch, "gather", onchip_fraction)
+        return self.hbm.gather(lookups, r or self.r, batch, "gather", onchip_fraction)
 
     def gpu_backward(self, batch: int, lookups: float, unique_rows: float,
-                     onchip_fraction: float = 0.0) -> simpy.Process:
+                     onchip_fraction: float = 0.0, r: float | None = None,
+                     R: float | None = None) -> simpy.Process:
         """FBGEMM-style backward: sort the lookups' ids and segment-reduce their gradients
         (lookups x (r + 2 index_bytes) at aggregate_efficiency), then update each unique row
         with its state (2U x R gathers)."""
         gpu = self.cfg.hardware.gpu
-        agg = lookups * (self.r + 2 * self.index_bytes)
+        r, R = r or self.r, R or self.R
+        agg = lookups * (r + 2 * self.index_bytes)
         return self.seq(
             lambda: self.hbm.stream(agg, batch, "sort+reduce", gpu.aggregate_efficiency),
-            lambda: self.hbm.gather(2 * unique_rows, self.R, batch, "update", onchip_fraction))
+            lambda: self.hbm.gather(2 * unique_rows, R, batch, "update", onchip_fraction))
 
     def cache_lookup(self, batch: int, unique_rows: float, fills: float
                      ) -> simpy.Process | None:

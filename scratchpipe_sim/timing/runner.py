@@ -25,6 +25,8 @@ from scratchpipe_sim.timing.counts import (
     access_unique,
     first_touches,
     policy_counts,
+    policy_mix,
+    table_bytes,
     uncached_counts,
     warmup_length,
 )
@@ -184,15 +186,26 @@ def check_designs(cfg: Config, designs: Sequence[str] | None) -> list[str]:
     return names
 
 
-def workload(trace: Trace, key: WorkloadKey, cfg: Config,
-             memo: dict | None = None) -> Workload:
+def workload(trace: Trace, key: WorkloadKey, cfg: Config, memo: dict | None = None,
+             replay_cache: bool = True) -> Workload:
+    """The per-batch counts `key` asks for over `trace` (policy errors named by config key).
+
+    Tables of different dims need the policy's per-table totals (what it fills is priced at
+    its tables' row bytes): that replay runs without the replay cache."""
+    m = cfg.model
     if key.policy is None:
         memo = {} if memo is None else memo
         if "access_unique" not in memo:
             memo["access_unique"] = access_unique(trace)
         return uncached_counts(trace, key.where, memo["access_unique"])
     try:
-        return policy_counts(trace, key.policy, key.capacity, **dict(key.params))
+        if m.heterogeneous:
+            w, mix = policy_mix(trace, key.policy, key.capacity, m.row_bytes_per_table,
+                                m.moved_row_bytes_per_table, **dict(key.params))
+            n = w.num_batches
+            return w.with_columns({k: np.full(n, v) for k, v in mix.items()})
+        return policy_counts(trace, key.policy, key.capacity, replay_cache=replay_cache,
+                             **dict(key.params))
     except UserError as e:
         field = e.field
         if field in (None, "capacity"):
@@ -212,8 +225,9 @@ class Replays:
     whole prefix (or, as an oracle, the timed batches too) and preloads its rows.
     """
 
-    def __init__(self, cfg: Config, trace: Trace, cached: bool):
+    def __init__(self, cfg: Config, trace: Trace, cached: bool, replay_cache: bool = True):
         self.cfg, self.trace = cfg, trace
+        self.replay_cache = replay_cache
         self.timed = cfg.model.num_batches
         self.prefix = trace.num_batches - self.timed
         wb = cfg.cache.warmup_batches
@@ -247,13 +261,23 @@ class Replays:
             frac = 1.0 if profile == "oracle" else (self.prefix - 0.5) / n
             params.update(profile_fraction=frac, preload=True)
             k = dataclasses.replace(key, params=tuple(sorted(params.items())))
-            w = workload(self.trace, k, cfg, self._memo).tail(self.prefix)
+            w = workload(self.trace, k, cfg, self._memo, self.replay_cache).tail(self.prefix)
         else:
-            w = workload(self._run, key, cfg, self._memo).tail(self.warm)
+            w = workload(self._run, key, cfg, self._memo, self.replay_cache).tail(self.warm)
         cols = self._onchip(key)
+        if cfg.model.heterogeneous:
+            cols.update(self._table_bytes())
         if key.policy is not None and profile is None:
             cols["first_touches"] = self._first_touches()
         return w.with_columns(cols)
+
+    def _table_bytes(self) -> dict[str, np.ndarray]:
+        if "bytes" not in self._memo:
+            m = self.cfg.model
+            timed = slice_batches(self.trace, self.prefix, self.trace.num_batches)
+            self._memo["bytes"] = table_bytes(timed, m.row_bytes_per_table,
+                                              m.moved_row_bytes_per_table)
+        return dict(self._memo["bytes"])
 
     def _first_touches(self) -> np.ndarray:
         """Rows of each timed batch never seen earlier in the whole trace (prefix included):
@@ -290,15 +314,19 @@ Progress = Callable[[str, str, int, int], None]
 
 def simulate(cfg: Config, designs: Sequence[str] | None = None,
              timeline_dir: Path | None = None, trace: Trace | None = None,
-             progress: Progress | None = None) -> list[dict]:
-    """Run `designs` (default: cfg.designs) on one trace; one flat metrics dict per design."""
+             progress: Progress | None = None, replay_cache: bool = True) -> list[dict]:
+    """Run `designs` (default: cfg.designs) on one trace; one flat metrics dict per design.
+
+    `replay_cache=False` recomputes every policy replay instead of reading the on-disk
+    replay cache (`scratchpipe_sim.replay_cache`)."""
     names = check_designs(cfg, designs)
     trace = build_trace(cfg) if trace is None else trace
     cfg = sized_config(cfg, trace)
     trace = fit_trace(trace, cfg)
     built = {name: DESIGNS.get(name)(cfg) for name in names}
     keys = {name: d.workload_key() for name, d in built.items()}
-    replays = Replays(cfg, trace, any(k.policy is not None for k in keys.values()))
+    replays = Replays(cfg, trace, any(k.policy is not None for k in keys.values()),
+                      replay_cache)
     rows = []
     for name in names:
         design, key = built[name], keys[name]

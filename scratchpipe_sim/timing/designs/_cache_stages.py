@@ -23,10 +23,12 @@ class CacheStages:
     def __init__(self, design: Design, c: Columns):
         self.d = design
         self.c = c
+        c.ensure_sizes(design.r, design.R)
 
     def fetch(self, m, b):
         """One process: lookup kernels, then fills and write-backs streamed together."""
-        c, R = self.c, self.d.R
+        c = self.c
+        R = c.R_fill[b]
         F, W = c.fills[b], c.writebacks[b]
         return m.seq(
             lambda: m.cache_lookup(b, c.unique[b], F),
@@ -38,15 +40,18 @@ class CacheStages:
                 m.dram.gather(W, R, b, "writeback write")]))
 
     def forward(self, m, b):
-        c, r = self.c, self.d.r
-        P = c.unplaced[b]
-        return [m.gpu_forward(b, c.accesses[b] - P, c.l2[b]),
+        c = self.c
+        P, r = c.unplaced[b], c.r_host[b]
+        hit_bytes = c.accesses[b] * c.r[b] - P * r
+        return [m.gpu_forward(b, c.accesses[b] - P, c.l2[b],
+                              hit_bytes / (c.accesses[b] - P) if c.accesses[b] > P else r),
                 m.dram.gather(P, r, b, "uvm gather"), m.pcie.h2d(P * r, b, "uvm", uvm=True)]
 
     def backward(self, m, b):
-        c, R = self.c, self.d.R
-        uu = c.unique_unplaced[b]
-        return [m.gpu_backward(b, c.accesses[b], c.unique[b] - uu, c.l2_update[b]),
+        c = self.c
+        uu, R = c.unique_unplaced[b], c.R_host[b]
+        return [m.gpu_backward(b, c.accesses[b], c.unique[b] - uu, c.l2_update[b], c.r[b],
+                               c.R[b]),
                 m.dram.gather(2 * uu, R, b, "uvm update"),
                 m.pcie.h2d(uu * R, b, "uvm update", uvm=True),
                 m.pcie.d2h(uu * R, b, "uvm update", uvm=True)]

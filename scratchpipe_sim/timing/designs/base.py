@@ -49,6 +49,9 @@ class Design(ABC):
         self.R = m.moved_row_bytes  # bytes per row moved or updated (weights + state)
         self.pooled = m.pooled_bytes  # pooled vectors of one sample, every table
 
+    def columns(self, w: Workload) -> Columns:
+        return Columns(w, self.r, self.R)
+
     @abstractmethod
     def workload_key(self) -> WorkloadKey:
         """The counts this design is priced from."""
@@ -67,9 +70,16 @@ def fraction(part: float, whole: float) -> float:
 
 class Columns:
     """Per-batch counts as Python lists (fast scalar access inside SimPy processes), plus
-    the on-chip hit fractions the designs pass to the Machine's gathers."""
+    the on-chip hit fractions and the row sizes the designs pass to the Machine's helpers.
 
-    def __init__(self, w: Workload):
+    Row sizes per batch: `r` (bytes a lookup reads), `R` (bytes of an updated row with its
+    state), `R_fill` (a filled or written-back row), `r_host` / `R_host` (unplaced lookups and
+    rows). With one dim for every table they are the config's r and R; with several, the
+    lookups' and updates' come from the trace batch by batch, the others from the policy's
+    per-table totals (counts.policy_mix)."""
+
+    def __init__(self, w: Workload, r: float | None = None, R: float | None = None):
+        self._w = w
         for name, arr in w.cols.items():
             setattr(self, name, arr.tolist())
         n = w.num_batches
@@ -81,11 +91,35 @@ class Columns:
             h, t = w.cols[hits], w.cols[whole]
             return [fraction(float(a), float(b)) for a, b in zip(h, t, strict=True)]
 
+        def size(name: str, per: str | None, default: float | None) -> list[float]:
+            if default is None:  # sizes not asked for (a design using Design.r / .R)
+                return []
+            if name not in w.cols:
+                return [float(default)] * n
+            if per is None:
+                return [float(x) for x in w.cols[name]]
+            return [float(a) / float(c) if c else float(default)
+                    for a, c in zip(w.cols[name], w.cols[per], strict=True)]
+
+        self._size = size
+        self.ensure_sizes(r, R)
         #: lookups / unique rows of each batch that hit in the GPU L2 or CPU LLC
         self.l2 = frac("l2_hits", "accesses")
         self.l2_update = frac("l2_update_hits", "unique")
         self.llc = frac("llc_hits", "accesses")
         self.llc_update = frac("llc_update_hits", "unique")
+
+
+    def ensure_sizes(self, r: float | None, R: float | None) -> None:
+        """Fill the per-batch row sizes (once) from the design's r and R."""
+        if getattr(self, "r", None):
+            return
+        size = self._size
+        self.r = size("lookup_bytes", "accesses", r)
+        self.R = size("unique_bytes", "unique", R)
+        self.R_fill = size("fill_row_bytes", None, R)
+        self.r_host = size("unplaced_lookup_bytes", None, r)
+        self.R_host = size("unplaced_row_bytes", None, R)
 
 
 class InputCopies:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from scratchpipe_sim.timing.designs.base import (
     DESIGNS,
-    Columns,
     Design,
     InputCopies,
     WorkloadKey,
@@ -25,12 +24,12 @@ class GpuOnly(Design):
         return WorkloadKey(None, where="device")
 
     def run(self, m, w):
-        c = Columns(w)
+        c = self.columns(w)
         inputs = InputCopies(m, c, w.num_batches)
         for b in range(w.num_batches):
             yield from inputs.wait(b)
-            yield from m.stage("gpu_gather", b, [m.gpu_forward(b, c.accesses[b], c.l2[b])])
+            yield from m.stage("gpu_gather", b, [m.gpu_forward(b, c.accesses[b], c.l2[b], c.r[b])])
             yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
             yield from m.stage("gpu_update", b, [
-                m.gpu_backward(b, c.accesses[b], c.unique[b], c.l2_update[b])])
+                m.gpu_backward(b, c.accesses[b], c.unique[b], c.l2_update[b], c.r[b], c.R[b])])
             m.batch_done(b)

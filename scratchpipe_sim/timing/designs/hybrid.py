@@ -10,7 +10,7 @@ stay on the CPU: no index bytes cross PCIe.
 
 from __future__ import annotations
 
-from scratchpipe_sim.timing.designs.base import DESIGNS, Columns, Design, WorkloadKey
+from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
 
 
 @DESIGNS.register("hybrid")
@@ -22,14 +22,14 @@ class Hybrid(Design):
         return WorkloadKey(None, where="host")
 
     def run(self, m, w):
-        c = Columns(w)
+        c = self.columns(w)
         for b in range(w.num_batches):
             pooled = c.samples[b] * self.pooled
-            yield from m.stage("cpu_gather", b, [m.cpu_gather(c.accesses[b], self.r, b,
+            yield from m.stage("cpu_gather", b, [m.cpu_gather(c.accesses[b], c.r[b], b,
                                                               "gather", c.llc[b])])
             yield from m.stage("h2d_pooled", b, [m.pcie.h2d(pooled, b, "pooled")])
             yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
             yield from m.stage("d2h_grads", b, [m.pcie.d2h(pooled, b, "grads")])
             yield from m.stage("cpu_update", b, [
-                m.cpu_backward(b, c.accesses[b], c.unique[b], c.llc_update[b])])
+                m.cpu_backward(b, c.accesses[b], c.unique[b], c.llc_update[b], c.r[b], c.R[b])])
             m.batch_done(b)

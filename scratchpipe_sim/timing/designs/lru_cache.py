@@ -10,7 +10,6 @@ from __future__ import annotations
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages, cache_key
 from scratchpipe_sim.timing.designs.base import (
     DESIGNS,
-    Columns,
     Design,
     InputCopies,
     WorkloadKey,
@@ -26,7 +25,7 @@ class LruCache(Design):
         return cache_key(self)
 
     def run(self, m, w):
-        s = CacheStages(self, Columns(w))
+        s = CacheStages(self, self.columns(w))
         inputs = InputCopies(m, s.c, w.num_batches)
         for b in range(w.num_batches):
             yield from inputs.wait(b)

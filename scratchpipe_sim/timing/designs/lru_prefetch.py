@@ -14,7 +14,6 @@ from __future__ import annotations
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages, cache_key
 from scratchpipe_sim.timing.designs.base import (
     DESIGNS,
-    Columns,
     Design,
     InputCopies,
     WorkloadKey,
@@ -30,7 +29,7 @@ class LruPrefetch(Design):
         return cache_key(self)
 
     def run(self, m, w):
-        s = CacheStages(self, Columns(w))
+        s = CacheStages(self, self.columns(w))
         env = m.env
         n = w.num_batches
         inputs = InputCopies(m, s.c, n)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from scratchpipe_sim.timing.designs.base import (
     DESIGNS,
-    Columns,
     Design,
     InputCopies,
     WorkloadKey,
@@ -36,22 +35,30 @@ class StaticCache(Design):
                            policy_field="cache.static_policy")
 
     def run(self, m, w):
-        c = Columns(w)
+        c = self.columns(w)
         T = self.cfg.model.table_count
         vec = self.pooled / T  # bytes of one pooled vector (the mean over tables)
         inputs = InputCopies(m, c, w.num_batches)
         for b in range(w.num_batches):
             A, host, uh = c.accesses[b], c.unplaced[b], c.unique_unplaced[b]
             part = min(host, c.samples[b] * T) * vec
+            r_h, R_h = c.r_host[b], c.R_host[b]
+            r_g = (A * c.r[b] - host * r_h) / (A - host) if A > host else c.r[b]
+            R_g = ((c.unique[b] * c.R[b] - uh * R_h) / (c.unique[b] - uh)
+                   if c.unique[b] > uh else c.R[b])
             yield from inputs.wait(b)
             gpu_fwd = m.seq(lambda b=b: m.cache_lookup(b, c.unique[b], 0),
-                            lambda b=b, A=A, host=host: m.gpu_forward(b, A - host, c.l2[b]))
-            cpu_fwd = m.seq(lambda b=b, host=host: m.cpu_gather(host, self.r, b, "gather"),
+                            lambda b=b, A=A, host=host, r_g=r_g: m.gpu_forward(
+                                b, A - host, c.l2[b], r_g))
+            cpu_fwd = m.seq(lambda b=b, host=host, r_h=r_h: m.cpu_gather(host, r_h, b,
+                                                                         "gather"),
                             lambda b=b, part=part: m.pcie.h2d(part, b, "pooled"))
             yield from m.stage("forward", b, [gpu_fwd, cpu_fwd])
             yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
             cpu_bwd = m.seq(lambda b=b, part=part: m.pcie.d2h(part, b, "grads"),
-                            lambda b=b, host=host, uh=uh: m.cpu_backward(b, host, uh))
+                            lambda b=b, host=host, uh=uh, r_h=r_h, R_h=R_h: m.cpu_backward(
+                                b, host, uh, 0.0, r_h, R_h))
             yield from m.stage("backward", b, [
-                m.gpu_backward(b, A - host, c.unique[b] - uh, c.l2_update[b]), cpu_bwd])
+                m.gpu_backward(b, A - host, c.unique[b] - uh, c.l2_update[b], r_g, R_g),
+                cpu_bwd])
             m.batch_done(b)
