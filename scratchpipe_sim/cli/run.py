@@ -24,7 +24,7 @@ from scratchpipe_sim.config import dump_yaml, flatten, load_config
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.progress import Progress
 from scratchpipe_sim.timing import DESIGNS, build_trace, simulate
-from scratchpipe_sim.timing.runner import check_designs
+from scratchpipe_sim.timing.runner import check_designs, prefix_cap
 from scratchpipe_sim.traces.store import trace_checksum
 
 DEFAULT_OUT = Path("results")
@@ -193,9 +193,9 @@ def handle(args: argparse.Namespace) -> int:
     if not args.designs:
         _check_unique(names, cfg.source, "designs")
     m = cfg.model
-    memory_guard.check_run(cfg.total_rows,
-                           m.num_batches * m.batch_size * m.pooling * m.tables.count,
-                           source=cfg.source)
+    if cfg.trace.path is None:  # a trace file's sizes are known (and checked) once read
+        memory_guard.check_run(cfg.total_rows, (prefix_cap(cfg) + m.num_batches)
+                               * m.batch_size * sum(m.poolings), source=cfg.source)
     trace = build_trace(cfg)
     memory_guard.check_run(trace.total_rows, trace.num_accesses, source=cfg.source,
                            field="trace.path")
