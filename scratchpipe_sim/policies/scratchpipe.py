@@ -102,60 +102,62 @@ def _lookup(keys, vals, mask, shift, r):
 
 
 @nb.njit(cache=True)
-def _heap_push(hk, hr, hl, n, key, row, lastp):
+def _heap_push(h, n, key, slot, lastp):
+    """Insert into a max-heap of n entries; an entry is one row of `h`: (key, slot, last use),
+    so a level touches one cache line, not three."""
     i = n
     while i > 0:
         par = (i - 1) >> 1
-        if hk[par] >= key:
+        if h[par, 0] >= key:
             break
-        hk[i], hr[i], hl[i] = hk[par], hr[par], hl[par]
+        h[i, 0], h[i, 1], h[i, 2] = h[par, 0], h[par, 1], h[par, 2]
         i = par
-    hk[i], hr[i], hl[i] = key, row, lastp
+    h[i, 0], h[i, 1], h[i, 2] = key, slot, lastp
 
 
 @nb.njit(cache=True)
-def _heap_pop(hk, hr, hl, n):
+def _heap_pop(h, n):
     """Remove the root of a max-heap of n entries (returns nothing; caller read it)."""
     n -= 1
-    key, row, lastp = hk[n], hr[n], hl[n]
+    key, slot, lastp = h[n, 0], h[n, 1], h[n, 2]
     i = 0
     while True:
         c = 2 * i + 1
         if c >= n:
             break
-        if c + 1 < n and hk[c + 1] > hk[c]:
+        if c + 1 < n and h[c + 1, 0] > h[c, 0]:
             c += 1
-        if hk[c] <= key:
+        if h[c, 0] <= key:
             break
-        hk[i], hr[i], hl[i] = hk[c], hr[c], hl[c]
+        h[i, 0], h[i, 1], h[i, 2] = h[c, 0], h[c, 1], h[c, 2]
         i = c
     if n > 0:
-        hk[i], hr[i], hl[i] = key, row, lastp
+        h[i, 0], h[i, 1], h[i, 2] = key, slot, lastp
 
 
 @nb.njit(cache=True)
-def _push_fifo(s, p, su, qs, ql, st):
-    """Queue slot s, last used at position p, as evictable. Entries are (slot, last-use
-    position); one is stale once the slot's last use changed (the row was used again, or
-    evicted and the slot refilled)."""
-    n = len(qs)
+def _push_fifo(s, p, su, fq, st):
+    """Queue slot s, last used at position p, as evictable. Entries are rows (slot, last-use
+    position) of the ring `fq`; one is stale once the slot's last use changed (the row was
+    used again, or evicted and the slot refilled)."""
+    n = len(fq)
     if st[_QTAIL] - st[_QHEAD] == n:  # ring full of mostly stale pairs: keep the valid ones
-        ts, tl = np.empty(n, np.int64), np.empty(n, np.int64)
+        tmp = np.empty((n, 2), np.int64)
         k = 0
         for i in range(st[_QHEAD], st[_QTAIL]):
-            a, b = qs[i % n], ql[i % n]
+            a, b = fq[i % n, 0], fq[i % n, 1]
             if su[a, 0] == b:
-                ts[k], tl[k] = a, b
+                tmp[k, 0], tmp[k, 1] = a, b
                 k += 1
-        qs[:k] = ts[:k]
-        ql[:k] = tl[:k]
+        fq[:k] = tmp[:k]
         st[_QHEAD], st[_QTAIL] = 0, k
-    qs[st[_QTAIL] % n], ql[st[_QTAIL] % n] = s, p
+    t = st[_QTAIL] % n
+    fq[t, 0], fq[t, 1] = s, p
     st[_QTAIL] += 1
 
 
 @nb.njit(cache=True)
-def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, su, qs, ql, st):
+def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, su, fq, st):
     """Batch tb has been trained: check its rows and, if `unpin_before` >= 0, unpin them.
 
     Only the last access of each row in the batch is looked at (an earlier one has its next
@@ -176,28 +178,28 @@ def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, su, 
         if su[s, 2] != ext_ids[q]:
             st[_TRAIN_MISSES] += 1
         if unpin_before >= 0 and nu >= unpin_before:
-            _push_fifo(s, ext_base + q, su, qs, ql, st)
+            _push_fifo(s, ext_base + q, su, fq, st)
 
 
 @nb.njit(cache=True)
-def _heap_add(su, hk, hs, hl, st, s, p):
-    if st[_HSIZE] == len(hk):  # compact the heap and rebuild it
+def _heap_add(su, h, st, s, p):
+    if st[_HSIZE] == len(h):  # compact the heap and rebuild it
         n = st[_HSIZE]
         k = 0
         for i in range(n):
-            if su[hs[i], 0] == hl[i]:
-                hk[k], hs[k], hl[k] = hk[i], hs[i], hl[i]
+            if su[h[i, 1], 0] == h[i, 2]:
+                h[k, 0], h[k, 1], h[k, 2] = h[i, 0], h[i, 1], h[i, 2]
                 k += 1
         st[_HSIZE] = 0
         for i in range(k):
-            _heap_push(hk, hs, hl, st[_HSIZE], hk[i], hs[i], hl[i])
+            _heap_push(h, st[_HSIZE], h[i, 0], h[i, 1], h[i, 2])
             st[_HSIZE] += 1
-    _heap_push(hk, hs, hl, st[_HSIZE], su[s, 1], s, p)
+    _heap_push(h, st[_HSIZE], su[s, 1], s, p)
     st[_HSIZE] += 1
 
 
 @nb.njit(cache=True)
-def _victim(su, limit, qs, ql, hk, hs, hl, st):
+def _victim(su, limit, fq, h, st):
     """Slot to evict, or -1 when every resident row is pinned.
 
     The FIFO holds every unpinned row in last-use order. Popping it, a row with no use in
@@ -205,18 +207,19 @@ def _victim(su, limit, qs, ql, hk, hs, hl, st):
     stays in that class until it is used again, which makes its entry stale). The heap is
     consulted only once the FIFO is empty, so it then holds every unpinned row.
     """
-    n = len(qs)
+    n = len(fq)
     while st[_QHEAD] < st[_QTAIL]:
-        s, p = qs[st[_QHEAD] % n], ql[st[_QHEAD] % n]
+        i = st[_QHEAD] % n
+        s, p = fq[i, 0], fq[i, 1]
         st[_QHEAD] += 1
         if su[s, 0] != p:
             continue  # stale: used again (pinned; it will be queued again) or evicted
         if su[s, 1] >= limit:
             return s  # no use in the window: least recently used first
-        _heap_add(su, hk, hs, hl, st, s, p)
+        _heap_add(su, h, st, s, p)
     while st[_HSIZE] > 0:
-        s, p = hs[0], hl[0]
-        _heap_pop(hk, hs, hl, st[_HSIZE])
+        s, p = h[0, 1], h[0, 2]
+        _heap_pop(h, st[_HSIZE])
         st[_HSIZE] -= 1
         if su[s, 0] == p:
             return s  # farthest next use
@@ -242,8 +245,8 @@ def _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st):
 
 @nb.njit(cache=True)
 def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext_base, gptr,
-                       num_batches, w, stall, keys, vals, mask, shift, su, qs, ql, hk, hs, hl,
-                       st, ext_out, ext_slot, events, vring, vstart, refetch):
+                       num_batches, w, stall, keys, vals, mask, shift, su, fq, h, st,
+                       ext_out, ext_slot, events, vring, vstart, refetch):
     """Plan every new batch of the chunk; retire (check and unpin) the batch leaving the
     window first.
 
@@ -264,7 +267,7 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
         glo, ghi = ext_base + lo, ext_base + hi
         # batch j-W was trained after plan(j-1): check it and unpin its rows
         if lb - w >= 0:
-            _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, lb - w, glo, su, qs, ql, st)
+            _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, lb - w, glo, su, fq, st)
         if track:
             _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st)
         limit = gptr[min(j + w + 1, num_batches)]
@@ -296,7 +299,7 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
                     s = st[_USED]
                     st[_USED] += 1
                 else:
-                    s = _victim(su, limit, qs, ql, hk, hs, hl, st)
+                    s = _victim(su, limit, fq, h, st)
                     if s < 0:
                         if not stall:
                             return j
@@ -357,9 +360,8 @@ class ScratchPipe(Policy):
         self.slot_use[:, 0] = -1
         self.slot_use[:, 2] = EMPTY
         q = 2 * cap + 2
-        self.qs, self.ql = np.zeros(q, np.int64), np.zeros(q, np.int64)
-        self.hk, self.hs, self.hl = (np.zeros(q, np.int64), np.zeros(q, np.int64),
-                                     np.zeros(q, np.int64))
+        self.fifo = np.zeros((q, 2), np.int64)  # (slot, last use) of unpinned rows
+        self.heap = np.zeros((q, 3), np.int64)  # (next use, slot, last use), max-heap
         self.st = np.zeros(8, np.int64)
         self.vring = np.zeros(cap + 1 if track else 1, np.int64)
         self.vstart = np.zeros(self.lookahead + 1, np.int64)
@@ -400,8 +402,8 @@ class ScratchPipe(Policy):
         bad = _scratchpipe_chunk(
             ext_ids, ext_ptr, ext_nu, chunk.first_batch - first_new, first_new, ext_base,
             self.gptr, self.num_batches, self.lookahead, self.on_overflow == "stall",
-            self.keys, self.vals, self.mask, self.shift, self.slot_use, self.qs, self.ql,
-            self.hk, self.hs, self.hl, self.st, ext_out, ext_slot, events,
+            self.keys, self.vals, self.mask, self.shift, self.slot_use, self.fifo, self.heap,
+            self.st, ext_out, ext_slot, events,
             self.vring, self.vstart,
             self.refetch)
         if bad >= 0:
@@ -432,7 +434,7 @@ class ScratchPipe(Policy):
             ext_base = int(self.gptr[self.win_first_batch])
             for lb in range(nbat):
                 _retire(self.win_ids, self.win_ptr, self.win_nu, self.win_slot, ext_base, lb,
-                        -1, self.slot_use, self.qs, self.ql, self.st)
+                        -1, self.slot_use, self.fifo, self.st)
         self._reset_window(self.win_first_batch + nbat)
 
     def resident(self) -> np.ndarray:
