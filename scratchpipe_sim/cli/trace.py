@@ -124,7 +124,8 @@ def _check_out(out: Path, force: bool) -> None:
         raise UserError("already exists; pass --force to overwrite", source=str(out))
     parent = out.resolve().parent
     if not parent.is_dir():
-        raise UserError("the folder to write into does not exist", source=str(out),
+        raise UserError("the folder to write into does not exist or is not a folder",
+                        source=str(out),
                         field="--out")
     if not os.access(parent, os.W_OK | os.X_OK) or (out.exists()
                                                     and not os.access(out, os.W_OK)):
