@@ -59,7 +59,7 @@ class ModelConfig:
     batch_size: int = field(default=2048, metadata={"help": "samples per mini-batch", "min": 1})
     index_bytes: int = field(default=8, metadata={
         "help": "bytes per index and per offset copied to the GPU (4 = int32, 8 = int64, "
-                "DLRM's default)", "choices": (4, 8)})
+                "DLRM's default)", "min": 4, "max": 8})
     optimizer: str = field(default="sgd", metadata={
         "help": "sgd (no state), adagrad (fp32 state per element), rowwise-adagrad (one fp32 "
                 "per row); the state travels with its row", "choices": OPTIMIZERS})
@@ -257,6 +257,9 @@ class Config:
         self.hardware.check(src)
         m = self.model
         self._check_tables()
+        if m.index_bytes not in (4, 8):
+            raise UserError(f"expected 4 (int32) or 8 (int64), got {m.index_bytes}",
+                            source=src, field="model.index_bytes")
         if m.num_batches == "all" and self.trace.path is None:
             raise UserError("'all' needs a trace file (trace.path); expected a number of "
                             "batches for a generated trace", source=src,
