@@ -108,3 +108,20 @@ def test_include_with_a_relative_trace_file_runs_from_any_cwd(tmp_path, monkeypa
     # cycle of 8 under LRU never hits
     assert hits == {("4", "hybrid"): 0.0, ("4", "lru-cache"): 0.0,
                     ("8", "hybrid"): 0.0, ("8", "lru-cache"): 1.0}
+
+
+def test_figures_mark_infeasible_designs_with_the_reason(swept):
+    from scratchpipe_sim.experiments.plots import make_figure
+    from scratchpipe_sim.experiments.results import load_results
+
+    _, out, _ = swept
+    fig = make_figure(load_results(out), "speedup-vs-cache-size")
+    ax = fig.axes[0]
+    marks = [ln for ln in ax.get_lines() if ln.get_marker() == "x"]
+    assert len(marks) == 1 and marks[0].get_label() == "scratchpipe infeasible"
+    assert list(marks[0].get_xdata()) == [1.0]  # load factor 0.01 drawn as 1 % of rows
+    note = " ".join(t.get_text() for t in fig.texts)
+    assert "x infeasible: scratchpipe: scratchpipe needs capacity >=" in note
+    # the drawn scratchpipe line has only the points that ran
+    line = next(ln for ln in ax.get_lines() if ln.get_label() == "scratchpipe")
+    assert list(line.get_xdata()) == [30.0, 60.0]
