@@ -3,7 +3,8 @@
 Each benchmark runs at several sizes so that `fit_latency_bandwidth` (the same least
 squares `calibrate` fits to PCIe) separates a fixed cost per call from a rate:
 
-    stream      parallel copy, traffic = 2 x bytes (read + write, as datasheets count)
+    stream      parallel read of a buffer (traffic = bytes read: gathers are reads), plus
+                the classic copy (2 x bytes, reported) and a pointer chase (latency)
     gather      embedding-bag gather + pool of random rows (uniform ids over a table larger
                 than the LLC) by row size, on every thread; rate = bytes of rows gathered
     threads     the same gather at 256 B rows on 1..T threads (one core's rate, scaling)
@@ -61,8 +62,12 @@ class CpuMeasurements:
 
     threads: list[int] = field(default_factory=list)
     reps: int = 0
-    #: (traffic bytes, seconds) of the parallel copy
+    #: (bytes read, seconds) of the parallel read
     stream: list[tuple[float, float]] = field(default_factory=list)
+    #: (traffic bytes = 2 x copied, seconds) of the parallel copy (reported, not fitted)
+    copy: list[tuple[float, float]] = field(default_factory=list)
+    #: ns per dependent load of a pointer chase over the largest buffer
+    latency_ns: float | None = None
     #: (row_bytes, gathered bytes, seconds) on max(threads)
     gather: list[tuple[float, float, float]] = field(default_factory=list)
     #: (threads, row_bytes, gathered bytes, seconds)
@@ -88,13 +93,23 @@ def _time(m: CpuMeasurements, fn: Callable[[], object], reps: int,
 
 
 def measure_stream(m: CpuMeasurements, z: CpuBenchSizes) -> None:
+    """Parallel read (a gather's traffic is reads: its rate is what gathers are compared
+    with), the classic copy (reported), and a pointer chase (load-to-use latency)."""
     n = max(z.copy_bytes) // 4
     src = np.ones(n, np.float32)
     dst = np.empty_like(src)
     for nbytes in z.copy_bytes:
         k = nbytes // 4
-        s = _time(m, lambda k=k: host.stream_copy(src[:k], dst[:k]), z.reps)
-        m.stream.append((2.0 * k * 4, s))
+        a, b = src[:k], dst[:k]
+        s = _time(m, lambda a=a: K.stream_read(a), z.reps)
+        m.stream.append((float(k * 4), s))
+        s = _time(m, lambda a=a, b=b: host.stream_copy(a, b), z.reps)
+        m.copy.append((2.0 * k * 4, s))
+    src = dst = a = b = None
+    nxt = K.random_cycle(max(z.copy_bytes) // 8, 5)
+    steps = max(1000, min(2_000_000, len(nxt)))
+    s = _time(m, lambda: K.pointer_chase(nxt, steps), max(1, z.reps // 2))
+    m.latency_ns = s / steps * 1e9
 
 
 def _pool_samples(m: CpuMeasurements, z: CpuBenchSizes, rb: int, store: np.ndarray,
@@ -189,6 +204,7 @@ def measure_all(threads: list[int], z: CpuBenchSizes = CpuBenchSizes(),
     import time  # noqa: PLC0415
 
     m = CpuMeasurements(threads=sorted(set(threads)), reps=z.reps)
+    nb.set_num_threads(max(m.threads))  # every benchmark not about scaling runs on all
     for name, fn in (("stream", measure_stream), ("gather", measure_gather),
                      ("backward", measure_backward), ("planner", measure_planner)):
         t0 = time.perf_counter()

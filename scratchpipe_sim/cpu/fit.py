@@ -3,11 +3,10 @@
 Fits reuse `cuda.fit` (least-squares latency + bytes / bandwidth, efficiency curves), so the
 CPU and GPU halves are fitted the same way. How each key follows from the samples:
 
-    dram_GBps               slope of the parallel copy's traffic (2 x bytes) vs time
+    dram_GBps               slope of a parallel read (bytes) vs time: gathers are reads
     gather_efficiency       per row size: slope of the gather + pool (bytes of rows) on every
                             thread / dram_GBps
-    dram_latency_ns         intercept of those gather fits (median): the fixed cost of one
-                            CPU gather stage (parallel-region start + first misses)
+    dram_latency_ns         a pointer chase (ns per dependent load)
     cores                   the most threads measured
     embedding_op_GBps       one thread's gather + pool rate (best row size)
     parallel_efficiency     rate on T threads / (T x one thread's rate), 256 B rows
@@ -75,12 +74,15 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
     vals: dict[str, Any] = {}
     how: dict[str, str] = {}
     top = max(m.threads)
-    stream = _fit(m.stream, "stream copy")
+    stream = _fit(m.stream, "stream read")
     dram = stream.GBps
-    sizes = ", ".join(f"{int(b / 2 / 2**20)}" for b, _ in m.stream)
+    sizes = ", ".join(f"{int(b / 2**20)}" for b, _ in m.stream)
     vals["dram_GBps"] = round(dram, 3)
-    how["dram_GBps"] = (f"parallel copy of {sizes} MiB on {top} threads, traffic 2x bytes, "
-                        f"least squares (R^2 {stream.r2:.4f})")
+    how["dram_GBps"] = (f"parallel read of {sizes} MiB on {top} threads, least squares "
+                        f"(R^2 {stream.r2:.4f})")
+    if m.copy:
+        how["dram_GBps"] += f"; a copy reaches {_fit(m.copy, 'stream copy').GBps:.2f} GB/s"
+        how["dram_GBps"] += " of traffic (2x bytes)"
     rbs = sorted({g[0] for g in m.gather})
     rates, lats, r2s = [], [], []
     for rb in rbs:
@@ -95,10 +97,12 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         "the least-squares rate (bytes of rows) / dram_GBps: "
         + ", ".join(f"{int(r)} B {g:.2f} GB/s" for r, g in zip(rbs, rates, strict=True))
         + f" (R^2 >= {min(r2s):.3f})")
-    vals["dram_latency_ns"] = round(float(np.median(lats)), 1)
-    how["dram_latency_ns"] = ("median intercept of the gather fits: fixed cost of one CPU "
-                              "gather stage (thread start + first misses), not a load-to-use "
-                              "latency")
+    if m.latency_ns is not None:
+        vals["dram_latency_ns"] = round(m.latency_ns, 1)
+        how["dram_latency_ns"] = (
+            "pointer chase over the largest stream buffer (ns per dependent load); the "
+            f"gather fits' intercepts (fixed cost per call) were {np.median(lats) / 1e3:.1f} "
+            "us (median)")
     vals["cores"] = int(top)
     how["cores"] = f"threads used (--threads {','.join(map(str, m.threads))})"
     one = {}

@@ -145,3 +145,38 @@ class Backward:
     def apply(self, optimizer: str, store: np.ndarray, n: int) -> None:
         apply(optimizer, store, self.uniq, self.grad_rows, n)
         reset_slots(self.slot, self.uniq, n)
+
+
+@nb.njit(cache=True, parallel=True, nogil=True, fastmath=True)
+def stream_read(src):
+    """Sum of src in parallel chunks: DRAM read bandwidth (a gather's traffic is reads)."""
+    n = src.shape[0]
+    chunk = 1 << 16
+    nchunks = (n + chunk - 1) // chunk
+    part = np.zeros(nchunks, np.float64)
+    for b in nb.prange(nchunks):
+        lo = b * chunk
+        hi = min(n, lo + chunk)
+        acc = np.float32(0.0)
+        for i in range(lo, hi):
+            acc += src[i]  # fastmath: vectorized, so the adds never limit the read
+        part[b] = acc
+    return part.sum()
+
+
+@nb.njit(cache=True, nogil=True)
+def pointer_chase(nxt, steps):
+    """Follow a random cycle `steps` times: each load waits for the previous (latency)."""
+    p = 0
+    for _ in range(steps):
+        p = nxt[p]
+    return p
+
+
+def random_cycle(n: int, seed: int) -> np.ndarray:
+    """nxt[i] for one random cycle through all n slots (Sattolo's permutation)."""
+    order = np.random.default_rng(seed).permutation(n).astype(np.int64)
+    nxt = np.empty(n, np.int64)
+    nxt[order[:-1]] = order[1:]
+    nxt[order[-1]] = order[0]
+    return nxt

@@ -1,0 +1,326 @@
+"""Sensitivity of every design's speedup to the constants nobody has measured.
+
+Each key in `hardware.ranges` ({dotted key under hardware: [low, high]}) is varied
+
+* one at a time, at its low and at its high end (the others at their nominal values): the
+  swing of each design's speedup vs hybrid ranks the parameters (a tornado);
+* jointly, by a Latin hypercube of `samples` points (seeded: same seed, same points).
+
+A curve key (`cpu.gather_efficiency`, `gpu.gather_efficiency`) takes a scale factor: every
+efficiency is multiplied by it (clamped to 1). A zero-width range [v, v] pins the key at v.
+
+Why one replay serves every sample: the policy counts depend on the trace, the model and
+the cache, never on hardware speeds, so the designs are re-priced on the same counts
+(`timing.runner.Replays`) and only SimPy runs again per sample (tens of ms). On-chip cache
+geometry (`llc_MiB`, `llc_ways`, `l2_MiB`, `l2_ways`) changes the counts: a sample that
+varies it gets its own replays (slow; sizes are datasheet facts and carry no range in the
+shipped presets).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+
+from scratchpipe_sim.config import Config, set_dotted
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.timing.designs import DESIGNS
+from scratchpipe_sim.timing.machine import Machine
+from scratchpipe_sim.timing.runner import Replays, build_trace, check_designs, summarize
+from scratchpipe_sim.traces.trace import Trace
+
+#: keys whose value changes the per-batch counts (on-chip hits), not only their price
+COUNT_KEYS = frozenset({"cpu.llc_MiB", "cpu.llc_ways", "gpu.l2_MiB", "gpu.l2_ways"})
+CURVE_KEYS = frozenset({"cpu.gather_efficiency", "gpu.gather_efficiency"})
+#: relative margin under which two designs count as tied (an order change must exceed it)
+TIE = 0.005
+
+
+@dataclass(frozen=True)
+class Param:
+    key: str  # dotted, under hardware
+    low: float
+    high: float
+    nominal: float | None  # None: the key is null (e.g. no duplex rate) or a curve (1.0)
+
+    @property
+    def label(self) -> str:
+        return self.key + (" (x)" if self.key in CURVE_KEYS else "")
+
+
+@dataclass
+class Sensitivity:
+    designs: list[str]
+    params: list[Param]
+    nominal: dict[str, float]  # design -> speedup vs hybrid
+    #: param key -> (speedups at low, speedups at high), design -> speedup
+    oat: dict[str, tuple[dict[str, float], dict[str, float]]]
+    #: LHS sample values (samples x params) and speedups (design -> list)
+    lhs_values: list[list[float]] = field(default_factory=list)
+    lhs: dict[str, list[float]] = field(default_factory=dict)
+    seed: int = 0
+
+    def runs(self) -> list[dict[str, float]]:
+        """Every evaluated point (nominal, each one-at-a-time end, each LHS sample)."""
+        out = [self.nominal]
+        for lo, hi in self.oat.values():
+            out += [lo, hi]
+        n = len(next(iter(self.lhs.values()), []))
+        out += [{d: self.lhs[d][i] for d in self.designs} for i in range(n)]
+        return out
+
+    def band(self, design: str) -> tuple[float, float]:
+        vals = [r[design] for r in self.runs()]
+        return min(vals), max(vals)
+
+    def swings(self, design: str) -> list[tuple[str, float, float]]:
+        """(param, speedup at low, at high), largest |high - low| first."""
+        rows = [(k, lo[design], hi[design]) for k, (lo, hi) in self.oat.items()]
+        return sorted(rows, key=lambda r: (-abs(r[2] - r[1]), r[0]))
+
+    def order(self, run: dict[str, float]) -> tuple[str, ...]:
+        return tuple(sorted(self.designs, key=lambda d: (-run[d], d)))
+
+    def swaps(self) -> dict[tuple[str, str], int]:
+        """(a, b) -> runs in which b beats a by more than TIE although a was at least as
+        fast at nominal: the order of the designs changed (near-ties do not count)."""
+        out: dict[tuple[str, str], int] = {}
+        nom = self.nominal
+        for run in self.runs():
+            for a in self.designs:
+                for b in self.designs:
+                    if a != b and nom[a] >= nom[b] and run[b] > run[a] * (1 + TIE):
+                        out[(a, b)] = out.get((a, b), 0) + 1
+        return out
+
+    def changed_runs(self) -> int:
+        nom = self.nominal
+        return sum(1 for run in self.runs()
+                   if any(nom[a] >= nom[b] and run[b] > run[a] * (1 + TIE)
+                          for a in self.designs for b in self.designs if a != b))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "designs": self.designs,
+            "params": [{"key": p.key, "low": p.low, "high": p.high, "nominal": p.nominal}
+                       for p in self.params],
+            "nominal": self.nominal,
+            "one_at_a_time": {k: {"low": lo, "high": hi} for k, (lo, hi) in self.oat.items()},
+            "lhs": {"values": self.lhs_values, "speedup": self.lhs},
+            "summary": {d: {"nominal": self.nominal[d], "min": self.band(d)[0],
+                            "max": self.band(d)[1],
+                            "top": [{"key": k, "low": lo, "high": hi}
+                                    for k, lo, hi in self.swings(d)[:3]]}
+                        for d in self.designs},
+            "nominal_order": list(self.order(self.nominal)),
+            "runs": len(self.runs()),
+            "order_changed_runs": self.changed_runs(),
+            "swaps": [{"faster_at_nominal": a, "overtaken_by": b, "runs": n}
+                      for (a, b), n in sorted(self.swaps().items())],
+        }
+
+
+def _get(cfg: Config, key: str) -> Any:
+    node: Any = cfg.hardware
+    for part in key.split("."):
+        if not hasattr(node, part) or part.startswith("_"):
+            return _Missing
+        node = getattr(node, part)
+    return node
+
+
+class _Missing:
+    pass
+
+
+def params_of(cfg: Config) -> list[Param]:
+    """The config's ranges as Params (keys checked: numeric leaves under hardware)."""
+    out = []
+    for key, (lo, hi) in sorted(cfg.hardware.ranges.items()):
+        where = f"hardware.ranges.{key}"
+        value = _get(cfg, key)
+        if value is _Missing or key == "ranges" or key.startswith("ranges."):
+            raise UserError(f"no key hardware.{key} to vary: expected a dotted key under "
+                            "hardware (e.g. cpu.parallel_efficiency)", source=cfg.source,
+                            field=where)
+        if key in CURVE_KEYS:
+            out.append(Param(key, float(lo), float(hi), None))
+            continue
+        if isinstance(value, bool) or not (value is None or isinstance(value, int | float)):
+            raise UserError(f"hardware.{key} is not a number: expected a numeric key",
+                            source=cfg.source, field=where)
+        out.append(Param(key, float(lo), float(hi), None if value is None else float(value)))
+    return out
+
+
+def with_values(cfg: Config, values: dict[str, float]) -> Config:
+    """`cfg` with hardware keys set (curves scaled), validated like a `--set`."""
+    d = cfg.to_dict()
+    for key, v in values.items():
+        if key in CURVE_KEYS:
+            sec, name = key.split(".")
+            curve = d["hardware"][sec][name]
+            v = [[x, min(1.0, y * v)] for x, y in curve]
+        else:
+            cur = _get(cfg, key)
+            if isinstance(cur, int) and not isinstance(cur, bool):
+                v = max(1, int(round(v)))
+        set_dotted(d, f"hardware.{key}", v, source=cfg.source)
+    return Config.from_dict(d, source=cfg.source)
+
+
+def latin_hypercube(n: int, d: int, seed: int) -> np.ndarray:
+    """n points in [0, 1)^d, one per row; each column hits every 1/n stratum once."""
+    rng = np.random.default_rng(seed)
+    u = np.empty((n, d))
+    for j in range(d):
+        u[:, j] = (rng.permutation(n) + rng.random(n)) / n
+    return u
+
+
+class Pricer:
+    """Speedups of `designs` for hardware variants of one config, replays shared."""
+
+    def __init__(self, cfg: Config, designs: Sequence[str], trace: Trace):
+        self.cfg, self.trace = cfg, trace
+        self.designs = list(designs)
+        self.names = self.designs if "hybrid" in self.designs else ["hybrid", *self.designs]
+        self._replays: dict[tuple, Replays] = {}
+
+    def _replays_for(self, cfg: Config) -> Replays:
+        hw = cfg.hardware
+        geo = (hw.cpu.llc_MiB, hw.cpu.llc_ways, hw.gpu.l2_MiB, hw.gpu.l2_ways)
+        if geo not in self._replays:
+            cached = any(DESIGNS.get(n)(cfg).workload_key().policy is not None
+                         for n in self.names)
+            self._replays[geo] = Replays(cfg, self.trace, cached)
+        return self._replays[geo]
+
+    def speedups(self, cfg: Config) -> dict[str, float]:
+        replays = self._replays_for(cfg)
+        iters = {}
+        for name in self.names:
+            design = DESIGNS.get(name)(cfg)
+            w, _ = replays.get(design.workload_key())
+            env = simpy.Environment()
+            m = Machine(env, cfg, w.num_batches)
+            env.process(design.run(m, w))
+            env.run()
+            iters[name] = summarize(cfg, name, m, w)["iter_ns_mean"]
+        return {d: iters["hybrid"] / iters[d] for d in self.designs}
+
+
+def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: int = 32,
+                    seed: int | None = None, trace: Trace | None = None,
+                    log: Callable[[str], None] | None = None) -> Sensitivity:
+    names = check_designs(cfg, designs)
+    params = params_of(cfg)
+    if not params:
+        raise UserError("no hardware.ranges in this config's preset: expected "
+                        "{dotted.key: [low, high]} entries to vary", source=cfg.source,
+                        field="hardware.ranges")
+    if samples < 0:
+        raise UserError(f"expected samples >= 0, got {samples}", field="--samples")
+    seed = cfg.seed if seed is None else seed
+    trace = build_trace(cfg) if trace is None else trace
+    pricer = Pricer(cfg, names, trace)
+    say = log or (lambda _s: None)
+    say(f"sensitivity: nominal ({len(params)} ranges, {samples} LHS samples)")
+    nominal = pricer.speedups(cfg)
+    oat = {}
+    for p in params:
+        say(f"sensitivity: {p.key} at {p.low:g} and {p.high:g}")
+        oat[p.key] = (pricer.speedups(with_values(cfg, {p.key: p.low})),
+                      pricer.speedups(with_values(cfg, {p.key: p.high})))
+    res = Sensitivity(names, params, nominal, oat, seed=seed)
+    if samples:
+        u = latin_hypercube(samples, len(params), seed)
+        lows = np.array([p.low for p in params])
+        highs = np.array([p.high for p in params])
+        vals = lows + u * (highs - lows)
+        res.lhs = {d: [] for d in names}
+        for i, row in enumerate(vals):
+            if i % 8 == 0:
+                say(f"sensitivity: LHS sample {i + 1}/{samples}")
+            sp = pricer.speedups(with_values(cfg, {p.key: float(v) for p, v in
+                                                   zip(params, row, strict=True)}))
+            for d in names:
+                res.lhs[d].append(sp[d])
+        res.lhs_values = vals.tolist()
+    return res
+
+
+def format_report(res: Sensitivity) -> str:
+    lines = [f"{'design':<14} {'nominal':>8} {'min':>7} {'max':>7}   "
+             "parameters that move it most (speedup at low -> high)"]
+    for d in res.designs:
+        lo, hi = res.band(d)
+        top = "; ".join(f"{k} {a:.2f}->{b:.2f}" for k, a, b in res.swings(d)[:3]
+                        if not math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0))
+        lines.append(f"{d:<14} {res.nominal[d]:>8.2f} {lo:>7.2f} {hi:>7.2f}   "
+                     f"{top or '(nothing moves it)'}")
+    n = len(res.runs())
+    base = " > ".join(res.order(res.nominal))
+    swaps = res.swaps()
+    if not swaps:
+        lines.append(f"design order (fastest first) {base}: the same in all {n} runs "
+                     f"(designs within {TIE:.1%} count as tied)")
+    else:
+        lines.append(f"design order (fastest first) {base} changes in {res.changed_runs()} "
+                     f"of {n} runs: " + "; ".join(f"{b} overtakes {a} in {k}"
+                                                 for (a, b), k in sorted(swaps.items())))
+    return "\n".join(lines)
+
+
+def tornado_figure(res: Sensitivity, designs: Sequence[str] | None = None,
+                   top: int = 10):
+    """One panel per design: each parameter's speedup at its low and high end around the
+    nominal (bars sorted by swing, largest on top)."""
+    from scratchpipe_sim.experiments.plots import design_color, plt  # noqa: PLC0415
+
+    names = [d for d in (designs or res.designs) if d != "hybrid"] or list(res.designs)
+    cols = min(3, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 0.35 * top * rows + 1.6),
+                             squeeze=False)
+    for ax, d in zip(axes.flat, names, strict=False):
+        sw = res.swings(d)[:top][::-1]
+        nom = res.nominal[d]
+        color = design_color(d, list(res.designs))
+        for i, (_, lo, hi) in enumerate(sw):
+            ax.barh(i, lo - nom, left=nom, color=color, alpha=0.45, height=0.7)
+            ax.barh(i, hi - nom, left=nom, color=color, height=0.7)
+        ax.axvline(nom, color="black", lw=0.8)
+        ax.set_yticks(range(len(sw)), [k for k, _, _ in sw], fontsize=7)
+        ax.set_title(f"{d} (nominal {nom:.2f}x)", fontsize=9)
+        ax.set_xlabel("speedup vs hybrid (x); light: low end, dark: high end", fontsize=7)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def write_outputs(res: Sensitivity, out: Path) -> list[Path]:
+    import json  # noqa: PLC0415
+
+    from scratchpipe_sim.experiments.plots import plt  # noqa: PLC0415
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [out / "sensitivity.json", out / "tornado.png", out / "tornado.pdf"]
+        paths[0].write_text(json.dumps(res.to_json(), indent=1), encoding="utf-8")
+        fig = tornado_figure(res)
+        fig.savefig(paths[1], dpi=150)
+        fig.savefig(paths[2])
+        plt.close(fig)
+    except OSError as e:
+        raise UserError(f"cannot write: {e.strerror or e}; expected a writable folder",
+                        source=str(out), field="--out") from None
+    return paths
