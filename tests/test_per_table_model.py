@@ -129,3 +129,28 @@ def test_run_cli_takes_sizes_from_a_trace_file(tmp_path):
     lru = next(r for r in rows if r["design"] == "lru-cache")
     assert lru["capacity_rows"] == math.ceil(0.05 * sum(ROWS))
     assert lru["batches"] == 12
+
+
+@pytest.mark.parametrize("preset", ["criteo-kaggle", "criteo-terabyte", "deeprecsys-rm1",
+                                    "deeprecsys-rm2", "deeprecsys-rm3"])
+def test_model_presets_load(preset):
+    cfg = load_config({"model": {"preset": preset}, "designs": ["hybrid"]})
+    m = cfg.model
+    assert m.table_count == len(m.rows_per_table) >= 1
+    if preset == "criteo-terabyte":
+        assert m.table_count == 26 and cfg.total_rows == 187_767_399
+        assert m.pooled_bytes == 26 * 128 * 4
+
+
+def test_scaled_down_criteo_terabyte_runs_every_design():
+    # the production-size path (26 heterogeneous-row tables, dim 128), rows / 10,000
+    base = load_config({"model": {"preset": "criteo-terabyte"}, "designs": ["hybrid"]})
+    rows = [max(1, r // 10_000) for r in base.model.rows_per_table]
+    cfg = load_config({"model": {"preset": "criteo-terabyte", "tables": {"rows": rows},
+                                 "batch_size": 64, "num_batches": 6, "warmup_batches": 1},
+                       "cache": {"load_factor": 0.2, "lookahead": 5}})
+    res = {r["design"]: r for r in simulate(cfg)}
+    assert len(res) == 6
+    assert res["lru-cache"]["capacity_rows"] == math.ceil(0.2 * sum(rows))
+    for r in res.values():
+        assert r["iter_ns_mean"] > 0

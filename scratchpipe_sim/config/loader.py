@@ -37,7 +37,7 @@ def _configs_dir() -> Path:
 
 #: the project's preset folder (hardware/ and traces/ presets).
 CONFIGS_DIR = _configs_dir()
-_PRESET_DIRS = {"hardware": "hardware", "trace": "traces"}
+_PRESET_DIRS = {"hardware": "hardware", "trace": "traces", "model": "models"}
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
