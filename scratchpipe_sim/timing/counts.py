@@ -91,7 +91,7 @@ def access_unique(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     nbat = trace.num_batches
     acc = np.zeros(nbat, np.int64)
     uniq = np.zeros(nbat, np.int64)
-    seen = np.full(trace.total_rows, -1, np.int64)
+    seen = np.full(trace.total_rows, -1, np.int32)  # batch stamps: 4 B per row
     for chunk in trace.iter_chunks():
         _access_unique(chunk.ids, chunk.batch_ptr, chunk.first_batch, seen, acc, uniq)
     return acc, uniq
