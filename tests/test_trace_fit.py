@@ -364,3 +364,29 @@ def test_stats_text_per_table_columns_aligned(tmp_path, capsys):
     ids = open_trace(t).linear_ids()
     assert "unique" not in d and d["distinct_rows_per_table"] == [
         len(np.unique(ids[ids < 5])), len(np.unique(ids[ids >= 5]))]
+
+
+def test_ratings_log_is_replayed_in_time_order(tmp_path, capsys):
+    p = tmp_path / "ratings.dat"  # MovieLens-1M layout: user::item::rating::timestamp
+    p.write_text("1::10::5::300\n2::11::3::100\n1::12::4::200\n3::10::1::100\n")
+    t = open_trace(p, fmt="ratings", batch_size=2)
+    # time order (ties keep file order): (2,11)@100, (3,10)@100, (1,12)@200, (1,10)@300
+    assert t.table_rows.tolist() == [4, 13] and t.num_batches == 2
+    assert t.batch(0).table(0)[0].tolist() == [2, 3]
+    assert t.batch(0).table(1)[0].tolist() == [11, 10]
+    assert t.batch(1).table(0)[0].tolist() == [1, 1]
+    assert t.batch(1).table(1)[0].tolist() == [12, 10]
+    inter = tmp_path / "x.inter"  # RecBole: a header line, tabs
+    inter.write_text("user_id:token\titem_id:token\trating:float\ttimestamp:float\n"
+                     "1\t10\t5\t300\n2\t11\t3\t100\n1\t12\t4\t200\n3\t10\t1\t100\n")
+    out = tmp_path / "r.sptrace"
+    assert main(["trace", "convert", str(inter), str(out), "--format", "ratings",
+                 "--batch-size", "2"]) == 0
+    assert "4 interactions read -> 2 tables" in capsys.readouterr().out
+    assert open_trace(out).linear_ids().tolist() == t.linear_ids().tolist()
+    bad = tmp_path / "u.data"
+    bad.write_text("1\t10\t5\t300\n2\tx\t3\t100\n")
+    assert main(["trace", "convert", str(bad), str(tmp_path / "b.sptrace"), "--format",
+                 "ratings"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad}:2: item: expected a non-negative integer" in err

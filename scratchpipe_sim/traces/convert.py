@@ -85,7 +85,7 @@ class ConvertResult:
 ConvertFn = Callable[[Path, Path, ConvertOptions], ConvertResult]
 CONVERTERS: Registry[ConvertFn] = Registry("convert format")
 #: modules that register converters when imported.
-CONVERTER_MODULES = ("criteo", "dlrm_formats", "meta", "tabular")
+CONVERTER_MODULES = ("criteo", "dlrm_formats", "meta", "tabular", "ratings")
 #: suffix -> converter format, checked longest first.
 SUFFIXES: dict[str, str] = {}
 

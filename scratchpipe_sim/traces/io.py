@@ -41,7 +41,7 @@ class ReaderSpec:
 READERS: Registry[ReaderSpec] = Registry("trace format")
 
 #: Modules under scratchpipe_sim.traces that register readers when imported.
-READER_MODULES = ("readers", "criteo", "dlrm_formats", "meta", "tabular")
+READER_MODULES = ("readers", "criteo", "dlrm_formats", "meta", "tabular", "ratings")
 
 _loaded = False
 _ORDER: list[str] = []  # registration order, for sniffing
