@@ -21,7 +21,7 @@ from scratchpipe_sim.timing import build_trace
 
 BASE = {
     "name": "sens", "seed": 3,
-    "hardware": {"preset": "a100-gen4", "ranges": {
+    "hardware": {"ranges": {  # no preset: only these ranges (a preset brings its own)
         "pcie.duplex_h2d_GBps": [11, 25], "cpu.dram_GBps": [50, 300],
         "gpu.gather_efficiency": [0.6, 1.2]}},
     "model": {"tables": {"count": 2, "rows": 20000, "dim": 16, "bytes_per_element": 4},

@@ -154,7 +154,20 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         checks.append(f"{opt} apply, {int(rb)} B rows ({int(R)} B moved), {int(u)} rows: "
                       f"measured {s * 1e6:.0f} us, model {pred / 1e3:.0f} us "
                       f"({(pred / 1e9 - s) / s * 100:+.0f}%)")
-    return CpuCalibration(vals, how, tuple(checks))
+    return CpuCalibration(_plain(vals), how, tuple(checks))
+
+
+def _plain(v: Any) -> Any:
+    """numpy scalars -> Python numbers (YAML and JSON take only these)."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    return v
 
 
 def _replace(base: CpuConfig, vals: dict[str, Any]) -> CpuConfig:
