@@ -9,6 +9,11 @@ import json
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as hst
+from reference_policies_b import build_trace as ref_trace
+from reference_policies_b import multi_table_batches
+from reference_scratchpipe_plans import ref_plans
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import load_config
@@ -22,8 +27,11 @@ from scratchpipe_sim.cuda.fit import (
     preset_yaml,
     write_preset,
 )
+from scratchpipe_sim.cuda.plan import ScratchpadState
 from scratchpipe_sim.cuda.runtime import gpu_status
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy
+from scratchpipe_sim.policies.scratchpipe import min_scratchpipe_capacity
 from scratchpipe_sim.timing import build_trace, simulate
 
 
@@ -242,3 +250,34 @@ def test_pcie_microbenchmark_times_grow_with_size_on_a_gpu():
     assert len(m.h2d) == 3 and len(m.d2h) == 3
     f = fit_latency_bandwidth(*np.array(m.h2d).T)
     assert 1.0 < f.GBps < 200.0 and f.r2 > 0.9
+
+
+# -- one planner: the reference path plans with the simulator's policy ---------------------------
+@settings(max_examples=80, deadline=None)
+@given(data=hst.data())
+def test_reference_planner_gives_the_policys_fills_and_victims(data):
+    """The CUDA path's planner (cuda/plan.py, one batch at a time) against the rules of
+    docs/policies.md in pure Python (tests/reference_scratchpipe_plans.py) and the
+    `scratchpipe` policy run by the engine in chunks: identical fills and victims per batch,
+    at the capacity floor and above."""
+    per_batch, rows = multi_table_batches(data.draw, hst)
+    w = data.draw(hst.integers(1, 4))
+    trace, ids, ptr = ref_trace(per_batch, rows)
+    floor = min_scratchpipe_capacity(trace, w)
+    cap = floor + data.draw(hst.sampled_from([0, 0, 1, 4]))
+    _, victims, fills = ref_plans(ids, ptr, cap, w)
+    planner = ScratchpadState(trace, cap, w)
+    pol = make_policy("scratchpipe", cap, trace.total_rows, lookahead=w)
+    counts = np.concatenate([bc.counts for bc in iter_cache(trace, pol,
+                                                            data.draw(hst.integers(1, 30)))])
+    for k in range(trace.num_batches):
+        p = planner.plan(k)
+        assert p.miss_rows.tolist() == fills[k]  # in first-access order
+        assert sorted(p.victim_rows.tolist()) == sorted(victims[k])
+        assert counts[k, COUNTERS.index("fills")] == len(p.miss_rows)
+        assert counts[k, COUNTERS.index("evictions")] == len(p.victim_rows)
+        slot_of = dict(zip(p.uniq.tolist(), p.uslots.tolist(), strict=True))
+        for r, s in zip(p.victim_rows.tolist(), p.victim_slots.tolist(), strict=True):
+            assert r not in slot_of and s in p.miss_slots.tolist()
+    assert sorted(planner.resident()[0].tolist()) == pol.resident().tolist()
+    assert planner.train_misses == 0

@@ -24,7 +24,11 @@ needs_sim = pytest.mark.skipif(not SIM, reason="races are deterministic only in 
 
 
 from scratchpipe_sim.cuda import kernels as K  # noqa: E402
-from scratchpipe_sim.cuda.pipeline import PipelineOptions, train_on_gpu  # noqa: E402
+from scratchpipe_sim.cuda.pipeline import (  # noqa: E402
+    PipelineOptions,
+    ScratchPipeReference,
+    train_on_gpu,
+)
 from scratchpipe_sim.cuda.plan import ScratchpadState  # noqa: E402
 from scratchpipe_sim.cuda.training import (  # noqa: E402
     BatchIds,
@@ -145,49 +149,57 @@ def test_pipeline_trains_like_the_numpy_reference(opt, lookahead, capacity, seed
 
 
 @needs_sim
-def test_stale_fetch_hazard_naive_future_window_corrupts():
-    """A row evicted by plan(k) and needed by batch k+1 is fetched before its write-back."""
-    trace, spec = _period3(), TrainSpec(dim=2)
+def test_refetch_hazard_is_ordered_and_naive_fetch_corrupts():
+    """A row evicted by plan(j) and needed again by batch j+1 (L = 2: collected in step j-1,
+    written back in step j) is gathered again after its write-back; without that, stale."""
+    # batch k = [k % 4, 4 + k % 4]: at the floor (6 rows for W = 3) plan(k) must evict the
+    # pair of batch k-3, which batch k+1 needs again
+    trace = Trace.single_table(np.array([v for k in range(9) for v in (k % 4, 4 + k % 4)]),
+                               8, 2)
+    spec = TrainSpec(dim=2)
     ref = reference_train(trace, spec)
-    good = train_on_gpu(trace, spec, PipelineOptions(capacity_rows=5, lookahead=2))
+    opts = PipelineOptions(capacity_rows=6, lookahead=2)
+    pipe = ScratchPipeReference(trace, spec, opts)
+    good = pipe.run()
+    assert pipe.refetched_late > 0  # the policy did evict rows needed within the window
     np.testing.assert_allclose(good.table, ref, rtol=1e-6, atol=1e-7)
-    naive = train_on_gpu(trace, spec, PipelineOptions(capacity_rows=5, lookahead=2,
-                                                      hold_future=False))
+    naive = train_on_gpu(trace, spec, PipelineOptions(capacity_rows=6, lookahead=2,
+                                                      order_refetch=False))
+    assert naive.misses == good.misses  # same plans: only the order of the gathers differs
     assert np.abs(naive.table - ref).max() > 1e-2
 
 
 @needs_sim
-def test_in_flight_eviction_hazard_naive_hold_corrupts():
-    """Evicting a row batch k-1 still needs: insert(k) overwrites it before train(k-1)."""
+def test_in_flight_eviction_hazard_naive_window_corrupts():
+    """Pinning batch k alone: insert(k) overwrites a row batch k-1 has not trained yet."""
     trace, spec = _period3(), TrainSpec(dim=2)
     ref = reference_train(trace, spec)
     naive = train_on_gpu(trace, spec, PipelineOptions(capacity_rows=4, lookahead=2,
-                                                      hold_in_flight=False))
+                                                      pin_window=1))
     assert np.abs(naive.table - ref).max() > 1e-2
-    with pytest.raises(UserError, match="cannot hold the rows of batches 1..3"):
+    with pytest.raises(UserError, match=r"cannot hold the rows of batches 0\.\.2 .*W = 3.*"
+                                        r"capacity >= 6"):
         train_on_gpu(trace, spec, PipelineOptions(capacity_rows=4, lookahead=2))
 
 
 def test_planner_never_evicts_a_row_of_its_window():
-    """Oracle: for every plan(k), victims are not needed by batches k-1 .. k+L-1."""
-    trace, L = _multi_table_trace(seed=5, batches=10), 3
+    """Oracle: for every plan(k), victims are not in the pinned batches k-W+1 .. k."""
+    trace, W = _multi_table_trace(seed=5, batches=10), 3
     batches = trace_batches(trace)
-    st = ScratchpadState(trace.total_rows, 19)
+    st = ScratchpadState(trace, 19, W)
     resident: set[int] = set()
     for k, b in enumerate(batches):
-        for j in range(k, min(k + L, len(batches))):
-            st.register(np.unique(batches[j].ids), j)
-        uniq, inv = np.unique(b.ids, return_inverse=True)
-        p = st.plan(k, uniq, inv, k - 1)
-        assert p is not None
-        window = set(np.concatenate([batches[j].ids for j in range(max(0, k - 1),
-                                                                   min(k + L, len(batches)))]))
+        uniq = np.unique(b.ids)
+        p = st.plan(k)
+        window = set(np.concatenate([batches[j].ids for j in range(max(0, k - W + 1), k + 1)]))
         assert not set(p.victim_rows.tolist()) & window
         assert set(p.miss_rows.tolist()) == set(uniq.tolist()) - resident
+        np.testing.assert_array_equal(p.uniq[p.inv], b.ids)
         resident = (resident - set(p.victim_rows.tolist())) | set(uniq.tolist())
         assert len(resident) <= 19
         assert sorted(st.resident()[0].tolist()) == sorted(resident)
         np.testing.assert_array_equal(np.sort(p.uslots), np.sort(np.unique(p.uslots)))
+    assert st.train_misses == 0
 
 
 def test_targets_and_init_are_seeded():
@@ -229,7 +241,9 @@ def test_validation_workload_runs_the_config_through_the_pipeline():
                                  "batch_size": 3, "bottom_mlp": [2, 3], "top_mlp": [3, 1],
                                  "num_batches": 4, "warmup_batches": 1,
                                  "optimizer": "rowwise-adagrad"},
-                       "cache": {"capacity_rows": 40, "lookahead": 3},
+                       "cache": {"capacity_rows": 40, "lookahead": 3,
+                                 "pipeline": [["plan"], ["collect", "exchange", "insert"],
+                                              ["train"]]},
                        "designs": ["scratchpipe"]})
     w = workload_of(cfg)
     assert w.lookahead == 2 and w.capacity_rows == 40 and w.spec.width == 3
@@ -242,7 +256,7 @@ def test_validation_workload_runs_the_config_through_the_pipeline():
 
 
 def test_first_access_unique_matches_numpy():
-    st = ScratchpadState(50, 4)
+    st = ScratchpadState(Trace.single_table(np.arange(8), 50, 4), 4, 2)
     rng = np.random.default_rng(8)
     for k in range(3):  # the stamp array is reused across batches
         ids = rng.integers(0, 50, 40)

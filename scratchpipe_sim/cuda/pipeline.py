@@ -11,18 +11,24 @@ Schedule (L = lookahead). In step s the host, in this order:
 Exchange(s+1) is issued before train(s), so on a GPU they overlap; step 2 runs on a host
 thread while steps 3-4 are issued (for L >= 2), so planning overlaps the GPU too.
 
+Planning is the simulator's `scratchpipe` policy with window W = L + 1 (plan.py): plan(k)
+pins batches k-L..k, the ones planned and not yet trained, so the scratchpad needs the
+union of the rows of any L+1 consecutive batches (`min_scratchpipe_capacity(trace, L+1)`).
+
 Hazards, and why this order avoids them:
 * a victim of plan(k) still needed by batch k-1: insert(k) is issued before train(k-1) (to
   overlap), so it would overwrite the slot before that batch reads it, and the extracted
   copy would miss its update. Batches <= k-2 are safe: extract(k) waits for train(k-2) and
-  insert(k) waits for extract(k). So the planner never evicts a row needed by batch k-1
-  (`hold_in_flight`).
-* a row fetched for batch k+j while its newer copy, evicted by plan(k), is still on its way
-  back to the CPU table: collect(k+j) runs in step k+j-L but the write-back lands in step k,
-  so for j < L the fetch would read a stale row. The planner registers batches up to
-  k+L-1 (`hold_future`) so such a row is not evicted until its re-use is >= L batches away.
-The scratchpad therefore needs the union of the rows of batches k-1 .. k+L-1 (L+1 batches).
-Turning either off (tests only) corrupts the trained table; see tests/test_cuda_pipeline.py.
+  insert(k) waits for extract(k). The pinned window (k-L..k, L >= 1) never evicts a row of
+  batch k-1; `pin_window=1` (tests only) pins batch k alone and shows the race.
+* refetch: a row evicted by plan(j) and fetched again for batch b > j while its newer copy
+  is still on its way back to the CPU table: collect(b) runs in step b-L but the write-back
+  lands in step j, so for b - j < L the gather reads a stale row. The policy may evict such
+  a row (it is the farthest-used candidate), so the pipeline *orders* the fetch: collect(b)
+  gathers it again right after writeback(j) has scattered it (step j <= b-1, before
+  exchange(b) copies the staging buffer) - the timing model's `cache.refetch: wait`.
+  `order_refetch=False` (tests only) skips that and trains on stale rows.
+Turning either off corrupts the trained table; see tests/test_cuda_pipeline.py.
 Under the CUDA simulator everything runs in issue order, so those races show up
 deterministically — exactly the interleaving a GPU is allowed to pick.
 """
@@ -58,8 +64,9 @@ STAGES = ("plan", "collect", "h2d", "h2d_index", "d2h", "insert", "writeback", "
 class PipelineOptions:
     capacity_rows: int
     lookahead: int = 2
-    hold_in_flight: bool = True
-    hold_future: bool = True
+    #: the planner's window W; None = lookahead + 1 (what is planned and not trained)
+    pin_window: int | None = None
+    order_refetch: bool = True
     #: dense layers run in train, as (samples, in, out): 3 GEMMs each (forward, data grad,
     #: weight grad all cost 2*samples*in*out FLOPs), standing in for the MLPs the model prices
     mlp: tuple[tuple[int, int, int], ...] = ()
@@ -112,7 +119,8 @@ class ScratchPipeReference:
         self.batches = trace_batches(trace)
         self.cpu_table = (initial_table(trace.total_rows, spec) if table is None
                           else np.ascontiguousarray(table, np.float32))
-        self.state = ScratchpadState(trace.total_rows, opts.capacity_rows)
+        self.state = ScratchpadState(trace, opts.capacity_rows,
+                                     opts.pin_window or opts.lookahead + 1)
         c = cuda()
         self.cuda = c
         self.s_compute, self.s_h2d, self.s_d2h = c.stream(), c.stream(), c.stream()
@@ -132,37 +140,30 @@ class ScratchPipeReference:
                           c.to_device(np.full((i, o), 0.01, np.float32)),
                           c.device_array((b, o), np.float32)) for b, i, o in opts.mlp]
         self.flight: dict[int, _InFlight] = {}
-        self.registered = -1
-        self.uniq_of: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.written_back = -1  # last batch whose victims are back in the CPU table
+        #: write-back batch j -> [(batch b, indices into b's misses)]: refetches to gather
+        #: again once writeback(j) is applied
+        self.refetch_after: dict[int, list[tuple[int, np.ndarray]]] = {}
+        self.refetched_late = 0
         self.train_done: dict[int, Any] = {}
         self.result = PipelineResult(self.cpu_table, stage_s={s: [] for s in STAGES})
 
     # -- stages -----------------------------------------------------------------------------
-    def _register_upto(self, j: int) -> None:
-        j = min(j, len(self.batches) - 1)
-        while self.registered < j:
-            nxt = self.registered = self.registered + 1
-            uniq, inv = self.state.unique(self.batches[nxt].ids, nxt)
-            self.uniq_of[nxt] = (uniq, inv)
-            self.state.register(uniq, nxt)
-
     def _plan_collect(self, k: int) -> None:
-        L = self.opts.lookahead
         t0 = time.perf_counter()
-        self._register_upto(k + (L - 1 if self.opts.hold_future else 0))
         batch = self.batches[k]
-        uniq, inv = self.uniq_of.pop(k)
-        plan = self.state.plan(k, uniq, inv, k - 1 if self.opts.hold_in_flight else k)
-        if plan is None:
-            raise UserError(
-                f"batch {k}: the scratchpad ({self.opts.capacity_rows} rows) cannot hold the "
-                f"rows of batches {k - 1}..{k + L - 1} (its window); expected a larger "
-                "capacity or a smaller lookahead", field="cache.capacity_rows")
+        plan = self.state.plan(k)
         t1 = time.perf_counter()
         ring = k % len(self.pin_in)
         if self.ring_h2d_done[ring] is not None:  # the buffer's previous H2D must be done
             self.ring_h2d_done[ring].synchronize()
         gather_rows(self.cpu_table, plan.miss_rows, self.pin_in[ring])
+        if self.opts.order_refetch:  # rows whose write-back has not landed: gather them later
+            late = np.flatnonzero(plan.evicted_by > self.written_back)
+            for j in np.unique(plan.evicted_by[late]).tolist():
+                idx = late[plan.evicted_by[late] == j]
+                self.refetch_after.setdefault(j, []).append((k, idx))
+                self.refetched_late += len(idx)
         t2 = time.perf_counter()
         self.flight[k] = _InFlight(plan, batch, ring, t2 - t1, t1 - t0)
         r = self.result
@@ -216,13 +217,17 @@ class ScratchPipeReference:
         f.insert_done.record(self.s_h2d)
 
     def _writeback(self, k: int) -> None:
-        f = self.flight.get(k)
-        if f is None or f.d2h_done is None:
-            return
-        f.d2h_done.synchronize()
+        f = self.flight[k]
+        f.d2h_done.synchronize()  # exchange(k) was issued in step k-1
         t0 = time.perf_counter()
         nv = len(f.plan.victim_rows)
         scatter_rows(self.cpu_table, f.plan.victim_rows, self.pin_out[f.ring][:nv])
+        self.written_back = k
+        for b, idx in self.refetch_after.pop(k, []):  # refetches that waited for this one
+            g = self.flight[b]
+            rows = np.empty((len(idx), self.spec.width), np.float32)
+            gather_rows(self.cpu_table, g.plan.miss_rows[idx], rows)
+            self.pin_in[g.ring][idx] = rows
         f.writeback_s = time.perf_counter() - t0
 
     def _train(self, k: int) -> None:

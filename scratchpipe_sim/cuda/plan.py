@@ -1,15 +1,20 @@
-"""ScratchPipe's `plan` stage: hits, misses, slots and victims for one mini-batch.
+"""ScratchPipe's `plan` stage for the reference pipeline: the simulator's own policy.
 
-The planner keeps, per row, the last batch known to need it (`need_until`). Batches are
-registered as soon as the data loader can see them — up to `future` batches past the one
-being planned — so a row is evictable at plan(k) only when no batch in
-[evictable_before, k + future] needs it. The pipeline picks `evictable_before` and `future`
-(see pipeline.py); naive settings exist only so tests can show what they break.
+One planner for the model and the GPU: `ScratchpadState.plan(k)` runs batch k through the
+`scratchpipe` policy (`policies/scratchpipe.py`, lookahead W) as a one-batch chunk and reads
+back what it decided — hits, the slot of every row, the rows to fetch and the victims they
+replace. The rules are therefore exactly the simulator's: at plan(k) the rows of batches
+k-W+1..k are pinned; a missing row takes a free slot, else the unpinned row with no use in
+batches k+1..k+W that was used least recently, else the unpinned row used farthest in the
+future. Like the simulator, the planner knows the whole trace's future (next-use positions,
+computed once: the data loader has the ids of upcoming batches).
 
-Victim choice: a free slot first, then the resident row whose last need is oldest (LRU over
-batches), ties in registration order — deterministic. Cost is O(accesses + misses) per
-batch, not O(capacity): registrations are appended in batch order to one log, which is
-also the eviction queue (an entry is stale once its row was re-registered or left).
+The pipeline (pipeline.py) maps its lookahead L (batches planned ahead of training) to
+W = L + 1, so the pinned set is what it has planned and not trained. The refetch hazard (a
+row evicted by plan(j) and fetched again for a batch b > j before plan(j)'s write-back has
+reached the CPU table) is not avoided by the planner: `Plan.refetch` lists those rows and the
+pipeline orders their fetch after the write-back, as the timing model does
+(`cache.refetch: wait`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,12 @@ from dataclasses import dataclass
 
 import numba as nb
 import numpy as np
+
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.policies.base import EVICTIONS, MISS, NUM_EVENTS
+from scratchpipe_sim.policies.engine import compute_next_use
+from scratchpipe_sim.policies.scratchpipe import ScratchPipe, min_scratchpipe_capacity
+from scratchpipe_sim.traces.trace import Trace
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,9 @@ class Plan:
     miss_slots: np.ndarray  # their slots
     victim_rows: np.ndarray  # ids evicted (written back to the CPU table)
     victim_slots: np.ndarray  # the slots they left
+    #: per miss row: the batch whose plan evicted it most recently (-1: none, or long ago
+    #: enough that its write-back is certainly done; see ScratchpadState.plan)
+    evicted_by: np.ndarray
 
     @property
     def hits(self) -> int:
@@ -39,44 +53,64 @@ class Plan:
 
 
 class ScratchpadState:
-    """Host-side directory of the GPU scratchpad (which row is in which slot)."""
+    """Host-side directory of the GPU scratchpad, planned by the `scratchpipe` policy.
 
-    def __init__(self, total_rows: int, capacity_rows: int) -> None:
+    `lookahead` is the policy's window W (>= 1). Batches must be planned in order 0, 1, ...
+    """
+
+    def __init__(self, trace: Trace, capacity_rows: int, lookahead: int) -> None:
+        self.trace = trace
         self.capacity = capacity_rows
-        self.slot_of = np.full(total_rows, -1, np.int64)
-        self.row_in = np.full(capacity_rows, -1, np.int64)
-        self.need_until = np.full(total_rows, -1, np.int64)
-        self._stamp = np.full(total_rows, -1, np.int64)
-        self._pos = np.zeros(total_rows, np.int64)
-        # registration log = eviction queue: rows and the batch they were registered for
-        self._log_rows = np.zeros(1024, np.int64)
-        self._log_batch = np.zeros(1024, np.int64)
-        # [log length, queue cursor, free slots left (slots >= capacity - free are unused)]
-        self._ctr = np.array([0, 0, capacity_rows], np.int64)
+        self.lookahead = lookahead
+        self.policy = ScratchPipe(capacity_rows, trace.total_rows, lookahead=lookahead)
+        self.policy.prepare(trace)
+        self.next_use = compute_next_use(trace)
+        self.ptr = trace.batch_access_ptr()
+        slots = min(capacity_rows, trace.total_rows)
+        self.row_in = np.full(slots, -1, np.int64)
+        #: batch that last evicted each row (-1: never)
+        self.evicted_at = np.full(trace.total_rows, -1, np.int64)
+        self._stamp = np.full(trace.total_rows, -1, np.int64)
+        self._pos = np.zeros(trace.total_rows, np.int64)
+        self.planned = 0
 
     def unique(self, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Unique ids of batch k in first-access order and each access's index among them."""
         return _unique(np.asarray(ids, np.int64), k, self._stamp, self._pos)
 
-    def register(self, uniq: np.ndarray, k: int) -> None:
-        """Batch k needs these rows (called in batch order, so k is the latest need)."""
-        n, m = int(self._ctr[0]), len(uniq)
-        if n + m > len(self._log_rows):
-            size = max(2 * len(self._log_rows), n + m)
-            self._log_rows = np.resize(self._log_rows, size)
-            self._log_batch = np.resize(self._log_batch, size)
-        _register(np.asarray(uniq, np.int64), k, self.need_until, self._log_rows,
-                  self._log_batch, self._ctr)
+    def plan(self, k: int) -> Plan:
+        """Plan batch k (the next one); a UserError when the window's rows do not fit."""
+        if k != self.planned:
+            raise ValueError(f"batches are planned in order: expected {self.planned}, got {k}")
+        chunk = self.trace.chunk(k, k + 1, self.ptr)
+        lo, hi = int(self.ptr[k]), int(self.ptr[k + 1])
+        outcome = np.empty(hi - lo, np.uint8)
+        events = np.zeros((1, NUM_EVENTS), np.int64)
+        try:
+            self.policy.process(chunk, self.next_use[lo:hi], outcome, events)
+        except UserError:
+            w = self.lookahead
+            need = min_scratchpipe_capacity(self.trace, w)
+            raise UserError(
+                f"batch {k}: the scratchpad ({self.capacity} rows) cannot hold the rows of "
+                f"batches {max(0, k - w + 1)}..{k} (its window, W = {w}); expected "
+                f"capacity >= {need} rows or a smaller lookahead",
+                field="cache.capacity_rows") from None
+        self.planned += 1
+        if self.planned == self.trace.num_batches:
+            self.policy.finish()
+        uniq, inv = self.unique(chunk.ids, k)
+        uslots, mrows, mslots, vrows, vslots, evby = _read_plan(
+            chunk.ids, outcome, self.policy.chunk_slots, uniq, inv, self.row_in,
+            self.evicted_at, k, MISS)
+        if len(vrows) != events[0, EVICTIONS]:
+            raise AssertionError("planner: victims read back disagree with the policy's count")
+        return Plan(k, uniq, inv, uslots, mrows, mslots, vrows, vslots, evby)
 
-    def plan(self, k: int, uniq: np.ndarray, inv: np.ndarray,
-             evictable_before: int) -> Plan | None:
-        """Plan batch k, or None when the scratchpad cannot hold the rows still needed."""
-        ok, uslots, mrows, mslots, vrows, vslots = _plan(
-            np.asarray(uniq, np.int64), evictable_before, self.slot_of, self.row_in,
-            self.need_until, self._log_rows, self._log_batch, self._ctr)
-        if not ok:
-            return None
-        return Plan(k, uniq, inv, uslots, mrows, mslots, vrows, vslots)
+    @property
+    def train_misses(self) -> int:
+        """The policy's own check that trained rows were where it planned them (0)."""
+        return self.policy.extra_totals()["train_misses"]
 
     def resident(self) -> tuple[np.ndarray, np.ndarray]:
         """(rows, slots) currently in the scratchpad."""
@@ -102,69 +136,41 @@ def _unique(ids, k, stamp, pos):
 
 
 @nb.njit(cache=True, nogil=True)
-def _register(uniq, k, need_until, log_rows, log_batch, ctr):
-    n = ctr[0]
-    for i in range(len(uniq)):
-        need_until[uniq[i]] = k
-        log_rows[n] = uniq[i]
-        log_batch[n] = k
-        n += 1
-    ctr[0] = n
+def _read_plan(ids, outcome, slots, uniq, inv, row_in, evicted_at, k, miss):
+    """Turn the policy's per-access outcome and slot into the pipeline's arrays.
 
-
-@nb.njit(cache=True, nogil=True)
-def _plan(uniq, evictable_before, slot_of, row_in, need_until, log_rows, log_batch, ctr):
-    n = len(uniq)
-    e = np.empty(0, np.int64)
-    uslots = np.empty(n, np.int64)
+    A fill is the first access of a row with outcome MISS; the row it replaces is whoever
+    held its slot before (`row_in`), so victims pair with the fills that needed a slot.
+    """
+    nu = len(uniq)
+    uslots = np.full(nu, -1, np.int64)
+    first = np.full(nu, -1, np.int64)
+    for j in range(len(ids)):
+        u = inv[j]
+        if first[u] < 0:
+            first[u] = j
+            uslots[u] = slots[j]
     n_miss = 0
-    for i in range(n):
-        s = slot_of[uniq[i]]
-        uslots[i] = s
-        if s < 0:
+    for u in range(nu):
+        if outcome[first[u]] == miss:
             n_miss += 1
-    # choose victims first (no state change until we know there are enough)
-    cap = len(row_in)
-    free = ctr[2]
-    take_free = min(free, n_miss)
-    need = n_miss - take_free
-    vrows = np.empty(need, np.int64)
-    vslots = np.empty(need, np.int64)
-    cur = ctr[1]
-    v = 0
-    while v < need and cur < ctr[0]:
-        b = log_batch[cur]
-        if b >= evictable_before:
-            break
-        r = log_rows[cur]
-        if need_until[r] == b and slot_of[r] >= 0:
-            vrows[v] = r
-            vslots[v] = slot_of[r]
-            slot_of[r] = -2  # tentatively taken (restored below on failure)
-            v += 1
-        cur += 1
-    if v < need:
-        for i in range(v):
-            slot_of[vrows[i]] = vslots[i]
-        return False, e, e, e, e, e
-    ctr[1] = cur
-    ctr[2] = free - take_free
-    for i in range(v):
-        slot_of[vrows[i]] = -1
     mrows = np.empty(n_miss, np.int64)
     mslots = np.empty(n_miss, np.int64)
+    evby = np.empty(n_miss, np.int64)
+    vrows = np.empty(n_miss, np.int64)
+    vslots = np.empty(n_miss, np.int64)
     m = 0
-    for i in range(n):
-        if uslots[i] >= 0:
+    v = 0
+    for u in range(nu):
+        if outcome[first[u]] != miss:
             continue
-        if m < take_free:
-            s = cap - free + m
-        else:
-            s = vslots[m - take_free]
-        row_in[s] = uniq[i]
-        slot_of[uniq[i]] = s
-        uslots[i] = s
-        mrows[m] = uniq[i]
-        mslots[m] = s
+        r, s = uniq[u], uslots[u]
+        mrows[m], mslots[m], evby[m] = r, s, evicted_at[r]
         m += 1
-    return True, uslots, mrows, mslots, vrows, vslots
+        old = row_in[s]
+        if old >= 0:
+            vrows[v], vslots[v] = old, s
+            evicted_at[old] = k
+            v += 1
+        row_in[s] = r
+    return uslots, mrows, mslots, vrows[:v].copy(), vslots[:v].copy(), evby
