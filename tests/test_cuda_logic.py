@@ -179,7 +179,9 @@ SMALL = {"name": "tiny", "seed": 2, "hardware": {"preset": "h200-gen5"},
                    "batch_size": 32, "bottom_mlp": [4, 8], "top_mlp": [8, 1],
                    "num_batches": 12, "warmup_batches": 2},
          "trace": {"distribution": "zipf", "alpha": 1.05},
-         "cache": {"capacity_rows": 600, "lookahead": 3}, "designs": ["scratchpipe"]}
+         "cache": {"capacity_rows": 600, "lookahead": 3,
+                   "pipeline": [["plan"], ["collect", "exchange", "insert"], ["train"]]},
+         "designs": ["scratchpipe"]}
 
 
 def test_cli_validate_with_saved_measurements(tmp_path, capsys):
@@ -208,7 +210,8 @@ def test_cli_validate_with_saved_measurements(tmp_path, capsys):
 def test_cli_validate_errors_are_one_line(tmp_path, capsys):
     cfgp = tmp_path / "tiny.yaml"
     cfgp.write_text(yaml.safe_dump(SMALL))
-    bad = dict(SMALL, cache={"capacity_rows": 600, "lookahead": 1})
+    bad = dict(SMALL, cache={"capacity_rows": 600, "lookahead": 1,  # one stage group
+                             "pipeline": [["plan", "collect", "exchange", "insert", "train"]]})
     badp = tmp_path / "bad.yaml"
     badp.write_text(yaml.safe_dump(bad))
     fp16 = tmp_path / "fp16.yaml"
