@@ -6,6 +6,12 @@ a way of its set that batch t does not use (a row needed by the current batch is
 evicted). When every way of the set is used by batch t the row is a *conflict miss*: it is
 served from host memory (UVM) and not cached (`UNPLACED`). Every eviction writes the row back.
 
+Kernel shape (why it is fast enough): a one-byte tag per way (hash bits the set index does
+not use) is compared 8 ways at a time, so finding a row reads one word per 8 ways and
+`slot_row` only on a tag match; a batch's missing accesses are sorted once by (row, stream
+position), which gives both FBGEMM's insertion order and every row's accesses together, so
+each missing row is placed once and its outcomes follow (no second lookup per access).
+
 Geometry: `sets = ceil(capacity / ways)`, so the effective capacity is `sets * ways` (reported
 as the policy's capacity). Set index = MurmurHash3 fmix64(linearized row id) mod sets.
 
@@ -59,20 +65,54 @@ def cache_set(row, sets):
 
 
 @nb.njit(cache=True)
-def _find(slot_row, base, ways, r):
+def _tag(h):
+    """A one-byte fingerprint of a row from hash bits the set index does not use (0 = empty)."""
+    t = np.uint8(h >> np.uint64(56))
+    return t if t != 0 else np.uint8(1)
+
+
+_LOCKED = np.iinfo(np.int64).max
+_LO = np.uint64(0x0101010101010101)
+_HI = np.uint64(0x8080808080808080)
+
+
+@nb.njit(cache=True)
+def _find(slot_row, tags, tags64, base, ways, r, tag):
+    """Way of row r in the set at `base`, or -1. Compares the set's one-byte tags eight at a
+    time (one 64-bit word, SWAR zero-byte test) when `ways` is a multiple of 8, and reads
+    `slot_row` only for the words that may hold the tag (a false positive is 3% a word)."""
+    if ways & 7 == 0:
+        pat = np.uint64(tag) * _LO
+        w0 = base >> 3
+        for q in range(ways >> 3):
+            x = tags64[w0 + q] ^ pat
+            if (x - _LO) & ~x & _HI:
+                k0 = (w0 + q) << 3
+                for k in range(k0, k0 + 8):
+                    if tags[k] == tag and slot_row[k] == r:
+                        return k
+        return -1
     for w in range(ways):
-        if slot_row[base + w] == r:
+        if tags[base + w] == tag and slot_row[base + w] == r:
             return base + w
     return -1
 
 
 @nb.njit(cache=True)
-def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, slot_row, slot_ts, served,
-                  counts, slot_cnt, outcome, events):
-    n = len(ids)
-    set_of = np.empty(n, np.int64)
-    miss_idx = np.empty(n, np.int64)
-    rows = np.empty(n, np.int64)
+def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_row, tags,
+                  tags64, slot_ts, counts, slot_cnt, outcome, events):
+    longest = 0
+    for b in range(len(batch_ptr) - 1):
+        longest = max(longest, batch_ptr[b + 1] - batch_ptr[b])
+    # per-batch scratch, sized by the longest batch (not the chunk)
+    set_of = np.empty(longest, np.int64)
+    miss_idx = np.empty(longest, np.int64)
+    keys = np.empty(longest, np.int64)
+    idx_bits = 1
+    while (1 << idx_bits) < longest:
+        idx_bits += 1
+    packed = row_bits + idx_bits <= 62  # (row, miss index) fits one int64 sort key
+    usets = np.uint64(sets)
     for b in range(len(batch_ptr) - 1):
         t = first_batch + b
         lo, hi = batch_ptr[b], batch_ptr[b + 1]
@@ -83,61 +123,66 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, slot_row, slot_t
         nmiss = 0
         for j in range(lo, hi):
             r = ids[j]
-            s = cache_set(r, sets)
-            set_of[j] = s
-            f = _find(slot_row, s * ways, ways, r)
+            h = fmix64(r)
+            base = np.int64(h % usets) * ways
+            f = _find(slot_row, tags, tags64, base, ways, r, _tag(h))
             if f >= 0:
                 slot_ts[f] = t
                 if lfu:  # a resident row's count changes only in batches that hit it
                     slot_cnt[f] = counts[r]
                 outcome[j] = HIT
             else:
+                set_of[nmiss] = base
                 miss_idx[nmiss] = j
-                rows[nmiss] = r
+                keys[nmiss] = (r << idx_bits) | nmiss if packed else r
                 nmiss += 1
         if nmiss == 0:
             continue
-        # 2) unique missing rows in ascending id order. Sets are independent, so this is
-        #    FBGEMM's order (grouped by set, ascending id inside a set).
-        miss_rows = rows[:nmiss]
-        miss_rows.sort()
-        prev = -1
-        for m in range(nmiss):
-            r = miss_rows[m]
-            if r == prev:
-                continue
-            prev = r
-            base = cache_set(r, sets) * ways
+        # 2) missing accesses sorted by (row, stream order): unique rows in ascending id
+        #    order, which is FBGEMM's (sets are independent, ascending id inside a set), and
+        #    each row's accesses together, so its outcomes follow from its one placement
+        #    (first access MISS, later HIT; all UNPLACED when not placed).
+        if packed:
+            order = keys[:nmiss]
+            order.sort()
+        else:
+            order = np.argsort(keys[:nmiss], kind="mergesort")  # stable: stream order
+        mask = (np.int64(1) << idx_bits) - 1
+        g = 0
+        while g < nmiss:
+            m = order[g] & mask if packed else order[g]
+            r = ids[miss_idx[m]]
+            base = set_of[m]
+            # branch-free argmin over the set (ways locked by batch t count as _LOCKED);
+            # strict < keeps the lowest way among equals
             best = -1
-            best_c = np.int64(0)
+            best_c = _LOCKED
             for w in range(ways):
                 k = base + w
-                if slot_ts[k] == t:
-                    continue  # used by this batch: locked
                 if lfu:  # least frequent way; empty ways count -1 and always admit
                     c = np.int64(-1) if slot_row[k] == EMPTY else slot_cnt[k]
                 else:  # oldest timestamp; empty ways carry -1
                     c = np.int64(slot_ts[k])
-                if best < 0 or c < best_c:
-                    best, best_c = k, c
-            if best < 0:
-                continue  # conflict miss: every way is used by batch t
-            if lfu and slot_row[best] != EMPTY and counts[r] <= best_c:
-                continue  # not admitted
-            _place(slot_row, slot_ts, best, r, t, events, b)
-            if lfu:
-                slot_cnt[best] = counts[r]
-        # 3) outcomes of the missing accesses: first access of a filled row MISS, later HIT.
-        for m in range(nmiss):
-            j = miss_idx[m]
-            f = _find(slot_row, set_of[j] * ways, ways, ids[j])
-            if f < 0:
-                outcome[j] = UNPLACED
-            elif served[f] != t:
-                served[f] = t
-                outcome[j] = MISS
-            else:
-                outcome[j] = HIT
+                c = _LOCKED if slot_ts[k] == t else c
+                better = c < best_c
+                best = k if better else best
+                best_c = c if better else best_c
+            placed = best >= 0  # else a conflict miss: every way is used by batch t
+            if placed and lfu and slot_row[best] != EMPTY and counts[r] <= best_c:
+                placed = False  # not admitted
+            if placed:
+                _place(slot_row, slot_ts, best, r, t, events, b)
+                tags[best] = _tag(fmix64(r))
+                if lfu:
+                    slot_cnt[best] = counts[r]
+            outcome[miss_idx[m]] = MISS if placed else UNPLACED
+            g += 1
+            while g < nmiss:
+                m2 = order[g] & mask if packed else order[g]
+                if ids[miss_idx[m2]] != r:
+                    break
+                outcome[miss_idx[m2]] = HIT if placed else UNPLACED
+                g += 1
 
 
 @nb.njit(cache=True)
@@ -166,9 +211,13 @@ class _FbgemmCache(Policy):
         self.sets = -(-self.capacity // self.ways)
         self.capacity = self.sets * self.ways  # effective: FBGEMM rounds up to whole sets
         self.slot_row = np.full(self.capacity, EMPTY, np.int64)
+        self.row_bits = max(1, (self.num_rows - 1).bit_length())
+        # one-byte tag per way (0 = empty, see `_tag`), padded to whole 64-bit words; the
+        # uint64 view lets `_find` test 8 ways at once
+        self.tags = np.zeros(-(-self.capacity // 8) * 8, np.uint8)
+        self.tags64 = self.tags.view(np.uint64)
         # batch stamps (int32: 2^31 mini-batches is far beyond any trace)
         self.slot_ts = np.full(self.capacity, -1, np.int32)
-        self.served = np.full(self.capacity, -1, np.int32)
         self.counts = np.zeros(self.num_rows if self.lfu else 1, np.int64)
         # the count of the row in each way, so a miss compares its set without touching
         # the O(rows) `counts` array 32 times
@@ -177,8 +226,8 @@ class _FbgemmCache(Policy):
     def process(self, chunk: Chunk, next_use: np.ndarray | None, outcome: np.ndarray,
                 events: np.ndarray) -> None:
         _fbgemm_chunk(chunk.ids, chunk.batch_ptr, chunk.first_batch, self.sets, self.ways,
-                      self.lfu, self.slot_row, self.slot_ts, self.served, self.counts,
-                      self.slot_cnt, outcome, events)
+                      self.lfu, self.row_bits, self.slot_row, self.tags, self.tags64,
+                      self.slot_ts, self.counts, self.slot_cnt, outcome, events)
 
     def resident(self) -> np.ndarray:
         return np.sort(self.slot_row[self.slot_row != EMPTY])
