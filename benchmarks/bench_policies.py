@@ -5,10 +5,12 @@ Not a test: run it by hand and record the output in docs/performance.md.
     python benchmarks/bench_policies.py                  # 10M accesses, 10M rows, 1% and 10%
     python benchmarks/bench_policies.py --accesses 1000000   # quick run
     python benchmarks/bench_policies.py --repeat 3       # best of 3 on a busy machine
+    python benchmarks/bench_policies.py --batch-sizes 1  # as cache researchers compare
 
 Workload: bounded Zipf(alpha) over `rows` ranks (P(k) ~ 1/k^alpha, sampled exactly by
 inverse CDF), ranks randomly permuted onto ids, as FBGEMM's TBE benchmark does; one table,
-pooling 1, mini-batches of `--batch-size` ids. libCacheSim runs `process_trace` over the
+pooling 1, mini-batches of each of `--batch-sizes` ids (4096 and 1 by default; libCacheSim
+has no batches, so its figures are shared). libCacheSim runs `process_trace` over the
 same ids written in its oracleGeneral format (its next-access times come precomputed in
 the file). For each policy two figures:
 
@@ -37,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchpipe_sim.policies import POLICIES
+from scratchpipe_sim.policies import POLICIES, engine
 from scratchpipe_sim.policies.engine import compute_next_use, make_policy, run_cache
 from scratchpipe_sim.policies.oracle_general import write_oracle_general
 from scratchpipe_sim.traces.trace import Trace
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--accesses", type=int, default=10_000_000)
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--alpha", type=float, default=1.0)
-    ap.add_argument("--batch-size", type=int, default=4096)
+    ap.add_argument("--batch-sizes", default="4096,1")
     ap.add_argument("--capacity-fractions", default="0.01,0.1")
     ap.add_argument("--policies", default=",".join(POLICIES.names()))
     ap.add_argument("--seed", type=int, default=2024)
@@ -137,11 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     warm_up(names)
     print(f"warm-up (compile or load cached JIT): {time.perf_counter() - t0:.1f} s")
     ids = bounded_zipf(args.accesses, args.rows, args.alpha, args.seed)
-    trace = Trace.single_table(ids, args.rows, args.batch_size)
-    chunks = list(trace.iter_chunks())
-    next_use = compute_next_use(trace)
+    batch_sizes = [int(x) for x in args.batch_sizes.split(",") if x]
     print(f"workload: {args.accesses} accesses, Zipf({args.alpha}) over {args.rows} rows "
-          f"(permuted), batch size {args.batch_size}, seed {args.seed}; "
+          f"(permuted), batch sizes {batch_sizes}, seed {args.seed}; "
           f"{os.cpu_count()} CPUs; clock {args.clock}, best of {args.repeat}")
     with tempfile.TemporaryDirectory(prefix="bench-policies-") as tmp:
         og = write_oracle_general(ids, Path(tmp) / "trace.oracleGeneral")
@@ -155,25 +155,39 @@ def main(argv: list[str] | None = None) -> int:
                 base[cls_name] = args.accesses / secs
                 print(f"  libCacheSim {cls_name:<14} hit {hit:.4f}  "
                       f"{base[cls_name] / 1e6:6.2f} M/s")
-            print(f"  {'policy':<26} {'hit':>6}  {'e2e M/s':>8} {'kernel M/s':>10}  "
-                  f"{'e2e/lcsLRU':>10} {'e2e/lcsBel':>10} {'kern/lcsLRU':>11} "
-                  f"{'kern/lcsBel':>11}  {'RSS +MiB':>8}")
-            for name in names:
-                before = _reset_peak()
-                es, res = e2e_seconds(trace, name, cap)
-                rss = (_status_kib("VmHWM:") - before) / 1024
-                for _ in range(args.repeat - 1):
-                    es = min(es, e2e_seconds(trace, name, cap)[0])
-                ks = min(kernel_seconds(trace, name, cap, chunks, next_use)
-                         for _ in range(args.repeat))
-                e2e = args.accesses / es
-                kern = args.accesses / ks
-                print(f"  {name:<26} {res.hit_ratio:.4f}  {e2e / 1e6:8.2f} {kern / 1e6:10.2f}"
-                      f"  {e2e / base['LRU']:10.2f} {e2e / base['Belady']:10.2f} "
-                      f"{kern / base['LRU']:11.2f} {kern / base['Belady']:11.2f}  "
-                      f"{rss:8.1f}")
-                sys.stdout.flush()
+            for bs in batch_sizes:
+                bench_batch_size(ids, args, names, cap, bs, base)
     return 0
+
+
+def bench_batch_size(ids: np.ndarray, args, names: list[str], cap: int, bs: int,
+                     base: dict[str, float]) -> None:
+    trace = Trace.single_table(ids, args.rows, bs)
+    chunks = list(trace.iter_chunks(max_batches=engine.MAX_CHUNK_BATCHES))
+    next_use = compute_next_use(trace)
+    print(f"  batch size {bs}")
+    print(f"  {'policy':<26} {'hit':>6}  {'e2e M/s':>8} {'kernel M/s':>10}  "
+          f"{'e2e/lcsLRU':>10} {'e2e/lcsBel':>10} {'kern/lcsLRU':>11} "
+          f"{'kern/lcsBel':>11}  {'RSS +MiB':>8}")
+    for name in names:
+        try:
+            before = _reset_peak()
+            es, res = e2e_seconds(trace, name, cap)
+            rss = (_status_kib("VmHWM:") - before) / 1024
+            for _ in range(args.repeat - 1):
+                es = min(es, e2e_seconds(trace, name, cap)[0])
+            ks = min(kernel_seconds(trace, name, cap, chunks, next_use)
+                     for _ in range(args.repeat))
+        except Exception as e:  # noqa: BLE001 - one broken policy must not stop the run
+            print(f"  {name:<26} failed: {type(e).__name__}: {e}")
+            continue
+        e2e = args.accesses / es
+        kern = args.accesses / ks
+        print(f"  {name:<26} {res.hit_ratio:.4f}  {e2e / 1e6:8.2f} {kern / 1e6:10.2f}"
+              f"  {e2e / base['LRU']:10.2f} {e2e / base['Belady']:10.2f} "
+              f"{kern / base['LRU']:11.2f} {kern / base['Belady']:11.2f}  "
+              f"{rss:8.1f}")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
