@@ -12,7 +12,8 @@ A distribution is a factory registered in `DISTRIBUTIONS`:
 `factory(rows: int, seed: SeedSequence, **params) -> Sampler`, where the sampler's
 `sample(rng, n)` returns n row ids in [0, rows) and `PARAMS` (a dict of defaults on the
 factory) names the accepted parameters. Other modules register more (see
-`DISTRIBUTION_MODULES`).
+`DISTRIBUTION_MODULES`). A numeric parameter may also be given as a list, one value per
+table, or a shorter cycle whose length divides the table count (`per_table_params`).
 """
 
 from __future__ import annotations
