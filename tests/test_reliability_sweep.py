@@ -281,3 +281,21 @@ def test_infeasible_design_rows_are_counted_and_exit_0(tmp_path, capsys, monkeyp
     bad = [r for r in rows if r["status"] != "ok"]
     assert [(r["design"], r["status"], r["error"]) for r in bad] == [
         ("scratchpipe", "infeasible", "window does not fit the cache")] * 2
+
+
+def test_a_point_too_large_for_memory_is_an_error_row_not_a_crash(tmp_path, capsys,
+                                                                   monkeypatch):
+    monkeypatch.setenv("SCRATCHPIPE_MEMORY_BYTES", str(2 * 10**6))
+    # 2 x 1000 rows fit in 2 MB; 2 x 100000 rows (28 B of state each) do not
+    exp = write_exp(tmp_path, grid={"model.tables.rows": [1000, 100000]}, designs=["hybrid"],
+                    metrics=["iter_ns_mean"],
+                    base={"model": {"num_batches": 4, "warmup_batches": 1, "batch_size": 16,
+                                    "pooling": 2, "tables": {"count": 2, "rows": 1000}},
+                          "cache": {"lookahead": 5}, "hardware": {"preset": "a100-gen4"}})
+    out = tmp_path / "o"
+    assert main(["sweep", str(exp), "--out", str(out), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "error: point 1 (model.tables.rows=100000) hybrid:" in err
+    assert "needs about" in err and "of memory" in err and "Traceback" not in err
+    rows = list(csv.DictReader(io.StringIO((out / "results.csv").read_text())))
+    assert [r["status"] for r in rows] == ["ok", "error"]

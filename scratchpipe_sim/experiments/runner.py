@@ -55,11 +55,13 @@ def _trace_key(config: dict) -> str:
 def simulate_point(config: dict, designs: tuple) -> list[dict]:
     """The real point function: validate the resolved config and run the timing model.
 
-    The trace is built once per worker process and reused by later points with the same
-    trace-determining keys. When the designs together fail (one design's cache cannot hold
-    its working set, say), each design runs alone, so only the failing one gets an error
-    row (`DESIGN_ERROR`) and the others keep their numbers.
+    The trace is built once per worker process (after a memory estimate) and reused by
+    later points with the same trace-determining keys. When the designs together fail (one
+    design's cache cannot hold its window, say), each design runs alone, so only the
+    failing one gets an infeasible (`DESIGN_INFEASIBLE`: the simulator's UserError) or
+    error (`DESIGN_ERROR`: any other exception) row and the others keep their numbers.
     """
+    from scratchpipe_sim import memory_guard
     from scratchpipe_sim.config import Config
     from scratchpipe_sim.timing import build_trace, simulate
 
@@ -68,6 +70,10 @@ def simulate_point(config: dict, designs: tuple) -> list[dict]:
     key = _trace_key(config)
     trace = _TRACE_CACHE.get(key)
     if trace is None:
+        m = cfg.model
+        memory_guard.check_run(cfg.total_rows,
+                               m.num_batches * m.batch_size * m.pooling * m.tables.count,
+                               source="sweep point")
         trace = build_trace(cfg)
         _TRACE_CACHE.clear()
         _TRACE_CACHE[key] = trace
@@ -102,6 +108,7 @@ def _failed(r: dict) -> bool:
 def reported_metrics(config: dict, designs: tuple[str, ...]) -> set[str] | None:
     """The metric names the simulator reports for `config`, from a few-batch run of each
     design (seconds, not the point's full run); None when no design could run that way."""
+    from scratchpipe_sim import memory_guard
     from scratchpipe_sim.config import Config
     from scratchpipe_sim.timing import simulate
 
@@ -112,8 +119,11 @@ def reported_metrics(config: dict, designs: tuple[str, ...]) -> set[str] | None:
     model["warmup_batches"] = min(int(model.get("warmup_batches", 0)), nb - 1)
     try:
         cfg = Config.from_dict(short, source="metric check")
+        m = cfg.model
+        memory_guard.check_run(cfg.total_rows,
+                               m.num_batches * m.batch_size * m.pooling * m.tables.count)
     except Exception:
-        return None
+        return None  # too large to probe, or not valid shortened: checked at the first point
     names: set[str] = set()
     for d in designs:
         try:
