@@ -1,21 +1,47 @@
 """`scratchpipe`: the lookahead scratchpad, pipelined over mini-batches (Kwon & Rhu, ISCA'22).
 
-Five SimPy processes, one per stage, connected by bounded queues (`cache.queue_depth`
-batches each):
+Stages of one batch (F fills, V victims, A lookups, U unique rows; R bytes per moved row):
 
-    plan      CPU planner threads: hit/miss and victims for batch j (the `scratchpipe`
-              policy); cost = accesses x plan_ns_per_id / plan_threads (counted, not free)
-    collect   CPU gathers the F missed rows into a staging buffer || GPU copies the W victims
-              out of the scratchpad
-    exchange  H2D of the F fills || D2H of the W victims
-    insert    HBM writes of the fills || CPU DRAM writes of the victims
-    train     GPU: gather A lookups from HBM (all hits) -> mlp -> update 2U rows; with
-              cache.on_overflow=stall, surplus rows are read/updated over UVM instead
+    plan      the `scratchpipe` policy on the CPU cores: A x plan_ns_per_id core-ns on at
+              most plan_threads cores, sharing them with collect and write-back
+    collect   CPU gathers the F missed rows into a pinned staging buffer (cpu_gather: DRAM
+              || cores) || the GPU copies the V victims out of the scratchpad (HBM)
+    exchange  H2D of the F rows || D2H of the V victims (both DMA: they also load CPU DRAM)
+              || the batch's indices and offsets to the GPU (index_h2d)
+    insert    HBM writes of the F rows into their slots || the CPU scatters the V victims
+              into the table (cpu_gather): the write-back
+    train     GPU: gather A lookups (forward) -> mlp -> sort + segment-reduce and update U
+              rows (backward); with cache.on_overflow=stall the surplus rows are read and
+              updated over UVM, as lru-cache's conflict misses are
 
-A window of `cache.lookahead` tokens bounds the batches in flight: plan(j) takes a token and
-train(j) returns it, so plan(j) starts only after train(j - W) finished — the condition under
-which the policy's pinned set (batches j-W+1..j) is what is resident. In steady state the
-iteration time converges to the slowest stage (when W covers the pipeline depth).
+**Shape.** `cache.pipeline` groups the stages (default: one group each). Each group is one
+SimPy process that works on one batch at a time, in order, and hands it to the next group
+through a `simpy.Store` of `cache.queue_depth` batches; so the groups work on different
+batches, the batches in flight are the number of groups, and in steady state the iteration
+is the slowest group. Inside a group, plan runs first, then the group's data-movement stages
+(collect, exchange, insert) stream concurrently — all their transfers start together, as
+lru-cache's fetch does — then train. A window of `cache.lookahead` = W tokens bounds what is
+in flight: plan(j) takes one and train(j) returns it, so plan(j) starts after train(j-W):
+the policy's pinned set (batches j-W+1..j) is then exactly what is resident or in flight.
+W may exceed the number of groups (the planner then runs further ahead); it may not be
+smaller (Config.check names the minimum).
+
+**Refetch hazard.** plan(j) may evict a row that a later batch b (b - j = d < W) fills again
+(the policy's farthest-next-use victim, mostly at the capacity floor). Its newest value
+reaches the CPU table only when insert(j)'s write-back ends. The policy reports, per batch,
+how many rows it refetches at each distance d (`refetch_d{d}` columns). When collect(b)
+starts, the rows whose insert(b-d) has not finished are *hazards*, counted in the metric
+`refetch_hazards` (a time-based count: it depends on the schedule; 0 in any shape where
+collect and insert share a group, since a group finishes batch j before it starts j+1).
+`cache.refetch`:
+
+* `wait` (default): those rows are gathered only after insert(b-d) has finished (the rest
+  of collect proceeds); collect's stage time includes the wait, also reported as the stage
+  `refetch_wait` (time from collect's start until the last awaited write-back).
+* `forward`: those rows are copied on the GPU from the victim buffer that collect(b-d)
+  filled (it is held until the row is re-inserted, at most W batches) instead of from
+  CPU DRAM: per row, no DRAM gather and no H2D; one extra HBM read of R bytes in insert(b)
+  (the HBM write is the fill's, as for any row). No wait.
 """
 
 from __future__ import annotations
@@ -23,7 +49,9 @@ from __future__ import annotations
 import simpy
 
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages
-from scratchpipe_sim.timing.designs.base import DESIGNS, Columns, Design, WorkloadKey
+from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
+
+DATA_STAGES = ("collect", "exchange", "insert")
 
 
 @DESIGNS.register("scratchpipe")
@@ -38,47 +66,98 @@ class ScratchPipe(Design):
 
     def run(self, m, w):
         env = m.env
-        c = Columns(w)
-        stages = CacheStages(self, c)
+        cache = self.cfg.cache
+        c = self.columns(w)
+        train_parts = CacheStages(self, c)
         n = w.num_batches
-        R = self.R
-        slots = simpy.Container(env, capacity=self.cfg.cache.lookahead,
-                                init=self.cfg.cache.lookahead)
-        qd = self.cfg.cache.queue_depth
-        q = [simpy.Store(env, capacity=qd) for _ in range(4)]
+        W = cache.lookahead
+        forward = cache.refetch == "forward"
+        groups = cache.pipeline
+        # rows filled at plan(b) that plan(b-d) evicted, d = 1..W-1 (the policy's columns)
+        refetch = [getattr(c, f"refetch_d{d}", [0] * n) for d in range(1, W)]
+        tokens = simpy.Container(env, capacity=W, init=W)
+        queues = [simpy.Store(env, capacity=cache.queue_depth) for _ in groups[1:]]
+        inserted = [env.event() for _ in range(n)]  # insert(j)'s write-back has finished
+        late = [0] * n  # per batch: hazard rows (forward mode: rows forwarded)
+        m.counters["refetch_hazards"] = 0
+        m.counters["refetch_rows"] = 0
 
-        def plan():
+        def pending_writebacks(b):
+            """(rows, event) of the refetches whose write-back is still in flight."""
+            out = []
+            for d, counts in enumerate(refetch, start=1):
+                j = b - d
+                if counts[b] and j >= 0 and not inserted[j].triggered:
+                    out.append((counts[b], inserted[j]))
+            return out
+
+        def collect(b):
+            R, F = c.R_fill[b], c.fills[b]
+            waits = pending_writebacks(b)
+            hz = sum(k for k, _ in waits)
+            late[b] = hz
+            if b >= m.warmup:
+                m.counters["refetch_hazards"] += hz
+                m.counters["refetch_rows"] += sum(col[b] for col in refetch)
+            parts = [m.cpu_gather(F - hz, R, b, "collect"),
+                     m.hbm.gather(c.writebacks[b], R, b, "victim read")]
+            if hz and not forward:
+                parts.append(env.process(refetch_after_writeback(b, hz, waits)))
+            return parts
+
+        def refetch_after_writeback(b, rows, waits):
+            start = env.now
+            yield m.all_of([ev for _, ev in waits])
+            m.end_stage("refetch_wait", b, start)
+            ev = m.cpu_gather(rows, c.R_fill[b], b, "refetch collect")
+            if ev is not None:
+                yield ev
+
+        def exchange(b):
+            R = c.R_fill[b]
+            sent = c.fills[b] - (late[b] if forward else 0)
+            return [m.pcie.h2d(sent * R, b, "fill"),
+                    m.pcie.d2h(c.writebacks[b] * R, b, "victims"),
+                    m.index_h2d(b, c.accesses[b], c.samples[b])]
+
+        def insert(b):
+            R = c.R_fill[b]
+            parts = [m.hbm.gather(c.fills[b], R, b, "insert"),
+                     m.cpu_gather(c.writebacks[b], R, b, "writeback")]
+            if forward:
+                parts.append(m.hbm.gather(late[b], R, b, "forward from victims"))
+            return parts
+
+        data_parts = {"collect": collect, "exchange": exchange, "insert": insert}
+
+        def data_stage(name, b):
+            yield from m.stage(name, b, data_parts[name](b))
+            if name == "insert":
+                inserted[b].succeed()
+
+        def train(b):
+            t = m.seq(lambda: m.all_of(train_parts.forward(m, b)),
+                      lambda: m.mlp(b, c.samples[b]),
+                      lambda: m.all_of(train_parts.backward(m, b)))
+            yield from m.stage("train", b, [t])
+
+        def group(g, stages):
+            data = [s for s in stages if s in DATA_STAGES]
             for b in range(n):
-                yield slots.get(1)
-                yield from m.stage("plan", b, [m.plan(b, c.accesses[b])])
-                yield q[0].put(b)
+                if g == 0:
+                    yield tokens.get(1)  # plan(b) waits for train(b - W)
+                else:
+                    b = yield queues[g - 1].get()
+                if "plan" in stages:
+                    yield from m.stage("plan", b, [m.plan(b, c.accesses[b])])
+                if data:  # fused stages stream: all their transfers start together
+                    yield m.all_of([env.process(data_stage(s, b)) for s in data])
+                if "train" in stages:
+                    yield from train(b)
+                    m.batch_done(b)
+                    yield tokens.put(1)
+                else:
+                    yield queues[g].put(b)
 
-        def relay(name, q_in, q_out, parts):
-            """A middle stage: take a batch from q_in, move its bytes, pass it to q_out."""
-            for _ in range(n):
-                b = yield q_in.get()
-                yield from m.stage(name, b, parts(b))
-                yield q_out.put(b)
-
-        middle = (
-            ("collect", lambda b: [m.dram.gather(c.fills[b], R, b, "collect"),
-                                   m.hbm.gather(c.writebacks[b], R, b, "victim read")]),
-            ("exchange", lambda b: [m.pcie.h2d(c.fills[b] * R, b, "fill"),
-                                    m.pcie.d2h(c.writebacks[b] * R, b, "victims")]),
-            ("insert", lambda b: [m.hbm.gather(c.fills[b], R, b, "insert"),
-                                  m.dram.gather(c.writebacks[b], R, b, "writeback")]),
-        )
-        env.process(plan())
-        for i, (name, parts) in enumerate(middle):
-            env.process(relay(name, q[i], q[i + 1], parts))
-        for _ in range(n):
-            b = yield q[3].get()
-            # Unplaced accesses exist only with on_overflow=stall: the surplus rows of an
-            # overflowing window are read and updated in host memory, as FBGEMM's conflict
-            # misses are (the same forward/backward parts as lru-cache).
-            train = m.seq(lambda b=b: m.all_of(stages.forward(m, b)),
-                          lambda b=b: m.mlp(b, c.samples[b]),
-                          lambda b=b: m.all_of(stages.backward(m, b)))
-            yield from m.stage("train", b, [train])
-            m.batch_done(b)
-            yield slots.put(1)
+        procs = [env.process(group(g, stages)) for g, stages in enumerate(groups)]
+        yield m.all_of(procs)
