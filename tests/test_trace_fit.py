@@ -390,3 +390,23 @@ def test_ratings_log_is_replayed_in_time_order(tmp_path, capsys):
                  "ratings"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{bad}:2: item: expected a non-negative integer" in err
+
+
+@pytest.mark.skipif(not os.environ.get("SCRATCHPIPE_MOVIELENS"),
+                    reason="set SCRATCHPIPE_MOVIELENS to a MovieLens-100k u.data or RecBole "
+                           "ml-100k.inter (not redistributable, so not shipped)")
+def test_movielens_round_trip(tmp_path):  # pragma: no cover - needs the real file
+    """The docs/traces.md check on the real file: convert, fit, generate, compare."""
+    src = tmp_path / "ml.sptrace"
+    assert main(["trace", "convert", os.environ["SCRATCHPIPE_MOVIELENS"], str(src),
+                 "--format", "ratings"]) == 0
+    real = open_trace(src)
+    assert real.table_rows.tolist() == [944, 1683] and real.num_accesses == 200000
+    f = ft.fit_trace(real)
+    synth = trace_from_spec(ft.spec_from_fit(f, real.num_batches, seed=1))
+    for frac in FRACTIONS:
+        c = max(1, round(frac * real.total_rows))
+        lru = [1 - lru_miss_ratio_curve(t, [c]).miss_ratio(c) for t in (real, synth)]
+        static = [run_cache(t, "static", c).hits / t.num_accesses for t in (real, synth)]
+        assert abs(lru[0] - lru[1]) <= 0.03
+        assert (lru[0] > static[0]) == (lru[1] > static[1])
