@@ -179,3 +179,17 @@ def test_cli_cache_fbgemm_json(tmp_path, capsys):
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert "ways" in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["fbgemm-lru", "fbgemm-lfu"])
+def test_unpacked_sort_path_gives_the_same_counts(zipf_ids, name):
+    """Row ids too wide to pack with the miss index take the heap-sort path: same counts."""
+    trace = Trace.single_table(zipf_ids(6000, 500, 1.05, 4), 500, 64)
+    packed = make_policy(name, 64, 500, ways=4)
+    wide = make_policy(name, 64, 500, ways=4)
+    wide.row_bits = 60  # as if ids needed 60 bits: (row << idx_bits) would overflow
+    a = np.concatenate([bc.counts for bc in iter_cache(trace, packed, 1000)])
+    b = np.concatenate([bc.counts for bc in iter_cache(trace, wide, 1000)])
+    np.testing.assert_array_equal(a, b)
+    assert a[:, COUNTERS.index("unplaced")].sum() > 0 or name == "fbgemm-lru"
+    assert packed.resident().tolist() == wide.resident().tolist()

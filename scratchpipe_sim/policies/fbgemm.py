@@ -108,6 +108,7 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
     set_of = np.empty(longest, np.int64)
     miss_idx = np.empty(longest, np.int64)
     keys = np.empty(longest, np.int64)
+    miss_order = np.empty(longest, np.int64)
     idx_bits = 1
     while (1 << idx_bits) < longest:
         idx_bits += 1
@@ -145,8 +146,11 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
         if packed:
             order = keys[:nmiss]
             order.sort()
-        else:
-            order = np.argsort(keys[:nmiss], kind="mergesort")  # stable: stream order
+        else:  # ids too large to pack: sort miss indices by (row, index)
+            order = miss_order[:nmiss]
+            for m in range(nmiss):
+                order[m] = m
+            _heapsort_by_row(order, keys)
         mask = (np.int64(1) << idx_bits) - 1
         g = 0
         while g < nmiss:
@@ -183,6 +187,37 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
                     break
                 outcome[miss_idx[m2]] = HIT if placed else UNPLACED
                 g += 1
+
+
+@nb.njit(cache=True)
+def _before(rows, a, b):
+    return rows[a] < rows[b] or (rows[a] == rows[b] and a < b)
+
+
+@nb.njit(cache=True)
+def _heapsort_by_row(order, rows):
+    """Sort miss indices by (rows[m], m): a total order, so an unstable sort is enough (and
+    compiles in a fraction of numba's mergesort argsort)."""
+    n = len(order)
+    for start in range(n // 2 - 1, -1, -1):
+        _sift(order, rows, start, n)
+    for end in range(n - 1, 0, -1):
+        order[0], order[end] = order[end], order[0]
+        _sift(order, rows, 0, end)
+
+
+@nb.njit(cache=True)
+def _sift(order, rows, i, n):
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            return
+        if c + 1 < n and _before(rows, order[c], order[c + 1]):
+            c += 1
+        if not _before(rows, order[i], order[c]):
+            return
+        order[i], order[c] = order[c], order[i]
+        i = c
 
 
 @nb.njit(cache=True)
