@@ -204,14 +204,29 @@ def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES)
     else:
         tmp = tempfile.TemporaryFile(prefix="scratchpipe-next-use-")
         out = np.memmap(tmp, dtype=np.int64, mode="w+", shape=(n,))
-    last = np.full(trace.total_rows, NO_NEXT_USE, np.int64)
+    # int32 positions (-1 = none) halve the random traffic to `last` when they fit
+    narrow = n < np.iinfo(np.int32).max
+    last = (np.full(trace.total_rows, -1, np.int32) if narrow
+            else np.full(trace.total_rows, NO_NEXT_USE, np.int64))
     ptr = trace.batch_access_ptr()
     starts = trace.chunk_starts(chunk_accesses, ptr=ptr)
     for k, end in reversed(list(zip(starts[:-1], starts[1:], strict=True))):
         chunk = trace.chunk(k, end, ptr)
         view = out[chunk.first_access : chunk.first_access + len(chunk.ids)]
-        _next_use_backward(chunk.ids, chunk.first_access, last, view)
+        if narrow:
+            _next_use_backward_narrow(chunk.ids, chunk.first_access, last, view)
+        else:
+            _next_use_backward(chunk.ids, chunk.first_access, last, view)
     return out
+
+
+@nb.njit(cache=True)
+def _next_use_backward_narrow(ids, base, last, out):
+    for j in range(len(ids) - 1, -1, -1):
+        r = ids[j]
+        p = last[r]
+        out[j] = NO_NEXT_USE if p < 0 else p
+        last[r] = base + j
 
 
 @nb.njit(cache=True)
