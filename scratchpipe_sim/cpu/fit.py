@@ -121,7 +121,11 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
     op = vals.get("embedding_op_GBps", base.embedding_op_GBps)
     ref = 256.0 if 256.0 in rbs else rbs[-1]
     pe = base.parallel_efficiency
-    if top > 1 and (1, ref) in one and (top, ref) in one:
+    if top == 1:  # one thread: nothing to lose to scaling (the base's value is for many)
+        pe = 1.0
+        vals["parallel_efficiency"] = 1.0
+        how["parallel_efficiency"] = "one thread measured (cores 1): no scaling loss"
+    elif (1, ref) in one and (top, ref) in one:
         pe = min(1.0, one[(top, ref)] / (top * one[(1, ref)]))
         vals["parallel_efficiency"] = round(pe, 4)
         how["parallel_efficiency"] = (

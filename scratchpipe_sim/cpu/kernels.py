@@ -147,20 +147,25 @@ class Backward:
         reset_slots(self.slot, self.uniq, n)
 
 
-@nb.njit(cache=True, parallel=True, nogil=True, fastmath=True)
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def _sum(a):
+    acc = np.float32(0.0)
+    for i in range(a.shape[0]):
+        acc += a[i]  # fastmath: vectorized, so the adds never limit the read
+    return acc
+
+
+@nb.njit(cache=True, parallel=True, nogil=True)
 def stream_read(src):
-    """Sum of src in parallel chunks: DRAM read bandwidth (a gather's traffic is reads)."""
+    """Sum of src in parallel chunks: DRAM read bandwidth (a gather's traffic is reads).
+    Each chunk is summed by a serial helper: a loop inside prange is not vectorized."""
     n = src.shape[0]
-    chunk = 1 << 16
+    chunk = 1 << 18
     nchunks = (n + chunk - 1) // chunk
     part = np.zeros(nchunks, np.float64)
     for b in nb.prange(nchunks):
         lo = b * chunk
-        hi = min(n, lo + chunk)
-        acc = np.float32(0.0)
-        for i in range(lo, hi):
-            acc += src[i]  # fastmath: vectorized, so the adds never limit the read
-        part[b] = acc
+        part[b] = _sum(src[lo : min(n, lo + chunk)])
     return part.sum()
 
 

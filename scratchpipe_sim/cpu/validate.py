@@ -15,8 +15,9 @@ replay, warm-up prefix, LLC hits), each stage alone on a fresh SimPy environment
 formulas are not copied here. The planner runs on one thread, so predictions use
 cache.plan_threads = 1. Batches run in trace order, the whole sequence repeated `reps`
 times; a batch's time is its best over the passes (the LLC holds what the previous batch
-left, as in training). Victim ids are not reported by the policy: write-back scatters, per
-batch, the policy's count of rows taken oldest-fill-first from the rows it filled.
+left, as in training). On one thread the clock is the thread's CPU time (cpu/measure.py).
+Victim ids are not reported by the policy: write-back scatters, per batch, the policy's
+count of rows taken oldest-fill-first from the rows it filled.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import simpy
 from scratchpipe_sim import memory_guard
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.cpu import kernels as K
+from scratchpipe_sim.cpu.measure import timed as _timed
 from scratchpipe_sim.cpu.planner import run_planner
 from scratchpipe_sim.cuda import host
 from scratchpipe_sim.errors import UserError
@@ -143,12 +145,6 @@ def _passes(reps: int, batches: list[int], fn: Callable[[int], float],
     return t.min(axis=0), np.median(t, axis=0)
 
 
-def _timed(fn: Callable[[], object]) -> float:
-    import time  # noqa: PLC0415
-
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def _batch_ids(trace: Trace, k: int) -> tuple[np.ndarray, np.ndarray]:
