@@ -159,8 +159,12 @@ def run_cache(trace: Trace, policy: str | Policy, capacity: int | None = None,
     start = time.perf_counter()
     tables = np.zeros((trace.num_tables, 4), np.int64)
     totals = np.zeros(NUM_COUNTERS, np.int64)
-    for _, running in _replay(trace, policy, chunk_accesses, tables, per_batch=False):
+    one = trace.num_tables == 1  # per-table counts are the totals: skip that pass
+    for _, running in _replay(trace, policy, chunk_accesses, None if one else tables,
+                              per_batch=False):
         totals = running[0]
+    if one:
+        tables[0] = totals[[A_ACC, A_HIT, A_MISS, A_UNPL]]
     wall = time.perf_counter() - start
     res = CacheResult(policy.name, policy.capacity, policy.num_rows,
                       **{name: int(totals[i]) for i, name in enumerate(COUNTERS)},

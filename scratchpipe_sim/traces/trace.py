@@ -132,8 +132,12 @@ class Trace:
         base = int(ptr[k])
         bptr = ptr[k : end + 1] - base
         if self.num_tables == 1:
-            # one table: linear ids are the indices themselves, whatever the bags
-            ids = np.array(self.indices[base : base + int(bptr[-1])], dtype=np.int64)
+            # one table: linear ids are the indices themselves, whatever the bags (a view
+            # when they are already int64: kernels only read chunk ids)
+            raw = self.indices[base : base + int(bptr[-1])]
+            ids = np.asarray(raw)
+            if ids.dtype != np.int64 or not ids.flags.writeable or not ids.flags.c_contiguous:
+                ids = np.array(raw, dtype=np.int64)  # one array type: one compiled kernel
             return Chunk(k, base, ids, np.zeros(len(ids), np.int32), bptr)
         offs = np.asarray(self.offsets[lo : hi + 1], dtype=np.int64)
         bounds = np.asarray(self.batch_bounds[k : end + 1], dtype=np.int64) - lo
