@@ -102,24 +102,23 @@ def _lookup(keys, vals, mask, shift, r):
 
 
 @nb.njit(cache=True)
-def _heap_push(h, n, key, slot, lastp):
-    """Insert into a max-heap of n entries; an entry is one row of `h`: (key, slot, last use),
-    so a level touches one cache line, not three."""
+def _heap_push(h, n, key, slot):
+    """Insert (key, slot) into a max-heap of n entries (rows of `h`: one cache line a level)."""
     i = n
     while i > 0:
         par = (i - 1) >> 1
         if h[par, 0] >= key:
             break
-        h[i, 0], h[i, 1], h[i, 2] = h[par, 0], h[par, 1], h[par, 2]
+        h[i, 0], h[i, 1] = h[par, 0], h[par, 1]
         i = par
-    h[i, 0], h[i, 1], h[i, 2] = key, slot, lastp
+    h[i, 0], h[i, 1] = key, slot
 
 
 @nb.njit(cache=True)
 def _heap_pop(h, n):
     """Remove the root of a max-heap of n entries (returns nothing; caller read it)."""
     n -= 1
-    key, slot, lastp = h[n, 0], h[n, 1], h[n, 2]
+    key, slot = h[n, 0], h[n, 1]
     i = 0
     while True:
         c = 2 * i + 1
@@ -129,35 +128,35 @@ def _heap_pop(h, n):
             c += 1
         if h[c, 0] <= key:
             break
-        h[i, 0], h[i, 1], h[i, 2] = h[c, 0], h[c, 1], h[c, 2]
+        h[i, 0], h[i, 1] = h[c, 0], h[c, 1]
         i = c
     if n > 0:
-        h[i, 0], h[i, 1], h[i, 2] = key, slot, lastp
+        h[i, 0], h[i, 1] = key, slot
 
 
 @nb.njit(cache=True)
-def _push_fifo(s, p, su, fq, st):
-    """Queue slot s, last used at position p, as evictable. Entries are rows (slot, last-use
-    position) of the ring `fq`; one is stale once the slot's last use changed (the row was
-    used again, or evicted and the slot refilled)."""
+def _push_fifo(s, nu, now, fq, st):
+    """Queue slot s as evictable; `nu` is the row's next use. An entry (slot, next use) is
+    valid while that next use lies in the future (>= `now`, the first position not yet
+    planned): once the row is used again it is pinned (and queued again later), and a row
+    leaves the scratchpad only through its own valid entry, so no per-slot stamp is needed."""
     n = len(fq)
     if st[_QTAIL] - st[_QHEAD] == n:  # ring full of mostly stale pairs: keep the valid ones
         tmp = np.empty((n, 2), np.int64)
         k = 0
         for i in range(st[_QHEAD], st[_QTAIL]):
-            a, b = fq[i % n, 0], fq[i % n, 1]
-            if su[a, 0] == b:
-                tmp[k, 0], tmp[k, 1] = a, b
+            if fq[i % n, 1] >= now:
+                tmp[k, 0], tmp[k, 1] = fq[i % n, 0], fq[i % n, 1]
                 k += 1
         fq[:k] = tmp[:k]
         st[_QHEAD], st[_QTAIL] = 0, k
     t = st[_QTAIL] % n
-    fq[t, 0], fq[t, 1] = s, p
+    fq[t, 0], fq[t, 1] = s, nu
     st[_QTAIL] += 1
 
 
 @nb.njit(cache=True)
-def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, su, fq, st):
+def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, slot_row, fq, st):
     """Batch tb has been trained: check its rows and, if `unpin_before` >= 0, unpin them.
 
     Only the last access of each row in the batch is looked at (an earlier one has its next
@@ -165,9 +164,7 @@ def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, su, 
     every access of a row in one batch was planned into the same slot. The training check
     counts (row, batch) pairs whose slot no longer holds the row (`train_misses`, 0 by
     construction). A row is queued as evictable when this was its last use before the batch
-    now being planned (its next use >= `unpin_before`, the first position of that batch):
-    the same condition as "the slot's last-use stamp is still this position", read from the
-    sequential next-use array instead of the slot.
+    now being planned (its next use >= `unpin_before`, the first position of that batch).
     """
     bend = ext_base + ext_ptr[tb + 1]
     for q in range(ext_ptr[tb], ext_ptr[tb + 1]):
@@ -175,53 +172,48 @@ def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, su, 
         s = ext_slot[q]
         if s < 0 or nu < bend:
             continue  # served from host memory (stall mode), or not the row's last access
-        if su[s, 2] != ext_ids[q]:
+        if slot_row[s] != ext_ids[q]:
             st[_TRAIN_MISSES] += 1
         if unpin_before >= 0 and nu >= unpin_before:
-            _push_fifo(s, ext_base + q, su, fq, st)
+            _push_fifo(s, nu, unpin_before, fq, st)
 
 
 @nb.njit(cache=True)
-def _heap_add(su, h, st, s, p):
-    if st[_HSIZE] == len(h):  # compact the heap and rebuild it
-        n = st[_HSIZE]
-        k = 0
-        for i in range(n):
-            if su[h[i, 1], 0] == h[i, 2]:
-                h[k, 0], h[k, 1], h[k, 2] = h[i, 0], h[i, 1], h[i, 2]
-                k += 1
-        st[_HSIZE] = 0
-        for i in range(k):
-            _heap_push(h, st[_HSIZE], h[i, 0], h[i, 1], h[i, 2])
-            st[_HSIZE] += 1
-    _heap_push(h, st[_HSIZE], su[s, 1], s, p)
-    st[_HSIZE] += 1
-
-
-@nb.njit(cache=True)
-def _victim(su, limit, fq, h, st):
+def _victim(limit, now, fq, h, st):
     """Slot to evict, or -1 when every resident row is pinned.
 
     The FIFO holds every unpinned row in last-use order. Popping it, a row with no use in
-    the window is the victim; a row used inside the window moves to the next-use heap (it
-    stays in that class until it is used again, which makes its entry stale). The heap is
-    consulted only once the FIFO is empty, so it then holds every unpinned row.
+    the window (next use >= `limit`) is the victim; a row used inside the window moves to
+    the next-use heap (it stays in that class until it is used again, which makes its entry
+    stale: next use < `now`). The heap is consulted only once the FIFO is empty, so it then
+    holds every unpinned row.
     """
     n = len(fq)
     while st[_QHEAD] < st[_QTAIL]:
         i = st[_QHEAD] % n
-        s, p = fq[i, 0], fq[i, 1]
+        s, nu = fq[i, 0], fq[i, 1]
         st[_QHEAD] += 1
-        if su[s, 0] != p:
-            continue  # stale: used again (pinned; it will be queued again) or evicted
-        if su[s, 1] >= limit:
+        if nu < now:
+            continue  # stale: used again (pinned; it will be queued again)
+        if nu >= limit:
             return s  # no use in the window: least recently used first
-        _heap_add(su, h, st, s, p)
+        if st[_HSIZE] == len(h):  # compact the heap and rebuild it
+            k = 0
+            for e in range(st[_HSIZE]):
+                if h[e, 0] >= now:
+                    h[k, 0], h[k, 1] = h[e, 0], h[e, 1]
+                    k += 1
+            st[_HSIZE] = 0
+            for e in range(k):
+                _heap_push(h, st[_HSIZE], h[e, 0], h[e, 1])
+                st[_HSIZE] += 1
+        _heap_push(h, st[_HSIZE], nu, s)
+        st[_HSIZE] += 1
     while st[_HSIZE] > 0:
-        s, p = h[0, 1], h[0, 2]
+        nu, s = h[0, 0], h[0, 1]
         _heap_pop(h, st[_HSIZE])
         st[_HSIZE] -= 1
-        if su[s, 0] == p:
+        if nu >= now:
             return s  # farthest next use
     return -1
 
@@ -245,7 +237,7 @@ def _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st):
 
 @nb.njit(cache=True)
 def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext_base, gptr,
-                       num_batches, w, stall, keys, vals, mask, shift, su, fq, h, st,
+                       num_batches, w, stall, keys, vals, mask, shift, slot_row, fq, h, st,
                        ext_out, ext_slot, events, vring, vstart, refetch):
     """Plan every new batch of the chunk; retire (check and unpin) the batch leaving the
     window first.
@@ -267,23 +259,17 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
         glo, ghi = ext_base + lo, ext_base + hi
         # batch j-W was trained after plan(j-1): check it and unpin its rows
         if lb - w >= 0:
-            _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, lb - w, glo, su, fq, st)
+            _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, lb - w, glo, slot_row, fq,
+                    st)
         if track:
             _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st)
         limit = gptr[min(j + w + 1, num_batches)]
-        # pass 1: resident rows hit and are pinned before any victim is chosen (the slot's
-        # use stamps are written once per row, at its last access in the batch)
+        # pass 1: resident rows hit (and are pinned: their queue entries are stale from now,
+        # their next use being this batch)
         for q in range(lo, hi):
             s = _lookup(keys, vals, mask, shift, ext_ids[q])
             ext_slot[q] = s
-            if s >= 0:
-                ext_out[q] = HIT
-                nu = ext_nu[q]
-                if nu >= ghi:
-                    su[s, 0] = ext_base + q
-                    su[s, 1] = nu
-            else:
-                ext_out[q] = MISS
+            ext_out[q] = HIT if s >= 0 else MISS
         # pass 2: fill the missing rows
         stalled = False
         for q in range(lo, hi):
@@ -295,11 +281,11 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
                 ext_out[q] = HIT  # filled earlier in this batch
                 s = vals[i]
             else:
-                if st[_USED] < len(su):
+                if st[_USED] < len(slot_row):
                     s = st[_USED]
                     st[_USED] += 1
                 else:
-                    s = _victim(su, limit, fq, h, st)
+                    s = _victim(limit, ghi, fq, h, st)
                     if s < 0:
                         if not stall:
                             return j
@@ -307,7 +293,7 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
                         ext_slot[q] = -1
                         stalled = True
                         continue
-                    v = su[s, 2]
+                    v = slot_row[s]
                     g = probe(keys, mask, shift, v)
                     events[lb - first_new, EVICTIONS] += 1
                     events[lb - first_new, WRITEBACKS] += 1
@@ -322,11 +308,9 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
                     refetch[j, j + vals[i]] += 1
                 keys[i] = r
                 vals[i] = s
-                su[s, 2] = r
+                slot_row[s] = r
                 events[lb - first_new, FILLS] += 1
             ext_slot[q] = s
-            su[s, 0] = ext_base + q
-            su[s, 1] = ext_nu[q]
         if stalled:
             st[_STALLS] += 1
     return -1
@@ -354,14 +338,11 @@ class ScratchPipe(Policy):
         # ghosts. Rows filled in batches j-W+1..j are distinct and resident, so those batches
         # have at most `cap` victims: the map holds <= 2 cap keys, the ring <= cap victims.
         self.keys, self.vals, self.mask, self.shift = new_map(2 * cap if track else cap)
-        # per slot: last-use position, next-use position, row (one cache line for all three);
-        # slots are handed out in order 0, 1, ... until the scratchpad is full
-        self.slot_use = np.zeros((cap, 3), np.int64)
-        self.slot_use[:, 0] = -1
-        self.slot_use[:, 2] = EMPTY
+        # the row in each slot; slots are handed out in order 0, 1, ... until all are used
+        self.slot_row = np.full(cap, EMPTY, np.int64)
         q = 2 * cap + 2
-        self.fifo = np.zeros((q, 2), np.int64)  # (slot, last use) of unpinned rows
-        self.heap = np.zeros((q, 3), np.int64)  # (next use, slot, last use), max-heap
+        self.fifo = np.zeros((q, 2), np.int64)  # (slot, next use) of unpinned rows
+        self.heap = np.zeros((q, 2), np.int64)  # (next use, slot), max-heap
         self.st = np.zeros(8, np.int64)
         self.vring = np.zeros(cap + 1 if track else 1, np.int64)
         self.vstart = np.zeros(self.lookahead + 1, np.int64)
@@ -402,7 +383,7 @@ class ScratchPipe(Policy):
         bad = _scratchpipe_chunk(
             ext_ids, ext_ptr, ext_nu, chunk.first_batch - first_new, first_new, ext_base,
             self.gptr, self.num_batches, self.lookahead, self.on_overflow == "stall",
-            self.keys, self.vals, self.mask, self.shift, self.slot_use, self.fifo, self.heap,
+            self.keys, self.vals, self.mask, self.shift, self.slot_row, self.fifo, self.heap,
             self.st, ext_out, ext_slot, events,
             self.vring, self.vstart,
             self.refetch)
@@ -434,7 +415,7 @@ class ScratchPipe(Policy):
             ext_base = int(self.gptr[self.win_first_batch])
             for lb in range(nbat):
                 _retire(self.win_ids, self.win_ptr, self.win_nu, self.win_slot, ext_base, lb,
-                        -1, self.slot_use, self.fifo, self.st)
+                        -1, self.slot_row, self.fifo, self.st)
         self._reset_window(self.win_first_batch + nbat)
 
     def resident(self) -> np.ndarray:
@@ -442,7 +423,7 @@ class ScratchPipe(Policy):
 
     def slot_rows(self) -> np.ndarray:
         """Row held by each slot (EMPTY where none): the scratchpad's directory."""
-        return self.slot_use[:, 2]
+        return self.slot_row
 
     def extra_totals(self) -> dict[str, int]:
         return {"train_misses": int(self.st[_TRAIN_MISSES]), "stalls": int(self.st[_STALLS])}
