@@ -70,22 +70,32 @@ def _wait_for(cond, proc: subprocess.Popen, what: str, timeout: float = 60.0) ->
 
 
 def test_a_second_sweep_on_a_busy_folder_exits_2_and_no_row_is_written_twice(
-        tmp_path, capsys):
+        tmp_path, capsys, monkeypatch):
     exp = write_exp(tmp_path, grid={"cache.load_factor": [0.1, 0.2, 0.4]})
     out = tmp_path / "out"
-    first = _start_sweep(exp, out, {"FAKE_SLEEP_S": "0.5"})
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    # the first sweep finishes one point, then sits in the second until it is killed
+    first = _start_sweep(exp, out, {"MARK_DIR": str(marks), "SLEEPY_S": "120"},
+                         point="lambda c, d: fake_point(c, d) if c['cache']['load_factor'] "
+                               "== 0.1 else sleepy_point(c, d)")
     try:
-        _wait_for(lambda: (out / LOCK).is_file(), first, "the lock")
+        _wait_for(lambda: any(marks.iterdir()), first, "the second point")
         holder = json.loads((out / LOCK).read_text())
         assert holder["pid"] == first.pid and holder["host"] == socket.gethostname()
+        monkeypatch.setattr(runner, "simulate_point", fake_point)
         assert main(["sweep", str(exp), "--out", str(out), "--quiet"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "another sweep is writing here" in err
-        assert f"pid {first.pid}" in err
-        assert first.wait(60) == 0
+        assert f"pid {first.pid} on {socket.gethostname()}" in err
+        assert len(table(out)) == 1 + 3  # the busy folder was not touched
     finally:
-        if first.poll() is None:
-            first.kill()
+        first.kill()
+        first.wait(10)
+    # the killed sweep's lock file remains; its holder is dead, so the next sweep takes it
+    assert (out / LOCK).is_file()
+    assert main(["sweep", str(exp), "--out", str(out), "--quiet"]) == 0
+    assert "2 run, 1 already done" in capsys.readouterr().out
     assert not (out / LOCK).exists()
     rows = table(out)[1:]
     keys = [(r[0], r[3]) for r in rows]

@@ -13,11 +13,12 @@ A `kill -9` can therefore only leave a torn last line or a point with some of it
 rows: opening the store truncates the torn line and drops incomplete points (rewriting the
 file atomically), so those points run again.
 
-One writer: `ResultStore.open` takes sweep.lock (created exclusively); a second sweep on the
-folder gets a UserError naming the holder, and a lock whose process is gone (same host, dead
-pid) is taken over. Rows are keyed by (point, design): `append_point` refuses a key already
-in the table, and reopening drops any duplicate a foreign writer left, so the table never
-holds a row twice. Files get the permissions of `open()` (0666 less the umask), as `run`'s.
+One writer: `ResultStore.open` takes sweep.lock (flock, which the kernel drops when the holder
+dies); a second sweep on the folder gets a UserError naming the holder (pid, host, start),
+and a lock file left by a dead sweep is taken over. Rows are keyed by (point, design):
+`append_point` refuses a key already in the table, and reopening drops any duplicate a
+foreign writer left, so the table never holds a row twice. Files get the permissions of
+`open()` (0666 less the umask), as `run`'s.
 
 Statuses: `ok`; `infeasible` (a legitimate result: the design cannot run at this point, e.g.
 scratchpipe's window does not fit the cache; the reason is in `error`); `error` (a bug or a
@@ -137,70 +138,68 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
     return data
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, another user's
-    except OSError:
-        return True
-    return True
-
-
-def _read_lock(path: Path) -> dict[str, Any] | None:
+def _read_lock(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def acquire_lock(folder: Path) -> Path:
-    """Create folder/sweep.lock exclusively, naming this process; take over a stale one
-    (its pid is dead on this host); a live holder is a UserError naming it."""
-    path = folder / LOCK
-    me = {"pid": os.getpid(), "host": socket.gethostname(),
-          "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    for _ in range(5):
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            holder = _read_lock(path)
-            if holder is None:
-                continue  # released meanwhile
-            pid, host = holder.get("pid"), holder.get("host")
-            if isinstance(pid, int) and host == me["host"] and not _pid_alive(pid):
-                try:  # stale: its sweep died; take it over
-                    path.unlink()
-                except FileNotFoundError:
-                    pass
+class SweepLock:
+    """folder/sweep.lock, held with flock(2) for the sweep's lifetime.
+
+    The kernel drops the flock when its process dies (kill -9 included), so a lock file left
+    by a dead sweep (its pid no longer running) is simply taken over; the file's JSON only
+    names the holder (pid, host, start) for the message a second sweep prints.
+    """
+
+    def __init__(self, folder: Path):
+        self.path = folder / LOCK
+        self.fd: int | None = None
+
+    def acquire(self) -> SweepLock:
+        import fcntl
+
+        for _ in range(10):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                holder = _read_lock(self.path)
+                who = (f"pid {holder.get('pid')} on {holder.get('host')}, since "
+                       f"{holder.get('started', '?')}" if holder.get("pid") is not None
+                       else "a process that has not written its name yet")
+                raise UserError(f"another sweep is writing here ({who}); expected one sweep "
+                                "per results folder: wait for it or use another --out",
+                                source=str(self.path.parent)) from None
+            try:  # the file we locked may have been unlinked by a finishing holder: retry
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
                 continue
-            who = (f"pid {pid} on {host}, since {holder.get('started', '?')}"
-                   if pid is not None else "an unreadable lock file")
-            raise UserError(f"another sweep is writing here ({who}); expected one sweep per "
-                            f"results folder: wait for it, use another --out, or delete "
-                            f"{path} if that process is gone", source=str(folder)) from None
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(me, f)
-            f.flush()
-            os.fsync(f.fileno())
-        return path
-    raise UserError(f"cannot take the sweep lock {path}; expected it to be free",
-                    source=str(folder))
+            me = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(me).encode(), 0)
+            os.fsync(fd)
+            self.fd = fd
+            return self
+        raise UserError(f"cannot take the sweep lock {self.path}; expected it to be free",
+                        source=str(self.path.parent))
 
-
-def release_lock(path: Path) -> None:
-    """Remove the lock if it is still ours."""
-    holder = _read_lock(path)
-    if holder and holder.get("pid") == os.getpid():
+    def release(self) -> None:
+        if self.fd is None:
+            return
         try:
-            path.unlink()
+            self.path.unlink()  # before unlocking: a waiter re-checks the path's inode
         except FileNotFoundError:
             pass
+        os.close(self.fd)
+        self.fd = None
 
 
 class ResultStore:
@@ -216,7 +215,7 @@ class ResultStore:
         self.done: dict[str, dict[str, str]] = {}
         #: (point, design) -> reason, for rows with status error / infeasible
         self.reasons: dict[tuple[str, str], str] = {}
-        self.lock: Path | None = None
+        self.lock: SweepLock | None = None
 
     # -- opening -------------------------------------------------------------------------
     @classmethod
@@ -238,14 +237,14 @@ class ResultStore:
                             "experiment", source=str(folder))
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            lock = acquire_lock(folder)
+            lock = SweepLock(folder).acquire()
         except OSError as e:
             raise UserError(f"cannot create the results folder: {os_reason(e)}; expected a "
                             "writable folder path", source=str(folder), field="--out") from None
         try:
             store = cls._open_locked(folder, manifest, points, retry_failed)
         except BaseException:
-            release_lock(lock)
+            lock.release()
             raise
         store.lock = lock
         return store
@@ -292,7 +291,7 @@ class ResultStore:
     def close(self) -> None:
         """Release the folder's lock."""
         if self.lock is not None:
-            release_lock(self.lock)
+            self.lock.release()
             self.lock = None
 
     def _recover(self, retry_failed: bool) -> None:
