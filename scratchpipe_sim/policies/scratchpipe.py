@@ -95,13 +95,6 @@ def _check_lookahead(lookahead: Any) -> int:
 
 # -- the kernel ---------------------------------------------------------------------------------
 @nb.njit(cache=True)
-def _lookup(keys, vals, mask, shift, r):
-    """Slot of row r, or a negative value: absent (-1) or a ghost (evicted recently)."""
-    i = probe(keys, mask, shift, r)
-    return vals[i] if keys[i] == r else -1
-
-
-@nb.njit(cache=True)
 def _heap_push(h, n, key, slot):
     """Insert (key, slot) into a max-heap of n entries (rows of `h`: one cache line a level)."""
     i = n
@@ -265,18 +258,30 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
             _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st)
         limit = gptr[min(j + w + 1, num_batches)]
         # pass 1: resident rows hit (and are pinned: their queue entries are stale from now,
-        # their next use being this batch)
+        # their next use being this batch). A miss keeps its probe position (as -2 - position)
+        # for pass 2.
         for q in range(lo, hi):
-            s = _lookup(keys, vals, mask, shift, ext_ids[q])
-            ext_slot[q] = s
-            ext_out[q] = HIT if s >= 0 else MISS
+            i = probe(keys, mask, shift, ext_ids[q])
+            if keys[i] == ext_ids[q] and vals[i] >= 0:
+                ext_slot[q] = vals[i]
+                ext_out[q] = HIT
+            else:
+                ext_slot[q] = -2 - i
+                ext_out[q] = MISS
         # pass 2: fill the missing rows
         stalled = False
         for q in range(lo, hi):
             if ext_out[q] != MISS:
                 continue
             r = ext_ids[q]
-            i = probe(keys, mask, shift, r)
+            if track:
+                # nothing is erased while a batch is planned (victims become ghosts), so
+                # the probe can resume where pass 1 stopped: keys were only added since
+                i = -2 - ext_slot[q]
+                while keys[i] != r and keys[i] != EMPTY:
+                    i = (i + 1) & mask
+            else:
+                i = probe(keys, mask, shift, r)
             if keys[i] == r and vals[i] >= 0:
                 ext_out[q] = HIT  # filled earlier in this batch
                 s = vals[i]
