@@ -116,12 +116,35 @@ class GpuConfig:
 
 
 @dataclass(frozen=True)
+class InterconnectConfig:
+    gpus_per_node: int = field(default=8, metadata={"help": "GPUs in one node", "min": 1})
+    nvlink_GBps: float = field(default=300.0, metadata=_pos(
+        "NVLink/NVSwitch bandwidth per GPU per direction"))
+    nvlink_latency_ns: float = field(default=3000.0, metadata=_nonneg(
+        "cost of one collective step (launch + synchronisation)"))
+    alltoall_efficiency: float = field(default=0.7, metadata={
+        "help": "fraction of nvlink_GBps an all-to-all achieves", "gt": 0, "max": 1})
+    allreduce_efficiency: float = field(default=0.8, metadata={
+        "help": "fraction of nvlink_GBps a ring all-reduce achieves", "gt": 0, "max": 1})
+
+
+@dataclass(frozen=True)
+class PriceConfig:
+    gpu_usd_per_hour: float = field(default=4.0, metadata=_nonneg(
+        "price of one GPU for an hour (with its share of the node)"))
+    host_usd_per_hour: float = field(default=0.0, metadata=_nonneg(
+        "price of the host for an hour beyond the GPUs' share"))
+
+
+@dataclass(frozen=True)
 class HardwareConfig:
     name: str = field(default="", metadata={"help": "preset name (filled from `preset`)"})
     clock_GHz: float = field(default=1.0, metadata=_pos("clock for reporting cycles"))
     cpu: CpuConfig = field(default_factory=CpuConfig)
     pcie: PcieConfig = field(default_factory=PcieConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
+    interconnect: InterconnectConfig = field(default_factory=InterconnectConfig)
+    prices: PriceConfig = field(default_factory=PriceConfig)
     dram_capacity_GiB: float = field(default=512.0, metadata=_pos(
         "host memory holding the embedding tables"))
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict, metadata={

@@ -204,10 +204,27 @@ class CacheConfig:
         "help": "batches replayed through each cache policy before the timed batches "
                 "(policy only, no timing): the cache warm-up; auto = until the prefix has "
                 "touched as many distinct rows as the cache holds, at most model.num_batches"})
+    bagpipe_lookahead: int = field(default=200, metadata={
+        "help": "bagpipe: batches its oracle cacher looks ahead (Bagpipe's default 200)",
+        "min": 1})
+    bagpipe_ttl_batches: int | None = field(default=None, metadata={
+        "help": "bagpipe: batches a cached row lives past its last use in the window "
+                "(null: until its next use leaves the window)", "min": 0})
     static_profile: str = field(default="prefix", metadata={
         "help": "static-cache picks its hot rows from the warm-up prefix (prefix, as a "
                 "deployment would) or from the timed batches too (oracle)",
         "choices": ("prefix", "oracle")})
+
+
+@dataclass(frozen=True)
+class MultiGpuConfig:
+    gpus: int | None = field(default=None, metadata={
+        "help": "GPUs the tables are sharded over (null: the fewest whose HBM holds them)",
+        "min": 1})
+    sharding: str = field(default="auto", metadata={
+        "help": "table-wise (whole tables per GPU), row-wise (every table split over all "
+                "GPUs) or auto (table-wise, row-wise for a table larger than one GPU)",
+        "choices": ("table-wise", "row-wise", "auto")})
 
 
 @dataclass(frozen=True)
@@ -216,6 +233,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    multi_gpu: MultiGpuConfig = field(default_factory=MultiGpuConfig)
     designs: tuple[str, ...] = field(default=ALL_DESIGNS, metadata={
         "help": "designs to run (names in scratchpipe_sim.timing.DESIGNS)"})
     seed: int = field(default=0, metadata={"help": "seed of every random choice", "min": 0})
