@@ -26,8 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--executor", choices=("local", "process", "dask"), default=None,
                    help="local (one process), process (pool of --jobs), dask (a cluster); "
                    "default: local for --jobs 1, else process")
-    p.add_argument("--scheduler", help="Dask scheduler address (tcp://host:8786); without it "
-                   "the dask executor starts a local cluster of --jobs workers")
+    p.add_argument("--scheduler", metavar="ADDR",
+                   help="Dask scheduler address (tcp://host:8786); without it the dask "
+                        "executor starts a local cluster of --jobs workers")
     p.add_argument("--retry-failed", action="store_true",
                    help="run points recorded with errors again (infeasible results are "
                         "kept)")
