@@ -114,6 +114,10 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
         idx_bits += 1
     packed = row_bits + idx_bits <= 62  # (row, miss index) fits one int64 sort key
     usets = np.uint64(sets)
+    wbits = 1
+    while (1 << wbits) < ways:
+        wbits += 1
+    wmask = (np.int64(1) << wbits) - 1
     for b in range(len(batch_ptr) - 1):
         t = first_batch + b
         lo, hi = batch_ptr[b], batch_ptr[b + 1]
@@ -157,20 +161,26 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
             m = order[g] & mask if packed else order[g]
             r = ids[miss_idx[m]]
             base = set_of[m]
-            # branch-free argmin over the set (ways locked by batch t count as _LOCKED);
-            # strict < keeps the lowest way among equals
-            best = -1
-            best_c = _LOCKED
-            for w in range(ways):
-                k = base + w
-                if lfu:  # least frequent way; empty ways count -1 and always admit
+            if lfu:  # least frequent way; empty ways count -1 and always admit (branch
+                #  free; strict < keeps the lowest way among equals)
+                best = -1
+                best_c = _LOCKED
+                for w in range(ways):
+                    k = base + w
                     c = np.int64(-1) if slot_row[k] == EMPTY else slot_cnt[k]
-                else:  # oldest timestamp; empty ways carry -1
-                    c = np.int64(slot_ts[k])
-                c = _LOCKED if slot_ts[k] == t else c
-                better = c < best_c
-                best = k if better else best
-                best_c = c if better else best_c
+                    c = _LOCKED if slot_ts[k] == t else c
+                    better = c < best_c
+                    best = k if better else best
+                    best_c = c if better else best_c
+            else:  # oldest timestamp (empty ways carry -1), as a min of keys
+                #  (ts + 1) << wbits | way: locked ways are _LOCKED, equal stamps go to the
+                #  lowest way; a plain min reduction, which the compiler vectorizes
+                low = _LOCKED
+                for w in range(ways):
+                    ts = np.int64(slot_ts[base + w])
+                    low = min(low, _LOCKED if ts == t else ((ts + 1) << wbits) | w)
+                best = -1 if low == _LOCKED else base + (low & wmask)
+                best_c = (low >> wbits) - 1
             placed = best >= 0  # else a conflict miss: every way is used by batch t
             if placed and lfu and slot_row[best] != EMPTY and counts[r] <= best_c:
                 placed = False  # not admitted
