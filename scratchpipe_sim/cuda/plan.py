@@ -63,6 +63,7 @@ class ScratchpadState:
         self.capacity = capacity_rows
         self.lookahead = lookahead
         self.policy = ScratchPipe(capacity_rows, trace.total_rows, lookahead=lookahead)
+        self.policy.keep_slots = True
         self.policy.prepare(trace)
         self.next_use = compute_next_use(trace)
         self.ptr = trace.batch_access_ptr()

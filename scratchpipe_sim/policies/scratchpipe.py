@@ -353,6 +353,9 @@ class ScratchPipe(Policy):
         self.vstart = np.zeros(self.lookahead + 1, np.int64)
         self.refetch = np.zeros((0, max(self.lookahead - 1, 1)), np.int64)
         self._trace: Trace | None = None
+        #: set True to read `chunk_slots` (the slot of each access of the last chunk, -1:
+        #: unplaced) after `process`, as the reference path's planner does
+        self.keep_slots = False
         self.chunk_slots = np.zeros(0, np.int64)
         self._reset_window(0)
 
@@ -401,7 +404,8 @@ class ScratchPipe(Policy):
                 f"use on_overflow=stall (cache.on_overflow in a run config)",
                 source=self._trace.source, field="capacity")
         outcome[:] = ext_out[ncar:]
-        self.chunk_slots = ext_slot[ncar:]
+        if self.keep_slots:
+            self.chunk_slots = ext_slot[ncar:]
         # keep the last W batches: they are retired (checked, unpinned) by later plans
         nbat = len(ext_ptr) - 1
         keep = min(self.lookahead, nbat)
