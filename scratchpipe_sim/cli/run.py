@@ -196,12 +196,12 @@ def handle(args: argparse.Namespace) -> int:
     if cfg.trace.path is None:  # a trace file's sizes are known (and checked) once read
         memory_guard.check_run(cfg.total_rows, (prefix_cap(cfg) + m.num_batches)
                                * m.batch_size * sum(m.poolings), source=cfg.source)
-    trace = build_trace(cfg)
-    memory_guard.check_run(trace.total_rows, trace.num_accesses, source=cfg.source,
-                           field="trace.path")
     out = _make_out(args.out if args.out is not None
                     else DEFAULT_OUT / Path(args.config).stem)
     try:
+        trace = build_trace(cfg)
+        memory_guard.check_run(trace.total_rows, trace.num_accesses, source=cfg.source,
+                               field="trace.path")
         with Progress(len(names), "run", "design", quiet=args.quiet) as bar:
             results = simulate(cfg, names, timeline_dir=None if args.no_timeline else out,
                                trace=trace, progress=progress_callback(bar))
@@ -209,6 +209,8 @@ def handle(args: argparse.Namespace) -> int:
                       list(args.overrides))
     except OSError as e:
         shutil.rmtree(out, ignore_errors=True)
+        if not str(getattr(e, "filename", "") or "").startswith(str(out)):
+            raise  # not our output (a bug, or an input reader's unexpected failure)
         raise UserError(f"cannot write results: {os_reason(e)}", source=str(out),
                         field="--out") from None
     except BaseException:
