@@ -101,3 +101,19 @@ def check_cache(rows: int, accesses: int, *, source: str | None = None) -> None:
           "convert IN OUT --dense-remap` for a dataset file; numpy.unique(ids, "
           "return_inverse=True) for an id array) or use a smaller trace", source=source,
           field="--trace")
+
+
+def config_accesses(cfg) -> int:
+    """Lookups of the trace a config generates: the cache warm-up prefix (at most
+    `prefix_cap` batches) and the timed batches, each batch_size x the tables' poolings."""
+    from scratchpipe_sim.timing.runner import prefix_cap
+
+    m = cfg.model
+    return (prefix_cap(cfg) + m.num_batches) * m.batch_size * sum(m.poolings)
+
+
+def check_config(cfg, source: str | None = None) -> None:
+    """`check_run` for a config whose trace is generated (a trace file's sizes are known
+    only once it is read: check the Trace then)."""
+    if cfg.trace.path is None:
+        check_run(cfg.total_rows, config_accesses(cfg), source=source)

@@ -24,7 +24,7 @@ from scratchpipe_sim.config import dump_yaml, flatten, load_config
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.progress import Progress
 from scratchpipe_sim.timing import DESIGNS, build_trace, simulate
-from scratchpipe_sim.timing.runner import check_designs, prefix_cap
+from scratchpipe_sim.timing.runner import check_designs
 from scratchpipe_sim.traces.store import trace_checksum
 
 DEFAULT_OUT = Path("results")
@@ -192,10 +192,7 @@ def handle(args: argparse.Namespace) -> int:
     names = check_designs(cfg, args.designs)
     if not args.designs:
         _check_unique(names, cfg.source, "designs")
-    m = cfg.model
-    if cfg.trace.path is None:  # a trace file's sizes are known (and checked) once read
-        memory_guard.check_run(cfg.total_rows, (prefix_cap(cfg) + m.num_batches)
-                               * m.batch_size * sum(m.poolings), source=cfg.source)
+    memory_guard.check_config(cfg, source=cfg.source)  # a trace file: checked once read
     out = _make_out(args.out if args.out is not None
                     else DEFAULT_OUT / Path(args.config).stem)
     try:

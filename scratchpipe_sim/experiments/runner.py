@@ -70,11 +70,10 @@ def simulate_point(config: dict, designs: tuple) -> list[dict]:
     key = _trace_key(config)
     trace = _TRACE_CACHE.get(key)
     if trace is None:
-        m = cfg.model
-        memory_guard.check_run(cfg.total_rows,
-                               m.num_batches * m.batch_size * m.pooling * m.tables.count,
-                               source="sweep point")
+        memory_guard.check_config(cfg, source="sweep point")
         trace = build_trace(cfg)
+        memory_guard.check_run(trace.total_rows, trace.num_accesses, source="sweep point",
+                               field="trace.path")
         _TRACE_CACHE.clear()
         _TRACE_CACHE[key] = trace
     try:
@@ -119,9 +118,7 @@ def reported_metrics(config: dict, designs: tuple[str, ...]) -> set[str] | None:
     model["warmup_batches"] = min(int(model.get("warmup_batches", 0)), nb - 1)
     try:
         cfg = Config.from_dict(short, source="metric check")
-        m = cfg.model
-        memory_guard.check_run(cfg.total_rows,
-                               m.num_batches * m.batch_size * m.pooling * m.tables.count)
+        memory_guard.check_config(cfg)
     except Exception:
         return None  # too large to probe, or not valid shortened: checked at the first point
     names: set[str] = set()
