@@ -22,6 +22,9 @@ jobs, elapsed time mostly measures the neighbours; `--clock wall` gives elapsed 
 * kernel - `Policy.prepare` + `Policy.process` over pre-built chunks and next uses: the
            policy's own cost, comparable to libCacheSim's `process_trace`.
 
+`--rss` adds, per policy and batch size, the peak RSS of a fresh process that builds the
+trace and runs `run_cache` (VmHWM: whole process, and its growth during `run_cache`).
+
 JIT compile time is excluded (every policy is warmed up on a tiny trace first; numba's
 cache=True keeps the compiled code across runs). Peak RSS growth is VmHWM after the e2e run
 minus VmRSS before it (VmHWM is reset through /proc/self/clear_refs), Linux only: it
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -128,13 +132,26 @@ def main(argv: list[str] | None = None) -> int:
                     help="best of N timings for every figure (for a busy machine)")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
                     help="cpu: process CPU time (robust on a shared machine); wall: elapsed")
+    ap.add_argument("--rss", action="store_true",
+                    help="also peak RSS per policy and batch size, each in a fresh process")
+    ap.add_argument("--rss-only", action="store_true", help="only the peak RSS table")
+    ap.add_argument("--rss-child", nargs=3, metavar=("POLICY", "CAPACITY", "BATCH"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.rss_child:
+        return rss_child(args)
     global clock
     clock = CLOCKS[args.clock]
     names = [p for p in args.policies.split(",") if p]
     for p in names:
         POLICIES.get(p)
 
+    if args.rss_only:
+        for frac in (float(x) for x in args.capacity_fractions.split(",")):
+            cap = max(1, int(round(frac * args.rows)))
+            print(f"\ncapacity {cap} rows ({100 * frac:g}% of rows)")
+            rss_table(args, names, cap, [int(x) for x in args.batch_sizes.split(",") if x])
+        return 0
     t0 = time.perf_counter()
     warm_up(names)
     print(f"warm-up (compile or load cached JIT): {time.perf_counter() - t0:.1f} s")
@@ -157,7 +174,41 @@ def main(argv: list[str] | None = None) -> int:
                       f"{base[cls_name] / 1e6:6.2f} M/s")
             for bs in batch_sizes:
                 bench_batch_size(ids, args, names, cap, bs, base)
+            if args.rss:
+                rss_table(args, names, cap, batch_sizes)
     return 0
+
+
+def rss_child(args) -> int:
+    """Build the trace, run one policy, print peak RSS (MiB): process, and growth in run."""
+    name, cap, bs = args.rss_child[0], int(args.rss_child[1]), int(args.rss_child[2])
+    ids = bounded_zipf(args.accesses, args.rows, args.alpha, args.seed)
+    trace = Trace.single_table(ids, args.rows, bs)
+    del ids
+    before = _reset_peak()
+    run_cache(trace, name, cap)
+    peak = _status_kib("VmHWM:")
+    print(f"{peak / 1024:.1f} {(peak - before) / 1024:.1f}")
+    return 0
+
+
+def rss_table(args, names: list[str], cap: int, batch_sizes: list[int]) -> None:
+    print("  peak RSS MiB, fresh process per run (whole process / growth during run_cache)")
+    print(f"  {'policy':<26}" + "".join(f" {'batch ' + str(b):>20}" for b in batch_sizes))
+    for name in names:
+        cells = []
+        for bs in batch_sizes:
+            cmd = [sys.executable, __file__, "--accesses", str(args.accesses), "--rows",
+                   str(args.rows), "--alpha", str(args.alpha), "--seed", str(args.seed),
+                   "--rss-child", name, str(cap), str(bs)]
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            if out.returncode:
+                cells.append("failed")
+                continue
+            total, grow = out.stdout.split()[-2:]
+            cells.append(f"{total} / {grow}")
+        print(f"  {name:<26}" + "".join(f" {c:>20}" for c in cells))
+        sys.stdout.flush()
 
 
 def bench_batch_size(ids: np.ndarray, args, names: list[str], cap: int, bs: int,
