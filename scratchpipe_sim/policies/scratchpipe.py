@@ -127,7 +127,7 @@ def _heap_pop(h, n):
         h[i, 0], h[i, 1] = key, slot
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _push_fifo(s, nu, now, fq, st):
     """Queue slot s as evictable; `nu` is the row's next use. An entry (slot, next use) is
     valid while that next use lies in the future (>= `now`, the first position not yet
@@ -148,7 +148,7 @@ def _push_fifo(s, nu, now, fq, st):
     st[_QTAIL] += 1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")  # inlined: at batch size 1, calls cost more than work
 def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, slot_row, fq, st):
     """Batch tb has been trained: check its rows and, if `unpin_before` >= 0, unpin them.
 
@@ -171,7 +171,7 @@ def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, slot
             _push_fifo(s, nu, unpin_before, fq, st)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _victim(limit, now, fq, h, st):
     """Slot to evict, or -1 when every resident row is pinned.
 
@@ -211,7 +211,7 @@ def _victim(limit, now, fq, h, st):
     return -1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st):
     """Batch j is about to be planned: drop the ghosts of batch j-W's victims (a refetch at
     distance >= W cannot meet its write-back in flight) and mark where batch j's begin."""
