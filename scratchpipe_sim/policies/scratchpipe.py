@@ -86,6 +86,11 @@ def _min_cap_chunk(ids, batch_ptr, first_batch, w, last, hist, st):
             st[1] = st[0]
 
 
+def _pow2(n: int) -> int:
+    """The smallest power of two >= n."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
 def _check_lookahead(lookahead: Any) -> int:
     if isinstance(lookahead, bool) or int(lookahead) != lookahead or lookahead < 1:
         raise UserError(f"lookahead must be a whole number of batches >= 1, got {lookahead}",
@@ -138,12 +143,12 @@ def _push_fifo(s, nu, now, fq, st):
         tmp = np.empty((n, 2), np.int64)
         k = 0
         for i in range(st[_QHEAD], st[_QTAIL]):
-            if fq[i % n, 1] >= now:
-                tmp[k, 0], tmp[k, 1] = fq[i % n, 0], fq[i % n, 1]
+            if fq[i & (n - 1), 1] >= now:
+                tmp[k, 0], tmp[k, 1] = fq[i & (n - 1), 0], fq[i & (n - 1), 1]
                 k += 1
         fq[:k] = tmp[:k]
         st[_QHEAD], st[_QTAIL] = 0, k
-    t = st[_QTAIL] % n
+    t = st[_QTAIL] & (n - 1)
     fq[t, 0], fq[t, 1] = s, nu
     st[_QTAIL] += 1
 
@@ -183,7 +188,7 @@ def _victim(limit, now, fq, h, st):
     """
     n = len(fq)
     while st[_QHEAD] < st[_QTAIL]:
-        i = st[_QHEAD] % n
+        i = st[_QHEAD] & (n - 1)
         s, nu = fq[i, 0], fq[i, 1]
         st[_QHEAD] += 1
         if nu < now:
@@ -215,17 +220,17 @@ def _victim(limit, now, fq, h, st):
 def _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st):
     """Batch j is about to be planned: drop the ghosts of batch j-W's victims (a refetch at
     distance >= W cannot meet its write-back in flight) and mark where batch j's begin."""
-    ring = w + 1
+    ring = len(vstart) - 1  # rings are powers of two: masks, not divisions
     if j - w >= 0:
-        n = len(vring)
-        end = vstart[(j - w + 1) % ring]
-        for i in range(vstart[(j - w) % ring], end):
-            v = vring[i % n]
+        n = len(vring) - 1
+        end = vstart[(j - w + 1) & ring]
+        for i in range(vstart[(j - w) & ring], end):
+            v = vring[i & n]
             g = probe(keys, mask, shift, v)
             if keys[g] == v and vals[g] == -1 - (j - w):  # still that ghost (not refetched)
                 erase(keys, vals, mask, shift, g)
         st[_VHEAD] = end
-    vstart[j % ring] = st[_VTAIL]
+    vstart[j & ring] = st[_VTAIL]
 
 
 @nb.njit(cache=True)
@@ -245,7 +250,7 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
     batch whose pinned set overflowed (on_overflow=error).
     """
     track = w >= 2
-    nring = len(vring)
+    nring = len(vring) - 1
     for lb in range(first_new, len(ext_ptr) - 1):
         j = ext_first_batch + lb
         lo, hi = ext_ptr[lb], ext_ptr[lb + 1]
@@ -304,7 +309,7 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
                     events[lb - first_new, WRITEBACKS] += 1
                     if track:  # v becomes a ghost: its entry stays, no probe moves
                         vals[g] = -1 - j
-                        vring[st[_VTAIL] % nring] = v
+                        vring[st[_VTAIL] & nring] = v
                         st[_VTAIL] += 1
                     else:
                         erase(keys, vals, mask, shift, g)
@@ -345,12 +350,12 @@ class ScratchPipe(Policy):
         self.keys, self.vals, self.mask, self.shift = new_map(2 * cap if track else cap)
         # the row in each slot; slots are handed out in order 0, 1, ... until all are used
         self.slot_row = np.full(cap, EMPTY, np.int64)
-        q = 2 * cap + 2
+        q = _pow2(2 * cap + 2)  # ring sizes: powers of two (index by mask)
         self.fifo = np.zeros((q, 2), np.int64)  # (slot, next use) of unpinned rows
         self.heap = np.zeros((q, 2), np.int64)  # (next use, slot), max-heap
         self.st = np.zeros(8, np.int64)
-        self.vring = np.zeros(cap + 1 if track else 1, np.int64)
-        self.vstart = np.zeros(self.lookahead + 1, np.int64)
+        self.vring = np.zeros(_pow2(cap + 1) if track else 1, np.int64)
+        self.vstart = np.zeros(_pow2(self.lookahead + 1), np.int64)
         self.refetch = np.zeros((0, max(self.lookahead - 1, 1)), np.int64)
         self._trace: Trace | None = None
         #: set True to read `chunk_slots` (the slot of each access of the last chunk, -1:
