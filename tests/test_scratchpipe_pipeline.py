@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from scratchpipe_sim.config import deep_merge, load_config
+from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy
 from scratchpipe_sim.timing import build_trace, simulate
 from scratchpipe_sim.traces.trace import Trace
@@ -173,3 +174,20 @@ def test_fused_collect_and_insert_have_no_hazard():
                  trace=period_trace())[0]
     assert r["refetch_hazards"] == 0 and r["refetch_rows"] == 2 * (N - 6)
     assert r.get("stage_refetch_wait_ns", 0) == 0
+
+
+def test_window_below_the_shape_is_one_line_naming_the_minimum(tmp_path, capsys):
+    from scratchpipe_sim.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("hardware: {preset: a100-gen4}\ndesigns: [scratchpipe]\n"
+                   "cache: {lookahead: 3, pipeline: [[plan], [collect], [exchange], [insert],"
+                   " [train]]}\n")
+    assert main(["config", "show", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "cache.lookahead" in err and ">= 5" in err
+    # asked for by name while the config lists other designs: the same error, no starving
+    d = deep_merge(BASE, shape(FIVE, 3))
+    d["designs"] = ["hybrid"]
+    with pytest.raises(UserError, match=r"cache.lookahead >= 5, got 3"):
+        simulate(load_config(d), ["scratchpipe"])

@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import simpy
 
+from scratchpipe_sim.config import Config
+from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages
 from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
 
@@ -58,6 +60,16 @@ DATA_STAGES = ("collect", "exchange", "insert")
 class ScratchPipe(Design):
     name = "scratchpipe"
     summary = "lookahead scratchpad: plan, collect, exchange, insert, train pipelined"
+
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
+        # Config.check says this when scratchpipe is among cfg.designs; a design asked for
+        # by name (simulate(cfg, ["scratchpipe"])) must not starve silently either
+        depth, w = len(cfg.cache.pipeline), cfg.cache.lookahead
+        if w < depth:
+            raise UserError(f"the pipeline has {depth} stage groups, so {depth} batches are in "
+                            f"flight: expected cache.lookahead >= {depth}, got {w}",
+                            source=cfg.source, field="cache.lookahead")
 
     def workload_key(self) -> WorkloadKey:
         return WorkloadKey("scratchpipe", self.cfg.capacity_rows(),
