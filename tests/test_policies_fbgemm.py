@@ -193,3 +193,15 @@ def test_unpacked_sort_path_gives_the_same_counts(zipf_ids, name):
     np.testing.assert_array_equal(a, b)
     assert a[:, COUNTERS.index("unplaced")].sum() > 0 or name == "fbgemm-lru"
     assert packed.resident().tolist() == wide.resident().tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(bits=st.integers(1, 62), data=st.data())
+def test_radix_sort_matches_numpy(bits, data):
+    from scratchpipe_sim.policies.fbgemm import _radix_sort
+
+    keys = data.draw(st.lists(st.integers(0, 2**bits - 1), min_size=1, max_size=300))
+    a = np.array(keys, np.int64)
+    got = a.copy()
+    _radix_sort(got, np.empty(len(a), np.int64), np.empty(256, np.int64), bits)
+    np.testing.assert_array_equal(got, np.sort(a))

@@ -8,8 +8,8 @@ served from host memory (UVM) and not cached (`UNPLACED`). Every eviction writes
 
 Kernel shape (why it is fast enough): a one-byte tag per way (hash bits the set index does
 not use) is compared 8 ways at a time, so finding a row reads one word per 8 ways and
-`slot_row` only on a tag match; a batch's missing accesses are sorted once by (row, stream
-position), which gives both FBGEMM's insertion order and every row's accesses together, so
+`slot_row` only on a tag match; a batch's missing accesses are radix-sorted once by (row,
+stream position), which gives both FBGEMM's insertion order and every row's accesses together, so
 each missing row is placed once and its outcomes follow (no second lookup per access).
 
 Geometry: `sets = ceil(capacity / ways)`, so the effective capacity is `sets * ways` (reported
@@ -109,6 +109,8 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
     miss_idx = np.empty(longest, np.int64)
     keys = np.empty(longest, np.int64)
     miss_order = np.empty(longest, np.int64)
+    sort_tmp = np.empty(longest, np.int64)
+    sort_cnt = np.empty(256, np.int64)
     idx_bits = 1
     while (1 << idx_bits) < longest:
         idx_bits += 1
@@ -149,7 +151,7 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
         #    (first access MISS, later HIT; all UNPLACED when not placed).
         if packed:
             order = keys[:nmiss]
-            order.sort()
+            _radix_sort(order, sort_tmp, sort_cnt, row_bits + idx_bits)
         else:  # ids too large to pack: sort miss indices by (row, index)
             order = miss_order[:nmiss]
             for m in range(nmiss):
@@ -197,6 +199,36 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
                     break
                 outcome[miss_idx[m2]] = HIT if placed else UNPLACED
                 g += 1
+
+
+@nb.njit(cache=True)
+def _radix_sort(a, tmp, cnt, bits):
+    """Sort non-negative int64 keys below 2^bits: LSD radix, 8 bits a pass, skipping digits
+    every key shares. Why not `ndarray.sort`: on the ~1500 misses of a batch it is 1.4x
+    faster, and numba compiles it in a fraction of its quicksort's time (cold start)."""
+    n = len(a)
+    src, dst = a, tmp[:n]
+    moved = False  # whether the sorted keys sit in tmp
+    shift = 0
+    while shift < bits:
+        cnt[:] = 0
+        for i in range(n):
+            cnt[(src[i] >> shift) & 255] += 1
+        if cnt[(src[0] >> shift) & 255] != n:  # else every key has this digit: no move
+            total = 0
+            for d in range(256):
+                c = cnt[d]
+                cnt[d] = total
+                total += c
+            for i in range(n):
+                d = (src[i] >> shift) & 255
+                dst[cnt[d]] = src[i]
+                cnt[d] += 1
+            src, dst = dst, src
+            moved = not moved
+        shift += 8
+    if moved:
+        a[:] = src
 
 
 @nb.njit(cache=True)
