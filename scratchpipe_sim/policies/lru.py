@@ -1,7 +1,8 @@
 """`lru`: fully associative, exact textbook LRU, processed access by access.
 
 Why this shape: the cache is a doubly linked list over `capacity` slots (most recent at the
-head) plus a hash map row -> slot sized to the capacity, so every access is O(1) and memory
+head) plus a hash map row -> slot sized to the capacity (key and slot side by side: one
+cache line per lookup), so every access is O(1) and memory
 grows with the cache, not with the number of rows or the trace length. Accesses are served
 in stream order; inside a mini-batch the first access of a missing row is a MISS (a fill)
 and later ones hit while the row stays resident. Every eviction writes the row back.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.policies._hashmap import erase, map_keys, new_map, probe
+from scratchpipe_sim.policies._hashmap import erase_pair, new_pair_map, pair_map_keys, probe_pair
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, Policy
 
 _SIZE, _HEAD, _TAIL = 0, 1, 2
@@ -25,23 +26,22 @@ class LRU(Policy):
     def __init__(self, capacity: int, num_rows: int, **params):
         super().__init__(capacity, num_rows, **params)
         slots = min(self.capacity, self.num_rows)
-        self.keys, self.vals, self.mask, self.shift = new_map(slots)
+        self.table, self.mask, self.shift = new_pair_map(slots)  # row -> slot
         self.slot_id = np.full(slots, -1, np.int64)
         # prev / next slot side by side: one cache line per slot update
         self.links = np.full((slots, 2), -1, np.int32)
         self.state = np.array([0, -1, -1], np.int64)
 
     def process(self, chunk, next_use, outcome, events):
-        _lru_chunk(chunk.ids, chunk.batch_ptr, self.keys, self.vals, self.mask, self.shift,
+        _lru_chunk(chunk.ids, chunk.batch_ptr, self.table, self.mask, self.shift,
                    self.slot_id, self.links, self.state, outcome, events)
 
     def resident(self) -> np.ndarray:
-        return map_keys(self.keys)
+        return pair_map_keys(self.table)
 
 
 @nb.njit(cache=True)
-def _lru_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, links, state,
-               outcome, events):
+def _lru_chunk(ids, batch_ptr, table, mask, shift, slot_id, links, state, outcome, events):
     cap = len(slot_id)
     size = state[_SIZE]
     head = state[_HEAD]
@@ -51,10 +51,10 @@ def _lru_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, links, state,
         evictions = 0
         for j in range(batch_ptr[b], batch_ptr[b + 1]):
             r = ids[j]
-            p = probe(keys, mask, shift, r)
-            if keys[p] == r:
+            p = probe_pair(table, mask, shift, r)
+            if table[p, 0] == r:
                 outcome[j] = HIT
-                s = vals[p]
+                s = table[p, 1]
                 if s != head:  # unlink s, then push it at the head
                     pv = links[s, 0]
                     nx = links[s, 1]
@@ -82,9 +82,9 @@ def _lru_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, links, state,
                 head = s
             else:  # reuse the least recently used slot
                 s = tail
-                erase(keys, vals, mask, shift, probe(keys, mask, shift, slot_id[s]))
+                erase_pair(table, mask, shift, probe_pair(table, mask, shift, slot_id[s]))
                 evictions += 1
-                p = probe(keys, mask, shift, r)  # the erase may have moved entries
+                p = probe_pair(table, mask, shift, r)  # the erase may have moved entries
                 if s != head:
                     tail = links[s, 0]
                     links[tail, 1] = -1
@@ -92,8 +92,8 @@ def _lru_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, links, state,
                     links[s, 1] = head
                     links[head, 0] = s
                     head = s
-            keys[p] = r
-            vals[p] = s
+            table[p, 0] = r
+            table[p, 1] = s
             slot_id[s] = r
         events[b, 0] += fills
         events[b, 1] += evictions
