@@ -8,13 +8,16 @@ CPU and GPU halves are fitted the same way. How each key follows from the sample
                             thread / dram_GBps
     dram_latency_ns         a pointer chase (ns per dependent load)
     cores                   the most threads measured
-    embedding_op_GBps       one thread's gather + pool rate (best row size)
-    parallel_efficiency     rate on T threads / (T x one thread's rate), 256 B rows
+    embedding_op_GBps       one thread's gather + pool of an LLC-resident hot set (the op's
+                            own rate; misses are DRAM's term), best row size
+    parallel_efficiency     hot-set rate on T threads / (T x one thread's), 256 B rows
     aggregate_ns_per_lookup aggregation slope (ns per lookup on T threads) x T x parallel
                             efficiency, less the r / embedding_op_GBps the model already
                             charges the cores for the lookup's row (median over row sizes)
     plan_ns_per_id          the scratchpipe policy kernel's ns per id (one thread)
-    llc_MiB, llc_ways       the OS's description of the last-level cache (sysfs)
+    llc_MiB, llc_ways       ways: the OS (sysfs); size: the largest hot set a core still
+                            gathers at >= 1.5x the cold rate (at most the OS's size)
+    llc_GBps                the gather rate from a hot set half that size
 
 The optimizer apply (SGD, Adagrad) is not fitted: it is priced by the keys above, and the
 preset's comments compare the model's price with the measurement.
@@ -116,7 +119,8 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         best_rb = max(single, key=single.get)
         vals["embedding_op_GBps"] = round(single[best_rb], 3)
         how["embedding_op_GBps"] = (
-            "one thread's gather + pool rate, best row size ("
+            "one thread's gather + pool of an LLC-resident hot set (the op, not the misses), "
+            "best row size ("
             + ", ".join(f"{int(r)} B {g:.2f}" for r, g in single.items()) + " GB/s)")
     op = vals.get("embedding_op_GBps", base.embedding_op_GBps)
     ref = 256.0 if 256.0 in rbs else rbs[-1]
@@ -129,7 +133,7 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         pe = min(1.0, one[(top, ref)] / (top * one[(1, ref)]))
         vals["parallel_efficiency"] = round(pe, 4)
         how["parallel_efficiency"] = (
-            f"gather + pool at {int(ref)} B: {one[(top, ref)]:.2f} GB/s on {top} threads / "
+            f"hot-set gather + pool at {int(ref)} B: {one[(top, ref)]:.2f} GB/s on {top} threads / "
             f"({top} x {one[(1, ref)]:.2f} GB/s on one)"
             + (" (clamped at 1)" if pe >= 1.0 else ""))
     if m.aggregate:
@@ -145,12 +149,19 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
             "median of " + ", ".join(f"{int(r)} B {v:.1f}" for r, v in per_rb))
     if m.plan_ns_per_id is not None:
         vals["plan_ns_per_id"] = round(m.plan_ns_per_id, 2)
-        how["plan_ns_per_id"] = (f"the scratchpipe policy kernel (one thread) on a Zipf 1.05 "
-                                 f"trace, {m.plan_ids} ids, next-use pass included")
+        how["plan_ns_per_id"] = (
+            f"the scratchpipe policy kernel (one thread) on a Zipf 1.05 trace, {m.plan_ids} "
+            "ids of " + ("batches that evict (a full scratchpad)" if m.plan_steady else
+                         "batches that never evict (the scratchpad never filled: low)")
+            + f", {m.plan_fill_ratio:.2f} fills per id, next-use pass included")
     if llc is not None:
         vals["llc_MiB"] = round(llc[0], 3)
         vals["llc_ways"] = int(llc[1])
         how["llc_MiB"] = how["llc_ways"] = "the OS's last-level cache (sysfs)"
+    if m.onchip:
+        rb0 = sorted(m.onchip)[0][1]
+        _fit_onchip(m, vals, how, [g for r, g in zip(rbs, rates, strict=True) if r == rb0]
+                    or rates)
     checks = []
     cfg = _replace(base, vals)
     for opt, rb, u, R, s in m.apply:
@@ -172,6 +183,30 @@ def _plain(v: Any) -> Any:
     if isinstance(v, np.floating):
         return float(v)
     return v
+
+
+def _fit_onchip(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
+                cold: list[float]) -> None:
+    """llc_MiB: the largest hot set still gathered at >= 1.5x the cold rate (capped at the
+    OS's size); llc_GBps: the rate from a hot set half that size (mostly hits)."""
+    pts = sorted(m.onchip)
+    rb = pts[0][1]
+    cold_rate = float(np.median(cold)) if cold else min(r for _, _, r in pts)
+    fits = [(mib, r) for mib, _, r in pts if r >= 1.5 * cold_rate]
+    curve = ", ".join(f"{int(mib)} MiB {r:.1f}" for mib, _, r in pts)
+    if not fits:
+        return
+    eff = max(mib for mib, _ in fits)
+    os_mib = vals.get("llc_MiB")
+    if os_mib is not None:
+        eff = min(eff, os_mib)
+    half = [r for mib, r in fits if mib <= max(1.0, eff / 2)]
+    vals["llc_MiB"] = float(eff)
+    how["llc_MiB"] = (f"largest hot set gathered at >= 1.5x the cold rate ({cold_rate:.1f} "
+                      f"GB/s); hot-set gather + pool at {int(rb)} B: {curve} GB/s; the OS "
+                      f"lists {os_mib if os_mib is not None else '?'} MiB")
+    vals["llc_GBps"] = round(float(half[-1] if half else fits[0][1]), 3)
+    how["llc_GBps"] = f"hot-set gather + pool rate at {int(max(1.0, eff / 2))} MiB"
 
 
 def _replace(base: CpuConfig, vals: dict[str, Any]) -> CpuConfig:
