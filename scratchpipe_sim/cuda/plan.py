@@ -12,9 +12,9 @@ computed once: the data loader has the ids of upcoming batches).
 The pipeline (pipeline.py) maps its lookahead L (batches planned ahead of training) to
 W = L + 1, so the pinned set is what it has planned and not trained. The refetch hazard (a
 row evicted by plan(j) and fetched again for a batch b > j before plan(j)'s write-back has
-reached the CPU table) is not avoided by the planner: `Plan.refetch` lists those rows and the
-pipeline orders their fetch after the write-back, as the timing model does
-(`cache.refetch: wait`).
+reached the CPU table) is not avoided by the planner: `Plan.evicted_by` names, per fetched
+row, the plan that evicted it, and the pipeline orders the fetch after that write-back, as
+the timing model does (`cache.refetch: wait`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ class Plan:
     miss_slots: np.ndarray  # their slots
     victim_rows: np.ndarray  # ids evicted (written back to the CPU table)
     victim_slots: np.ndarray  # the slots they left
-    #: per miss row: the batch whose plan evicted it most recently (-1: none, or long ago
-    #: enough that its write-back is certainly done; see ScratchpadState.plan)
+    #: per miss row: the batch whose plan evicted it most recently (-1: never); the pipeline
+    #: gathers it again after that batch's write-back when it has not landed yet
     evicted_by: np.ndarray
 
     @property
