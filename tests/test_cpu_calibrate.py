@@ -33,7 +33,7 @@ def synthetic() -> CpuMeasurements:
         for a in (1e4, 1e5):
             m.aggregate.append((float(rb), a, 5e-6 + a * AGG_NS_2T * 1e-9))
         m.apply.append(("sgd", float(rb), 1e5, float(rb), 0.01))
-    for mib, rate in ((1, 40.0), (2, 30.0), (4, 20.0), (8, 12.0), (16, 9.0), (32, 6.0)):
+    for mib, rate in ((1, 40.0), (2, 30.0), (4, 20.0), (8, 12.0), (16, 30.0), (32, 6.0)):
         m.onchip.append((float(mib), 256.0, rate))  # 1.5 x the cold 16 GB/s at 256 B: 24
     m.latency_ns = 95.0
     m.plan_ns_per_id = np.float64(31.5)  # numpy scalars must still write as YAML
@@ -63,7 +63,8 @@ def test_cpu_fit_recovers_every_constant():
     expect = np.median([AGG_NS_2T * 2 * pe - rb / op for rb in GATHER])
     assert v["aggregate_ns_per_lookup"] == pytest.approx(expect, abs=0.01)
     assert v["plan_ns_per_id"] == 31.5
-    # the usable LLC: the largest hot set at >= 1.5x the cold rate; its rate at half that
+    # the usable LLC: up to the first hot set below 1.5x the cold rate (16 MiB's 30 GB/s is
+    # past it: noise does not extend it); its rate at half that size
     assert (v["llc_MiB"], v["llc_ways"], v["llc_GBps"]) == (2.0, 16, 40.0)
     assert set(cal.how) == set(v)  # every value says how it was measured
     assert len(cal.checks) == len(GATHER)

@@ -187,12 +187,16 @@ def _plain(v: Any) -> Any:
 
 def _fit_onchip(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
                 cold: list[float]) -> None:
-    """llc_MiB: the largest hot set still gathered at >= 1.5x the cold rate (capped at the
-    OS's size); llc_GBps: the rate from a hot set half that size (mostly hits)."""
+    """llc_MiB: the largest hot set before the first that falls below 1.5x the cold rate
+    (capped at the OS's size); llc_GBps: the rate from a hot set half that size."""
     pts = sorted(m.onchip)
     rb = pts[0][1]
     cold_rate = float(np.median(cold)) if cold else min(r for _, _, r in pts)
-    fits = [(mib, r) for mib, _, r in pts if r >= 1.5 * cold_rate]
+    fits = []  # ascending sizes up to the first that falls below 1.5x the cold rate
+    for mib, _, r in pts:
+        if r < 1.5 * cold_rate:
+            break
+        fits.append((mib, r))
     curve = ", ".join(f"{int(mib)} MiB {r:.1f}" for mib, _, r in pts)
     if not fits:
         return
@@ -202,7 +206,7 @@ def _fit_onchip(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
         eff = min(eff, os_mib)
     half = [r for mib, r in fits if mib <= max(1.0, eff / 2)]
     vals["llc_MiB"] = float(eff)
-    how["llc_MiB"] = (f"largest hot set gathered at >= 1.5x the cold rate ({cold_rate:.1f} "
+    how["llc_MiB"] = (f"largest hot set (from 1 MiB up) gathered at >= 1.5x the cold rate ({cold_rate:.1f} "
                       f"GB/s); hot-set gather + pool at {int(rb)} B: {curve} GB/s; the OS "
                       f"lists {os_mib if os_mib is not None else '?'} MiB")
     vals["llc_GBps"] = round(float(half[-1] if half else fits[0][1]), 3)
