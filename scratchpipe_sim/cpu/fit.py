@@ -207,8 +207,8 @@ def _fit_onchip(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
     half = [r for mib, r in fits if mib <= max(1.0, eff / 2)]
     vals["llc_MiB"] = float(eff)
     how["llc_MiB"] = (f"largest hot set (from 1 MiB up) gathered at >= 1.5x the cold rate "
-                      f"({cold_rate:.1f} GB/s); hot-set gather + pool at {int(rb)} B: {curve} GB/s; the OS "
-                      f"lists {os_mib if os_mib is not None else '?'} MiB")
+                      f"({cold_rate:.1f} GB/s); hot-set gather + pool at {int(rb)} B: {curve} "
+                      f"GB/s; the OS lists {os_mib if os_mib is not None else '?'} MiB")
     vals["llc_GBps"] = round(float(half[-1] if half else fits[0][1]), 3)
     how["llc_GBps"] = f"hot-set gather + pool rate at {int(max(1.0, eff / 2))} MiB"
 
