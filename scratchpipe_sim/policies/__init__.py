@@ -8,7 +8,8 @@ import importlib
 
 from scratchpipe_sim.policies.base import POLICIES, Policy
 
-_MODULES = ("lru", "lfu", "fbgemm", "static", "belady", "scratchpipe")
+_MODULES = ("lru", "lfu", "fbgemm", "static", "belady", "scratchpipe",
+            "bagpipe")
 
 for _m in _MODULES:
     importlib.import_module(f"scratchpipe_sim.policies.{_m}")

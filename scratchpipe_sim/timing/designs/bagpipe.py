@@ -1,0 +1,82 @@
+"""`bagpipe`: Bagpipe's lookahead oracle cacher with a separate prefetch process (SOSP'23).
+
+Counts: the `bagpipe` policy (cache.bagpipe_lookahead batches ahead, time-to-live eviction,
+capacity = the cache designs' capacity). Three SimPy processes per run, as Bagpipe's
+oracle cacher, prefetcher and trainer are separate processes:
+
+    prefetch(b)   the oracle's decision on the CPU (plan: A x plan_ns_per_id core-ns, the
+                  same per-id price as ScratchPipe's planner) -> the batch's indices to the
+                  GPU (index_h2d) || its F missing rows gathered by the CPU (cpu_gather)
+                  || H2D of F x R || HBM writes of the fills
+    train(b)      forward (HBM gather; rows the capacity could not place read over UVM, as
+                  lru-cache's conflict misses) -> mlp -> backward
+    writeback(b)  the rows whose time-to-live ended at b: HBM read || D2H || the CPU
+                  scatters them into the table (cpu_gather), after train(b)
+
+prefetch(b) starts after prefetch(b-1) and after writeback(b-2) (so a row evicted at b-2
+and needed again by b is read after its newest value landed, and at most one batch is
+prefetched beyond the one training: the cache holds two batches' fills); train(b) waits for
+prefetch(b). No tag-probe kernel: the oracle remaps ids on the CPU (as Bagpipe does).
+"""
+
+from __future__ import annotations
+
+from scratchpipe_sim.timing.designs._cache_stages import CacheStages
+from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
+
+
+@DESIGNS.register("bagpipe")
+class Bagpipe(Design):
+    name = "bagpipe"
+    summary = "oracle cacher: keeps rows reused within 200 batches, TTL eviction, prefetch"
+
+    def workload_key(self) -> WorkloadKey:
+        c = self.cfg.cache
+        ttl = -1 if c.bagpipe_ttl_batches is None else c.bagpipe_ttl_batches
+        return WorkloadKey("bagpipe", self.cfg.capacity_rows(),
+                           (("lookahead", c.bagpipe_lookahead), ("ttl_batches", ttl)),
+                           policy_field="cache.bagpipe_lookahead")
+
+    def run(self, m, w):
+        env = m.env
+        s = CacheStages(self, self.columns(w))
+        c = s.c
+        n = w.num_batches
+        ready = [env.event() for _ in range(n)]  # prefetch(b) finished
+        written = [env.event() for _ in range(n)]  # writeback(b) finished
+
+        def prefetch(b):
+            R = c.R_fill[b]
+            F = c.fills[b]
+            yield from m.stage("oracle", b, [m.plan(b, c.accesses[b])])
+            yield from m.stage("prefetch", b, [
+                m.index_h2d(b, c.accesses[b], c.samples[b]),
+                m.cpu_gather(F, R, b, "prefetch gather"),
+                m.pcie.h2d(F * R, b, "prefetch"),
+                m.hbm.gather(F, R, b, "prefetch insert")])
+            ready[b].succeed()
+
+        def writeback(b):
+            R, W = c.R_fill[b], c.writebacks[b]
+            yield from m.stage("writeback", b, [
+                m.hbm.gather(W, R, b, "victim read"), m.pcie.d2h(W * R, b, "writeback"),
+                m.cpu_gather(W, R, b, "writeback")])
+            written[b].succeed()
+
+        def prefetcher():
+            for b in range(n):
+                if b >= 2:
+                    yield written[b - 2]
+                yield env.process(prefetch(b))
+
+        env.process(prefetcher())
+        for b in range(n):
+            start = env.now
+            yield ready[b]
+            m.end_stage("prefetch_wait", b, start)
+            yield from m.stage("forward", b, s.forward(m, b))
+            yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
+            yield from m.stage("backward", b, s.backward(m, b))
+            m.batch_done(b)
+            env.process(writeback(b))
+        yield m.all_of(written)

@@ -1,0 +1,287 @@
+"""`multi-gpu`: the tables sharded over N GPUs of one node, as TorchRec's sharded embeddings.
+
+Sharding (`multi_gpu.sharding`): table-wise (whole tables, placed largest first on the GPU
+with the least lookup traffic that has room), row-wise (every table split evenly over the N
+GPUs) or auto (table-wise; row-wise for a table larger than one GPU's HBM). A table's HBM
+footprint is rows x R (weights + optimizer state). `multi_gpu.gpus: null` = the fewest GPUs
+whose HBM holds the tables under that sharding.
+
+The global mini-batch of B samples is split data-parallel: each GPU trains B/N samples. The
+simulated GPU is the critical one (the largest share s of the lookups, by bytes); every
+collective waits for the slowest GPU, so each all-to-all is priced at the largest send and
+the largest receive over the GPUs. Per batch:
+
+    input_wait   its B/N samples' indices over its own PCIe link (index_h2d(A/N, B/N)),
+                 then the indices all-to-all to the shards' owners — both issued when the
+                 previous batch starts (TorchRec's TrainPipelineSparseDist)
+    emb_forward  gpu_forward(s x A) from its own HBM
+    output_dist  pooled vectors all-to-all: a table-wise table's owner sends B x r_t x
+                 (N-1)/N and each other GPU receives (B/N) x r_t of it; a row-wise table is
+                 reduce-scattered: every GPU sends and receives B x r_t x (N-1)/N. With every
+                 table row-wise that is B x T x dim x bytes x (N-1)/N per GPU each way.
+    mlp          mlp(B/N): data-parallel dense part
+    grad_dist    the gradients of the pooled vectors, the same all-to-all reversed
+    emb_backward gpu_backward(s x A, s x U) || ring all-reduce of the dense gradients
+                 (2 (N-1)/N x MLP parameter bytes each way)
+
+All-to-alls run at nvlink_GBps x alltoall_efficiency, the all-reduce at x
+allreduce_efficiency, each paying nvlink_latency_ns once. With N = 1 there is no collective
+and the design is gpu-only. Approximations: unique rows per GPU scale with its lookup
+share; the L2 hit fraction is the single-GPU stream's (each GPU has its own L2 over a 1/N
+slice, so this understates hits).
+
+`nvlink_collective` below is the one new kind of cost; it belongs on the Machine (a helper
+beside pcie.h2d) and lives here until the registry work moves it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import simpy
+
+from scratchpipe_sim.config import Config
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
+from scratchpipe_sim.timing.resources import Server
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Where each table lives: `frac[g][t]` = fraction of table t's rows on GPU g."""
+
+    gpus: int
+    frac: tuple[tuple[float, ...], ...]
+    row_wise: tuple[bool, ...]  # per table: split over every GPU
+
+    def lookup_share(self, weights: tuple[float, ...]) -> float:
+        """The largest GPU's share of the lookup traffic (weights: per-table lookup bytes)."""
+        tot = sum(weights)
+        return max(sum(f * w for f, w in zip(fr, weights, strict=True)) for fr in self.frac
+                   ) / tot if tot else 1.0 / self.gpus
+
+    def alltoall_bytes(self, B: float, r_t: tuple[float, ...]) -> tuple[float, float]:
+        """(largest send, largest receive) of one pooled-vector all-to-all, bytes per GPU."""
+        n = self.gpus
+        if n == 1:
+            return 0.0, 0.0
+        k = (n - 1) / n
+        sends, recvs = [], []
+        for fr in self.frac:
+            send = recv = 0.0
+            for t, r in enumerate(r_t):
+                if self.row_wise[t]:
+                    send += B * r * k
+                    recv += B * r * k
+                elif fr[t] > 0:
+                    send += B * r * k
+                else:
+                    recv += B / n * r
+            sends.append(send)
+            recvs.append(recv)
+        return max(sends), max(recvs)
+
+
+def table_bytes(cfg: Config) -> list[float]:
+    m = cfg.model
+    return [rows * R for rows, R in zip(m.rows_per_table, m.moved_row_bytes_per_table,
+                                        strict=True)]
+
+
+def shard(cfg: Config, n: int) -> Sharding:
+    """Place the tables on n GPUs; a UserError naming the table that cannot fit."""
+    src = cfg.source
+    if n < 1:
+        raise UserError(f"expected at least 1 GPU, got {n}", source=src, field="multi_gpu.gpus")
+    hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
+    sizes = table_bytes(cfg)
+    mode = cfg.multi_gpu.sharding
+    T = len(sizes)
+    m = cfg.model
+    load_w = [p * r for p, r in zip(m.poolings, m.row_bytes_per_table, strict=True)]
+    row_wise = tuple(mode == "row-wise" or (mode == "auto" and s > hbm) for s in sizes)
+    frac = [[0.0] * T for _ in range(n)]
+    used = [0.0] * n
+    load = [0.0] * n
+    for t in range(T):
+        if row_wise[t]:
+            for g in range(n):
+                frac[g][t] = 1.0 / n
+                used[g] += sizes[t] / n
+    full = [g for g in range(n) if used[g] > hbm]
+    if full:
+        need = sum(sizes[t] for t in range(T) if row_wise[t])
+        raise UserError(f"the row-wise tables need {need / GiB:.2f} GiB, {need / n / GiB:.2f} "
+                        f"GiB per GPU on {n} GPUs of {hbm / GiB:g} GiB: expected more GPUs",
+                        source=src, field="multi_gpu.gpus")
+    for t in sorted((t for t in range(T) if not row_wise[t]), key=lambda t: (-sizes[t], t)):
+        if sizes[t] > hbm:
+            raise UserError(f"table {t} needs {sizes[t] / GiB:.2f} GiB ({m.rows_per_table[t]} "
+                            f"rows x {m.moved_row_bytes_per_table[t]} B) but one GPU holds "
+                            f"{hbm / GiB:g} GiB: expected multi_gpu.sharding row-wise or auto",
+                            source=src, field="multi_gpu.sharding")
+        fits = [g for g in range(n) if used[g] + sizes[t] <= hbm]
+        if not fits:
+            raise UserError(f"table {t} ({sizes[t] / GiB:.2f} GiB) fits on none of {n} GPUs "
+                            f"of {hbm / GiB:g} GiB (the tables need "
+                            f"{sum(sizes) / GiB:.2f} GiB): expected more GPUs",
+                            source=src, field="multi_gpu.gpus")
+        g = min(fits, key=lambda g: (load[g], used[g], g))
+        frac[g][t] = 1.0
+        used[g] += sizes[t]
+        load[g] += load_w[t]
+    return Sharding(n, tuple(tuple(f) for f in frac), row_wise)
+
+
+def gpus_to_hold(cfg: Config) -> int:
+    """The fewest GPUs of one node whose HBM holds the tables under cfg's sharding."""
+    per_node = cfg.hardware.interconnect.gpus_per_node
+    hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
+    total = sum(table_bytes(cfg))
+    for n in range(max(1, math.ceil(total / hbm)), per_node + 1):
+        try:
+            shard(cfg, n)
+            return n
+        except UserError:
+            continue
+    shard(cfg, per_node)  # names the table that does not fit, if one alone is the reason
+    raise UserError(f"the tables need {total / GiB:.2f} GiB but "
+                    f"hardware.interconnect.gpus_per_node = {per_node} GPUs of {hbm / GiB:g} "
+                    "GiB hold less: expected a node that holds them (multi-gpu models one "
+                    "node)", source=cfg.source, field="multi_gpu.gpus")
+
+
+def gpus_of(cfg: Config) -> int:
+    """multi_gpu.gpus, or the fewest that hold the tables; at most one node's GPUs."""
+    n = cfg.multi_gpu.gpus
+    if n is None:
+        return gpus_to_hold(cfg)
+    per_node = cfg.hardware.interconnect.gpus_per_node
+    if n > per_node:
+        raise UserError(f"{n} GPUs but hardware.interconnect.gpus_per_node is {per_node}: "
+                        "expected at most one node's GPUs", source=cfg.source,
+                        field="multi_gpu.gpus")
+    return n
+
+
+def mlp_param_bytes(cfg: Config) -> float:
+    """Dense parameters (fp32 weights and biases of both MLPs): what the all-reduce moves."""
+    m = cfg.model
+    total = 0
+    for layers in (m.bottom_mlp, m.top_mlp):
+        total += sum(a * b + b for a, b in zip(layers, layers[1:], strict=False))
+    return 4.0 * total
+
+
+class NvLink:
+    """Each GPU's NVLink/NVSwitch port, one server per direction (tx, rx)."""
+
+    def __init__(self, m, cfg: Config):
+        ic = cfg.hardware.interconnect
+        self.ic = ic
+        self.tx = Server(m.env, "nvlink_tx", ic.nvlink_GBps, ic.nvlink_latency_ns,
+                         m.num_batches, m.recorder)
+        self.rx = Server(m.env, "nvlink_rx", ic.nvlink_GBps, ic.nvlink_latency_ns,
+                         m.num_batches, m.recorder)
+
+    def collective(self, m, batch: int, send: float, recv: float, label: str,
+                   efficiency: float) -> simpy.Event | None:
+        """A collective step: `send` bytes out || `recv` bytes in at nvlink x efficiency."""
+        return m.all_of([self.tx.transfer(send, batch, label, efficiency=efficiency),
+                         self.rx.transfer(recv, batch, label, efficiency=efficiency)])
+
+
+def nvlink_collective(m, link: NvLink, batch: int, send: float, recv: float, label: str,
+                      kind: str = "alltoall") -> simpy.Event | None:
+    """The Machine helper this design needs: an all-to-all or all-reduce step over NVLink."""
+    ic = link.ic
+    eff = ic.alltoall_efficiency if kind == "alltoall" else ic.allreduce_efficiency
+    return link.collective(m, batch, send, recv, label, eff)
+
+
+@DESIGNS.register("multi-gpu")
+class MultiGpu(Design):
+    name = "multi-gpu"
+    summary = "tables sharded over N GPUs' HBM (TorchRec), all-to-all over NVLink"
+
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
+        self.gpus = gpus_of(cfg)
+        self.sharding = shard(cfg, self.gpus)
+        m = cfg.model
+        self.r_t = tuple(float(r) for r in m.row_bytes_per_table)
+        weights = tuple(p * r for p, r in zip(m.poolings, self.r_t, strict=True))
+        self.share = self.sharding.lookup_share(weights)
+
+    def workload_key(self) -> WorkloadKey:
+        return WorkloadKey(None, where="device")
+
+    def run(self, m, w):
+        env = m.env
+        c = self.columns(w)
+        n = w.num_batches
+        N, s = self.gpus, self.share
+        link = NvLink(m, self.cfg)
+        ib = m.index_bytes
+        k = (N - 1) / N
+        ar = 2 * k * mlp_param_bytes(self.cfg)
+        inputs: dict[int, simpy.Process] = {}
+
+        def input_copy(b):
+            A, B = c.accesses[b], c.samples[b]
+            ev = m.index_h2d(b, A / N, B / N)
+            if ev is not None:
+                yield ev
+            ids = (A + B * m.tables) * ib
+            ev = nvlink_collective(m, link, b, ids / N * k, ids * s * k, "input_dist")
+            if ev is not None:
+                yield ev
+
+        def start(b):
+            if b < n and b not in inputs:
+                inputs[b] = env.process(input_copy(b))
+
+        a2a_per_batch = []
+        busy0 = {}
+        for b in range(n):
+            A, U, B = c.accesses[b], c.unique[b], c.samples[b]
+            start(b)
+            yield from m.stage("input_wait", b, [inputs.pop(b)])
+            start(b + 1)
+            yield from m.stage("emb_forward", b, [m.gpu_forward(b, s * A, c.l2[b], c.r[b])])
+            send, recv = self.sharding.alltoall_bytes(B, self.r_t)
+            a2a_per_batch.append(max(send, recv))
+            yield from m.stage("output_dist", b, [
+                nvlink_collective(m, link, b, send, recv, "pooled")])
+            yield from m.stage("mlp", b, [m.mlp(b, B / N)])
+            yield from m.stage("grad_dist", b, [
+                nvlink_collective(m, link, b, recv, send, "grads")])
+            yield from m.stage("emb_backward", b, [
+                m.gpu_backward(b, s * A, s * U, c.l2_update[b], c.r[b], c.R[b]),
+                nvlink_collective(m, link, b, ar, ar, "allreduce", "allreduce")])
+            m.batch_done(b)
+            if b == m.warmup - 1:
+                busy0 = {x.name: x.busy_now() for x in (link.tx, link.rx)}
+        self._report(m, c, link, busy0, a2a_per_batch)
+
+    def _report(self, m, c, link: NvLink, busy0: dict, a2a: list[float]) -> None:
+        wu = m.warmup
+        done = m.done
+        span = float(done[-1] - (done[wu - 1] if wu > 0 else 0.0))
+        samples = sum(c.samples[wu:])
+        sps = samples / span * 1e9 if span > 0 else float("inf")
+        window = float(done[-1]) - m.window_start_ns
+        m.counters.update({
+            "gpus": self.gpus,
+            "gpus_to_hold_tables": gpus_to_hold(self.cfg),
+            "table_GiB": sum(table_bytes(self.cfg)) / GiB,
+            "lookup_share_per_gpu": self.share,
+            "samples_per_s_per_gpu": sps / self.gpus,
+            "alltoall_bytes_per_gpu": (sum(a2a[wu:]) / len(a2a[wu:])) if a2a[wu:] else 0.0,
+        })
+        for x in (link.tx, link.rx):
+            busy = x.busy_now() - busy0.get(x.name, 0.0)
+            m.counters[f"busy_{x.name}"] = busy / window if window > 0 else 0.0
