@@ -38,6 +38,8 @@ def synthetic() -> CpuMeasurements:
     m.latency_ns = 95.0
     m.plan_ns_per_id = np.float64(31.5)  # numpy scalars must still write as YAML
     m.plan_ids = 1000
+    # planner batches: exactly 40 ns per id + 300 ns per eviction
+    m.plan_batches = [(1e5, e, 1e5 * 40e-9 + e * 300e-9) for e in (0.0, 0.0, 1e4, 2e4, 3e4)]
     return m
 
 
@@ -67,6 +69,7 @@ def test_cpu_fit_recovers_every_constant():
     # past it: noise does not extend it); its rate at half that size
     assert (v["llc_MiB"], v["llc_ways"], v["llc_GBps"]) == (2.0, 16, 40.0)
     assert set(cal.how) == set(v)  # every value says how it was measured
+    assert "40.0 ns per id + 300.0 ns per eviction" in cal.how["plan_ns_per_id"]
     assert len(cal.checks) == len(GATHER)
 
 

@@ -92,6 +92,8 @@ class CpuMeasurements:
     plan_ids: int = 0
     plan_steady: bool = False  # the measured batches evicted (a full scratchpad)
     plan_fill_ratio: float = 0.0  # fills per id over the measured batches
+    #: per batch after the first: (ids, evictions, seconds of the best replay)
+    plan_batches: list[tuple[float, float, float]] = field(default_factory=list)
     #: (median - best) / best of every timed point, worst one (noise)
     worst_spread: float = 0.0
 
@@ -262,6 +264,8 @@ def measure_planner(m: CpuMeasurements, z: CpuBenchSizes) -> None:
     m.plan_ids = int(ids)
     m.plan_steady = bool((evict > 0).any())
     m.plan_fill_ratio = float(runs[0].counts[steady, COUNTERS.index("fills")].sum() / ids)
+    m.plan_batches = [(float(acc[b]), float(evict[b]), float(sec[b]))
+                      for b in range(1, len(acc))]
 
 
 def measure_all(threads: list[int], z: CpuBenchSizes = CpuBenchSizes(),

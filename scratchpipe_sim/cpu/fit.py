@@ -153,7 +153,8 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
             f"the scratchpipe policy kernel (one thread) on a Zipf 1.05 trace, {m.plan_ids} "
             "ids of " + ("batches that evict (a full scratchpad)" if m.plan_steady else
                          "batches that never evict (the scratchpad never filled: low)")
-            + f", {m.plan_fill_ratio:.2f} fills per id, next-use pass included")
+            + f", {m.plan_fill_ratio:.2f} fills per id, next-use pass included"
+            + _plan_two_terms(m.plan_batches))
     if llc is not None:
         vals["llc_MiB"] = round(llc[0], 3)
         vals["llc_ways"] = int(llc[1])
@@ -183,6 +184,19 @@ def _plain(v: Any) -> Any:
     if isinstance(v, np.floating):
         return float(v)
     return v
+
+
+def _plan_two_terms(batches: list[tuple[float, float, float]]) -> str:
+    """Least squares t = a x ids + c x evictions over the planner's batches (cold ones
+    included): the two-term cost the model would need (reported, not a key)."""
+    if len(batches) < 3:
+        return ""
+    ids, ev, t = np.array(batches, float).T
+    if np.ptp(ev / ids) <= 0:
+        return ""
+    (a, c), *_ = np.linalg.lstsq(np.stack([ids, ev], axis=1), t, rcond=None)
+    return (f"; two terms (least squares over {len(t)} batches): {a * 1e9:.1f} ns per id + "
+            f"{c * 1e9:.1f} ns per eviction")
 
 
 def _fit_onchip(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
