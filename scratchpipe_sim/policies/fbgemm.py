@@ -207,6 +207,15 @@ def _radix_sort(a, tmp, cnt, bits):
     every key shares. Why not `ndarray.sort`: on the ~1500 misses of a batch it is 1.4x
     faster, and numba compiles it in a fraction of its quicksort's time (cold start)."""
     n = len(a)
+    if n <= 32:  # a few keys (small batches): insertion sort, no counting passes
+        for i in range(1, n):
+            x = a[i]
+            k = i - 1
+            while k >= 0 and a[k] > x:
+                a[k + 1] = a[k]
+                k -= 1
+            a[k + 1] = x
+        return
     src, dst = a, tmp[:n]
     moved = False  # whether the sorted keys sit in tmp
     shift = 0
