@@ -1,0 +1,289 @@
+"""`plan`: the smallest cache, lookahead, PCIe bandwidth or GPU count that trains at a target
+fraction of `gpu-only` throughput, and what each setup costs per million samples.
+
+Each answer is the smallest value of a fixed grid (`grid`) whose simulated throughput
+reaches target x gpu-only samples/s, found by bisection: throughput is taken to be
+monotone in each axis (exact for the serial designs and a lone resource; docs/timing.md
+"Assumptions" says where pipelines can break it), so about log2(grid size) + 1 simulations
+per answer. The trace is built once and every simulation reuses it; policy replays repeat
+only when the axis changes the policy's inputs (capacity, lookahead), otherwise the replay
+cache serves them (the PCIe axis). The GPU count of multi-gpu is not monotone (more GPUs,
+more collectives) and has at most a node's GPUs: it is scanned in order. A value the config rejects (a scratchpipe
+window that cannot fit the capacity, a cache larger than HBM) counts as not meeting the
+target.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from scratchpipe_sim.config import Config
+from scratchpipe_sim.errors import UserError
+
+GiB = 1 << 30
+AXES = ("capacity", "lookahead", "pcie", "gpus")
+#: where each lookahead axis lives, per design (others have no lookahead to choose)
+LOOKAHEAD_KEY = {"scratchpipe": "lookahead", "bagpipe": "bagpipe_lookahead"}
+#: PCIe grid, GB/s per direction: 2^(k/2) from 4 to 256
+PCIE_GRID = tuple(round(4 * 2 ** (k / 2), 2) for k in range(13))
+BAGPIPE_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 200, 256, 512, 1024)
+SCRATCHPIPE_GRID = (2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
+
+
+@dataclass
+class Answer:
+    design: str
+    axis: str
+    unit: str
+    met: bool
+    value: float | None  # the smallest grid value that meets the target (None: none does)
+    samples_per_s: float  # at `value`, else at the best value tried
+    fraction: float  # of gpu-only throughput
+    best_value: float | None  # the value with the highest throughput tried
+    gpus: int = 1
+    usd_per_million_samples: float | None = None
+    capacity_GiB: float | None = None
+    simulations: int = 0
+    note: str = ""
+
+
+@dataclass
+class Plan:
+    target: float
+    gpu_only_samples_per_s: float
+    gpu_only_usd_per_million_samples: float | None
+    answers: list[Answer] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["answers"] = [asdict(a) for a in self.answers]
+        return d
+
+
+def usd_per_million(cfg: Config, samples_per_s: float, gpus: int = 1) -> float | None:
+    """Price of a million samples: (gpus x gpu_usd_per_hour + host_usd_per_hour) / rate."""
+    p = cfg.hardware.prices
+    per_hour = gpus * p.gpu_usd_per_hour + p.host_usd_per_hour
+    if samples_per_s <= 0 or not math.isfinite(samples_per_s):
+        return None
+    return per_hour / (samples_per_s * 3600.0) * 1e6
+
+
+def check_target(target: float, source: str | None = None) -> float:
+    if not (isinstance(target, int | float) and math.isfinite(target)) or not 0 < target <= 1:
+        raise UserError(f"expected a fraction of gpu-only throughput in (0, 1], got {target}",
+                        source=source, field="--target")
+    return float(target)
+
+
+def variant(cfg: Config, design: str, axis: str, value: float) -> Config:
+    """cfg with one axis set to `value` (and `designs` = [design])."""
+    d = copy.deepcopy(cfg.to_dict())
+    d["designs"] = [design]
+    if axis == "capacity":
+        d["cache"]["capacity_rows"] = int(value)
+    elif axis == "lookahead":
+        d["cache"][LOOKAHEAD_KEY[design]] = int(value)
+        if design == "scratchpipe":  # a window larger than the capacity holds: stall
+            d["cache"]["on_overflow"] = "stall"
+    elif axis == "pcie":
+        pcie = d["hardware"]["pcie"]
+        scale = value / pcie["h2d_GBps"]
+        if pcie.get("duplex_h2d_GBps") is not None:
+            pcie["duplex_h2d_GBps"] *= scale
+        if pcie.get("duplex_d2h_GBps") is not None:
+            pcie["duplex_d2h_GBps"] *= value / pcie["d2h_GBps"]
+        pcie["h2d_GBps"] = pcie["d2h_GBps"] = float(value)
+    elif axis == "gpus":
+        d["multi_gpu"]["gpus"] = int(value)
+    else:
+        raise ValueError(axis)
+    return Config.from_dict(d, source=cfg.source)
+
+
+def grid(cfg: Config, design: str, axis: str) -> tuple[float, ...]:
+    """The values an axis is searched over, ascending ((): the design has no such axis)."""
+    if axis == "capacity":
+        total = cfg.total_rows
+        hbm_rows = int(cfg.hardware.gpu.hbm_capacity_GiB * GiB // cfg.model.moved_row_bytes)
+        vals = {math.ceil(total * 2 ** (-i / 2)) for i in range(27)}
+        return tuple(sorted(v for v in vals if 1 <= v <= min(total, hbm_rows)))
+    if axis == "lookahead":
+        if design == "bagpipe":
+            return BAGPIPE_GRID
+        if design == "scratchpipe":
+            depth = len(cfg.cache.pipeline)
+            return tuple(v for v in SCRATCHPIPE_GRID if v >= depth)
+        return ()
+    if axis == "pcie":
+        return PCIE_GRID
+    if axis == "gpus":
+        from scratchpipe_sim.timing.designs.multi_gpu import gpus_to_hold
+
+        lo = gpus_to_hold(cfg)
+        return tuple(range(lo, cfg.hardware.interconnect.gpus_per_node + 1))
+    raise ValueError(axis)
+
+
+def smallest_meeting(values: Sequence[float], rate: Callable[[float], float], goal: float
+                     ) -> tuple[int | None, dict[float, float]]:
+    """Bisection: the index of the smallest value whose rate >= goal, assuming the rate is
+    monotone non-decreasing in the value; None when the largest value misses. Returns the
+    rates evaluated too (value -> rate)."""
+    seen: dict[float, float] = {}
+
+    def ok(i: int) -> bool:
+        v = values[i]
+        if v not in seen:
+            seen[v] = rate(v)
+        return seen[v] >= goal
+
+    if not values or not ok(len(values) - 1):
+        return None, seen
+    lo, hi = -1, len(values) - 1  # values[lo] misses (virtually), values[hi] meets
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi, seen
+
+
+def first_meeting(values: Sequence[float], rate: Callable[[float], float], goal: float
+                  ) -> tuple[int | None, dict[float, float]]:
+    """A linear scan for short, non-monotone axes (the GPUs of one node)."""
+    seen: dict[float, float] = {}
+    for i, v in enumerate(values):
+        seen[v] = rate(v)
+        if seen[v] >= goal:
+            return i, seen
+    return None, seen
+
+
+def _rate(cfg: Config, design: str, axis: str, trace) -> Callable[[float], float]:
+    from scratchpipe_sim.timing.runner import simulate
+
+    def rate(value: float) -> float:
+        try:
+            c = variant(cfg, design, axis, value)
+            return float(simulate(c, [design], trace=trace)[0]["samples_per_s"])
+        except UserError:
+            return 0.0  # a setting the config or the policy rejects cannot meet the target
+
+    return rate
+
+
+def search(cfg: Config, design: str, axis: str, goal: float, base: float, trace
+           ) -> Answer:
+    """One answer: the smallest grid value of `axis` at which `design` reaches `goal`."""
+    units = {"capacity": "rows", "lookahead": "batches", "pcie": "GB/s", "gpus": "GPUs"}
+    values = grid(cfg, design, axis)
+    if axis == "gpus":  # not monotone (more GPUs, more collectives): every count, in order
+        idx, seen = first_meeting(values, _rate(cfg, design, axis, trace), goal)
+    else:
+        idx, seen = smallest_meeting(values, _rate(cfg, design, axis, trace), goal)
+    best = max(seen, key=lambda v: (seen[v], -v)) if seen else None
+    value = values[idx] if idx is not None else None
+    at = value if value is not None else best
+    sps = seen.get(at, 0.0) if at is not None else 0.0
+    gpus = int(at) if axis == "gpus" and at is not None else (
+        _multi_gpus(cfg) if design == "multi-gpu" else 1)
+    ans = Answer(design, axis, units[axis], idx is not None, value, sps,
+                 sps / base if base > 0 else 0.0, best, gpus,
+                 usd_per_million(cfg, sps, gpus), simulations=len(seen))
+    if axis == "capacity" and at is not None:
+        ans.capacity_GiB = at * cfg.model.moved_row_bytes / GiB
+    if idx is None:
+        ans.note = (f"unreachable within {values[0]:g}..{values[-1]:g} {units[axis]}" if values
+                    else "no values to search")
+    return ans
+
+
+def _multi_gpus(cfg: Config) -> int:
+    from scratchpipe_sim.timing.designs.multi_gpu import gpus_of
+
+    return gpus_of(cfg)
+
+
+def cache_designs(cfg: Config, names: Sequence[str]) -> list[str]:
+    """The designs among `names` that keep a cache (a policy decides what is resident)."""
+    from scratchpipe_sim.timing.designs import DESIGNS
+
+    return [n for n in names if DESIGNS.get(n, source=cfg.source, field="--design")(cfg)
+            .workload_key().policy is not None]
+
+
+def plan(cfg: Config, target: float = 0.95, designs: Sequence[str] | None = None,
+         axes: Sequence[str] = AXES, progress: Callable[[str], None] | None = None) -> Plan:
+    """Every answer for `cfg`'s trace and hardware (designs: cfg.designs + multi-gpu)."""
+    from scratchpipe_sim.timing.runner import build_trace, simulate, sized_config
+
+    target = check_target(target, cfg.source)
+    trace = build_trace(cfg)
+    cfg = sized_config(cfg, trace)
+    base = float(simulate(cfg, ["gpu-only"], trace=trace)[0]["samples_per_s"])
+    goal = target * base
+    result = Plan(target, base, usd_per_million(cfg, base))
+    names = list(cfg.designs if designs is None else designs)
+    if designs is None and "multi-gpu" not in names:
+        names.append("multi-gpu")
+    for name in cache_designs(cfg, names):
+        for axis in ("capacity", "lookahead", "pcie"):
+            if axis in axes and grid(cfg, name, axis):
+                if progress is not None:
+                    progress(f"{name}: {axis}")
+                result.answers.append(search(cfg, name, axis, goal, base, trace))
+    if "multi-gpu" in names and "gpus" in axes:
+        if progress is not None:
+            progress("multi-gpu: gpus")
+        try:
+            result.answers.append(search(cfg, "multi-gpu", "gpus", goal, base, trace))
+        except UserError as e:  # the tables do not fit one node
+            result.answers.append(Answer("multi-gpu", "gpus", "GPUs", False, None, 0.0, 0.0,
+                                         None, 0, note=e.message))
+    if not result.answers:
+        raise UserError("nothing to plan: expected a cache design (lru-cache, lru-prefetch, "
+                        "static-cache, scratchpipe, bagpipe) or multi-gpu among the designs "
+                        "and axes", source=cfg.source, field="designs")
+    if not any(a.met for a in result.answers):
+        best = max(result.answers, key=lambda a: a.fraction)
+        at = "" if best.best_value is None else f" at {best.axis} = {best.best_value:g} {best.unit}"
+        raise UserError(f"no design reaches {target:.0%} of gpu-only throughput within the "
+                        f"search range; best: {best.design} {best.fraction:.1%}{at}",
+                        source=cfg.source, field="--target")
+    return result
+
+
+def format_plan(p: Plan) -> str:
+    """An aligned text table, one row per (design, axis)."""
+    head = ["design", "axis", "answer", "GiB", "samples/s", "of gpu-only", "$/M samples",
+            "sims"]
+    rows = [["gpu-only", "-", "reference", "", f"{p.gpu_only_samples_per_s:,.0f}", "100.0%",
+             _usd(p.gpu_only_usd_per_million_samples), ""]]
+    for a in p.answers:
+        if a.met:
+            ans = f"{a.value:g} {a.unit}"
+        elif a.best_value is not None:
+            ans = f"unreachable (best {a.best_value:g} {a.unit})"
+        else:
+            ans = f"unreachable ({a.note})"
+        gib = f"{a.capacity_GiB:.3f}" if a.capacity_GiB is not None else ""
+        rows.append([a.design, a.axis, ans, gib, f"{a.samples_per_s:,.0f}",
+                     f"{a.fraction:.1%}", _usd(a.usd_per_million_samples),
+                     str(a.simulations)])
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    lines = [f"target: {p.target:.0%} of gpu-only throughput "
+             f"({p.target * p.gpu_only_samples_per_s:,.0f} samples/s); each answer varies "
+             "one axis, the others as configured"]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+              for r in [head, ["-" * w for w in widths], *rows]]
+    return "\n".join(lines)
+
+
+def _usd(v: float | None) -> str:
+    return "" if v is None else f"{v:.4f}"
