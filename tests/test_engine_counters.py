@@ -132,11 +132,15 @@ def test_tiny_batches_are_cut_into_bounded_chunks(monkeypatch, zipf_ids, name):
     assert base.unique == base.accesses  # batch size 1: every access is a unique row
 
 
+def _seen(trace):
+    return engine._SeenSet(trace, trace.batch_access_ptr())
+
+
 def test_large_batches_use_the_per_row_stamps():
     """A batch as large as the table takes the per-row stamp path; counts are the same."""
     ids = np.array([3, 1, 3, 2, 0, 1, 1, 3, 2, 2])
-    assert engine._SeenSet(Trace.single_table(ids, 4, 10)).shift < 0
-    assert engine._SeenSet(Trace.single_table(ids, 1000, 2)).shift > 0  # hashed per batch
+    assert _seen(Trace.single_table(ids, 4, 10)).shift < 0
+    assert _seen(Trace.single_table(ids, 1000, 2)).shift > 0  # hashed per batch
     assert run_cache(Trace.single_table(ids, 1000, 2), "lru", 2).unique == 9
     one = run_cache(Trace.single_table(ids, 4, 10), "lru", 2)
     assert (one.accesses, one.unique) == (10, 4)

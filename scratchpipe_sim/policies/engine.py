@@ -116,14 +116,16 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
         raise UserError(f"policy built for {policy.num_rows} rows but the trace has "
                         f"{trace.total_rows}", source=trace.source)
     policy.prepare(trace)
-    next_use = compute_next_use(trace, chunk_accesses) if policy.needs_next_use else None
-    seen = _SeenSet(trace)
+    ptr = trace.batch_access_ptr()  # once: at batch size 1 it is one int64 per access
+    next_use = (compute_next_use(trace, chunk_accesses, ptr) if policy.needs_next_use
+                else None)
+    seen = _SeenSet(trace, ptr)
     tables = per_table if per_table is not None else np.zeros((1, 4), np.int64)
     max_batches = max(1, min(MAX_CHUNK_BATCHES, trace.num_batches))
     outcome_buf = np.empty(0, np.uint8)
     events_buf = np.zeros((max_batches, NUM_EVENTS), np.int64)
     totals = None if per_batch else np.zeros((1, NUM_COUNTERS), np.int64)
-    for chunk in trace.iter_chunks(chunk_accesses, max_batches=max_batches):
+    for chunk in trace.iter_chunks(chunk_accesses, max_batches=max_batches, ptr=ptr):
         n = len(chunk.ids)
         nbat = chunk.num_batches
         if len(outcome_buf) < n:
@@ -196,7 +198,8 @@ def replay_columns(trace: Trace, policy: Policy,
     return cols, extra
 
 
-def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES) -> np.ndarray:
+def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
+                     ptr: np.ndarray | None = None) -> np.ndarray:
     """For every access, the global position of the next access to the same linearized id.
 
     One backward pass over the chunks; `NO_NEXT_USE` where the id is never seen again.
@@ -212,7 +215,7 @@ def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES)
     narrow = n < np.iinfo(np.int32).max
     last = (np.full(trace.total_rows, -1, np.int32) if narrow
             else np.full(trace.total_rows, NO_NEXT_USE, np.int64))
-    ptr = trace.batch_access_ptr()
+    ptr = trace.batch_access_ptr() if ptr is None else ptr
     starts = trace.chunk_starts(chunk_accesses, ptr=ptr)
     for k, end in reversed(list(zip(starts[:-1], starts[1:], strict=True))):
         chunk = trace.chunk(k, end, ptr)
@@ -251,8 +254,8 @@ class _SeenSet:
     table size fall back to the per-row stamp array (`shift` < 0: the key is the index).
     """
 
-    def __init__(self, trace: Trace):
-        biggest = _largest_batch(trace.batch_access_ptr())
+    def __init__(self, trace: Trace, ptr: np.ndarray):
+        biggest = _largest_batch(ptr)
         bits = max(3, (2 * max(biggest, 1) - 1).bit_length())
         if (1 << bits) >= trace.total_rows:
             self.keys = np.zeros(1, np.int64)

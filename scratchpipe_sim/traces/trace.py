@@ -113,14 +113,15 @@ class Trace:
 
     def iter_chunks(
         self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0,
-        max_batches: int | None = None,
+        max_batches: int | None = None, ptr: np.ndarray | None = None,
     ) -> Iterator[Chunk]:
         """Consecutive whole batches of about `max_accesses` linearized ids each (and at most
         `max_batches` batches, if given: per-batch buffers stay small at tiny batch sizes).
 
-        A chunk always holds at least one batch, so one huge batch is one chunk.
+        A chunk always holds at least one batch, so one huge batch is one chunk. `ptr`:
+        `batch_access_ptr()` if already at hand (it is one int64 per batch).
         """
-        ptr = self.batch_access_ptr()
+        ptr = self.batch_access_ptr() if ptr is None else ptr
         starts = self.chunk_starts(max_accesses, start_batch, ptr, max_batches)
         for k, end in zip(starts[:-1], starts[1:], strict=True):
             yield self.chunk(k, end, ptr)
