@@ -8,9 +8,9 @@ monotone in each axis (exact for the serial designs and a lone resource; docs/ti
 per answer. The trace is built once and every simulation reuses it; policy replays repeat
 only when the axis changes the policy's inputs (capacity, lookahead), otherwise the replay
 cache serves them (the PCIe axis). The GPU count of multi-gpu is not monotone (more GPUs,
-more collectives) and has at most a node's GPUs: it is scanned in order. A value the config rejects (a scratchpipe
-window that cannot fit the capacity, a cache larger than HBM) counts as not meeting the
-target.
+more collectives) and has at most a node's GPUs: it is scanned in order. A value the
+config rejects (a cache larger than HBM, a window the capacity cannot hold) counts as not
+meeting the target.
 """
 
 from __future__ import annotations
