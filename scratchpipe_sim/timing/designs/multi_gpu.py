@@ -43,6 +43,7 @@ import simpy
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.planner import usd_per_million
 from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
 from scratchpipe_sim.timing.resources import Server
 
@@ -280,6 +281,8 @@ class MultiGpu(Design):
             "table_GiB": sum(table_bytes(self.cfg)) / GiB,
             "lookup_share_per_gpu": self.share,
             "samples_per_s_per_gpu": sps / self.gpus,
+            # priced at N GPUs (runner.summarize should price every design alike)
+            "usd_per_million_samples": usd_per_million(self.cfg, sps, self.gpus),
             "alltoall_bytes_per_gpu": (sum(a2a[wu:]) / len(a2a[wu:])) if a2a[wu:] else 0.0,
         })
         for x in (link.tx, link.rx):
