@@ -3,6 +3,8 @@ merges over a GPU preset and round-trips through `config show`; bad input is one
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import yaml
@@ -145,3 +147,20 @@ def test_llc_from_sysfs_reads_the_highest_level(tmp_path):
         (d / "ways_of_associativity").write_text(f"{ways}\n")
     assert llc_from_sysfs(tmp_path) == (32.0, 16)
     assert llc_from_sysfs(tmp_path / "none") is None
+
+
+def test_microbenchmarks_record_every_sample_at_tiny_sizes():
+    """The real benchmarks (compiled kernels, tiny sizes): every series filled, times and
+    rates positive (no bound on them: a shared machine)."""
+    m = bench.measure_all([1], bench.TINY, log=lambda _s: None)
+    z = bench.TINY
+    assert len(m.stream) == len(m.copy) == len(z.copy_bytes)
+    assert len(m.gather) == len(z.row_bytes) * len(z.lookups)
+    assert len(m.scaling) == len(z.row_bytes) * len(z.lookups)
+    assert len(m.aggregate) == len(z.row_bytes) * len(z.lookups)
+    assert len(m.apply) == 2 * len(z.row_bytes) * len(z.lookups)  # sgd and adagrad
+    assert [p[0] for p in m.onchip] == [1.0, 2.0]
+    assert all(s > 0 for *_, s in m.stream + m.gather + m.aggregate)
+    assert m.latency_ns > 0 and m.plan_ns_per_id > 0 and m.plan_ids > 0
+    assert len(m.plan_batches) == z.plan_batches - 1
+    assert json.loads(m.to_json())["threads"] == [1]

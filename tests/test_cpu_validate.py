@@ -131,3 +131,9 @@ def test_validate_cpu_too_large_names_the_size_and_the_flag(tmp_path, capsys, mo
     assert main(["validate", "--cpu", str(cfg)]) == 2
     err = capsys.readouterr().err.strip()
     assert "--rows" in err and "MiB" in err and len(err.splitlines()) == 1
+
+
+def test_validate_cpu_rows_scales_the_tables(tmp_path, capsys):
+    cfg = _cfg(tmp_path, designs=["hybrid"])
+    assert main(["validate", "--cpu", str(cfg), "--rows", "3000", "--reps", "1"]) == 0
+    assert "2 x 3000 rows" in capsys.readouterr().out

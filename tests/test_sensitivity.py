@@ -129,3 +129,13 @@ def test_bad_input_is_one_line(ranges, extra, msg, tmp_path, capsys):
     assert main(["sensitivity", str(p), *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and msg in err[0]
+
+
+def test_out_that_is_a_file_is_one_line(tmp_path, capsys):
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(BASE))
+    (tmp_path / "taken").write_text("a file")
+    assert main(["sensitivity", str(p), "--samples", "0", "--out",
+                 str(tmp_path / "taken")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--out" in err[0]
