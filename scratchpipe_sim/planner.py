@@ -220,7 +220,8 @@ def cache_designs(cfg: Config, names: Sequence[str]) -> list[str]:
 
 def plan(cfg: Config, target: float = 0.95, designs: Sequence[str] | None = None,
          axes: Sequence[str] = AXES, progress: Callable[[str], None] | None = None) -> Plan:
-    """Every answer for `cfg`'s trace and hardware (designs: cfg.designs + multi-gpu)."""
+    """Every answer for `cfg`'s trace and hardware (designs: cfg.designs, bagpipe and
+    multi-gpu)."""
     from scratchpipe_sim.timing.runner import build_trace, simulate, sized_config
 
     target = check_target(target, cfg.source)
@@ -230,8 +231,8 @@ def plan(cfg: Config, target: float = 0.95, designs: Sequence[str] | None = None
     goal = target * base
     result = Plan(target, base, usd_per_million(cfg, base))
     names = list(cfg.designs if designs is None else designs)
-    if designs is None and "multi-gpu" not in names:
-        names.append("multi-gpu")
+    if designs is None:  # the alternatives a user would weigh, even when not configured
+        names += [d for d in ("bagpipe", "multi-gpu") if d not in names]
     for name in cache_designs(cfg, names):
         for axis in ("capacity", "lookahead", "pcie"):
             if axis in axes and grid(cfg, name, axis):

@@ -16,7 +16,7 @@ from scratchpipe_sim.errors import UserError
 
 #: subcommand modules under scratchpipe_sim.cli, in the order `--help` lists them.
 COMMANDS = ("run", "cache", "trace", "config", "sweep", "plot", "compare", "calibrate",
-            "validate", "sensitivity")
+            "validate", "sensitivity", "plan")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(repeatable)")
     p.add_argument("--design", dest="designs", action="append", metavar="NAME",
                    help="plan only this design (repeatable; default: the config's cache "
-                        "designs and multi-gpu)")
+                        "designs, bagpipe and multi-gpu)")
     p.add_argument("--axis", dest="axes", action="append", choices=AXES,
                    help="search only this axis (repeatable; default: all)")
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
