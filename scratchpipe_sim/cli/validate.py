@@ -75,6 +75,12 @@ def handle_cpu(args: argparse.Namespace) -> int:
           f"{cfg.model.tables.count} x {cfg.model.tables.rows} rows, "
           f"{results[0].batches} batches, best of {args.reps} passes; plan priced with "
           "cache.plan_threads=1 (the policy kernel runs on one thread)")
+    import numba
+
+    if hw.cpu.cores > numba.config.NUMBA_NUM_THREADS:
+        print(f"note: hardware.cpu.cores is {hw.cpu.cores} but this machine runs "
+              f"{numba.config.NUMBA_NUM_THREADS} threads: the predictions price "
+              f"{hw.cpu.cores} cores (calibrate --cpu writes a preset for this machine)")
     print(format_table(results))
     return 0
 
