@@ -7,8 +7,9 @@ monotone in each axis (exact for the serial designs and a lone resource; docs/ti
 "Assumptions" says where pipelines can break it), so about log2(grid size) + 1 simulations
 per answer. The trace is built once and every simulation reuses it; policy replays repeat
 only when the axis changes the policy's inputs (capacity, lookahead), otherwise the replay
-cache serves them (the PCIe axis). The GPU count of multi-gpu is not monotone (more GPUs,
-more collectives) and has at most a node's GPUs: it is scanned in order. A value the
+cache serves them (the PCIe axis). Two short axes are not monotone and are scanned in
+order instead: multi-gpu's GPU count (more GPUs, more collectives) and the lookahead (a
+longer window pins or keeps more rows, which a fixed capacity may not hold). A value the
 config rejects (a cache larger than HBM, a window the capacity cannot hold) counts as not
 meeting the target.
 """
@@ -183,7 +184,7 @@ def search(cfg: Config, design: str, axis: str, goal: float, base: float, trace
     """One answer: the smallest grid value of `axis` at which `design` reaches `goal`."""
     units = {"capacity": "rows", "lookahead": "batches", "pcie": "GB/s", "gpus": "GPUs"}
     values = grid(cfg, design, axis)
-    if axis == "gpus":  # not monotone (more GPUs, more collectives): every count, in order
+    if axis in ("gpus", "lookahead"):  # not monotone: scanned in order (short grids)
         idx, seen = first_meeting(values, _rate(cfg, design, axis, trace), goal)
     else:
         idx, seen = smallest_meeting(values, _rate(cfg, design, axis, trace), goal)
@@ -253,7 +254,8 @@ def plan(cfg: Config, target: float = 0.95, designs: Sequence[str] | None = None
                         "and axes", source=cfg.source, field="designs")
     if not any(a.met for a in result.answers):
         best = max(result.answers, key=lambda a: a.fraction)
-        at = "" if best.best_value is None else f" at {best.axis} = {best.best_value:g} {best.unit}"
+        at = ("" if best.best_value is None
+              else f" at {best.axis} = {_num(best.best_value)} {best.unit}")
         raise UserError(f"no design reaches {target:.0%} of gpu-only throughput within the "
                         f"search range; best: {best.design} {best.fraction:.1%}{at}",
                         source=cfg.source, field="--target")
@@ -268,9 +270,9 @@ def format_plan(p: Plan) -> str:
              _usd(p.gpu_only_usd_per_million_samples), ""]]
     for a in p.answers:
         if a.met:
-            ans = f"{a.value:g} {a.unit}"
+            ans = f"{_num(a.value)} {a.unit}"
         elif a.best_value is not None:
-            ans = f"unreachable (best {a.best_value:g} {a.unit})"
+            ans = f"unreachable (best {_num(a.best_value)} {a.unit})"
         else:
             ans = f"unreachable ({a.note})"
         gib = f"{a.capacity_GiB:.3f}" if a.capacity_GiB is not None else ""
@@ -284,6 +286,10 @@ def format_plan(p: Plan) -> str:
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
               for r in [head, ["-" * w for w in widths], *rows]]
     return "\n".join(lines)
+
+
+def _num(v: float) -> str:
+    return f"{int(v):,}" if float(v).is_integer() else f"{v:g}"
 
 
 def _usd(v: float | None) -> str:

@@ -1,13 +1,15 @@
 """`bagpipe`: Bagpipe's lookahead oracle cacher with a separate prefetch process (SOSP'23).
 
 Counts: the `bagpipe` policy (cache.bagpipe_lookahead batches ahead, time-to-live eviction,
-capacity = the cache designs' capacity). Three SimPy processes per run, as Bagpipe's
-oracle cacher, prefetcher and trainer are separate processes:
+capacity = the cache designs' capacity). Four SimPy processes per run, as Bagpipe's
+oracle cacher, prefetcher, trainer and the write-back to the CPU tables are separate:
 
-    prefetch(b)   the oracle's decision on the CPU (plan: A x plan_ns_per_id core-ns, the
-                  same per-id price as ScratchPipe's planner) -> the batch's indices to the
-                  GPU (index_h2d) || its F missing rows gathered by the CPU (cpu_gather)
-                  || H2D of F x R || HBM writes of the fills
+    oracle(b)     the caching decision on the CPU (plan: A x plan_ns_per_id core-ns on at
+                  most plan_threads cores, the same per-id price as ScratchPipe's planner),
+                  running ahead of training by at most bagpipe_lookahead batches
+    prefetch(b)   after oracle(b): the batch's indices to the GPU (index_h2d) || its F
+                  missing rows gathered by the CPU (cpu_gather) || H2D of F x R || HBM
+                  writes of the fills
     train(b)      forward (HBM gather; rows the capacity could not place read over UVM, as
                   lru-cache's conflict misses) -> mlp -> backward
     writeback(b)  the rows whose time-to-live ended at b: HBM read || D2H || the CPU
@@ -42,13 +44,25 @@ class Bagpipe(Design):
         s = CacheStages(self, self.columns(w))
         c = s.c
         n = w.num_batches
+        L = self.cfg.cache.bagpipe_lookahead
+        decided = [env.event() for _ in range(n)]  # oracle(b) finished
         ready = [env.event() for _ in range(n)]  # prefetch(b) finished
+        trained = [env.event() for _ in range(n)]
         written = [env.event() for _ in range(n)]  # writeback(b) finished
+
+        def oracle():
+            for b in range(n):
+                if b >= L:
+                    yield trained[b - L]  # it sees at most L batches beyond training
+                yield from m.stage("oracle", b, [m.plan(b, c.accesses[b])])
+                decided[b].succeed()
 
         def prefetch(b):
             R = c.R_fill[b]
             F = c.fills[b]
-            yield from m.stage("oracle", b, [m.plan(b, c.accesses[b])])
+            start = env.now
+            yield decided[b]
+            m.end_stage("oracle_wait", b, start)
             yield from m.stage("prefetch", b, [
                 m.index_h2d(b, c.accesses[b], c.samples[b]),
                 m.cpu_gather(F, R, b, "prefetch gather"),
@@ -69,6 +83,7 @@ class Bagpipe(Design):
                     yield written[b - 2]
                 yield env.process(prefetch(b))
 
+        env.process(oracle())
         env.process(prefetcher())
         for b in range(n):
             start = env.now
@@ -78,5 +93,6 @@ class Bagpipe(Design):
             yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
             yield from m.stage("backward", b, s.backward(m, b))
             m.batch_done(b)
+            trained[b].succeed()
             env.process(writeback(b))
         yield m.all_of(written)
