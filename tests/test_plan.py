@@ -85,7 +85,7 @@ def test_cli_json_end_to_end(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["target"] == 0.5 and out["gpu_only_samples_per_s"] > 0
     assert [(a["design"], a["axis"]) for a in out["answers"]] == [
-        ("lru-cache", "capacity"), ("multi-gpu", "gpus")]
+        ("lru-cache", "capacity"), ("bagpipe", "capacity"), ("multi-gpu", "gpus")]
 
 
 @pytest.mark.parametrize("target", ["1.5", "0", "-0.2"])
