@@ -270,3 +270,27 @@ def test_bagpipe_bad_window_is_a_config_error():
     with pytest.raises(UserError) as e:
         cfg_of({"cache": {"bagpipe_lookahead": 0}})
     assert e.value.field == "cache.bagpipe_lookahead"
+
+
+def test_bagpipe_on_demand_moves_each_batchs_unique_rows_both_ways():
+    cfg = cfg_of({"cache": {"bagpipe_lookahead": 1, "bagpipe_ttl_batches": 0,
+                            "capacity_rows": 2000}})
+    _, trace = timed_trace(cfg)
+    U = uncached_counts(trace, "device").cols["unique"].astype(float)
+    A = uncached_counts(trace, "device").cols["accesses"].astype(float)
+    m, wu = cfg.model, cfg.model.warmup_batches
+    R = m.moved_row_bytes
+    idx = (A + m.batch_size * m.table_count + 1) * m.index_bytes
+    row = simulate(cfg, ["bagpipe"])[0]
+    assert row["fills"] == U[wu:].sum() and row["writebacks"] == U[wu:].sum()
+    assert row["pcie_h2d_bytes"] == pytest.approx((U * R + idx)[wu:].sum(), rel=1e-12)
+    assert row["pcie_d2h_bytes"] == pytest.approx((U * R)[wu:].sum(), rel=1e-12)
+
+
+def test_tables_larger_than_a_node_name_the_node():
+    big = {"model": {"tables": {"rows": 1_000_000, "dim": 64}, "optimizer": "adagrad"},
+           "hardware": {"gpu": {"hbm_capacity_GiB": 0.1, "l2_MiB": 0}},
+           "cache": {"capacity_rows": 1000}}
+    with pytest.raises(UserError, match=r"need 1\.91 GiB but .*gpus_per_node = 8") as e:
+        gpus_to_hold(cfg_of(big))
+    assert e.value.field == "multi_gpu.gpus"

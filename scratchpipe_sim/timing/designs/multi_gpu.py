@@ -148,7 +148,11 @@ def gpus_to_hold(cfg: Config) -> int:
             return n
         except UserError:
             continue
-    shard(cfg, per_node)  # names the table that does not fit, if one alone is the reason
+    try:
+        shard(cfg, per_node)
+    except UserError as e:
+        if e.field == "multi_gpu.sharding":  # one table alone cannot be placed: name it
+            raise
     raise UserError(f"the tables need {total / GiB:.2f} GiB but "
                     f"hardware.interconnect.gpus_per_node = {per_node} GPUs of {hbm / GiB:g} "
                     "GiB hold less: expected a node that holds them (multi-gpu models one "
