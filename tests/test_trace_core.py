@@ -117,5 +117,5 @@ def test_every_subcommand_and_policy_is_registered(capsys):
 
     help_text = build_parser().format_help()
     assert all(name in help_text for name in COMMANDS)
-    assert POLICIES.names() == ["belady", "belady-bypass", "fbgemm-lfu", "fbgemm-lru", "lfu",
-                                "lru", "scratchpipe", "static"]
+    assert POLICIES.names() == ["bagpipe", "belady", "belady-bypass", "fbgemm-lfu",
+                                "fbgemm-lru", "lfu", "lru", "scratchpipe", "static"]

@@ -154,21 +154,23 @@ def measure_dram(m: Measurements, z: BenchSizes) -> None:
 
 
 def measure_planner(m: Measurements, z: BenchSizes) -> None:
-    """The reference plan stage (unique, register, plan) on Zipf batches, one thread."""
+    """The reference plan stage (the `scratchpipe` policy, one batch at a time, W = 2) on
+    Zipf batches, one thread."""
     from scratchpipe_sim.cuda.plan import ScratchpadState  # noqa: PLC0415
+    from scratchpipe_sim.policies.scratchpipe import min_scratchpipe_capacity  # noqa: PLC0415
+    from scratchpipe_sim.traces.trace import Trace  # noqa: PLC0415
 
     rng = np.random.default_rng(2)
     perm = rng.permutation(z.plan_rows)
-    batches = [perm[np.minimum(rng.zipf(1.05, z.plan_ids) - 1, z.plan_rows - 1)]
-               for _ in range(z.plan_batches)]
-    st = ScratchpadState(z.plan_rows, max(1, z.plan_rows // 20))
+    ids = np.concatenate([perm[np.minimum(rng.zipf(1.05, z.plan_ids) - 1, z.plan_rows - 1)]
+                          for _ in range(z.plan_batches)])
+    trace = Trace.single_table(ids, z.plan_rows, z.plan_ids)
+    cap = max(z.plan_rows // 20, min_scratchpipe_capacity(trace, 2))
+    st = ScratchpadState(trace, cap, 2)
     times = []
-    for k, ids in enumerate(batches):
+    for k in range(z.plan_batches):
         t0 = time.perf_counter()
-        uniq, inv = st.unique(ids, k)
-        st.register(uniq, k)
-        if st.plan(k, uniq, inv, k - 1) is None:
-            break
+        st.plan(k)
         times.append(time.perf_counter() - t0)
     if len(times) > 1:
         m.plan_ns_per_id = float(np.median(times[1:])) / z.plan_ids * 1e9  # [0]: warm-up
