@@ -2,7 +2,7 @@
 
 Mapping (documented in docs/cuda.md): the model's lookahead window W (batches pinned from
 plan to train) becomes the pipeline's lookahead L = W - 1, whose pinned set is batches
-k-1 .. k+L-1, i.e. W batches; the MLPs become 3 GEMMs per layer of the same FLOPs; tables
+k-L .. k, i.e. W batches; the MLPs become 3 GEMMs per layer of the same FLOPs; tables
 are fp32 (the reference kernels have no fp16 path).
 """
 

@@ -410,6 +410,11 @@ def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]
         row[f"policy_{k}"] = v
     for k, v in m.counters.items():
         row[k] = v
+    if "usd_per_million_samples" not in row:  # what a million samples cost on this hardware
+        from scratchpipe_sim.planner import usd_per_million
+
+        row["usd_per_million_samples"] = usd_per_million(cfg, row["samples_per_s"],
+                                                         int(m.counters.get("gpus", 1)))
     for chip in ("l2", "llc"):  # lookups that hit on chip (only where the design has one)
         if f"{chip}_hits" in w.cols:
             row[f"{chip}_hit_ratio"] = (w.total(f"{chip}_hits", wu)
