@@ -48,6 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "a numbered sibling is used when it exists)")
     p.add_argument("--no-timeline", action="store_true",
                    help="skip the per-design timeline JSON files")
+    p.add_argument("--no-cache", action="store_true",
+                   help="recompute every policy replay instead of reading the on-disk replay "
+                        "cache (scratchpipe_sim.replay_cache; results are identical)")
     p.add_argument("--json", action="store_true",
                    help="print the result rows as one JSON array instead of tables")
     p.add_argument("--quiet", "-q", action="store_true",
@@ -201,7 +204,8 @@ def handle(args: argparse.Namespace) -> int:
                                field="trace.path")
         with Progress(len(names), "run", "design", quiet=args.quiet) as bar:
             results = simulate(cfg, names, timeline_dir=None if args.no_timeline else out,
-                               trace=trace, progress=progress_callback(bar))
+                               trace=trace, progress=progress_callback(bar),
+                               replay_cache=not args.no_cache)
         write_results(out, results, cfg.to_dict(), trace_checksum(trace), str(args.config),
                       list(args.overrides))
     except OSError as e:
