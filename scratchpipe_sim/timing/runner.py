@@ -69,9 +69,8 @@ def build_trace(cfg: Config) -> Trace:
             trace = open_trace(path, batch_size=m.batch_size, fmt=t.format)
             trace = dataclasses.replace(trace, meta={**trace.meta, ROWS_INFERRED: True})
         return fit_trace(trace, sized_config(cfg, trace))
-    from scratchpipe_sim.traces.generators import DISTRIBUTIONS, generate_trace, load_distributions
+    from scratchpipe_sim.traces.generators import DISTRIBUTIONS, generate_trace
 
-    load_distributions()  # calibrated, reuse-distance register on import
     factory = DISTRIBUTIONS.get(t.distribution, source=cfg.source, field="trace.distribution")
     params = dict(t.params)
     if t.alpha is not None and "alpha" in getattr(factory, "PARAMS", {}):
