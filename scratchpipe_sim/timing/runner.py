@@ -31,6 +31,7 @@ from scratchpipe_sim.timing.counts import (
     warmup_length,
 )
 from scratchpipe_sim.timing.designs import DESIGNS, WorkloadKey
+from scratchpipe_sim.timing.designs.base import baseline_design
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.traces.trace import Trace
@@ -349,7 +350,8 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
             progress("design", name, len(rows), len(names))
         if timeline_dir is not None:
             write_timeline(Path(timeline_dir) / f"timeline_{name}.json", name, m)
-    base = next((r for r in rows if r["design"] == "hybrid"), None)
+    base_name = baseline_design()  # the column keeps its stable name speedup_vs_hybrid
+    base = next((r for r in rows if r["design"] == base_name), None)
     for r in rows:
         r["speedup_vs_hybrid"] = (base["iter_ns_mean"] / r["iter_ns_mean"]
                                   if base is not None else None)
