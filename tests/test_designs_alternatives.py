@@ -17,7 +17,7 @@ from scratchpipe_sim.timing.counts import Workload, policy_counts, uncached_coun
 from scratchpipe_sim.timing.designs import DESIGNS
 from scratchpipe_sim.timing.designs.multi_gpu import gpus_to_hold, shard
 from scratchpipe_sim.timing.machine import Machine
-from scratchpipe_sim.timing.runner import fit_trace, sized_config, slice_batches
+from scratchpipe_sim.timing.runner import fit_trace, sized_config
 from scratchpipe_sim.traces.trace import Trace
 
 BASE = {
@@ -50,8 +50,7 @@ def timed_trace(cfg):
     trace = build_trace(cfg)
     cfg = sized_config(cfg, trace)
     trace = fit_trace(trace, cfg)
-    return cfg, slice_batches(trace, trace.num_batches - cfg.model.num_batches,
-                              trace.num_batches)
+    return cfg, trace.slice(trace.num_batches - cfg.model.num_batches, trace.num_batches)
 
 
 def test_new_designs_are_registered_but_not_on_by_default():
