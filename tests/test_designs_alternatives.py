@@ -10,14 +10,14 @@ import pytest
 import simpy
 
 from scratchpipe_sim.cli import main
-from scratchpipe_sim.config import ALL_DESIGNS, deep_merge, load_config
+from scratchpipe_sim.config import deep_merge, default_designs, load_config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing import build_trace, simulate
 from scratchpipe_sim.timing.counts import Workload, policy_counts, uncached_counts
 from scratchpipe_sim.timing.designs import DESIGNS
 from scratchpipe_sim.timing.designs.multi_gpu import gpus_to_hold, shard
 from scratchpipe_sim.timing.machine import Machine
-from scratchpipe_sim.timing.runner import fit_trace, sized_config, slice_batches
+from scratchpipe_sim.timing.runner import fit_trace, sized_config
 from scratchpipe_sim.traces.trace import Trace
 
 BASE = {
@@ -50,13 +50,12 @@ def timed_trace(cfg):
     trace = build_trace(cfg)
     cfg = sized_config(cfg, trace)
     trace = fit_trace(trace, cfg)
-    return cfg, slice_batches(trace, trace.num_batches - cfg.model.num_batches,
-                              trace.num_batches)
+    return cfg, trace.slice(trace.num_batches - cfg.model.num_batches, trace.num_batches)
 
 
 def test_new_designs_are_registered_but_not_on_by_default():
     for name in ("multi-gpu", "uvm", "bagpipe"):
-        assert name in DESIGNS and name not in ALL_DESIGNS
+        assert name in DESIGNS and name not in default_designs()
 
 
 # -- multi-gpu ---------------------------------------------------------------------------------

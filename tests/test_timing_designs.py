@@ -70,9 +70,7 @@ def by_design(rows):
 
 def timed(cfg, trace):
     """The timed batches of a built trace (after the cache warm-up prefix)."""
-    from scratchpipe_sim.timing.runner import slice_batches
-
-    return slice_batches(trace, trace.num_batches - cfg.model.num_batches, trace.num_batches)
+    return trace.slice(trace.num_batches - cfg.model.num_batches, trace.num_batches)
 
 
 def test_hybrid_iteration_is_the_sum_of_its_stage_times():

@@ -119,3 +119,21 @@ def test_every_subcommand_and_policy_is_registered(capsys):
     assert all(name in help_text for name in COMMANDS)
     assert POLICIES.names() == ["bagpipe", "belady", "belady-bypass", "fbgemm-lfu",
                                 "fbgemm-lru", "lfu", "lru", "scratchpipe", "static"]
+
+
+def test_trace_accessors_slice_samples_and_linear_batches():
+    rng = np.random.default_rng(3)
+    rows = [7, 11]
+    sizes = [3, 3, 2, 4]  # samples per batch (pooling 1: one id per bag)
+    batches = [[rng.integers(0, r, n) for r in rows] for n in sizes]
+    tr = Trace.from_batches(batches, rows)
+    assert tr.samples_per_batch().tolist() == sizes
+    part = tr.slice(1, 3)
+    assert part.num_batches == 2 and part.samples_per_batch().tolist() == sizes[1:3]
+    assert part.linear_ids().tolist() == tr.linear_ids()[2 * 3 : 2 * (3 + 3 + 2)].tolist()
+    assert tr.slice(0, tr.num_batches) is tr
+    for k in range(tr.num_batches):
+        ids, offs = tr.linear_batch(k)
+        want = np.concatenate([batches[k][0], batches[k][1] + rows[0]])
+        assert ids.tolist() == want.tolist()
+        assert offs.tolist() == list(range(2 * sizes[k] + 1))

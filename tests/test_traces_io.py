@@ -160,12 +160,10 @@ def test_formats_sharing_a_suffix_are_told_apart_by_sniffing(tmp_path, monkeypat
     from scratchpipe_sim.registry import Registry
     from scratchpipe_sim.traces import io
 
-    io.load_readers()
     reg = Registry("trace format")
-    for name in io._ORDER:
-        reg.register(name)(io.READERS.get(name))
+    for name, spec in io.READERS.items():
+        reg.register(name)(spec)
     monkeypatch.setattr(io, "READERS", reg)
-    monkeypatch.setattr(io, "_ORDER", list(io._ORDER))
 
     @io.register_reader("tsv-demo", suffixes=(".txt",), sniff=lambda p: b"\t" in p.read_bytes())
     def read_demo(path, batch_size, num_rows):
@@ -174,7 +172,8 @@ def test_formats_sharing_a_suffix_are_told_apart_by_sniffing(tmp_path, monkeypat
 
     (tmp_path / "a.txt").write_text("1\n2\n")
     (tmp_path / "b.txt").write_text("x\ty\nzz\tw\n")
-    text_first = io._ORDER.index("text") < io._ORDER.index("tsv-demo")
+    order = [name for name, _ in io.READERS.items()]
+    text_first = order.index("text") < order.index("tsv-demo")
     assert text_first
     # "text" sniffs a.txt, not b.txt: the demo format wins b.txt by content
     assert io.detect_format(tmp_path / "a.txt") == "text"

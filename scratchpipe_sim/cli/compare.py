@@ -6,6 +6,8 @@ import argparse
 import json
 import math
 
+from scratchpipe_sim.timing.designs import baseline_design
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="speedup of every design over a baseline, per point",
@@ -13,8 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "the geometric mean and maximum over points.")
     p.add_argument("results", help="a sweep's or a `run`'s results folder (or its "
                    "results.csv / results.parquet)")
-    p.add_argument("--baseline", default="hybrid", metavar="DESIGN",
-                   help="design to divide by (default: hybrid)")
+    p.add_argument("--baseline", default=None, metavar="DESIGN",
+                   help=f"design to divide by (default: {baseline_design()})")
     p.add_argument("--metric", default="iter_ns_mean", metavar="COLUMN",
                    help="a time column of the table, lower is better, e.g. iter_ns_p99 "
                         "(default: iter_ns_mean)")

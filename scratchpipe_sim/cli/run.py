@@ -24,6 +24,7 @@ from scratchpipe_sim.config import dump_yaml, flatten, load_config
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.progress import Progress
 from scratchpipe_sim.timing import DESIGNS, build_trace, simulate
+from scratchpipe_sim.timing.designs import baseline_design
 from scratchpipe_sim.timing.runner import check_designs
 from scratchpipe_sim.traces.store import trace_checksum
 
@@ -116,9 +117,10 @@ def render(results: list[dict]) -> str:
     legend = list(LEGEND)
     if len(measured) == 1:
         legend[-1] += f"; {measured.pop()} measured batches"
-    if not any(r["design"] == "hybrid" for r in results):
-        legend[2] = ("speedup_vs_hybrid: '-' because hybrid did not run (add --design "
-                     "hybrid for speedups)")
+    base = baseline_design()
+    if not any(r["design"] == base for r in results):
+        legend[2] = (f"speedup_vs_hybrid: '-' because {base} did not run (add --design "
+                     f"{base} for speedups)")
     out[0] += "\n" + "\n".join(f"  {line}" for line in legend)
     busy_keys = sorted({k for r in results for k in r if k.startswith("busy_")})
     busy = [[r["design"]] + [_fmt(r.get(k, 0.0), 3) for k in busy_keys] for r in results]

@@ -46,7 +46,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 # -- gen ------------------------------------------------------------------------------------
 def _register_gen(sub: argparse._SubParsersAction) -> None:
-    gen.load_distributions()
     g = sub.add_parser("gen", help="write a seeded synthetic trace (.sptrace)",
                        description="Write a seeded synthetic trace into a .sptrace folder, "
                                    "block by block (bounded memory).")

@@ -24,7 +24,6 @@ from scratchpipe_sim.config.loader import (
     set_dotted,
 )
 from scratchpipe_sim.config.model import (
-    ALL_DESIGNS,
     OPTIMIZERS,
     CacheConfig,
     Config,
@@ -32,12 +31,14 @@ from scratchpipe_sim.config.model import (
     TablesConfig,
     TraceConfig,
     config_to_dict,
+    default_designs,
 )
 from scratchpipe_sim.config.schema import flatten
 
 __all__ = [
-    "ALL_DESIGNS", "CONFIGS_DIR", "OPTIMIZERS", "CacheConfig", "Config", "CpuConfig",
+    "CONFIGS_DIR", "OPTIMIZERS", "CacheConfig", "Config", "CpuConfig",
     "GpuConfig", "HardwareConfig", "ModelConfig", "PcieConfig", "TablesConfig", "TraceConfig",
-    "config_to_dict", "deep_merge", "dump_yaml", "expand_presets", "flatten", "interpolate",
+    "config_to_dict", "deep_merge", "default_designs", "dump_yaml", "expand_presets", "flatten",
+    "interpolate",
     "load_config", "parse_override", "read_yaml", "resolve", "set_dotted",
 ]

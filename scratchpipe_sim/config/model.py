@@ -17,11 +17,18 @@ from scratchpipe_sim.config.hardware import HardwareConfig
 from scratchpipe_sim.config.schema import build, to_plain
 from scratchpipe_sim.errors import UserError, closest
 
-ALL_DESIGNS = ("hybrid", "gpu-only", "static-cache", "lru-cache", "lru-prefetch", "scratchpipe")
 OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad")
 GiB = 1 << 30
 #: scratchpipe's stages in data-flow order; `cache.pipeline` groups them.
 SCRATCHPIPE_STAGES = ("plan", "collect", "exchange", "insert", "train")
+
+
+def default_designs() -> tuple[str, ...]:
+    """The designs a config runs when it lists none: derived from the design registry (each
+    class's `default` and `order`). Imported at call time: config sits below timing."""
+    from scratchpipe_sim.timing.designs.base import default_designs as registered
+
+    return registered()
 
 
 #: rows per table when neither the config nor a trace file gives them
@@ -234,8 +241,9 @@ class Config:
     trace: TraceConfig = field(default_factory=TraceConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     multi_gpu: MultiGpuConfig = field(default_factory=MultiGpuConfig)
-    designs: tuple[str, ...] = field(default=ALL_DESIGNS, metadata={
-        "help": "designs to run (names in scratchpipe_sim.timing.DESIGNS)"})
+    designs: tuple[str, ...] = field(default_factory=default_designs, metadata={
+        "help": "designs to run (names in scratchpipe_sim.timing.DESIGNS; default: every "
+                "design whose class sets `default = True`)"})
     seed: int = field(default=0, metadata={"help": "seed of every random choice", "min": 0})
     name: str = field(default="", metadata={"help": "label for results"})
     _source: str | None = field(default=None, compare=False, repr=False)

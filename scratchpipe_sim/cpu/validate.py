@@ -41,7 +41,7 @@ from scratchpipe_sim.policies.engine import COUNTERS
 from scratchpipe_sim.timing.designs import DESIGNS
 from scratchpipe_sim.timing.designs.base import Columns
 from scratchpipe_sim.timing.machine import Machine
-from scratchpipe_sim.timing.runner import Replays, build_trace, slice_batches
+from scratchpipe_sim.timing.runner import Replays, build_trace
 from scratchpipe_sim.traces.trace import Trace
 
 #: the CPU stages of each design that has any (in pipeline order)
@@ -228,7 +228,7 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
     if "scratchpipe" in names:
         w = replays.get(DESIGNS.get("scratchpipe")(cfg).workload_key())[0]
         c = Columns(w)
-        run_trace = slice_batches(trace, prefix - replays.warm, trace.num_batches)
+        run_trace = trace.slice(prefix - replays.warm, trace.num_batches)
         plans = []
         for _ in range(max(1, reps)):
             plans.append(run_planner(run_trace, cfg.capacity_rows(), cfg.cache.lookahead,

@@ -99,17 +99,7 @@ class BatchIds:
 
 def trace_batches(trace: Trace) -> list[BatchIds]:
     """Every mini-batch of the trace with linearized ids (tiny traces: the reference path)."""
-    out = []
-    toff = trace.table_offsets
-    for k in range(trace.num_batches):
-        b = trace.batch(k)
-        B = b.batch_size
-        ids = np.empty(len(b.indices), np.int64)
-        for t in range(trace.num_tables):
-            lo, hi = b.offsets[B * t], b.offsets[B * (t + 1)]
-            ids[lo:hi] = np.asarray(b.indices[lo:hi], np.int64) + toff[t]
-        out.append(BatchIds(ids, np.asarray(b.offsets, np.int64)))
-    return out
+    return [BatchIds(*trace.linear_batch(k)) for k in range(trace.num_batches)]
 
 
 def reference_step(table: np.ndarray, batch: BatchIds, target: np.ndarray,

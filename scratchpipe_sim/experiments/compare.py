@@ -14,8 +14,8 @@ import pandas as pd
 
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.experiments.figures import ITER_TIME
-from scratchpipe_sim.experiments.plots import DESIGN_ORDER
 from scratchpipe_sim.experiments.results import Results
+from scratchpipe_sim.timing.designs import baseline_design, design_order
 
 
 @dataclass
@@ -39,16 +39,19 @@ def geometric_mean(values) -> float:
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
-def compare(res: Results, baseline: str = "hybrid", metric: str = ITER_TIME) -> Comparison:
+def compare(res: Results, baseline: str | None = None, metric: str = ITER_TIME) -> Comparison:
     f = res.ok()
     if metric not in f.columns:
         raise UserError(f"no metric column '{metric}'{closest(metric, map(str, f.columns))}",
                         source=res.source, field="--metric")
     present = list(dict.fromkeys(f["design"]))
+    if baseline is None:
+        baseline = baseline_design()
     if baseline not in present:
         raise UserError(f"no design '{baseline}' in the table{closest(baseline, present)}; "
                         f"expected one of: {', '.join(present)}", source=res.source,
                         field="--baseline")
+    DESIGN_ORDER = design_order()
     designs = [d for d in DESIGN_ORDER if d in present] + [d for d in present
                                                             if d not in DESIGN_ORDER]
     axes = res.axes

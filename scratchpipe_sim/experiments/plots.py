@@ -34,11 +34,10 @@ from scratchpipe_sim.experiments.figures import (  # noqa: E402
     figure_options,
 )
 from scratchpipe_sim.experiments.results import Results  # noqa: E402
+from scratchpipe_sim.timing.designs import design_order  # noqa: E402
 
 OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#D55E00", "#0072B2", "#CC79A7", "#F0E442",
              "#000000")
-DESIGN_ORDER = ("hybrid", "gpu-only", "static-cache", "lru-cache", "lru-prefetch",
-                "scratchpipe")
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 HATCHES = ("", "///", "...", "xxx")  # past 8 stacked stages the colours repeat: hatch them
@@ -68,7 +67,16 @@ METRIC_LABELS = {
 }
 
 
+def __getattr__(name: str) -> Any:
+    """`DESIGN_ORDER`: every registered design in display order, derived from the design
+    registry (each class's `order`) at each access, so a design added at run time shows."""
+    if name == "DESIGN_ORDER":
+        return design_order()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def design_color(design: str, known: list[str]) -> str:
+    DESIGN_ORDER = design_order()
     order = list(DESIGN_ORDER) + [d for d in known if d not in DESIGN_ORDER]
     return OKABE_ITO[order.index(design) % len(OKABE_ITO)] if design in order else "#777777"
 
@@ -240,6 +248,7 @@ def line_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
     rows, cols = _grid(len(panels))
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False,
                              sharey=True)
+    DESIGN_ORDER = design_order()
     designs = [d for d in DESIGN_ORDER if d in set(f["design"])] + sorted(
         set(f["design"]) - set(DESIGN_ORDER))
     for ax in axes.flat[len(panels):]:
@@ -309,6 +318,7 @@ def stacked_bar_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
                         "in the table; add them to the experiment's metrics", field="stacks")
     for s in stacks:
         _need(f, s, name, "stacks")
+    DESIGN_ORDER = design_order()
     designs = [d for d in DESIGN_ORDER if d in set(f["design"])] + sorted(
         set(f["design"]) - set(DESIGN_ORDER))
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(designs) + 3.5), 4.4))

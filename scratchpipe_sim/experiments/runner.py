@@ -141,8 +141,12 @@ def check_metrics(metrics: tuple[str, ...], reported: set[str], spec: Experiment
 
 
 def _fix_speedups(rows: list[dict]) -> None:
-    """Per-design runs lose the cross-design speedup; recompute it against hybrid's row."""
-    base = next((r for r in rows if r.get("design") == "hybrid" and not _failed(r)), None)
+    """Per-design runs lose the cross-design speedup; recompute it against the baseline's
+    row (the design whose class sets `baseline`: hybrid)."""
+    from scratchpipe_sim.timing.designs import baseline_design  # noqa: PLC0415
+
+    name = baseline_design()
+    base = next((r for r in rows if r.get("design") == name and not _failed(r)), None)
     for r in rows:
         if _failed(r) or "iter_ns_mean" not in r:
             continue

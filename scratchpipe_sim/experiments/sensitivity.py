@@ -30,7 +30,7 @@ import simpy
 
 from scratchpipe_sim.config import Config, set_dotted
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.timing.designs import DESIGNS
+from scratchpipe_sim.timing.designs import DESIGNS, baseline_design
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.runner import Replays, build_trace, check_designs, summarize
 from scratchpipe_sim.traces.trace import Trace
@@ -191,7 +191,9 @@ class Pricer:
     def __init__(self, cfg: Config, designs: Sequence[str], trace: Trace):
         self.cfg, self.trace = cfg, trace
         self.designs = list(designs)
-        self.names = self.designs if "hybrid" in self.designs else ["hybrid", *self.designs]
+        self.base = baseline_design()
+        self.names = (self.designs if self.base in self.designs
+                      else [self.base, *self.designs])
         self._replays: dict[tuple, Replays] = {}
 
     def _replays_for(self, cfg: Config) -> Replays:
@@ -214,7 +216,7 @@ class Pricer:
             env.process(design.run(m, w))
             env.run()
             iters[name] = summarize(cfg, name, m, w)["iter_ns_mean"]
-        return {d: iters["hybrid"] / iters[d] for d in self.designs}
+        return {d: iters[self.base] / iters[d] for d in self.designs}
 
 
 def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: int = 32,
@@ -285,7 +287,8 @@ def tornado_figure(res: Sensitivity, designs: Sequence[str] | None = None,
     nominal (bars sorted by swing, largest on top)."""
     from scratchpipe_sim.experiments.plots import design_color, plt  # noqa: PLC0415
 
-    names = [d for d in (designs or res.designs) if d != "hybrid"] or list(res.designs)
+    base = baseline_design()
+    names = [d for d in (designs or res.designs) if d != base] or list(res.designs)
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 0.35 * top * rows + 1.6),

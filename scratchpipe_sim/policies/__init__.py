@@ -1,17 +1,10 @@
 """Cache replacement policies, one module each, registered by name in `POLICIES`.
 
-Adding a policy: write `scratchpipe_sim/policies/NAME.py` with a `Policy` subclass decorated
-`@POLICIES.register("name")`, and add its module to `_MODULES`.
+Adding a policy is one file: `scratchpipe_sim/policies/NAME.py` with a `Policy` subclass
+decorated `@POLICIES.register("name")` (which also sets its `name`). The registry imports
+every non-underscore module of this package on first use.
 """
 
-import importlib
-
 from scratchpipe_sim.policies.base import POLICIES, Policy
-
-_MODULES = ("lru", "lfu", "fbgemm", "static", "belady", "scratchpipe",
-            "bagpipe")
-
-for _m in _MODULES:
-    importlib.import_module(f"scratchpipe_sim.policies.{_m}")
 
 __all__ = ["POLICIES", "Policy"]

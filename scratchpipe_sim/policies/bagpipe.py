@@ -42,7 +42,6 @@ def _whole(name: str, value: Any, low: int) -> int:
 
 @POLICIES.register("bagpipe")
 class Bagpipe(Policy):
-    name = "bagpipe"
     needs_next_use = True
     #: ttl_batches -1 = none (the window alone decides)
     params = {"lookahead": 200, "ttl_batches": -1}

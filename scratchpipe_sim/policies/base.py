@@ -91,4 +91,4 @@ class Policy(ABC):
         return {}
 
 
-POLICIES: Registry[type[Policy]] = Registry("policy")
+POLICIES: Registry[type[Policy]] = Registry("policy", package="scratchpipe_sim.policies")

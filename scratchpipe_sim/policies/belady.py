@@ -47,12 +47,11 @@ class _MIN(Policy):
 
 @POLICIES.register("belady")
 class Belady(_MIN):
-    name = "belady"
+    """Belady's MIN: evict the row reused furthest in the future."""
 
 
 @POLICIES.register("belady-bypass")
 class BeladyBypass(_MIN):
-    name = "belady-bypass"
     bypass = True
 
 

@@ -338,7 +338,6 @@ class _FbgemmCache(Policy):
 class FbgemmLRU(_FbgemmCache):
     """FBGEMM `CacheAlgorithm.LRU`: the oldest way not used by the current batch is replaced."""
 
-    name = "fbgemm-lru"
     lfu = False
 
 
@@ -346,5 +345,4 @@ class FbgemmLRU(_FbgemmCache):
 class FbgemmLFU(_FbgemmCache):
     """FBGEMM `CacheAlgorithm.LFU`: admit only rows more frequent than the set's weakest way."""
 
-    name = "fbgemm-lfu"
     lfu = True

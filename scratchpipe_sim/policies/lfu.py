@@ -23,7 +23,6 @@ _SIZE, _FIRST, _NFREE = 0, 1, 2
 
 @POLICIES.register("lfu")
 class LFU(Policy):
-    name = "lfu"
 
     def __init__(self, capacity: int, num_rows: int, **params):
         super().__init__(capacity, num_rows, **params)

@@ -21,7 +21,6 @@ _SIZE, _HEAD, _TAIL = 0, 1, 2
 
 @POLICIES.register("lru")
 class LRU(Policy):
-    name = "lru"
 
     def __init__(self, capacity: int, num_rows: int, **params):
         super().__init__(capacity, num_rows, **params)

@@ -331,7 +331,6 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
 class ScratchPipe(Policy):
     """Lookahead scratchpad: pins the in-flight window, evicts by the known future."""
 
-    name = "scratchpipe"
     needs_next_use = True
     params: ClassVar[dict[str, Any]] = {"lookahead": 2, "on_overflow": "error"}
 

@@ -27,7 +27,6 @@ _NOT_PINNED, _PINNED, _LOADED = 0, 1, 2
 
 @POLICIES.register("static")
 class Static(Policy):
-    name = "static"
     params = {"profile_fraction": 1.0, "preload": False}
 
     def __init__(self, capacity: int, num_rows: int, **params):

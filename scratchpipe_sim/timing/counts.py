@@ -46,11 +46,6 @@ class Workload:
         return Workload(self.policy, self.capacity, {**self.cols, **cols}, self.extra)
 
 
-def samples_per_batch(trace: Trace) -> np.ndarray:
-    return (np.diff(np.asarray(trace.batch_bounds, np.int64)) // trace.num_tables).astype(
-        np.int64)
-
-
 @nb.njit(cache=True)
 def _access_unique(ids, batch_ptr, first_batch, seen, acc, uniq):
     for b in range(len(batch_ptr) - 1):
@@ -82,7 +77,7 @@ def policy_counts(trace: Trace, policy: str, capacity: int, *, replay_cache: boo
     else:
         cols, extra = compute()
     cols = dict(cols)
-    cols["samples"] = samples_per_batch(trace)
+    cols["samples"] = trace.samples_per_batch()
     return Workload(policy, capacity, cols, extra)
 
 
@@ -111,7 +106,7 @@ def uncached_counts(trace: Trace, where: str,
             "misses": acc.copy() if host else zero, "fills": zero, "evictions": zero,
             "writebacks": zero, "unplaced": acc.copy() if host else zero,
             "unique_unplaced": uniq.copy() if host else zero,
-            "samples": samples_per_batch(trace)}
+            "samples": trace.samples_per_batch()}
     cols = {k: v.copy() for k, v in cols.items()}
     return Workload("none" if host else "all-resident", 0 if host else trace.total_rows,
                     cols, {})
@@ -193,7 +188,7 @@ def policy_mix(trace: Trace, policy: str, capacity: int, r_t: tuple[int, ...],
         out[bc.first_batch : bc.first_batch + len(bc.counts)] = bc.counts
     cols = {name: out[:, i].copy() for i, name in enumerate(COUNTERS)}
     cols.update({k: np.asarray(v, np.int64) for k, v in pol.batch_columns().items()})
-    cols["samples"] = samples_per_batch(trace)
+    cols["samples"] = trace.samples_per_batch()
     r, R = np.asarray(r_t, float), np.asarray(R_t, float)
     filled, unplaced = per[:, 2] - per[:, 3], per[:, 3]
 

@@ -31,6 +31,7 @@ from scratchpipe_sim.timing.counts import (
     warmup_length,
 )
 from scratchpipe_sim.timing.designs import DESIGNS, WorkloadKey
+from scratchpipe_sim.timing.designs.base import baseline_design
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.traces.trace import Trace
@@ -69,9 +70,8 @@ def build_trace(cfg: Config) -> Trace:
             trace = open_trace(path, batch_size=m.batch_size, fmt=t.format)
             trace = dataclasses.replace(trace, meta={**trace.meta, ROWS_INFERRED: True})
         return fit_trace(trace, sized_config(cfg, trace))
-    from scratchpipe_sim.traces.generators import DISTRIBUTIONS, generate_trace, load_distributions
+    from scratchpipe_sim.traces.generators import DISTRIBUTIONS, generate_trace
 
-    load_distributions()  # calibrated, reuse-distance register on import
     factory = DISTRIBUTIONS.get(t.distribution, source=cfg.source, field="trace.distribution")
     params = dict(t.params)
     if t.alpha is not None and "alpha" in getattr(factory, "PARAMS", {}):
@@ -137,16 +137,6 @@ def _expand(v: int | tuple[int, ...], n: int) -> tuple[int, ...]:
     return tuple(v) if isinstance(v, tuple) else (v,) * n
 
 
-def slice_batches(trace: Trace, start: int, stop: int) -> Trace:
-    """Batches start..stop-1 as a trace of their own (views of the arrays, offsets rebased)."""
-    if start == 0 and stop == trace.num_batches:
-        return trace
-    bounds = np.asarray(trace.batch_bounds[start : stop + 1], np.int64)
-    offs = np.asarray(trace.offsets[int(bounds[0]) : int(bounds[-1]) + 1], np.int64)
-    indices = trace.indices[int(offs[0]) : int(offs[-1])]
-    return dataclasses.replace(trace, indices=indices, offsets=offs - offs[0],
-                               batch_bounds=bounds - bounds[0])
-
 
 def fit_trace(trace: Trace, cfg: Config) -> Trace:
     """Check a trace against the model (tables, rows); keep at most `prefix_cap` warm-up
@@ -171,7 +161,7 @@ def fit_trace(trace: Trace, cfg: Config) -> Trace:
         raise UserError(f"cache.warmup_batches = {wb} needs {int(wb) + m.num_batches} batches "
                         f"with model.num_batches = {m.num_batches}, but the trace has "
                         f"{trace.num_batches}", source=src, field="cache.warmup_batches")
-    trace = slice_batches(trace, 0, prefix + m.num_batches)
+    trace = trace.slice(0, prefix + m.num_batches)
     if m.num_batches <= m.warmup_batches:
         raise UserError(f"model.num_batches = {m.num_batches}, expected more than "
                         f"model.warmup_batches = {m.warmup_batches}", source=src,
@@ -237,7 +227,7 @@ class Replays:
             self.warm = warmup_length(trace, self.prefix, cfg.capacity_rows())
         else:
             self.warm = int(wb)
-        self._run = slice_batches(trace, self.prefix - self.warm, trace.num_batches)
+        self._run = trace.slice(self.prefix - self.warm, trace.num_batches)
         self._memo: dict = {}
         self._cache: dict[WorkloadKey, tuple[Workload, float]] = {}
 
@@ -274,7 +264,7 @@ class Replays:
     def _table_bytes(self) -> dict[str, np.ndarray]:
         if "bytes" not in self._memo:
             m = self.cfg.model
-            timed = slice_batches(self.trace, self.prefix, self.trace.num_batches)
+            timed = self.trace.slice(self.prefix, self.trace.num_batches)
             self._memo["bytes"] = table_bytes(timed, m.row_bytes_per_table,
                                               m.moved_row_bytes_per_table)
         return dict(self._memo["bytes"])
@@ -300,7 +290,7 @@ class Replays:
             from scratchpipe_sim.timing.onchip import onchip_hits
 
             lead = 1 if self.prefix > 0 else 0
-            sub = slice_batches(self.trace, self.prefix - lead, self.trace.num_batches)
+            sub = self.trace.slice(self.prefix - lead, self.trace.num_batches)
             oc = onchip_hits(sub, rows, ways)
             self._memo[name] = {f"{name}_hits": np.asarray(oc.lookup_hits)[lead:],
                                 f"{name}_update_hits": np.asarray(oc.update_hits)[lead:]}
@@ -350,7 +340,8 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
             progress("design", name, len(rows), len(names))
         if timeline_dir is not None:
             write_timeline(Path(timeline_dir) / f"timeline_{name}.json", name, m)
-    base = next((r for r in rows if r["design"] == "hybrid"), None)
+    base_name = baseline_design()  # the column keeps its stable name speedup_vs_hybrid
+    base = next((r for r in rows if r["design"] == base_name), None)
     for r in rows:
         r["speedup_vs_hybrid"] = (base["iter_ns_mean"] / r["iter_ns_mean"]
                                   if base is not None else None)

@@ -19,7 +19,6 @@ in `CONVERTERS` by the format module that owns it (criteo, dlrm_formats, meta, t
 from __future__ import annotations
 
 import gzip
-import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,9 +82,8 @@ class ConvertResult:
 
 
 ConvertFn = Callable[[Path, Path, ConvertOptions], ConvertResult]
-CONVERTERS: Registry[ConvertFn] = Registry("convert format")
-#: modules that register converters when imported.
-CONVERTER_MODULES = ("criteo", "dlrm_formats", "meta", "tabular", "ratings")
+#: converters register from any module of scratchpipe_sim.traces (imported on first use).
+CONVERTERS: Registry[ConvertFn] = Registry("convert format", package="scratchpipe_sim.traces")
 #: suffix -> converter format, checked longest first.
 SUFFIXES: dict[str, str] = {}
 
@@ -102,12 +100,8 @@ def register_converter(name: str, suffixes: tuple[str, ...] = ()) -> Callable[[C
 
 
 def load_converters() -> None:
-    for m in CONVERTER_MODULES:
-        try:
-            importlib.import_module(f"scratchpipe_sim.traces.{m}")
-        except ModuleNotFoundError as e:  # an optional dependency is checked at use
-            if e.name != f"scratchpipe_sim.traces.{m}":
-                raise
+    """Import every converter module (SUFFIXES is filled as they register)."""
+    CONVERTERS.load()
 
 
 def detect_format(path: Path) -> str:

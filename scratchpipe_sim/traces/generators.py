@@ -11,15 +11,15 @@ machine.
 A distribution is a factory registered in `DISTRIBUTIONS`:
 `factory(rows: int, seed: SeedSequence, **params) -> Sampler`, where the sampler's
 `sample(rng, n)` returns n row ids in [0, rows) and `PARAMS` (a dict of defaults on the
-factory) names the accepted parameters. Other modules register more (see
-`DISTRIBUTION_MODULES`). A numeric parameter may also be given as a list, one value per
-table, or a shorter cycle whose length divides the table count (`per_table_params`).
+factory) names the accepted parameters. Other modules of `scratchpipe_sim.traces` register
+more: the registry imports every one of them on first use, so a distribution is one file.
+A numeric parameter may also be given as a list, one value per table, or a shorter cycle
+whose length divides the table count (`per_table_params`).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -52,24 +52,7 @@ class Sampler(Protocol):
 
 Factory = Callable[..., Sampler]
 
-DISTRIBUTIONS: Registry[Factory] = Registry("distribution")
-
-#: Modules under scratchpipe_sim.traces that register distributions when imported.
-DISTRIBUTION_MODULES = ("calibrated", "reuse_distance", "temporal")
-_loaded = False
-
-
-def load_distributions() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for m in DISTRIBUTION_MODULES:
-        try:
-            importlib.import_module(f"scratchpipe_sim.traces.{m}")
-        except ModuleNotFoundError as e:  # not written yet
-            if e.name != f"scratchpipe_sim.traces.{m}":
-                raise
+DISTRIBUTIONS: Registry[Factory] = Registry("distribution", package="scratchpipe_sim.traces")
 
 
 def register_distribution(name: str, params: dict[str, Any]) -> Callable[[Factory], Factory]:
@@ -427,7 +410,6 @@ def make_spec(distribution: str, table_rows: Sequence[int] | int, batch_size: in
               pooling_sigma: float | Sequence[float] = 0.0,
               **dist_params: Any) -> GenSpec:
     """Validate a generator configuration (UserError naming the field)."""
-    load_distributions()
     p = field_prefix
     rows = [table_rows] if isinstance(table_rows, (int, np.integer)) else list(table_rows)
     if not rows:

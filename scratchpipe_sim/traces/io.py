@@ -4,13 +4,12 @@ Readers live in their own modules and register here with `register_reader`, nami
 format, the file suffixes it claims and, optionally, a `sniff(path) -> bool` content check
 for files whose suffix says nothing. Dispatch order: an explicit `fmt`, then a `.sptrace`
 folder (or any folder holding `manifest.json`), then the suffix, then the sniffers in
-registration order. Reader modules are imported lazily from `READER_MODULES` (missing ones
-are skipped), so a new format is one module plus one name in that tuple.
+registration order. The registry imports every non-underscore module of
+`scratchpipe_sim.traces` on first use (sorted by name), so a new format is one module there.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,13 +37,7 @@ class ReaderSpec:
     help: str = ""
 
 
-READERS: Registry[ReaderSpec] = Registry("trace format")
-
-#: Modules under scratchpipe_sim.traces that register readers when imported.
-READER_MODULES = ("readers", "criteo", "dlrm_formats", "meta", "tabular", "ratings")
-
-_loaded = False
-_ORDER: list[str] = []  # registration order, for sniffing
+READERS: Registry[ReaderSpec] = Registry("trace format", package="scratchpipe_sim.traces")
 
 
 def register_reader(name: str, suffixes: tuple[str, ...] = (),
@@ -55,34 +48,17 @@ def register_reader(name: str, suffixes: tuple[str, ...] = (),
     def decorate(fn: ReadFn) -> ReadFn:
         READERS.register(name)(ReaderSpec(name, fn, tuple(s.lower() for s in suffixes),
                                           sniff, help))
-        _ORDER.append(name)
         return fn
 
     return decorate
 
 
-def load_readers() -> None:
-    """Import every reader module that exists (idempotent)."""
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for m in READER_MODULES:
-        try:
-            importlib.import_module(f"scratchpipe_sim.traces.{m}")
-        except ModuleNotFoundError as e:  # a reader not written yet
-            if e.name != f"scratchpipe_sim.traces.{m}":
-                raise
-
-
 def formats() -> list[str]:
-    load_readers()
     return ["sptrace", *READERS.names()]
 
 
 def detect_format(path: str | os.PathLike) -> str:
     """The format name `open_trace` would use for `path` (UserError when unknown)."""
-    load_readers()
     p = Path(path)
     if not p.exists():
         raise UserError("no such file or folder", source=str(p))
@@ -92,7 +68,7 @@ def detect_format(path: str | os.PathLike) -> str:
         raise UserError(f"a folder but not a {SUFFIX} trace: expected manifest.json inside",
                         source=str(p))
     name = p.name.lower()
-    specs = [READERS.get(n) for n in _ORDER]
+    specs = [spec for _, spec in READERS.items()]  # registration order
     # the longest claimed suffix wins ("x.csv.gz" -> ".csv.gz", not ".gz"); when several
     # formats claim it (e.g. ".txt"), the first whose sniff accepts the content, else the first
     best = max((len(s) for spec in specs for s in spec.suffixes if name.endswith(s)),
@@ -121,7 +97,6 @@ def open_trace(path: str | os.PathLike, batch_size: int | None = None,
     keeps its own batches; asking for another batch size re-cuts it only when it is one
     table with one id per bag (otherwise the batch structure is part of the trace).
     """
-    load_readers()
     p = Path(path)
     src = str(p)
     if batch_size is not None and batch_size < 1:

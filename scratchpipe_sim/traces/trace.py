@@ -18,6 +18,7 @@ A cache serves all tables over *linearized* ids (table offset + row), as FBGEMM 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -101,6 +102,11 @@ class Trace:
     def total_rows(self) -> int:
         return int(np.sum(self.table_rows, dtype=np.int64))
 
+    def samples_per_batch(self) -> np.ndarray:
+        """Samples in each mini-batch (bags per batch / tables), int64, num_batches."""
+        return (np.diff(np.asarray(self.batch_bounds, np.int64)) // self.num_tables).astype(
+            np.int64)
+
     def batch_access_ptr(self) -> np.ndarray:
         """Global position in the access stream where each batch starts (num_batches+1)."""
         return np.asarray(self.offsets[np.asarray(self.batch_bounds)], dtype=np.int64)
@@ -110,6 +116,28 @@ class Trace:
         lo, hi = int(self.batch_bounds[k]), int(self.batch_bounds[k + 1])
         offs = np.asarray(self.offsets[lo : hi + 1], dtype=np.int64)
         return Batch(np.asarray(self.indices[offs[0] : offs[-1]]), offs - offs[0], self.num_tables)
+
+    def linear_batch(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Mini-batch k as (linearized int64 ids over all its bags, rebased int64 offsets)."""
+        b = self.batch(k)
+        B = b.batch_size
+        toff = self.table_offsets
+        ids = np.empty(len(b.indices), np.int64)
+        for t in range(self.num_tables):
+            lo, hi = b.offsets[B * t], b.offsets[B * (t + 1)]
+            ids[lo:hi] = np.asarray(b.indices[lo:hi], np.int64) + toff[t]
+        return ids, np.asarray(b.offsets, np.int64)
+
+    def slice(self, start: int, stop: int) -> Trace:
+        """Batches start..stop-1 as a trace of their own (views of the arrays, offsets
+        rebased); the trace itself when that is every batch."""
+        if start == 0 and stop == self.num_batches:
+            return self
+        bounds = np.asarray(self.batch_bounds[start : stop + 1], np.int64)
+        offs = np.asarray(self.offsets[int(bounds[0]) : int(bounds[-1]) + 1], np.int64)
+        indices = self.indices[int(offs[0]) : int(offs[-1])]
+        return dataclasses.replace(self, indices=indices, offsets=offs - offs[0],
+                                   batch_bounds=bounds - bounds[0])
 
     def iter_chunks(
         self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0,

@@ -1,13 +1,16 @@
-"""System designs, one module each, registered by name in `DESIGNS`."""
+"""System designs, one module each, registered by name in `DESIGNS`.
 
-import importlib
+The registry imports every non-underscore module of this package on first use: adding a
+design is adding its file (see `base.py`)."""
 
-from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
+from scratchpipe_sim.timing.designs.base import (
+    DESIGNS,
+    Design,
+    WorkloadKey,
+    baseline_design,
+    default_designs,
+    design_order,
+)
 
-_MODULES = ("hybrid", "gpu_only", "static_cache", "lru_cache", "lru_prefetch", "scratchpipe",
-            "multi_gpu", "uvm", "bagpipe")
-
-for _m in _MODULES:
-    importlib.import_module(f"scratchpipe_sim.timing.designs.{_m}")
-
-__all__ = ["DESIGNS", "Design", "WorkloadKey"]
+__all__ = ["DESIGNS", "Design", "WorkloadKey", "baseline_design", "default_designs",
+           "design_order"]

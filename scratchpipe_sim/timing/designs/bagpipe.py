@@ -29,7 +29,7 @@ from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
 
 @DESIGNS.register("bagpipe")
 class Bagpipe(Design):
-    name = "bagpipe"
+    order = 80
     summary = "oracle cacher: keeps rows reused within 200 batches, TTL eviction, prefetch"
 
     def workload_key(self) -> WorkloadKey:

@@ -6,8 +6,12 @@ resources and calls `m.batch_done(b)` when batch b finished training. It prices 
 through the Machine's helpers (one place per kind of cost, shared by every design) — one
 SimPy event per transfer or stage, never per access.
 
-Adding a design: `scratchpipe_sim/timing/designs/NAME.py` with a `Design` subclass decorated
-`@DESIGNS.register("NAME")`, and its module name in `designs/__init__.py`.
+Adding a design is one file: `scratchpipe_sim/timing/designs/NAME.py` with a `Design`
+subclass decorated `@DESIGNS.register("NAME")` (which also sets the class's `name`). The
+registry imports every module of the package on first use. The class's metadata says where
+it shows up: `default` (in a config's default `designs`), `order` (display order in tables
+and plots) and `baseline` (the design speedups are measured against); `default_designs()`,
+`design_order()` and `baseline_design()` derive the lists from it.
 """
 
 from __future__ import annotations
@@ -38,9 +42,16 @@ class WorkloadKey:
 
 
 class Design(ABC):
+    #: set by `@DESIGNS.register("NAME")`
     name: ClassVar[str] = ""
     #: one line for `--help` and docs
     summary: ClassVar[str] = ""
+    #: run when a config does not list its `designs`
+    default: ClassVar[bool] = False
+    #: display position in tables and plots (ascending; ties by name)
+    order: ClassVar[int] = 1000
+    #: the design `speedup_vs_hybrid` is measured against (exactly one)
+    baseline: ClassVar[bool] = False
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
@@ -61,7 +72,25 @@ class Design(ABC):
         """SimPy process: train every batch of `w`, calling `m.batch_done(b)` as each ends."""
 
 
-DESIGNS: Registry[type[Design]] = Registry("design")
+DESIGNS: Registry[type[Design]] = Registry("design", package="scratchpipe_sim.timing.designs")
+
+
+def design_order() -> tuple[str, ...]:
+    """Every registered design in display order (the class's `order`, then name)."""
+    return tuple(sorted(DESIGNS.names(), key=lambda n: (DESIGNS.get(n).order, n)))
+
+
+def default_designs() -> tuple[str, ...]:
+    """The designs a config runs when it does not list them, in display order."""
+    return tuple(n for n in design_order() if DESIGNS.get(n).default)
+
+
+def baseline_design() -> str:
+    """The design speedups are measured against (`baseline = True`; hybrid)."""
+    names = [n for n in design_order() if DESIGNS.get(n).baseline]
+    if len(names) != 1:
+        raise RuntimeError(f"expected exactly one baseline design, got {names}")
+    return names[0]
 
 
 def fraction(part: float, whole: float) -> float:

@@ -17,7 +17,8 @@ from scratchpipe_sim.timing.designs.base import (
 
 @DESIGNS.register("gpu-only")
 class GpuOnly(Design):
-    name = "gpu-only"
+    default = True
+    order = 10
     summary = "every table in HBM (infinite capacity ideal)"
 
     def workload_key(self) -> WorkloadKey:

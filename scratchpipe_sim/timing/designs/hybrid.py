@@ -15,7 +15,9 @@ from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
 
 @DESIGNS.register("hybrid")
 class Hybrid(Design):
-    name = "hybrid"
+    default = True
+    order = 0
+    baseline = True
     summary = "tables in CPU DRAM, CPU gathers/updates, pooled vectors over PCIe"
 
     def workload_key(self) -> WorkloadKey:

@@ -18,7 +18,8 @@ from scratchpipe_sim.timing.designs.base import (
 
 @DESIGNS.register("lru-cache")
 class LruCache(Design):
-    name = "lru-cache"
+    default = True
+    order = 30
     summary = "on-demand cache: misses fetched and evictions written back before training"
 
     def workload_key(self) -> WorkloadKey:

@@ -22,7 +22,8 @@ from scratchpipe_sim.timing.designs.base import (
 
 @DESIGNS.register("lru-prefetch")
 class LruPrefetch(Design):
-    name = "lru-prefetch"
+    default = True
+    order = 40
     summary = "lru-cache plus prefetch of batch i+1 during batch i's backward (TorchRec)"
 
     def workload_key(self) -> WorkloadKey:

@@ -209,7 +209,7 @@ def nvlink_collective(m, link: NvLink, batch: int, send: float, recv: float, lab
 
 @DESIGNS.register("multi-gpu")
 class MultiGpu(Design):
-    name = "multi-gpu"
+    order = 60
     summary = "tables sharded over N GPUs' HBM (TorchRec), all-to-all over NVLink"
 
     def __init__(self, cfg: Config):

@@ -58,7 +58,8 @@ DATA_STAGES = ("collect", "exchange", "insert")
 
 @DESIGNS.register("scratchpipe")
 class ScratchPipe(Design):
-    name = "scratchpipe"
+    default = True
+    order = 50
     summary = "lookahead scratchpad: plan, collect, exchange, insert, train pipelined"
 
     def __init__(self, cfg: Config):

@@ -25,7 +25,8 @@ from scratchpipe_sim.timing.designs.base import (
 
 @DESIGNS.register("static-cache")
 class StaticCache(Design):
-    name = "static-cache"
+    default = True
+    order = 20
     summary = "hot rows pinned in HBM, the rest in CPU DRAM, both paths in parallel"
 
     def workload_key(self) -> WorkloadKey:

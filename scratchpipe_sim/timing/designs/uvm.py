@@ -18,7 +18,7 @@ from scratchpipe_sim.timing.designs.base import DESIGNS, Design, InputCopies, Wo
 
 @DESIGNS.register("uvm")
 class Uvm(Design):
-    name = "uvm"
+    order = 70
     summary = "tables in host memory read and updated in place over UVM (FBGEMM MANAGED)"
 
     def workload_key(self) -> WorkloadKey:
