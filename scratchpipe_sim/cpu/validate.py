@@ -39,7 +39,6 @@ from scratchpipe_sim.cuda import host
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.engine import COUNTERS
 from scratchpipe_sim.timing.designs import DESIGNS
-from scratchpipe_sim.timing.designs.base import Columns
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.runner import Replays, build_trace
 from scratchpipe_sim.traces.trace import Trace
@@ -189,7 +188,8 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
 
     batch_data = {b: _batch_ids(trace, prefix + b) for b in measured}
     if "hybrid" in names:
-        c = Columns(replays.get(DESIGNS.get("hybrid")(cfg).workload_key())[0])
+        hybrid = DESIGNS.get("hybrid")(cfg)
+        c = hybrid.columns(replays.get(hybrid.workload_key())[0])
         r = m.row_bytes
         maxbags = max(len(bp) - 1 for _, bp in batch_data.values())
         pooled = np.empty((maxbags, dim), np.float32)
@@ -226,8 +226,9 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
             best, med = _passes(reps, measured, fn)
             out.append(result("hybrid", stage, pred.times(part, measured), best, med))
     if "scratchpipe" in names:
-        w = replays.get(DESIGNS.get("scratchpipe")(cfg).workload_key())[0]
-        c = Columns(w)
+        sp = DESIGNS.get("scratchpipe")(cfg)
+        w = replays.get(sp.workload_key())[0]
+        c = sp.columns(w)
         run_trace = trace.slice(prefix - replays.warm, trace.num_batches)
         plans = []
         for _ in range(max(1, reps)):

@@ -113,7 +113,8 @@ class Machine:
         row gradients (sort/hash: cores, and a random read-modify-write of r bytes per
         lookup), then update each unique row with its optimizer state (2U x R)."""
         cpu = self.cfg.hardware.cpu
-        r, R = r or self.r, R or self.R
+        r = self.r if r is None else r
+        R = self.R if R is None else R
         return self.seq(
             lambda: self.all_of([
                 self.cpu_work(lookups * cpu.aggregate_ns_per_lookup, batch, "aggregate"),
@@ -134,7 +135,8 @@ class Machine:
     def gpu_forward(self, batch: int, lookups: float, onchip_fraction: float = 0.0,
                     r: float | None = None) -> simpy.Event | None:
         """Embedding-bag forward: gather `lookups` rows of r bytes from HBM (or L2)."""
-        return self.hbm.gather(lookups, r or self.r, batch, "gather", onchip_fraction)
+        r = self.r if r is None else r
+        return self.hbm.gather(lookups, r, batch, "gather", onchip_fraction)
 
     def gpu_backward(self, batch: int, lookups: float, unique_rows: float,
                      onchip_fraction: float = 0.0, r: float | None = None,
@@ -143,7 +145,8 @@ class Machine:
         (lookups x (r + 2 index_bytes) at aggregate_efficiency), then update each unique row
         with its state (2U x R gathers)."""
         gpu = self.cfg.hardware.gpu
-        r, R = r or self.r, R or self.R
+        r = self.r if r is None else r
+        R = self.R if R is None else R
         agg = lookups * (r + 2 * self.index_bytes)
         return self.seq(
             lambda: self.hbm.stream(agg, batch, "sort+reduce", gpu.aggregate_efficiency),

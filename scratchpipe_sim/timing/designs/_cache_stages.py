@@ -23,7 +23,6 @@ class CacheStages:
     def __init__(self, design: Design, c: Columns):
         self.d = design
         self.c = c
-        c.ensure_sizes(design.r, design.R)
 
     def fetch(self, m, b):
         """One process: lookup kernels, then fills and write-backs streamed together."""

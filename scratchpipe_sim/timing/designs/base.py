@@ -107,8 +107,7 @@ class Columns:
     lookups' and updates' come from the trace batch by batch, the others from the policy's
     per-table totals (counts.policy_mix)."""
 
-    def __init__(self, w: Workload, r: float | None = None, R: float | None = None):
-        self._w = w
+    def __init__(self, w: Workload, r: float, R: float):
         for name, arr in w.cols.items():
             setattr(self, name, arr.tolist())
         n = w.num_batches
@@ -120,9 +119,7 @@ class Columns:
             h, t = w.cols[hits], w.cols[whole]
             return [fraction(float(a), float(b)) for a, b in zip(h, t, strict=True)]
 
-        def size(name: str, per: str | None, default: float | None) -> list[float]:
-            if default is None:  # sizes not asked for (a design using Design.r / .R)
-                return []
+        def size(name: str, per: str | None, default: float) -> list[float]:
             if name not in w.cols:
                 return [float(default)] * n
             if per is None:
@@ -130,25 +127,16 @@ class Columns:
             return [float(a) / float(c) if c else float(default)
                     for a, c in zip(w.cols[name], w.cols[per], strict=True)]
 
-        self._size = size
-        self.ensure_sizes(r, R)
-        #: lookups / unique rows of each batch that hit in the GPU L2 or CPU LLC
-        self.l2 = frac("l2_hits", "accesses")
-        self.l2_update = frac("l2_update_hits", "unique")
-        self.llc = frac("llc_hits", "accesses")
-        self.llc_update = frac("llc_update_hits", "unique")
-
-
-    def ensure_sizes(self, r: float | None, R: float | None) -> None:
-        """Fill the per-batch row sizes (once) from the design's r and R."""
-        if getattr(self, "r", None):
-            return
-        size = self._size
         self.r = size("lookup_bytes", "accesses", r)
         self.R = size("unique_bytes", "unique", R)
         self.R_fill = size("fill_row_bytes", None, R)
         self.r_host = size("unplaced_lookup_bytes", None, r)
         self.R_host = size("unplaced_row_bytes", None, R)
+        #: lookups / unique rows of each batch that hit in the GPU L2 or CPU LLC
+        self.l2 = frac("l2_hits", "accesses")
+        self.l2_update = frac("l2_update_hits", "unique")
+        self.llc = frac("llc_hits", "accesses")
+        self.llc_update = frac("llc_update_hits", "unique")
 
 
 class InputCopies:
