@@ -51,7 +51,8 @@ class TablesConfig:
                                                         "min": 1})
 
 
-def _per_table(value: PerTable | None, n: int, default: int) -> tuple[int, ...]:
+def per_table(value: PerTable | None, n: int, default: int) -> tuple[int, ...]:
+    """One value for every table, or the list itself, as a tuple of n per-table values."""
     if value is None:
         return (default,) * n
     return tuple(value) if isinstance(value, tuple) else (value,) * n
@@ -90,15 +91,15 @@ class ModelConfig:
 
     @property
     def rows_per_table(self) -> tuple[int, ...]:
-        return _per_table(self.tables.rows, self.table_count, DEFAULT_ROWS)
+        return per_table(self.tables.rows, self.table_count, DEFAULT_ROWS)
 
     @property
     def dims(self) -> tuple[int, ...]:
-        return _per_table(self.tables.dim, self.table_count, 64)
+        return per_table(self.tables.dim, self.table_count, 64)
 
     @property
     def poolings(self) -> tuple[int, ...]:
-        return _per_table(self.pooling, self.table_count, 20)
+        return per_table(self.pooling, self.table_count, 20)
 
     def _state(self, dim: int) -> int:
         """Optimizer state per row, moved with the row (FBGEMM keeps it beside the weights)."""

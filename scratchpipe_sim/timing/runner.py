@@ -19,6 +19,7 @@ import numpy as np
 import simpy
 
 from scratchpipe_sim.config import Config
+from scratchpipe_sim.config.model import DEFAULT_ROWS, per_table
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing.counts import (
     Workload,
@@ -109,7 +110,7 @@ def sized_config(cfg: Config, trace: Trace) -> Config:
     elif not given_count:
         changes["tables"] = dataclasses.replace(m.tables, count=t)
     if m.tables.rows is not None:
-        rows = _expand(m.tables.rows, t)
+        rows = per_table(m.tables.rows, t, DEFAULT_ROWS)
         inferred = bool(trace.meta.get(ROWS_INFERRED))
         for k, (mine, theirs) in enumerate(zip(rows, trace_rows, strict=True)):
             if inferred and mine < theirs:
@@ -131,10 +132,6 @@ def sized_config(cfg: Config, trace: Trace) -> Config:
                             field="model.num_batches")
         changes["num_batches"] = trace.num_batches - warm
     return cfg.with_model(**changes) if changes else cfg
-
-
-def _expand(v: int | tuple[int, ...], n: int) -> tuple[int, ...]:
-    return tuple(v) if isinstance(v, tuple) else (v,) * n
 
 
 
@@ -228,6 +225,7 @@ class Replays:
         else:
             self.warm = int(wb)
         self._run = trace.slice(self.prefix - self.warm, trace.num_batches)
+        self._timed_trace = trace.slice(self.prefix, trace.num_batches)
         self._memo: dict = {}
         self._cache: dict[WorkloadKey, tuple[Workload, float]] = {}
 
@@ -252,6 +250,8 @@ class Replays:
             params.update(profile_fraction=frac, preload=True)
             k = dataclasses.replace(key, params=tuple(sorted(params.items())))
             w = workload(self.trace, k, cfg, self._memo, self.replay_cache).tail(self.prefix)
+        elif key.policy is None:  # no cache, nothing to warm: the timed batches alone
+            w = workload(self._timed_trace, key, cfg, self._memo, self.replay_cache)
         else:
             w = workload(self._run, key, cfg, self._memo, self.replay_cache).tail(self.warm)
         cols = self._onchip(key)
@@ -264,8 +264,7 @@ class Replays:
     def _table_bytes(self) -> dict[str, np.ndarray]:
         if "bytes" not in self._memo:
             m = self.cfg.model
-            timed = self.trace.slice(self.prefix, self.trace.num_batches)
-            self._memo["bytes"] = table_bytes(timed, m.row_bytes_per_table,
+            self._memo["bytes"] = table_bytes(self._timed_trace, m.row_bytes_per_table,
                                               m.moved_row_bytes_per_table)
         return dict(self._memo["bytes"])
 
