@@ -179,15 +179,17 @@ def run_cache(trace: Trace, policy: str | Policy, capacity: int | None = None,
 
 
 def replay_columns(trace: Trace, policy: Policy,
-                   chunk_accesses: int = DEFAULT_CHUNK_ACCESSES
+                   chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
+                   per_table: np.ndarray | None = None
                    ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Every per-batch column of one replay: `COUNTERS` plus the policy's `batch_columns()`
-    (int64, one entry per batch of the trace) and its `extra_totals()`.
+    (int64, one entry per batch of the trace) and its `extra_totals()`; `per_table`, if
+    given, accumulates accesses, hits, misses, unplaced per table as in `iter_cache`.
 
     This is what the replay cache stores (`scratchpipe_sim.replay_cache`).
     """
     out = np.zeros((NUM_COUNTERS, trace.num_batches), np.int64)
-    for first, counts in _replay(trace, policy, chunk_accesses, None, per_batch=True):
+    for first, counts in _replay(trace, policy, chunk_accesses, per_table, per_batch=True):
         out[:, first : first + len(counts)] = counts.T
     cols = {name: out[i] for i, name in enumerate(COUNTERS)}
     for name, col in policy.batch_columns().items():

@@ -15,7 +15,7 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy, replay_columns
+from scratchpipe_sim.policies.engine import make_policy, replay_columns
 from scratchpipe_sim.traces.trace import Trace
 
 
@@ -181,13 +181,9 @@ def policy_mix(trace: Trace, policy: str, capacity: int, r_t: tuple[int, ...],
                R_t: tuple[int, ...], **params: Any) -> tuple[Workload, dict[str, float]]:
     """`policy_counts` plus the mean row bytes of what the policy moves, from its per-table
     totals: fills (and, in steady state, the victims they displace) and unplaced rows."""
-    pol = make_policy(policy, capacity, trace.total_rows, **params)
     per = np.zeros((trace.num_tables, 4), np.int64)  # accesses, hits, misses, unplaced
-    out = np.zeros((trace.num_batches, len(COUNTERS)), np.int64)
-    for bc in iter_cache(trace, pol, per_table=per):
-        out[bc.first_batch : bc.first_batch + len(bc.counts)] = bc.counts
-    cols = {name: out[:, i].copy() for i, name in enumerate(COUNTERS)}
-    cols.update({k: np.asarray(v, np.int64) for k, v in pol.batch_columns().items()})
+    cols, extra = replay_columns(trace, make_policy(policy, capacity, trace.total_rows,
+                                                    **params), per_table=per)
     cols["samples"] = trace.samples_per_batch()
     r, R = np.asarray(r_t, float), np.asarray(R_t, float)
     filled, unplaced = per[:, 2] - per[:, 3], per[:, 3]
@@ -198,4 +194,4 @@ def policy_mix(trace: Trace, policy: str, capacity: int, r_t: tuple[int, ...],
 
     mix = {"fill_row_bytes": mean(filled, R), "unplaced_lookup_bytes": mean(unplaced, r),
            "unplaced_row_bytes": mean(unplaced, R)}
-    return Workload(policy, capacity, cols, pol.extra_totals()), mix
+    return Workload(policy, capacity, cols, extra), mix
