@@ -137,6 +137,8 @@ class Server:
     def _shares(self) -> dict[int, float]:
         """Fraction of the server each active transfer gets: equal shares, except that a
         transfer capped below its share gives the surplus to the others (water-filling)."""
+        if all(item[2] >= 1.0 for item in self._active.values()):  # no caps: no sort
+            return dict.fromkeys(self._active, 1.0 / len(self._active))
         items = sorted(self._active.items(), key=lambda kv: kv[1][2])
         left, n, out = 1.0, len(items), {}
         for i, (k, item) in enumerate(items):
