@@ -9,22 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference_policies_b import fmix64 as py_fmix64  # pure Python, independent of Numba's
 
 from scratchpipe_sim.timing.onchip import geometry, onchip_hits
 from scratchpipe_sim.traces.trace import Trace
-
-M64 = (1 << 64) - 1
-
-
-def py_fmix64(k: int) -> int:
-    """MurmurHash3 fmix64 in Python integers (independent of the Numba one)."""
-    k &= M64
-    k ^= k >> 33
-    k = (k * 0xFF51AFD7ED558CCD) & M64
-    k ^= k >> 33
-    k = (k * 0xC4CEB9FE1A85EC53) & M64
-    k ^= k >> 33
-    return k
 
 
 def reference(trace: Trace, capacity: int, ways: int) -> tuple[list[int], list[int]]:
