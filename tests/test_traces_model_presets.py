@@ -14,16 +14,20 @@ def _load(name: str) -> dict:
     return yaml.safe_load((MODELS / f"{name}.yaml").read_text())
 
 
-@pytest.mark.parametrize("name", ["criteo-kaggle", "criteo-terabyte", "deeprecsys-rm1",
-                                  "deeprecsys-rm2", "deeprecsys-rm3"])
-def test_dlrm_shapes_add_up(name):
+@pytest.mark.parametrize("name,interaction", [
+    ("criteo-kaggle", "dot"), ("criteo-terabyte", "dot"), ("deeprecsys-rm1", "cat"),
+    ("deeprecsys-rm2", "cat"), ("deeprecsys-rm3", "cat")])
+def test_dlrm_shapes_add_up(name, interaction):
     m = _load(name)
     rows, dim = m["tables"]["rows"], m["tables"]["dim"]
     assert all(isinstance(r, int) and r > 0 for r in rows)
     assert m["tables"]["bytes_per_element"] == 4 and m["batch_size"] >= 1
-    assert m["bottom_mlp"][-1] == dim  # the dot interaction needs equal widths
+    assert m["bottom_mlp"][-1] == dim  # both interactions need equal widths
     n = len(rows) + 1  # pooled tables + the bottom MLP output
-    assert m["top_mlp"][0] == n * (n - 1) // 2 + dim  # DLRM: pairwise dots + bottom output
+    if interaction == "dot":  # DLRM: pairwise dots + bottom output
+        assert m["top_mlp"][0] == n * (n - 1) // 2 + dim
+    else:  # DeepRecSys's "cat": every vector side by side
+        assert m["top_mlp"][0] == n * dim
     assert m["top_mlp"][-1] == 1
     assert "Use as" in (MODELS / f"{name}.yaml").read_text()  # says how, with sources above
 
@@ -39,10 +43,11 @@ def test_criteo_row_counts():
     assert tb["pooling"] == kg["pooling"] == 1
 
 
-@pytest.mark.parametrize("name,tables,pooling", [("deeprecsys-rm1", 8, 80),
-                                                  ("deeprecsys-rm2", 32, 120),
-                                                  ("deeprecsys-rm3", 10, 20)])
-def test_deeprecsys_tables_and_lookups(name, tables, pooling):
+@pytest.mark.parametrize("name,tables,rows,pooling,dim", [
+    ("deeprecsys-rm1", 8, 4_000_000, 80, 32), ("deeprecsys-rm2", 32, 500_000, 120, 64),
+    ("deeprecsys-rm3", 10, 2_000_000, 20, 32)])
+def test_deeprecsys_tables_and_lookups(name, tables, rows, pooling, dim):
+    """The authors' released configs (harvard-acc/DeepRecSys models/configs/dlrm_rmN.json)."""
     m = _load(name)
-    assert len(m["tables"]["rows"]) == tables and m["pooling"] == pooling
-    assert m["tables"]["dim"] == 32
+    assert m["tables"]["rows"] == [rows] * tables and m["pooling"] == pooling
+    assert m["tables"]["dim"] == dim
