@@ -32,7 +32,14 @@ from scratchpipe_sim.config import Config, set_dotted
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing.designs import DESIGNS, baseline_design
 from scratchpipe_sim.timing.machine import Machine
-from scratchpipe_sim.timing.runner import Replays, build_trace, check_designs, summarize
+from scratchpipe_sim.timing.runner import (
+    Replays,
+    build_trace,
+    check_designs,
+    fit_trace,
+    sized_config,
+    summarize,
+)
 from scratchpipe_sim.traces.trace import Trace
 
 #: keys whose value changes the per-batch counts (on-chip hits), not only their price
@@ -65,6 +72,10 @@ class Sensitivity:
     lhs_values: list[list[float]] = field(default_factory=list)
     lhs: dict[str, list[float]] = field(default_factory=dict)
     seed: int = 0
+    #: range keys left at the config's value because a sweep sets them (fig2's PCIe rates)
+    pinned: list[str] = field(default_factory=list)
+    #: design -> why it cannot run here (left out of every run; `skip_infeasible`)
+    infeasible: dict[str, str] = field(default_factory=dict)
 
     def runs(self) -> list[dict[str, float]]:
         """Every evaluated point (nominal, each one-at-a-time end, each LHS sample)."""
@@ -99,6 +110,14 @@ class Sensitivity:
                         out[(a, b)] = out.get((a, b), 0) + 1
         return out
 
+    def overtaken(self, design: str) -> int:
+        """Runs in which a design at most as fast as `design` at nominal passes it by more
+        than TIE: how often this design's place in the order is lost."""
+        nom = self.nominal
+        return sum(1 for run in self.runs()
+                   if any(b != design and nom[design] >= nom[b]
+                          and run[b] > run[design] * (1 + TIE) for b in self.designs))
+
     def changed_runs(self) -> int:
         nom = self.nominal
         return sum(1 for run in self.runs()
@@ -117,8 +136,11 @@ class Sensitivity:
             "summary": {d: {"nominal": self.nominal[d], "min": self.band(d)[0],
                             "max": self.band(d)[1],
                             "top": [{"key": k, "low": lo, "high": hi}
-                                    for k, lo, hi in self.swings(d)[:3]]}
+                                    for k, lo, hi in self.swings(d)[:3]],
+                            "overtaken_runs": self.overtaken(d)}
                         for d in self.designs},
+            "pinned": self.pinned,
+            "infeasible": self.infeasible,
             "nominal_order": list(self.order(self.nominal)),
             "runs": len(self.runs()),
             "order_changed_runs": self.changed_runs(),
@@ -196,6 +218,11 @@ class Pricer:
                       else [self.base, *self.designs])
         self._replays: dict[tuple, Replays] = {}
 
+    def drop(self, names: Sequence[str]) -> None:
+        """Leave `names` out of every later pricing (the baseline stays)."""
+        self.designs = [d for d in self.designs if d not in names]
+        self.names = [n for n in self.names if n not in names or n == self.base]
+
     def _replays_for(self, cfg: Config) -> Replays:
         hw = cfg.hardware
         geo = (hw.cpu.llc_MiB, hw.cpu.llc_ways, hw.gpu.l2_MiB, hw.gpu.l2_ways)
@@ -205,26 +232,57 @@ class Pricer:
             self._replays[geo] = Replays(cfg, self.trace, cached)
         return self._replays[geo]
 
-    def speedups(self, cfg: Config) -> dict[str, float]:
+    def iter_ns(self, cfg: Config, name: str) -> float:
+        """Mean iteration time of one design, as `simulate` reports it (same replays, same
+        SimPy run, same summary)."""
         replays = self._replays_for(cfg)
-        iters = {}
-        for name in self.names:
-            design = DESIGNS.get(name)(cfg)
-            w, _ = replays.get(design.workload_key())
-            env = simpy.Environment()
-            m = Machine(env, cfg, w.num_batches)
-            env.process(design.run(m, w))
-            env.run()
-            iters[name] = summarize(cfg, name, m, w)["iter_ns_mean"]
+        design = DESIGNS.get(name)(cfg)
+        w, _ = replays.get(design.workload_key())
+        env = simpy.Environment()
+        m = Machine(env, cfg, w.num_batches)
+        env.process(design.run(m, w))
+        env.run()
+        return summarize(cfg, name, m, w)["iter_ns_mean"]
+
+    def speedups(self, cfg: Config) -> dict[str, float]:
+        iters = {name: self.iter_ns(cfg, name) for name in self.names}
         return {d: iters[self.base] / iters[d] for d in self.designs}
+
+    def infeasible(self, cfg: Config) -> dict[str, str]:
+        """design -> the simulator's reason, for each design that cannot run on `cfg` (as
+        a sweep records it: scratchpipe's window does not fit the cache, say). Each design
+        is tried alone, so one that fails does not take the others' replays with it."""
+        bad: dict[str, str] = {}
+        for name in self.names:
+            if name == self.base:
+                continue
+            try:
+                DESIGNS.get(name)(cfg).workload_key()
+            except UserError as e:
+                bad[name] = e.line()
+        if bad:
+            self.drop(list(bad))
+        for name in list(self.names):
+            try:
+                self.iter_ns(cfg, name)
+            except UserError as e:
+                if name == self.base:
+                    raise
+                bad[name] = e.line()
+        self.drop(list(bad))
+        return bad
 
 
 def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: int = 32,
                     seed: int | None = None, trace: Trace | None = None,
-                    log: Callable[[str], None] | None = None) -> Sensitivity:
+                    log: Callable[[str], None] | None = None, pinned: Sequence[str] = (),
+                    skip_infeasible: bool = False) -> Sensitivity:
+    """Vary every range of `cfg` but the `pinned` keys (one at a time, then by Latin
+    hypercube). `skip_infeasible`: a design that cannot run on `cfg` is left out and its
+    reason kept in `infeasible` (a sweep's infeasible point), instead of failing the run."""
     names = check_designs(cfg, designs)
-    params = params_of(cfg)
-    if not params:
+    params = [p for p in params_of(cfg) if p.key not in set(pinned)]
+    if not cfg.hardware.ranges:
         raise UserError("no hardware.ranges in this config's preset: expected "
                         "{dotted.key: [low, high]} entries to vary", source=cfg.source,
                         field="hardware.ranges")
@@ -232,7 +290,11 @@ def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: 
         raise UserError(f"expected samples >= 0, got {samples}", field="--samples")
     seed = cfg.seed if seed is None else seed
     trace = build_trace(cfg) if trace is None else trace
+    cfg = sized_config(cfg, trace)  # exactly as `simulate` prices it
+    trace = fit_trace(trace, cfg)
     pricer = Pricer(cfg, names, trace)
+    infeasible = pricer.infeasible(cfg) if skip_infeasible else {}
+    names = [n for n in names if n not in infeasible]
     say = log or (lambda _s: None)
     say(f"sensitivity: nominal ({len(params)} ranges, {samples} LHS samples)")
     nominal = pricer.speedups(cfg)
@@ -241,8 +303,10 @@ def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: 
         say(f"sensitivity: {p.key} at {p.low:g} and {p.high:g}")
         oat[p.key] = (pricer.speedups(with_values(cfg, {p.key: p.low})),
                       pricer.speedups(with_values(cfg, {p.key: p.high})))
-    res = Sensitivity(names, params, nominal, oat, seed=seed)
-    if samples:
+    res = Sensitivity(names, params, nominal, oat, seed=seed,
+                      pinned=sorted(k for k in cfg.hardware.ranges if k in set(pinned)),
+                      infeasible=infeasible)
+    if samples and params:
         u = latin_hypercube(samples, len(params), seed)
         lows = np.array([p.low for p in params])
         highs = np.array([p.high for p in params])
