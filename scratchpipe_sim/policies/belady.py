@@ -15,11 +15,15 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.policies._hashmap import erase, map_keys, new_map, probe
+from scratchpipe_sim.policies._hashmap import erase, home, map_keys, new_map, probe
 from scratchpipe_sim.policies._heap import increase_key, insert, replace_top
+from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, UNPLACED, Policy
 
 _SIZE, _HEAP = 0, 1
+#: prefetch distances in accesses (hints only, see _prefetch.py): the map bucket of access
+#: j + FAR, the heap position of its slot at j + MID, the heap entry at j + NEAR
+PF_FAR, PF_MID, PF_NEAR = 24, 12, 4
 
 
 class _MIN(Policy):
@@ -60,10 +64,25 @@ def _min_chunk(ids, batch_ptr, next_use, bypass, keys, vals, mask, shift, slot_i
                pos, state, outcome, events):
     cap = len(slot_id)
     size = state[0]
+    n = len(ids)
     for b in range(len(batch_ptr) - 1):
         fills = 0
         evictions = 0
         for j in range(batch_ptr[b], batch_ptr[b + 1]):
+            if j + PF_FAR < n:
+                q = home(ids[j + PF_FAR], shift)
+                prefetch(keys, q)
+                prefetch(vals, q)
+            if j + PF_MID < n:
+                q = home(ids[j + PF_MID], shift)
+                if keys[q] == ids[j + PF_MID]:
+                    prefetch(pos, vals[q])
+            if j + PF_NEAR < n:
+                q = home(ids[j + PF_NEAR], shift)
+                if keys[q] == ids[j + PF_NEAR]:
+                    q = pos[vals[q]]
+                    prefetch(hk, q)
+                    prefetch(hs, q)
             r = ids[j]
             nu = next_use[j]
             p = probe(keys, mask, shift, r)

@@ -13,10 +13,21 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.policies._hashmap import erase_pair, new_pair_map, pair_map_keys, probe_pair
+from scratchpipe_sim.policies._hashmap import (
+    erase_pair,
+    home,
+    new_pair_map,
+    pair_map_keys,
+    probe_pair,
+)
+from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, Policy
 
 _SIZE, _HEAD, _TAIL = 0, 1, 2
+#: prefetch distances in accesses: the map bucket of access j + FAR, then (read from the
+#: bucket, by then in cache) the links of the slot of access j + MID, then the links of its
+#: list neighbours at j + NEAR (a hit unlinks the slot between them)
+PF_FAR, PF_MID, PF_NEAR = 24, 12, 4
 
 
 @POLICIES.register("lru")
@@ -45,10 +56,23 @@ def _lru_chunk(ids, batch_ptr, table, mask, shift, slot_id, links, state, outcom
     size = state[_SIZE]
     head = state[_HEAD]
     tail = state[_TAIL]
+    n = len(ids)
     for b in range(len(batch_ptr) - 1):
         fills = 0
         evictions = 0
         for j in range(batch_ptr[b], batch_ptr[b + 1]):
+            if j + PF_FAR < n:  # hints only: see _prefetch.py
+                prefetch(table, 2 * home(ids[j + PF_FAR], shift))
+            if j + PF_MID < n:
+                q = home(ids[j + PF_MID], shift)
+                if table[q, 0] == ids[j + PF_MID]:
+                    prefetch(links, 2 * table[q, 1])
+            if j + PF_NEAR < n:
+                q = home(ids[j + PF_NEAR], shift)
+                if table[q, 0] == ids[j + PF_NEAR]:
+                    q = table[q, 1]
+                    prefetch(links, 2 * max(links[q, 0], 0))
+                    prefetch(links, 2 * max(links[q, 1], 0))
             r = ids[j]
             p = probe_pair(table, mask, shift, r)
             if table[p, 0] == r:
@@ -86,6 +110,11 @@ def _lru_chunk(ids, batch_ptr, table, mask, shift, slot_id, links, state, outcom
                 p = probe_pair(table, mask, shift, r)  # the erase may have moved entries
                 if s != head:
                     tail = links[s, 0]
+                    # the next victims: the new tail's bucket, its predecessor's slot
+                    prefetch(table, 2 * home(slot_id[tail], shift))
+                    q = max(links[tail, 0], 0)
+                    prefetch(slot_id, q)
+                    prefetch(links, 2 * q)
                     links[tail, 1] = -1
                     links[s, 0] = -1
                     links[s, 1] = head
