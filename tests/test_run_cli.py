@@ -155,3 +155,34 @@ def test_resolved_config_reruns_to_identical_numbers(cfg_file, tmp_path, capsys)
     assert strip(first) == strip(second)
     assert (a / "trace.sha256").read_text() == (b / "trace.sha256").read_text()
     assert first[0]["iter_ns_mean"] > 0
+
+
+def test_help_without_importing_subcommands_equals_the_full_parser():
+    from scratchpipe_sim.cli import COMMANDS, build_parser
+
+    full = build_parser()
+    assert build_parser(None).format_help() == full.format_help()
+    sub = next(a for a in full._actions if a.dest == "command")
+    assert {c.dest: c.help for c in sub._choices_actions} == COMMANDS
+    # each command alone: its own parser is the full one's, the others stubs
+    assert build_parser("run")._actions[-1].choices["run"].format_help() == \
+        sub.choices["run"].format_help()
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["--version"], set()),
+    (["--help"], set()),
+    (["bogus"], set()),
+    (["config", "--help"], {"config"}),
+    (["--bad", "config"], {"config"}),
+])
+def test_main_imports_only_the_chosen_subcommand(argv, expect):
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom scratchpipe_sim.cli import COMMANDS, main\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            "print(sorted(c for c in COMMANDS if 'scratchpipe_sim.cli.' + c in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip().splitlines()[-1]
+    assert set(eval(out)) == expect  # noqa: S307

@@ -3,6 +3,11 @@
 Each module in `COMMANDS` defines `register(subparsers)`, which adds its parser and sets
 `func=handler(args) -> int`. User mistakes raise `UserError`: printed as one line on stderr,
 exit status 2, no traceback.
+
+Start-up: `main` imports only the chosen subcommand's module (they pull in numba, pandas,
+SimPy, matplotlib...: seconds). The other commands get a stub parser carrying the one-line
+help of `COMMANDS`, so `--help`, `--version` and unknown-command errors import none of them
+and print what the full parser would (a test compares the two).
 """
 
 from __future__ import annotations
@@ -14,9 +19,23 @@ import sys
 from scratchpipe_sim import __version__
 from scratchpipe_sim.errors import UserError
 
-#: subcommand modules under scratchpipe_sim.cli, in the order `--help` lists them.
-COMMANDS = ("run", "cache", "trace", "config", "sweep", "plot", "compare", "calibrate",
-            "validate", "sensitivity", "plan")
+#: subcommand module under scratchpipe_sim.cli -> its one-line help, in `--help`'s order;
+#: each must equal the `help=` its module's register() passes (tests/test_run_cli.py).
+COMMANDS: dict[str, str] = {
+    "run": "simulate training-system designs on one trace and compare them",
+    "cache": "run one cache policy over a trace (hits, misses, evictions)",
+    "trace": "generate traces and print locality statistics",
+    "config": "show the fully resolved config",
+    "sweep": "run an experiment YAML (resumable, parallel)",
+    "plot": "draw a figure from sweep results (PNG + PDF)",
+    "compare": "speedup of every design over a baseline, per point",
+    "calibrate": "measure PCIe, HBM, DRAM and GEMM speed; write a hardware preset",
+    "validate": "compare the timing model with the GPU reference pipeline",
+    "sensitivity": "vary the unmeasured hardware constants (hardware.ranges)",
+    "plan": "smallest cache / lookahead / PCIe / GPUs that reach a target fraction of "
+            "gpu-only throughput, with a cost per sample",
+}
+_ALL = object()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,19 +45,33 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: object = _ALL) -> argparse.ArgumentParser:
+    """The full parser (every subcommand module imported); with `only=NAME` just that
+    module is imported and registered, with `only=None` none: the others are stubs that
+    carry their one-line help (enough for `--help` and for naming the choices)."""
     parser = _Parser(prog="scratchpipe-sim",
                      description="Simulate DLRM training with GPU embedding caches.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in COMMANDS:
-        importlib.import_module(f"scratchpipe_sim.cli.{name}").register(sub)
+    for name, help_line in COMMANDS.items():
+        if only is _ALL or only == name:
+            importlib.import_module(f"scratchpipe_sim.cli.{name}").register(sub)
+        else:
+            sub.add_parser(name, help=help_line)
     return parser
 
 
+def chosen_command(argv: list[str]) -> str | None:
+    """The subcommand `argv` names: its first word not starting with "-" (no top-level
+    option takes a value), when that is a command; else None."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(chosen_command(argv))
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
