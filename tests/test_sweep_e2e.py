@@ -125,3 +125,30 @@ def test_figures_mark_infeasible_designs_with_the_reason(swept):
     # the drawn scratchpipe line has only the points that ran
     line = next(ln for ln in ax.get_lines() if ln.get_label() == "scratchpipe")
     assert list(line.get_xdata()) == [30.0, 60.0]
+
+
+def test_no_cache_gives_identical_results_and_touches_no_replay_entry(tmp_path, monkeypatch,
+                                                                      capsys):
+    monkeypatch.setenv("SCRATCHPIPE_CACHE_DIR", str(tmp_path / "cache"))
+    exp = tmp_path / "nc.yaml"
+    exp.write_text(yaml.safe_dump({
+        "name": "nc", "base": {**TINY, "seed": 11}, "designs": ["hybrid", "lru-cache"],
+        "metrics": ["iter_ns_mean", "hit_ratio", "fills", "evictions"],
+        "sweep": {"grid": {"cache.load_factor": [0.05, 0.2]}}}))
+    replays = tmp_path / "cache" / "replays"
+    assert main(["sweep", str(exp), "--out", str(tmp_path / "a"), "-q", "--no-cache"]) == 0
+    assert not replays.exists() or not any(replays.iterdir())
+    assert main(["sweep", str(exp), "--out", str(tmp_path / "b"), "-q"]) == 0  # stores
+    stored = sorted(p.name for p in replays.iterdir())
+    assert stored  # one entry per (policy, capacity) at least
+    assert main(["sweep", str(exp), "--out", str(tmp_path / "c"), "-q"]) == 0  # reads
+    assert sorted(p.name for p in replays.iterdir()) == stored
+    tables = [(tmp_path / d / "results.csv").read_text() for d in "abc"]
+    assert tables[0] == tables[1] == tables[2]
+    rows = list(csv.DictReader(io.StringIO(tables[0])))
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
+    assert int(next(r for r in rows if r["design"] == "lru-cache")["fills"]) > 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    assert "--no-cache" in capsys.readouterr().out

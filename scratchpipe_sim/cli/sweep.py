@@ -32,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retry-failed", action="store_true",
                    help="run points recorded with errors again (infeasible results are "
                         "kept)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="recompute every policy replay instead of reading the on-disk replay "
+                        "cache (scratchpipe_sim.replay_cache; results are identical)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the points (hash and axis values) and exit")
     p.add_argument("--quiet", "-q", action="store_true",
@@ -58,7 +61,7 @@ def handle(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / spec.name
     summary = run_sweep(spec, out, jobs=args.jobs, executor=executor,
                         scheduler=args.scheduler, quiet=args.quiet,
-                        retry_failed=args.retry_failed)
+                        retry_failed=args.retry_failed, replay_cache=not args.no_cache)
     if args.json:
         print(json.dumps({"name": summary.name, "out": str(summary.out),
                           "points": summary.points, "designs": summary.designs,

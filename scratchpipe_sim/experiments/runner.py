@@ -8,6 +8,7 @@ function and used with the timing model unchanged.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import sys
 from dataclasses import dataclass, field
@@ -52,8 +53,9 @@ def _trace_key(config: dict) -> str:
                         "pooling": m.get("pooling"), "num_batches": m.get("num_batches")})
 
 
-def simulate_point(config: dict, designs: tuple) -> list[dict]:
-    """The real point function: validate the resolved config and run the timing model.
+def simulate_point(config: dict, designs: tuple, replay_cache: bool = True) -> list[dict]:
+    """The real point function: validate the resolved config and run the timing model
+    (`replay_cache=False`: recompute policy replays instead of reading the on-disk cache).
 
     The trace is built once per worker process (after a memory estimate) and reused by
     later points with the same trace-determining keys. When the designs together fail (one
@@ -77,14 +79,15 @@ def simulate_point(config: dict, designs: tuple) -> list[dict]:
         _TRACE_CACHE.clear()
         _TRACE_CACHE[key] = trace
     try:
-        return list(simulate(cfg, designs=names, trace=trace))
+        return list(simulate(cfg, designs=names, trace=trace, replay_cache=replay_cache))
     except Exception as e:
         if len(names) == 1:
             return [_failed_row(names[0], e)]
     rows: list[dict] = []
     for name in names:
         try:
-            rows.extend(simulate(cfg, designs=[name], trace=trace))
+            rows.extend(simulate(cfg, designs=[name], trace=trace,
+                                 replay_cache=replay_cache))
         except Exception as e:
             rows.append(_failed_row(name, e))
     _fix_speedups(rows)
@@ -104,7 +107,8 @@ def _failed(r: dict) -> bool:
     return DESIGN_ERROR in r or DESIGN_INFEASIBLE in r
 
 
-def reported_metrics(config: dict, designs: tuple[str, ...]) -> set[str] | None:
+def reported_metrics(config: dict, designs: tuple[str, ...],
+                     replay_cache: bool = True) -> set[str] | None:
     """The metric names the simulator reports for `config`, from a few-batch run of each
     design (seconds, not the point's full run); None when no design could run that way."""
     from scratchpipe_sim import memory_guard
@@ -124,7 +128,7 @@ def reported_metrics(config: dict, designs: tuple[str, ...]) -> set[str] | None:
     names: set[str] = set()
     for d in designs:
         try:
-            for r in simulate(cfg, designs=[d]):
+            for r in simulate(cfg, designs=[d], replay_cache=replay_cache):
                 names.update(r)
         except Exception:
             continue
@@ -246,12 +250,18 @@ def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
               executor: str | None = None, scheduler: str | None = None,
               run_point: PointFn | None = None, resolver: Resolver | None = None,
               quiet: bool = False, retry_failed: bool = False,
-              stream: TextIO | None = None) -> SweepSummary:
-    """Run every unfinished point of `spec` into the results folder `out`."""
+              stream: TextIO | None = None, replay_cache: bool = True) -> SweepSummary:
+    """Run every unfinished point of `spec` into the results folder `out`.
+
+    `replay_cache=False` (`sweep --no-cache`): the simulator recomputes every policy replay
+    instead of reading the on-disk replay cache (identical results)."""
     if jobs < 1:
         raise UserError(f"expected --jobs >= 1, got {jobs}", field="--jobs")
     executor = executor or ("process" if jobs > 1 else "local")
-    run_point = run_point or simulate_point
+    real = run_point is None
+    if run_point is None:
+        run_point = (simulate_point if replay_cache
+                     else functools.partial(simulate_point, replay_cache=False))
     stream = stream or sys.stderr
     points = expand_points(spec, resolver)
     designs = _designs_of(points, spec)
@@ -263,9 +273,9 @@ def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
         "columns": columns_for(spec.axes, metrics), "figures": spec.figures,
         "points": len(points), "scratchpipe_sim": __version__,
     }
-    if run_point is simulate_point and points:
+    if real and points:
         # a metric typo fails here, before any point runs and before the folder is made
-        reported = reported_metrics(points[0].config, designs)
+        reported = reported_metrics(points[0].config, designs, replay_cache)
         if reported is not None:
             check_metrics(metrics, reported, spec)
     store = ResultStore.open(out, manifest, [
