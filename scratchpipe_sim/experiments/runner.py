@@ -53,6 +53,25 @@ def _trace_key(config: dict) -> str:
                         "pooling": m.get("pooling"), "num_batches": m.get("num_batches")})
 
 
+def point_trace(config: dict, cfg: Any, cache: bool = True) -> Any:
+    """The trace of a sweep point, built once per worker process (after a memory estimate)
+    and reused by later points with the same trace-determining keys (`cache=False`: a
+    generated trace is not read from or written to the on-disk trace cache)."""
+    from scratchpipe_sim import memory_guard
+    from scratchpipe_sim.timing import build_trace
+
+    key = _trace_key(config)
+    trace = _TRACE_CACHE.get(key)
+    if trace is None:
+        memory_guard.check_config(cfg, source="sweep point")
+        trace = build_trace(cfg, cache=cache)
+        memory_guard.check_run(trace.total_rows, trace.num_accesses, source="sweep point",
+                               field="trace.path")
+        _TRACE_CACHE.clear()
+        _TRACE_CACHE[key] = trace
+    return trace
+
+
 def simulate_point(config: dict, designs: tuple, replay_cache: bool = True) -> list[dict]:
     """The real point function: validate the resolved config and run the timing model
     (`replay_cache=False`: recompute policy replays instead of reading the on-disk cache).
@@ -63,21 +82,12 @@ def simulate_point(config: dict, designs: tuple, replay_cache: bool = True) -> l
     failing one gets an infeasible (`DESIGN_INFEASIBLE`: the simulator's UserError) or
     error (`DESIGN_ERROR`: any other exception) row and the others keep their numbers.
     """
-    from scratchpipe_sim import memory_guard
     from scratchpipe_sim.config import Config
-    from scratchpipe_sim.timing import build_trace, simulate
+    from scratchpipe_sim.timing import simulate
 
     cfg = Config.from_dict(config, source="sweep point")
     names = list(designs) or list(cfg.designs)
-    key = _trace_key(config)
-    trace = _TRACE_CACHE.get(key)
-    if trace is None:
-        memory_guard.check_config(cfg, source="sweep point")
-        trace = build_trace(cfg)
-        memory_guard.check_run(trace.total_rows, trace.num_accesses, source="sweep point",
-                               field="trace.path")
-        _TRACE_CACHE.clear()
-        _TRACE_CACHE[key] = trace
+    trace = point_trace(config, cfg, replay_cache)
     try:
         return list(simulate(cfg, designs=names, trace=trace, replay_cache=replay_cache))
     except Exception as e:

@@ -492,26 +492,14 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-_TRACES: dict[str, Trace] = {}
-
-
 def band_point(config: dict, designs: tuple, *, samples: int, seed: int | None,
                pinned: tuple[str, ...] = ()) -> list[dict]:
     """One sweep point's analysis (a point function for experiments.executors): the
     resolved config as `sweep` runs it, its trace built once per worker process."""
-    from scratchpipe_sim import memory_guard  # noqa: PLC0415
-    from scratchpipe_sim.experiments.runner import _trace_key  # noqa: PLC0415
+    from scratchpipe_sim.experiments.runner import point_trace  # noqa: PLC0415
 
     cfg = Config.from_dict(config, source="sweep point")
-    key = _trace_key(config)
-    trace = _TRACES.get(key)
-    if trace is None:
-        memory_guard.check_config(cfg, source="sweep point")
-        trace = build_trace(cfg)
-        memory_guard.check_run(trace.total_rows, trace.num_accesses, source="sweep point",
-                               field="trace.path")
-        _TRACES.clear()
-        _TRACES[key] = trace
+    trace = point_trace(config, cfg)
     res = run_sensitivity(cfg, list(designs) or None, samples=samples, seed=seed,
                           trace=trace, pinned=pinned, skip_infeasible=True)
     return [{"sensitivity": res.to_json()}]
