@@ -19,6 +19,7 @@ import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import (
     EVICTIONS,
     FILLS,
@@ -43,6 +44,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 #: most batches per engine chunk (bounds the per-batch buffers at small batch sizes)
 MAX_CHUNK_BATCHES = 1 << 16
 _IN_MEMORY_NEXT_USE = 1 << 26
+_PF_NEXT_USE = 16  # prefetch distance of the next-use pass, in accesses
 
 
 @dataclass(frozen=True)
@@ -140,12 +142,12 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
         if totals is None:
             counts = np.zeros((nbat, NUM_COUNTERS), np.int64)
             _count_chunk(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch,
-                         outcome, events, seen.keys, seen.stamps, seen.shift, counts, 1, tables,
+                         outcome, events, seen.slots, seen.shift, counts, 1, tables,
                          per_table is not None)
             yield chunk.first_batch, counts
         else:
             _count_chunk(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch,
-                         outcome, events, seen.keys, seen.stamps, seen.shift, totals, 0, tables,
+                         outcome, events, seen.slots, seen.shift, totals, 0, tables,
                          per_table is not None)
             yield chunk.first_batch, totals
     policy.finish()
@@ -232,6 +234,8 @@ def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
 @nb.njit(cache=True)
 def _next_use_backward_narrow(ids, base, last, out):
     for j in range(len(ids) - 1, -1, -1):
+        if j >= _PF_NEXT_USE:  # a hint (see _prefetch.py): `last` is one entry per row
+            prefetch(last, ids[j - _PF_NEXT_USE])
         r = ids[j]
         p = last[r]
         out[j] = NO_NEXT_USE if p < 0 else p
@@ -241,6 +245,8 @@ def _next_use_backward_narrow(ids, base, last, out):
 @nb.njit(cache=True)
 def _next_use_backward(ids, base, last, out):
     for j in range(len(ids) - 1, -1, -1):
+        if j >= _PF_NEXT_USE:
+            prefetch(last, ids[j - _PF_NEXT_USE])
         r = ids[j]
         out[j] = last[r]
         last[r] = base + j
@@ -252,20 +258,19 @@ class _SeenSet:
     Why a per-batch hash set: a stamp per row (`seen[row] = batch`) costs one random DRAM
     access per access once the rows outgrow the last-level cache (as much as the LRU kernel
     itself); a set sized to the largest batch (>= 2x its accesses, a power of two) stays in
-    L1/L2 and needs no clearing (entries carry their batch stamp). Batches comparable to the
-    table size fall back to the per-row stamp array (`shift` < 0: the key is the index).
+    L1/L2 and needs no clearing (entries carry their batch stamp). Key and stamp sit side by
+    side (`slots[i] = (row, batch)`: one cache line a probe). Batches comparable to the
+    table size fall back to a stamp per row (`shift` < 0: `slots[row, 1]`, no hashing).
     """
 
     def __init__(self, trace: Trace, ptr: np.ndarray):
         biggest = _largest_batch(ptr)
         bits = max(3, (2 * max(biggest, 1) - 1).bit_length())
         if (1 << bits) >= trace.total_rows:
-            self.keys = np.zeros(1, np.int64)
-            self.stamps = np.full(trace.total_rows, -1, np.int64)
+            self.slots = np.full((trace.total_rows, 2), -1, np.int64)
             self.shift = -1
         else:
-            self.keys = np.zeros(1 << bits, np.int64)
-            self.stamps = np.full(1 << bits, -1, np.int64)
+            self.slots = np.full((1 << bits, 2), -1, np.int64)
             self.shift = 64 - bits
 
 
@@ -278,27 +283,27 @@ def _largest_batch(ptr):
 
 
 @nb.njit(cache=True)
-def _first_in_batch(r, stamp, keys, stamps, shift):
+def _first_in_batch(r, stamp, slots, shift):
     """True the first time row r is marked with `stamp` (= its batch)."""
     if shift < 0:
-        if stamps[r] == stamp:
+        if slots[r, 1] == stamp:
             return False
-        stamps[r] = stamp
+        slots[r, 1] = stamp
         return True
-    mask = len(stamps) - 1
+    mask = len(slots) - 1
     i = np.int64((np.uint64(r) * _GOLDEN) >> np.uint64(shift))
-    while stamps[i] == stamp:
-        if keys[i] == r:
+    while slots[i, 1] == stamp:
+        if slots[i, 0] == r:
             return False
         i = (i + 1) & mask
-    stamps[i] = stamp
-    keys[i] = r
+    slots[i, 0] = r
+    slots[i, 1] = stamp
     return True
 
 
 @nb.njit(cache=True)
-def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, keys, stamps, shift,
-                 counts, stride, per_table, do_tables):
+def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, shift, counts,
+                 stride, per_table, do_tables):
     """One pass over a chunk's outcomes adding every counter of batch b to `counts[b * stride]`
     (stride 1: per batch; stride 0: totals only), and per-table counts if `do_tables`."""
     for b in range(len(batch_ptr) - 1):
@@ -318,7 +323,7 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, keys, sta
             stamp = first_batch + b
             for j in range(lo, hi):  # branch-free counting: outcomes are unpredictable
                 o = outcome[j]
-                first = _first_in_batch(ids[j], stamp, keys, stamps, shift)
+                first = _first_in_batch(ids[j], stamp, slots, shift)
                 uniq += first
                 hits += o == 0
                 unpl += o == 2

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.policies._hashmap import erase, map_keys, new_map, probe
+from scratchpipe_sim.policies._hashmap import erase, home, map_keys, new_map, probe
+from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, Policy
 
 # state: resident rows, first (least-frequent) bucket, free-bucket stack depth
@@ -29,12 +30,13 @@ class LFU(Policy):
         slots = min(self.capacity, self.num_rows)
         self.keys, self.vals, self.mask, self.shift = new_map(slots)
         self.slot_id = np.full(slots, -1, np.int64)
-        # per slot: previous / next row in its bucket, and its bucket
-        self.items = np.full((3, slots), -1, np.int32)
+        # per slot: previous / next row in its bucket, and its bucket (side by side, padded
+        # to 16 bytes: one cache line per slot)
+        self.items = np.full((slots, 4), -1, np.int32)
         nbuckets = slots + 1  # <= slots non-empty buckets plus one being created
         self.bfreq = np.zeros(nbuckets, np.int64)
-        # per bucket: previous / next bucket, first (LRU) / last (MRU) row
-        self.blinks = np.full((4, nbuckets), -1, np.int32)
+        # per bucket: previous / next bucket, first (LRU) / last (MRU) row (side by side)
+        self.blinks = np.full((nbuckets, 4), -1, np.int32)
         self.free = np.arange(nbuckets - 1, -1, -1, dtype=np.int32)
         self.state = np.array([0, -1, nbuckets], np.int64)
 
@@ -49,42 +51,44 @@ class LFU(Policy):
     def frequencies(self) -> dict[int, int]:
         """Resident row -> in-cache frequency (for tests)."""
         size = int(self.state[_SIZE])
-        return {int(self.slot_id[s]): int(self.bfreq[self.items[2, s]]) for s in range(size)}
+        return {int(self.slot_id[s]): int(self.bfreq[self.items[s, 2]]) for s in range(size)}
 
 
-_IP, _IN, _IB = 0, 1, 2  # item rows
-_BP, _BN, _BH, _BT = 0, 1, 2, 3  # bucket rows
+_IP, _IN, _IB = 0, 1, 2  # item columns
+_BP, _BN, _BH, _BT = 0, 1, 2, 3  # bucket columns
+#: prefetch distances in accesses: map bucket, then the slot's item, then its bucket
+PF_FAR, PF_MID, PF_NEAR = 24, 12, 4
 
 
 @nb.njit(cache=True)
 def _item_remove(items, blinks, s):
     """Unlink slot s from its bucket's row list; True when the bucket became empty."""
-    b = items[_IB, s]
-    p = items[_IP, s]
-    n = items[_IN, s]
+    b = items[s, _IB]
+    p = items[s, _IP]
+    n = items[s, _IN]
     if p >= 0:
-        items[_IN, p] = n
+        items[p, _IN] = n
     else:
-        blinks[_BH, b] = n
+        blinks[b, _BH] = n
     if n >= 0:
-        items[_IP, n] = p
+        items[n, _IP] = p
     else:
-        blinks[_BT, b] = p
-    return blinks[_BH, b] < 0
+        blinks[b, _BT] = p
+    return blinks[b, _BH] < 0
 
 
 @nb.njit(cache=True)
 def _item_append(items, blinks, s, b):
     """Append slot s as the most recent row of bucket b."""
-    t = blinks[_BT, b]
-    items[_IP, s] = t
-    items[_IN, s] = -1
-    items[_IB, s] = b
+    t = blinks[b, _BT]
+    items[s, _IP] = t
+    items[s, _IN] = -1
+    items[s, _IB] = b
     if t >= 0:
-        items[_IN, t] = s
+        items[t, _IN] = s
     else:
-        blinks[_BH, b] = s
-    blinks[_BT, b] = s
+        blinks[b, _BH] = s
+    blinks[b, _BT] = s
 
 
 @nb.njit(cache=True)
@@ -94,37 +98,55 @@ def _lfu_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, items, bfreq, b
     size = state[_SIZE]
     first = state[_FIRST]
     nfree = state[_NFREE]
+    n = len(ids)
     for b in range(len(batch_ptr) - 1):
         fills = 0
         evictions = 0
         for j in range(batch_ptr[b], batch_ptr[b + 1]):
+            if j + PF_FAR < n:  # hints only (see _prefetch.py)
+                q = home(ids[j + PF_FAR], shift)
+                prefetch(keys, q)
+                prefetch(vals, q)
+            if j + PF_MID < n:
+                q = home(ids[j + PF_MID], shift)
+                if keys[q] == ids[j + PF_MID]:
+                    prefetch(items, 4 * vals[q])
+            if j + PF_NEAR < n:
+                q = home(ids[j + PF_NEAR], shift)
+                if keys[q] == ids[j + PF_NEAR]:
+                    s = vals[q]
+                    prefetch(items, 4 * max(items[s, _IP], 0))
+                    prefetch(items, 4 * max(items[s, _IN], 0))
+                    q = max(items[s, _IB], 0)
+                    prefetch(blinks, 4 * q)
+                    prefetch(bfreq, q)
             r = ids[j]
             p = probe(keys, mask, shift, r)
             if keys[p] == r:
                 outcome[j] = HIT
                 s = vals[p]
-                bk = items[_IB, s]
+                bk = items[s, _IB]
                 f = bfreq[bk]
-                nb_ = blinks[_BN, bk]
+                nb_ = blinks[bk, _BN]
                 if nb_ < 0 or bfreq[nb_] != f + 1:  # create bucket f+1 after bk
                     nfree -= 1
                     nb_ = free[nfree]
                     bfreq[nb_] = f + 1
-                    blinks[_BH, nb_] = -1
-                    blinks[_BT, nb_] = -1
-                    blinks[_BP, nb_] = bk
-                    nn = blinks[_BN, bk]
-                    blinks[_BN, nb_] = nn
+                    blinks[nb_, _BH] = -1
+                    blinks[nb_, _BT] = -1
+                    blinks[nb_, _BP] = bk
+                    nn = blinks[bk, _BN]
+                    blinks[nb_, _BN] = nn
                     if nn >= 0:
-                        blinks[_BP, nn] = nb_
-                    blinks[_BN, bk] = nb_
+                        blinks[nn, _BP] = nb_
+                    blinks[bk, _BN] = nb_
                 if _item_remove(items, blinks, s):  # drop the empty bucket
-                    pb = blinks[_BP, bk]
+                    pb = blinks[bk, _BP]
                     if pb >= 0:
-                        blinks[_BN, pb] = nb_
+                        blinks[pb, _BN] = nb_
                     else:
                         first = nb_
-                    blinks[_BP, nb_] = pb
+                    blinks[nb_, _BP] = pb
                     free[nfree] = bk
                     nfree += 1
                 _item_append(items, blinks, s, nb_)
@@ -136,31 +158,37 @@ def _lfu_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, items, bfreq, b
                 size += 1
             else:  # evict the least recent row of the least-frequent bucket
                 bk = first
-                s = blinks[_BH, bk]
+                s = blinks[bk, _BH]
                 erase(keys, vals, mask, shift, probe(keys, mask, shift, slot_id[s]))
                 evictions += 1
                 p = probe(keys, mask, shift, r)
                 if _item_remove(items, blinks, s):
-                    first = blinks[_BN, bk]
+                    first = blinks[bk, _BN]
                     if first >= 0:
-                        blinks[_BP, first] = -1
+                        blinks[first, _BP] = -1
                     free[nfree] = bk
                     nfree += 1
             if first < 0 or bfreq[first] != 1:  # a bucket of frequency 1 at the front
                 nfree -= 1
                 nb_ = free[nfree]
                 bfreq[nb_] = 1
-                blinks[_BH, nb_] = -1
-                blinks[_BT, nb_] = -1
-                blinks[_BP, nb_] = -1
-                blinks[_BN, nb_] = first
+                blinks[nb_, _BH] = -1
+                blinks[nb_, _BT] = -1
+                blinks[nb_, _BP] = -1
+                blinks[nb_, _BN] = first
                 if first >= 0:
-                    blinks[_BP, first] = nb_
+                    blinks[first, _BP] = nb_
                 first = nb_
             _item_append(items, blinks, s, first)
             keys[p] = r
             vals[p] = s
             slot_id[s] = r
+            if size == cap:  # the next victim (a hint): its row, then that row's bucket
+                v = blinks[first, _BH]
+                prefetch(items, 4 * v)
+                q = home(slot_id[v], shift)
+                prefetch(keys, q)
+                prefetch(vals, q)
         events[b, 0] += fills
         events[b, 1] += evictions
         events[b, 2] += evictions
