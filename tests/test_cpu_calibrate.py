@@ -13,30 +13,48 @@ from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.cpu import bench
 from scratchpipe_sim.cpu.bench import CpuMeasurements
-from scratchpipe_sim.cpu.fit import cpu_preset_yaml, fit_cpu, llc_from_sysfs
+from scratchpipe_sim.cpu.fit import (
+    cpu_preset_yaml,
+    fit_aggregate,
+    fit_cpu,
+    fit_planner,
+    llc_from_sysfs,
+)
 from scratchpipe_sim.cuda.fit import fit_latency_bandwidth
 
 # known truth: every sample is exactly latency + bytes / rate (stream: bytes read)
 DRAM_GBPS, LAT_NS = 40.0, 2000.0
 GATHER = {64: 8.0, 128: 12.0, 256: 16.0, 512: 20.0}  # GB/s of rows on 2 threads
-ONE = {64: 4.5, 128: 6.5, 256: 9.0, 512: 10.0}  # GB/s on one thread
-AGG_NS_2T = 40.0  # ns per lookup on 2 threads
+ONE = {64: 4.5, 128: 6.5, 256: 9.0, 512: 10.0}  # GB/s on one thread (hot set)
+COLD_ONE = {64: 2.0, 128: 3.0, 256: 3.5, 512: 4.0}  # GB/s of uniform rows on one thread
+AGG_LOOKUP, AGG_ROW = 25.0, 70.0  # core-ns per lookup (beyond the op) and per unique row
 
 
 def synthetic() -> CpuMeasurements:
     m = CpuMeasurements(threads=[1, 2], reps=3)
     for s in (1e7, 4e7, 1.6e8):
         m.stream.append((s, LAT_NS * 1e-9 + s / (DRAM_GBPS * 1e9)))
+    pe = GATHER[256] / (2 * ONE[256])  # what the fit finds (hot-set scaling at 256 B)
+    op = max(ONE.values())
     for rb, g in GATHER.items():
         for n in (1e5, 1e6, 4e6):
             m.gather.append((float(rb), n, LAT_NS * 1e-9 + n / (g * 1e9)))
+            m.gather_one.append((float(rb), n, LAT_NS * 1e-9 + n / (COLD_ONE[rb] * 1e9)))
             m.scaling.append((2.0, float(rb), n, LAT_NS * 1e-9 + n / (g * 1e9)))
             m.scaling.append((1.0, float(rb), n, LAT_NS * 1e-9 + n / (ONE[rb] * 1e9)))
+        # aggregation: exactly fixed + (a x lookups + c x unique rows) / (2 threads x pe),
+        # a = AGG_LOOKUP + the op on the gradient row (rb / op), on rows repeated 1..20 times
         for a in (1e4, 1e5):
-            m.aggregate.append((float(rb), a, 5e-6 + a * AGG_NS_2T * 1e-9))
+            for k in (1, 2, 5, 20):
+                u = a / k
+                core_ns = a * (AGG_LOOKUP + rb / op) + u * AGG_ROW
+                m.aggregate.append((float(rb), a, u, 5e-6 + core_ns / (2 * pe) * 1e-9))
         m.apply.append(("sgd", float(rb), 1e5, float(rb), 0.01))
-    for mib, rate in ((1, 40.0), (2, 30.0), (4, 20.0), (8, 12.0), (16, 30.0), (32, 6.0)):
-        m.onchip.append((float(mib), 256.0, rate))  # 1.5 x the cold 16 GB/s at 256 B: 24
+    # hot sets on one thread: half the smallest set's 20 GB/s is 10 -> 1, 2, 4 MiB pass, 8
+    # is the first below (16 MiB's 15 GB/s after it is noise: it does not extend the LLC)
+    for mib, rate in ((1, 20.0), (2, 16.0), (4, 10.5), (8, 9.0), (16, 15.0), (32, 3.0)):
+        m.onchip.append((1.0, float(mib), 256.0, rate))
+        m.onchip.append((2.0, float(mib), 256.0, 1.8 * rate))
     m.latency_ns = 95.0
     m.plan_ns_per_id = np.float64(31.5)  # numpy scalars must still write as YAML
     m.plan_ids = 1000
@@ -63,16 +81,46 @@ def test_cpu_fit_recovers_every_constant():
     assert v["embedding_op_GBps"] == pytest.approx(max(ONE.values()))
     pe = GATHER[256] / (2 * ONE[256])
     assert v["parallel_efficiency"] == pytest.approx(pe, abs=1e-4)
-    op = max(ONE.values())
-    expect = np.median([AGG_NS_2T * 2 * pe - rb / op for rb in GATHER])
-    assert v["aggregate_ns_per_lookup"] == pytest.approx(expect, abs=0.01)
-    assert v["plan_ns_per_id"] == 31.5
-    # the usable LLC: up to the first hot set below 1.5x the cold rate (16 MiB's 30 GB/s is
-    # past it: noise does not extend it); its rate at half that size
-    assert (v["llc_MiB"], v["llc_ways"], v["llc_GBps"]) == (2.0, 16, 40.0)
+    # one core's miss rate: the one-thread uniform gather, median over row sizes
+    assert v["core_dram_GBps"] == pytest.approx(np.median(list(COLD_ONE.values())))
+    # both aggregation coefficients, exactly (rounded to 0.01 ns in the preset)
+    assert v["aggregate_ns_per_lookup"] == pytest.approx(AGG_LOOKUP, abs=0.006)
+    assert v["aggregate_ns_per_row"] == pytest.approx(AGG_ROW, abs=0.006)
+    # both planner coefficients, exactly
+    assert v["plan_ns_per_id"] == pytest.approx(40.0, abs=0.006)
+    assert v["plan_ns_per_eviction"] == pytest.approx(300.0, abs=0.006)
+    # the usable LLC: up to the first hot set below half the smallest set's rate; hits at
+    # the smallest set's rate, one thread's (core) and every thread's (the LLC server)
+    assert (v["llc_MiB"], v["llc_ways"]) == (4.0, 16)
+    assert v["core_llc_GBps"] == 20.0 and v["llc_GBps"] == pytest.approx(36.0)
     assert set(cal.how) == set(v)  # every value says how it was measured
-    assert "40.0 ns per id + 300.0 ns per eviction" in cal.how["plan_ns_per_id"]
+    assert "40.0 ns per id, 300.0 ns per eviction" in cal.how["plan_ns_per_id"]
     assert len(cal.checks) == len(GATHER)
+
+
+def test_fit_aggregate_and_planner_recover_their_coefficients():
+    pts = [(n, n / k, 3e-6 + (n * 12.5 + n / k * 80.0) / 3.0 * 1e-9)
+           for n in (1e4, 3e4, 1e5) for k in (1, 3, 10)]
+    a, c = fit_aggregate(pts, 3.0)
+    assert (a, c) == (pytest.approx(12.5, rel=1e-9), pytest.approx(80.0, rel=1e-9))
+    with pytest.raises(ValueError):  # one repetition: per lookup and per row are one term
+        fit_aggregate([(n, n, 1e-3 * n) for n in (1e4, 2e4, 3e4)], 1.0)
+    b = [(i, e, (i * 55.0 + e * 150.0) * 1e-9) for i, e in ((1e5, 0), (2e5, 1e4), (1e5, 3e4))]
+    assert fit_planner(b) == (pytest.approx(55.0, rel=1e-9), pytest.approx(150.0, rel=1e-9))
+    # evictions per id constant: the two terms cannot be told apart
+    assert fit_planner([(1e5, 1e4, 1e-3), (2e5, 2e4, 2e-3), (3e5, 3e4, 3e-3)]) is None
+    # a negative per-eviction slope (noise) is refitted as zero: ids alone
+    neg = [(1e5, 0.0, 4e-3), (1e5, 1e4, 3.9e-3), (2e5, 2e4, 8e-3)]
+    a, c = fit_planner(neg)
+    assert c == 0.0 and a == pytest.approx((1e5 * 4e-3 + 1e5 * 3.9e-3 + 2e5 * 8e-3)
+                                           / (2 * 1e10 + 4e10) * 1e9)
+
+
+def test_planner_without_a_two_term_fit_writes_one_term():
+    m = synthetic()
+    m.plan_batches = [(1e5, 1e4, 1e-3)] * 4  # no variation in evictions per id
+    v = fit_cpu(m).values
+    assert v["plan_ns_per_id"] == 31.5 and v["plan_ns_per_eviction"] == 0.0
 
 
 def _write(tmp_path, base):
@@ -92,7 +140,9 @@ def test_preset_merges_over_a_gpu_preset_and_comments_every_value(tmp_path):
     hw = load_config({"hardware": {"preset": str(path)}, "designs": ["hybrid"]}).hardware
     a100 = load_config({"hardware": {"preset": "a100-gen4"}, "designs": ["hybrid"]}).hardware
     assert hw.cpu.dram_GBps == cal.values["dram_GBps"]
-    assert hw.cpu.plan_ns_per_id == 31.5
+    assert hw.cpu.plan_ns_per_id == 40.0 and hw.cpu.plan_ns_per_eviction == 300.0
+    assert hw.cpu.aggregate_ns_per_row == AGG_ROW
+    assert hw.cpu.core_dram_GBps == cal.values["core_dram_GBps"]
     assert hw.gpu == a100.gpu and hw.pcie == a100.pcie
     assert hw.cpu.llc_ways == a100.cpu.llc_ways  # a key not measured keeps the base's
 
@@ -157,9 +207,11 @@ def test_microbenchmarks_record_every_sample_at_tiny_sizes():
     assert len(m.stream) == len(m.copy) == len(z.copy_bytes)
     assert len(m.gather) == len(z.row_bytes) * len(z.lookups)
     assert len(m.scaling) == len(z.row_bytes) * len(z.lookups)
-    assert len(m.aggregate) == len(z.row_bytes) * len(z.lookups)
+    assert len(m.aggregate) == len(z.row_bytes) * len(z.lookups) * len(z.repeats)
+    assert {round(n / u) for _, n, u, _ in m.aggregate} >= {1, 2}  # repetition varies
     assert len(m.apply) == 2 * len(z.row_bytes) * len(z.lookups)  # sgd and adagrad
-    assert [p[0] for p in m.onchip] == [1.0, 2.0]
+    assert [p[:2] for p in m.onchip] == [(1.0, 1.0), (1.0, 2.0)]
+    assert m.gather_one == []  # one thread only: m.gather is already one core's
     assert all(s > 0 for *_, s in m.stream + m.gather + m.aggregate)
     assert m.latency_ns > 0 and m.plan_ns_per_id > 0 and m.plan_ids > 0
     assert len(m.plan_batches) == z.plan_batches - 1

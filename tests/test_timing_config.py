@@ -36,6 +36,13 @@ BASE = {"model": {"tables": {"count": 2, "rows": 100}, "num_batches": 4, "warmup
     (["cache.warmup_batches=soon"], "cache.warmup_batches", "'auto'"),
     (["hardware.ranges={cpu.dram_GBps: [200, 100]}"], "hardware.ranges.cpu.dram_GBps",
      "low <= high"),
+    # the CPU cost terms of issue 11's model fixes
+    (["hardware.cpu.aggregate_ns_per_row=-1"], "hardware.cpu.aggregate_ns_per_row", ">= 0"),
+    (["hardware.cpu.plan_ns_per_eviction=-5"], "hardware.cpu.plan_ns_per_eviction", ">= 0"),
+    (["hardware.cpu.core_dram_GBps=0"], "hardware.cpu.core_dram_GBps", "> 0"),
+    (["hardware.cpu.core_llc_GBps=-2"], "hardware.cpu.core_llc_GBps", "> 0"),
+    (["hardware.ranges={cpu.plan_ns_per_eviction: [-10, 100]}"],
+     "hardware.ranges.cpu.plan_ns_per_eviction", "0 <= low"),
 ])
 def test_bad_timing_config(sets, field, words):
     with pytest.raises(UserError) as e:
@@ -60,3 +67,31 @@ def test_cli_window_below_depth_is_one_line_exit_2(tmp_path):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "cache.lookahead" in lines[0] and ">= 5" in lines[0]
+
+
+@pytest.mark.parametrize("key", ["cpu.core_dram_GBps", "cpu.core_llc_GBps",
+                                 "cpu.aggregate_ns_per_row", "cpu.plan_ns_per_eviction"])
+def test_new_cpu_keys_load_from_every_preset_and_round_trip(key, tmp_path):
+    """Each new constant has a value and a range in every shipped preset, and survives
+    `config show` -> load."""
+    from pathlib import Path
+
+    sec, name = key.split(".")
+    for preset in sorted(Path("configs/hardware").glob("*.yaml")):
+        cfg = load_config({**BASE, "hardware": {"preset": preset.stem}})
+        raw = yaml.safe_load(preset.read_text())
+        if "preset" not in raw:  # a base preset states every key itself
+            assert name in raw["cpu"], preset
+        assert key in cfg.hardware.ranges, preset
+        lo, hi = cfg.hardware.ranges[key]
+        assert lo <= getattr(cfg.hardware.cpu, name) <= hi, preset
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "hardware": {"preset": "a100-gen4",
+                                                         sec: {name: 7.5}}}))
+    shown = subprocess.run([sys.executable, "-m", "scratchpipe_sim", "config", "show",
+                            str(path)], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    again = tmp_path / "again.yaml"
+    again.write_text(shown.stdout)
+    assert getattr(load_config(str(again)).hardware.cpu, name) == 7.5
+    assert load_config(str(again)).hardware == load_config(str(path)).hardware

@@ -404,3 +404,98 @@ def test_deterministic_across_processes_and_hash_seeds(tmp_path):
         outs.append([{k: v for k, v in r.items() if k not in WALL} for r in rows])
     assert outs[0] == outs[1]
     assert len(outs[0]) == len(ALL)
+
+
+# -- the CPU cost terms of the Machine, in closed form ----------------------------------------
+CPU_TERMS = {"cores": 4, "parallel_efficiency": 0.5, "embedding_op_GBps": 10.0,
+             "core_dram_GBps": 2.0, "core_llc_GBps": 5.0, "dram_GBps": 100.0,
+             "dram_latency_ns": 0.0, "gather_efficiency": [[64, 0.5], [512, 0.5]],
+             "llc_MiB": 8.0, "llc_GBps": 50.0, "aggregate_ns_per_lookup": 6.0,
+             "aggregate_ns_per_row": 20.0, "plan_ns_per_id": 10.0,
+             "plan_ns_per_eviction": 50.0}
+
+
+def lone_time(part, cpu=None, cache=None):
+    """Time of one Machine helper alone on a fresh SimPy environment."""
+    from scratchpipe_sim.timing.machine import price_alone
+
+    cfg = load_config({"hardware": {"preset": "a100-gen4", "cpu": {**CPU_TERMS, **(cpu or {})}},
+                       "cache": cache or {}, "designs": ["hybrid"]})
+    return float(price_alone(cfg, 1, part, [0])[0])
+
+
+def test_cpu_gather_charges_hits_and_misses_in_sequence_on_the_cores():
+    # 1000 rows of 256 B, a quarter LLC hits: core-ns = 250 x 256 / 5 + 750 x 256 / 2;
+    # the cores do 4 x 0.5 = 2 core-ns per ns; DRAM (750 x 256 / 50) and LLC are faster
+    t = lone_time(lambda m, b: m.cpu_gather(1000, 256, b, "x", 0.25))
+    assert t == pytest.approx((250 * 256 / 5 + 750 * 256 / 2) / 2, rel=1e-12)
+    # a core never gathers faster than the op: op 1 GB/s caps both rates
+    t = lone_time(lambda m, b: m.cpu_gather(1000, 256, b, "x", 0.25),
+                  {"embedding_op_GBps": 1.0})
+    assert t == pytest.approx(1000 * 256 / 1.0 / 2, rel=1e-12)
+    # no LLC: every row is a miss, whatever the fraction says
+    t = lone_time(lambda m, b: m.cpu_gather(1000, 256, b, "x", 0.25), {"llc_MiB": 0})
+    assert t == pytest.approx(1000 * 256 / 2 / 2, rel=1e-12)
+    # fast cores: DRAM's misses (at dram_GBps x gather efficiency) set the time
+    t = lone_time(lambda m, b: m.cpu_gather(1000, 256, b, "x", 0.25),
+                  {"cores": 400, "dram_GBps": 1.0})
+    assert t == pytest.approx(750 * 256 / 0.5, rel=1e-12)
+
+
+def test_aggregation_has_a_per_lookup_and_a_per_unique_row_term():
+    # aggregation: A x (r / op + 6) + U x 20 core-ns (DRAM: A x r / 50, faster); then the
+    # update: 2U rows of R missed (core rate 2 GB/s)
+    A, U, r = 1000, 300, 256
+    t = lone_time(lambda m, b: m.cpu_backward(b, A, U, 0.0, r, r))
+    agg = (A * (r / 10 + 6) + U * 20) / 2
+    assert t == pytest.approx(agg + 2 * U * r / 2 / 2, rel=1e-12)
+    # doubling the unique rows at equal lookups adds exactly the per-row and update terms
+    t2 = lone_time(lambda m, b: m.cpu_backward(b, A, 2 * U, 0.0, r, r))
+    assert t2 - t == pytest.approx((U * 20 + 2 * U * r / 2) / 2, rel=1e-9)
+
+
+@pytest.mark.parametrize("threads, share", [(1, 1.0), (2, 1.0), (4, 2.0)])
+def test_plan_costs_ids_and_evictions_and_one_thread_keeps_a_whole_core(threads, share):
+    # 1000 ids x 10 + 100 evictions x 50 = 15000 core-ns. One thread runs at a whole core
+    # (no parallel efficiency); T > 1 threads at T x 0.5 cores.
+    t = lone_time(lambda m, b: m.plan(b, 1000, 100), cache={"plan_threads": threads})
+    assert t == pytest.approx(15000 / share, rel=1e-12)
+    # the cache section's per-id override still wins over the hardware's
+    t = lone_time(lambda m, b: m.plan(b, 1000, 100),
+                  cache={"plan_threads": 1, "plan_ns_per_id": 1.0})
+    assert t == pytest.approx(1000 * 1.0 + 100 * 50, rel=1e-12)
+
+
+@pytest.mark.parametrize("helper", ["collect", "write_back"])
+def test_collect_and_write_back_charge_the_staging_buffer(helper):
+    F, R = 500, 256
+    # core-bound: the F random rows at the core's miss rate (the staging side streams)
+    t = lone_time(lambda m, b: getattr(m, helper)(b, F, R))
+    assert t == pytest.approx(F * R / 2 / 2, rel=1e-12)
+    # DRAM-bound: the random rows at the gather efficiency plus F x R streamed through the
+    # same server (processor sharing: the work adds up), after one latency
+    cpu = {"cores": 400, "dram_GBps": 1.0, "dram_latency_ns": 100.0}
+    t = lone_time(lambda m, b: getattr(m, helper)(b, F, R), cpu)
+    assert t == pytest.approx(100.0 + F * R / 0.5 + F * R / 1.0, rel=1e-12)
+
+
+def test_scratchpipe_plan_stage_charges_the_policys_evictions():
+    # the planner alone in its group on one core (4 cores, plan_threads 1): its stage time is
+    # its work; the difference of two per-eviction prices is the batches' evictions x 1000
+    from scratchpipe_sim.timing.counts import policy_counts
+
+    def run(per_ev):
+        cfg = cfg_of(PLAIN, [f"hardware.cpu.plan_ns_per_eviction={per_ev}",
+                             "hardware.cpu.cores=4", "hardware.cpu.parallel_efficiency=1.0",
+                             "cache.plan_threads=1"])
+        return cfg, simulate(cfg, ["scratchpipe"])[0]
+
+    cfg, lo = run(0.0)
+    _, hi = run(1000.0)
+    trace = build_trace(cfg)
+    ev = policy_counts(trace, "scratchpipe", cfg.capacity_rows(),
+                       lookahead=cfg.cache.lookahead).cols["evictions"]
+    ev = ev[len(ev) - cfg.model.num_batches + cfg.model.warmup_batches:]
+    assert ev.sum() > 0
+    assert hi["stage_plan_ns"] - lo["stage_plan_ns"] == pytest.approx(1000 * ev.mean(),
+                                                                       rel=1e-9)

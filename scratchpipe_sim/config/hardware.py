@@ -61,12 +61,25 @@ class CpuConfig:
     parallel_efficiency: float = field(default=0.8, metadata={
         "help": "fraction of cores x per-core rate reached when every core works (scaling "
                 "loss of the CPU's embedding ops and the planner)", "gt": 0, "max": 1})
+    core_dram_GBps: float = field(default=6.0, metadata=_pos(
+        "one core's gather + pool rate of rows that miss to DRAM (bytes of rows; its "
+        "memory-level parallelism / loaded latency): core time of a missed row is "
+        "row bytes / min(this, embedding_op_GBps)"))
+    core_llc_GBps: float = field(default=15.0, metadata=_pos(
+        "one core's gather + pool rate of rows that hit the LLC (bytes of rows): core time "
+        "of a hit is row bytes / min(this, embedding_op_GBps)"))
     aggregate_ns_per_lookup: float = field(default=6.0, metadata=_nonneg(
-        "core-ns to sort/hash one pooled-gradient contribution into its row gradient "
+        "core-ns to add one pooled-gradient contribution into its row gradient "
         "(gradient aggregation, per lookup)"))
+    aggregate_ns_per_row: float = field(default=0.0, metadata=_nonneg(
+        "core-ns the gradient aggregation spends per unique row (slot allocation and first "
+        "touch of the row's gradient), beside aggregate_ns_per_lookup"))
     plan_ns_per_id: float = field(default=25.0, metadata=_nonneg(
         "ScratchPipe planner cost per looked-up id on one core (core-ns; our reference "
         "planner measured 25 ns on one thread; set by calibrate --cpu)"))
+    plan_ns_per_eviction: float = field(default=0.0, metadata=_nonneg(
+        "ScratchPipe planner cost per evicted row on one core (core-ns: the victim search), "
+        "beside plan_ns_per_id; set by calibrate --cpu"))
     llc_MiB: float = field(default=32.0, metadata=_nonneg(
         "last-level cache one socket's embedding ops share (0: none)"))
     llc_ways: int = field(default=16, metadata={"help": "LLC associativity", "min": 1})

@@ -6,11 +6,15 @@ squares `calibrate` fits to PCIe) separates a fixed cost per call from a rate:
     stream      parallel read of a buffer (traffic = bytes read: gathers are reads), plus
                 the classic copy (2 x bytes, reported) and a pointer chase (latency)
     gather      embedding-bag gather + pool of random rows (uniform ids over a table larger
-                than the LLC) by row size, on every thread; rate = bytes of rows gathered
-    threads     the same gather from an LLC-resident hot set on 1..T threads (the op's own
-                rate per core, and its scaling)
-    backward    gradient aggregation (lookups -> unique-row gradients) then the optimizer
-                apply (SGD, Adagrad), by row size
+                than the LLC, fresh ids every repetition) by row size, on every thread and
+                on one (a core's own miss rate); rate = bytes of rows gathered
+    threads     the same gather from a hot set in the core's caches on 1..T threads (the
+                op's own rate per core, and its scaling)
+    onchip      the gather from hot sets of 1 MiB .. 2 x the LLC, on one thread and on
+                every thread: the LLC a core can use and its rate from it
+    backward    gradient aggregation (lookups -> unique-row gradients) on ids of varied
+                repetition (every row used 1, 2, 5 or 20 times), then the optimizer apply
+                (SGD, Adagrad), by row size
     planner     the real `scratchpipe` policy kernel on a synthetic Zipf trace
 
 Ids are synthetic (uniform, or Zipf for the planner): calibration never sees the config's
@@ -45,16 +49,18 @@ class CpuBenchSizes:
     hot_bytes: int = 1 << 20  # a hot set that stays on chip (1 MiB, a core's L2 or less)
     onchip_max_MiB: int = 64  # hot sets of 1, 2, 4, ... MiB up to this (2 x a 32 MiB LLC)
     lookups: tuple[int, ...] = (1 << 14, 1 << 15, 1 << 16)
+    #: aggregation: each row of a batch used this many times (1 = uniform ids)
+    repeats: tuple[int, ...] = (1, 2, 5, 20)
     row_bytes: tuple[int, ...] = (64, 128, 256, 512)
     pooling: int = 20
     reps: int = 15
     plan_rows: int = 8_000_000
     plan_tables: int = 8
     plan_batch: int = 2048
-    plan_batches: int = 10
+    plan_batches: int = 30  # past 20: the policy's map (ghosts included) in steady state
     plan_lookahead: int = 5
     plan_load_factor: float = 0.05
-    plan_reps: int = 3
+    plan_reps: int = 2
 
 
 QUICK = CpuBenchSizes(stream_buffer_bytes=1 << 28, table_bytes=1 << 28, reps=7,
@@ -80,12 +86,15 @@ class CpuMeasurements:
     latency_ns: float | None = None
     #: (row_bytes, gathered bytes, seconds) on max(threads)
     gather: list[tuple[float, float, float]] = field(default_factory=list)
+    #: the same on one thread (when 1 is among the threads and max(threads) > 1)
+    gather_one: list[tuple[float, float, float]] = field(default_factory=list)
     #: (threads, row_bytes, gathered bytes, seconds) from an LLC-resident hot set
     scaling: list[tuple[float, float, float, float]] = field(default_factory=list)
-    #: (hot set MiB, row_bytes, GB/s of rows) of gathers from hot sets on max(threads)
-    onchip: list[tuple[float, float, float]] = field(default_factory=list)
-    #: (row_bytes, lookups, seconds) of the aggregation on max(threads)
-    aggregate: list[tuple[float, float, float]] = field(default_factory=list)
+    #: (threads, hot set MiB, row_bytes, GB/s of rows) of gathers from hot sets, on one
+    #: thread and on max(threads)
+    onchip: list[tuple[float, float, float, float]] = field(default_factory=list)
+    #: (row_bytes, lookups, unique rows, seconds) of the aggregation on max(threads)
+    aggregate: list[tuple[float, float, float, float]] = field(default_factory=list)
     #: (optimizer, row_bytes, unique rows, moved row bytes, seconds) of the apply
     apply: list[tuple[str, float, float, float, float]] = field(default_factory=list)
     plan_ns_per_id: float | None = None
@@ -140,16 +149,24 @@ def measure_stream(m: CpuMeasurements, z: CpuBenchSizes) -> None:
 
 def _pool_samples(m: CpuMeasurements, z: CpuBenchSizes, rb: int, store: np.ndarray,
                   rng: np.random.Generator) -> list[tuple[float, float]]:
+    """(bytes of rows, seconds) of gather + pool per lookup count. Every repetition draws
+    fresh ids (untimed): repeating one set of ids would leave its rows in the LLC and
+    flatter the best repetition."""
     dim = rb // 4
     out_samples = []
     for n in z.lookups:
-        ids = rng.integers(0, store.shape[0], n).astype(np.int64)
+        ids = {"now": np.zeros(n, np.int64)}
         bag_ptr = np.arange(0, n + 1, z.pooling, dtype=np.int64)
         if bag_ptr[-1] != n:
             bag_ptr = np.append(bag_ptr, n)
         out = np.empty((len(bag_ptr) - 1, dim), np.float32)
-        s = _time(m, lambda ids=ids, b=bag_ptr, out=out: K.bag_pool(store, dim, ids, b, out),
-                  z.reps)
+
+        def draw(n=n, ids=ids) -> None:
+            ids["now"] = rng.integers(0, store.shape[0], n).astype(np.int64)
+
+        s = _time(m, lambda ids=ids, b=bag_ptr, out=out: K.bag_pool(store, dim, ids["now"], b,
+                                                                    out),
+                  z.reps, setup=draw)
         out_samples.append((float(n * rb), s))
     return out_samples
 
@@ -166,23 +183,28 @@ def measure_gather(m: CpuMeasurements, z: CpuBenchSizes) -> None:
         nb.set_num_threads(top)
         for nbytes, s in _pool_samples(m, z, rb, store, rng):
             m.gather.append((float(rb), nbytes, s))
+        if top > 1 and 1 in m.threads:  # one core's own miss rate (core_dram_GBps)
+            nb.set_num_threads(1)
+            for nbytes, s in _pool_samples(m, z, rb, store, rng):
+                m.gather_one.append((float(rb), nbytes, s))
         hot = store[: max(1, z.hot_bytes // rb)]
         for t in m.threads:
             nb.set_num_threads(t)
             for nbytes, s in _pool_samples(m, z, rb, hot, rng):
                 m.scaling.append((float(t), float(rb), nbytes, s))
         if rb == 256 or (256 not in z.row_bytes and rb == z.row_bytes[-1]):
-            nb.set_num_threads(top)
-            _onchip_curve(m, z, rb, store, rng)
+            for t in sorted({1, top} & set(m.threads)) or [top]:
+                nb.set_num_threads(t)
+                _onchip_curve(m, z, rb, store, rng, t)
         del store, hot
     nb.set_num_threads(top)
 
 
 def _onchip_curve(m: CpuMeasurements, z: CpuBenchSizes, rb: int, store: np.ndarray,
-                  rng: np.random.Generator) -> None:
-    """Gather + pool rate from hot sets of 1 MiB .. 2 x the OS's LLC on every thread: where
-    it falls to the cold rate is the LLC a core can actually use (on a shared host, less
-    than the OS says)."""
+                  rng: np.random.Generator, threads: int) -> None:
+    """Gather + pool rate from hot sets of 1 MiB .. 2 x the OS's LLC on `threads` threads
+    (the ids of one size repeat, so the set stays warm): where it falls off is the LLC a
+    core can actually use (on a shared host, less than the OS says)."""
     n = max(z.lookups)
     dim = rb // 4
     bag_ptr = np.arange(0, n + 1, z.pooling, dtype=np.int64)
@@ -191,9 +213,12 @@ def _onchip_curve(m: CpuMeasurements, z: CpuBenchSizes, rb: int, store: np.ndarr
     out = np.empty((len(bag_ptr) - 1, dim), np.float32)
     mib = 1
     while mib <= max(1, z.onchip_max_MiB) and (mib << 20) // rb <= store.shape[0]:
-        ids = rng.integers(0, (mib << 20) // rb, n).astype(np.int64)
+        # the hot rows scattered over the table, as a real table's hot rows are (a trace's
+        # hottest 32k rows lie on 31k different 4 KiB pages): a hit also pays its TLB miss
+        hot = rng.integers(0, store.shape[0], (mib << 20) // rb)
+        ids = hot[rng.integers(0, len(hot), n)].astype(np.int64)
         s = _time(m, lambda ids=ids: K.bag_pool(store, dim, ids, bag_ptr, out), z.reps)
-        m.onchip.append((float(mib), float(rb), n * rb / s / 1e9))
+        m.onchip.append((float(threads), float(mib), float(rb), n * rb / s / 1e9))
         mib *= 2
 
 
@@ -206,15 +231,23 @@ def measure_backward(m: CpuMeasurements, z: CpuBenchSizes) -> None:
             _backward_point(m, z, rb, opt, rng, top)
 
 
+def _repeated_ids(rng: np.random.Generator, rows: int, n: int, k: int) -> np.ndarray:
+    """n ids in random order over about n / k distinct random rows, each used k times."""
+    pool = np.unique(rng.integers(0, rows, max(1, n // k)))
+    return rng.permutation(np.resize(pool, n)).astype(np.int64)
+
+
 def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
                     rng: np.random.Generator, top: int) -> None:
-    """Aggregation (timed with SGD's table) and apply of one optimizer at one row size."""
+    """Aggregation (timed with SGD's table; lookups of every row repeated 1, 2, 5, 20
+    times, so a least-squares fit separates the cost per lookup from the cost per unique
+    row) and the apply of one optimizer at one row size. Fresh ids every repetition."""
     dim = rb // 4
     cols = dim + K.state_columns(opt, dim)
     rows = max(z.table_bytes // (cols * 4), max(z.lookups))
     store = np.ones((rows, cols), np.float32)
     bw = K.Backward(rows, dim, max(z.lookups), top)
-    state = {"n": 0}
+    state = {"n": 0, "ids": np.zeros(0, np.int64), "uniq": []}
 
     def reset() -> None:
         if state["n"]:
@@ -222,18 +255,24 @@ def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
             state["n"] = 0
 
     for n in z.lookups:
-        ids = rng.integers(0, rows, n).astype(np.int64)
         bag_ptr = np.arange(0, n + 1, z.pooling, dtype=np.int64)
         bag_of = K.bag_of_lookups(np.append(bag_ptr[bag_ptr < n], n))
         grads = np.full((int(bag_of[-1]) + 1, dim), 1e-3, np.float32)
+        # the fewest repeats last: the apply below updates that batch's (uniform) rows
+        for k in (sorted(z.repeats, reverse=True) if opt == "sgd" else (1,)):
+            def setup(n=n, k=k) -> None:
+                reset()
+                state["ids"] = _repeated_ids(rng, rows, n, k)
 
-        def agg(ids=ids, bag_of=bag_of, grads=grads) -> None:
-            state["n"] = bw.aggregate(ids, bag_of, grads)
+            def agg(bag_of=bag_of, grads=grads) -> None:
+                state["n"] = bw.aggregate(state["ids"], bag_of, grads)
+                state["uniq"].append(state["n"])
 
-        s = _time(m, agg, z.reps, setup=reset)
-        if opt == "sgd":
-            m.aggregate.append((float(rb), float(n), s))
-        u = state["n"]
+            state["uniq"] = []
+            s = _time(m, agg, z.reps, setup=setup)
+            if opt == "sgd":
+                m.aggregate.append((float(rb), float(n), float(np.mean(state["uniq"])), s))
+        u = state["n"]  # the last batch's unique rows
         s = _time(m, lambda u=u: K.apply(opt, store, bw.uniq, bw.grad_rows, u), z.reps)
         m.apply.append((opt, float(rb), float(u), float(cols * 4), s))
         reset()

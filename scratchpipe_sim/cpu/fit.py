@@ -8,16 +8,22 @@ CPU and GPU halves are fitted the same way. How each key follows from the sample
                             thread / dram_GBps
     dram_latency_ns         a pointer chase (ns per dependent load)
     cores                   the most threads measured
-    embedding_op_GBps       one thread's gather + pool of an LLC-resident hot set (the op's
-                            own rate; misses are DRAM's term), best row size
+    embedding_op_GBps       one thread's gather + pool of a hot set in the core's own caches
+                            (1 MiB: the op's own rate), best row size
+    core_dram_GBps          one thread's gather + pool of uniform rows (DRAM misses): the
+                            least-squares rate per row size, median over row sizes
     parallel_efficiency     hot-set rate on T threads / (T x one thread's), 256 B rows
-    aggregate_ns_per_lookup aggregation slope (ns per lookup on T threads) x T x parallel
-                            efficiency, less the r / embedding_op_GBps the model already
-                            charges the cores for the lookup's row (median over row sizes)
-    plan_ns_per_id          the scratchpipe policy kernel's ns per id (one thread)
-    llc_MiB, llc_ways       ways: the OS (sysfs); size: the largest hot set a core still
-                            gathers at >= 1.5x the cold rate (at most the OS's size)
-    llc_GBps                the gather rate from a hot set half that size
+    aggregate_ns_per_lookup least squares over ids of varied repetition: seconds = fixed +
+    aggregate_ns_per_row    (a x lookups + c x unique rows) / (T x parallel efficiency);
+                            per lookup a less the r / embedding_op_GBps the model charges
+                            for the gradient row's op; per row c (medians over row sizes)
+    plan_ns_per_id          the scratchpipe policy kernel (one thread), least squares over
+    plan_ns_per_eviction    its batches (cold and full): seconds = a x ids + c x evictions
+    llc_MiB, llc_ways       ways: the OS (sysfs); size: the LLC a core can use — the largest
+                            hot set it still gathers at >= half the rate of the smallest
+                            (1 MiB) set, at most the OS's size
+    core_llc_GBps, llc_GBps one thread's / every thread's gather rate from a hot set of
+                            that size
 
 The optimizer apply (SGD, Adagrad) is not fitted: it is priced by the keys above, and the
 preset's comments compare the model's price with the measurement.
@@ -33,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from scratchpipe_sim.config.hardware import CpuConfig, interpolate
+from scratchpipe_sim.config.hardware import CpuConfig
 from scratchpipe_sim.cpu.bench import CpuMeasurements
 from scratchpipe_sim.cuda.fit import efficiency_curve, fit_latency_bandwidth
 
@@ -136,33 +142,64 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
             f"hot-set gather + pool at {int(ref)} B: {one[(top, ref)]:.2f} GB/s on {top} threads / "
             f"({top} x {one[(1, ref)]:.2f} GB/s on one)"
             + (" (clamped at 1)" if pe >= 1.0 else ""))
+    one_thread = m.gather if top == 1 else m.gather_one
+    if one_thread:
+        per = {}
+        for rb in sorted({g[0] for g in one_thread}):
+            pts = [(b, t) for r, b, t in one_thread if r == rb]
+            if len(pts) >= 2:
+                per[rb] = _fit(pts, f"gather {rb:.0f} B on one thread").GBps
+        if per:
+            vals["core_dram_GBps"] = round(float(np.median(list(per.values()))), 3)
+            how["core_dram_GBps"] = (
+                "one thread's gather + pool of uniform random rows (fresh ids every "
+                "repetition: DRAM misses), least-squares rate per row size, median of "
+                + ", ".join(f"{int(r)} B {g:.2f}" for r, g in per.items()) + " GB/s")
     if m.aggregate:
-        per_rb = []
-        for rb in sorted({a[0] for a in m.aggregate}):
-            f = _fit([(n, s) for r, n, s in m.aggregate if r == rb], f"aggregate {rb:.0f} B")
-            ns = 1.0 / f.GBps  # seconds per lookup x 1e9
-            per_rb.append((rb, max(0.0, ns * top * pe - rb / op)))
-        vals["aggregate_ns_per_lookup"] = round(float(np.median([v for _, v in per_rb])), 2)
+        fits = [(rb, *fit_aggregate([(n, u, t) for r, n, u, t in m.aggregate if r == rb],
+                                    top * pe))
+                for rb in sorted({a[0] for a in m.aggregate})]
+        per_lookup = [(rb, max(0.0, a - rb / op)) for rb, a, _ in fits]
+        per_row = [(rb, max(0.0, c)) for rb, _, c in fits]
+        vals["aggregate_ns_per_lookup"] = round(float(np.median([v for _, v in per_lookup])),
+                                                2)
+        vals["aggregate_ns_per_row"] = round(float(np.median([v for _, v in per_row])), 2)
+        reps = sorted({round(n / u) for _, n, u, _ in m.aggregate if u > 0})
+        what = (f"gradient aggregation on {top} threads of ids whose rows repeat "
+                f"{'/'.join(map(str, reps))} times, least squares seconds = fixed + (a x "
+                f"lookups + c x unique rows) / ({top} threads x parallel_efficiency)")
         how["aggregate_ns_per_lookup"] = (
-            f"gradient aggregation of uniform ids on {top} threads: least-squares ns per "
-            f"lookup x {top} threads x parallel_efficiency - row bytes / embedding_op_GBps, "
-            "median of " + ", ".join(f"{int(r)} B {v:.1f}" for r, v in per_rb))
+            what + "; a less row bytes / embedding_op_GBps (charged apart), median of "
+            + ", ".join(f"{int(r)} B {v:.1f}" for r, v in per_lookup))
+        how["aggregate_ns_per_row"] = (what + "; c, median of "
+                                       + ", ".join(f"{int(r)} B {v:.1f}" for r, v in per_row))
     if m.plan_ns_per_id is not None:
-        vals["plan_ns_per_id"] = round(m.plan_ns_per_id, 2)
-        how["plan_ns_per_id"] = (
-            f"the scratchpipe policy kernel (one thread) on a Zipf 1.05 trace, {m.plan_ids} "
-            "ids of " + ("batches that evict (a full scratchpad)" if m.plan_steady else
-                         "batches that never evict (the scratchpad never filled: low)")
-            + f", {m.plan_fill_ratio:.2f} fills per id, next-use pass included"
-            + _plan_two_terms(m.plan_batches))
+        two = fit_planner(m.plan_batches)
+        head = (f"the scratchpipe policy kernel (one thread) on a Zipf 1.05 trace, "
+                f"{len(m.plan_batches)} batches ")
+        if two is not None:
+            vals["plan_ns_per_id"] = round(two[0], 2)
+            vals["plan_ns_per_eviction"] = round(two[1], 2)
+            how["plan_ns_per_id"] = how["plan_ns_per_eviction"] = (
+                head + "(cold and full), least squares seconds = a x ids + c x evictions "
+                f"(next-use pass spread over the ids): {two[0]:.1f} ns per id, {two[1]:.1f} "
+                f"ns per eviction; one term over the batches that evict: "
+                f"{m.plan_ns_per_id:.1f} ns per id ({m.plan_fill_ratio:.2f} fills per id)")
+        else:
+            vals["plan_ns_per_id"] = round(m.plan_ns_per_id, 2)
+            vals["plan_ns_per_eviction"] = 0.0
+            how["plan_ns_per_id"] = how["plan_ns_per_eviction"] = (
+                head + "whose evictions per id do not vary (no two-term fit): ns per id of "
+                + ("batches that evict (a full scratchpad)" if m.plan_steady else
+                   "batches that never evict (the scratchpad never filled: low)")
+                + f", {m.plan_fill_ratio:.2f} fills per id, next-use pass included; per "
+                "eviction 0")
     if llc is not None:
         vals["llc_MiB"] = round(llc[0], 3)
         vals["llc_ways"] = int(llc[1])
         how["llc_MiB"] = how["llc_ways"] = "the OS's last-level cache (sysfs)"
     if m.onchip:
-        rb0 = sorted(m.onchip)[0][1]
-        _fit_onchip(m, vals, how, [g for r, g in zip(rbs, rates, strict=True) if r == rb0]
-                    or rates)
+        _fit_onchip(m, vals, how)
     checks = []
     cfg = _replace(base, vals)
     for opt, rb, u, R, s in m.apply:
@@ -186,45 +223,82 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def _plan_two_terms(batches: list[tuple[float, float, float]]) -> str:
-    """Least squares t = a x ids + c x evictions over the planner's batches (cold ones
-    included): the two-term cost the model would need (reported, not a key)."""
+def fit_aggregate(points: list[tuple[float, float, float]], core_scale: float
+                  ) -> tuple[float, float]:
+    """(a, c) in core-ns of seconds = fixed + (a x lookups + c x unique rows) / core_scale
+    (core_scale = threads x parallel efficiency) by least squares over (lookups, unique
+    rows, seconds) points; the fixed part is the call's own cost (thread start-up)."""
+    n, u, t = np.array(points, float).T
+    if len(t) < 3 or np.linalg.matrix_rank(np.stack([np.ones_like(n), n, u], axis=1)) < 3:
+        raise ValueError("the aggregation fit needs points of at least two repetitions and "
+                         "two sizes")
+    (_, a, c), *_ = np.linalg.lstsq(np.stack([np.ones_like(n), n, u], axis=1), t, rcond=None)
+    return float(a * core_scale * 1e9), float(c * core_scale * 1e9)
+
+
+def fit_planner(batches: list[tuple[float, float, float]]) -> tuple[float, float] | None:
+    """(ns per id, ns per eviction) of seconds = a x ids + c x evictions by least squares
+    over the planner's batches (cold and full; the next-use pass is already spread over
+    the ids), or None when the evictions per id do not vary (the terms cannot be told
+    apart). A negative coefficient (noise) is refitted as zero with the other alone."""
     if len(batches) < 3:
-        return ""
+        return None
     ids, ev, t = np.array(batches, float).T
     if np.ptp(ev / ids) <= 0:
-        return ""
+        return None
     (a, c), *_ = np.linalg.lstsq(np.stack([ids, ev], axis=1), t, rcond=None)
-    return (f"; two terms (least squares over {len(t)} batches): {a * 1e9:.1f} ns per id + "
-            f"{c * 1e9:.1f} ns per eviction")
+    if c < 0:
+        a, c = float(ids @ t / (ids @ ids)), 0.0
+    elif a < 0:
+        a, c = 0.0, float(ev @ t / (ev @ ev))
+    return float(a * 1e9), float(c * 1e9)
 
 
-def _fit_onchip(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
-                cold: list[float]) -> None:
-    """llc_MiB: the largest hot set before the first that falls below 1.5x the cold rate
-    (capped at the OS's size); llc_GBps: the rate from a hot set half that size."""
-    pts = sorted(m.onchip)
-    rb = pts[0][1]
-    cold_rate = float(np.median(cold)) if cold else min(r for _, _, r in pts)
-    fits = []  # ascending sizes up to the first that falls below 1.5x the cold rate
-    for mib, _, r in pts:
-        if r < 1.5 * cold_rate:
+def _fit_onchip(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str]) -> None:
+    """llc_MiB: the largest hot set (1 MiB up) one core still gathers at >= half the rate
+    of the smallest set — the LLC it keeps at on-chip speed (on a shared host far less
+    than the OS lists) — capped at the OS's size. core_llc_GBps: one thread's rate from the
+    smallest hot set; llc_GBps: every thread's. Why the smallest: the model's LLC is one
+    tier, and a skewed trace's hits are mostly its hottest rows, which sit in the nearest
+    caches (on the quickstart's Zipf 1.05 trace the model's own replay gives 0.59 of
+    lookups hitting a 1 MiB LLC and 0.64 a 4 MiB one), while a hot set as large as the
+    LLC is a uniform draw over all of it (the farthest lines and most TLB misses). The hot
+    rows are scattered over the table, as a trace's are, so the rates include the hits'
+    TLB misses."""
+    threads = sorted({int(p[0]) for p in m.onchip})
+    curve = {t: sorted((mib, g) for tt, mib, _, g in m.onchip if int(tt) == t)
+             for t in threads}
+    one = curve[threads[0]]  # one thread when measured, else the only curve
+    rb = m.onchip[0][2]
+    fast = one[0][1] / 2
+    eff = one[0][0]
+    for mib, g in one:
+        if g < fast:
             break
-        fits.append((mib, r))
-    curve = ", ".join(f"{int(mib)} MiB {r:.1f}" for mib, _, r in pts)
-    if not fits:
-        return
-    eff = max(mib for mib, _ in fits)
+        eff = mib
     os_mib = vals.get("llc_MiB")
     if os_mib is not None:
         eff = min(eff, os_mib)
-    half = [r for mib, r in fits if mib <= max(1.0, eff / 2)]
+    at = one[0]  # the smallest hot set: where a skewed trace's hits are (see docstring)
+    at_top = curve[threads[-1]][0]
+    text = "; ".join(f"{t} thread{'s' if t > 1 else ''}: "
+                     + ", ".join(f"{int(mib)} MiB {g:.1f}" for mib, g in curve[t])
+                     for t in threads)
     vals["llc_MiB"] = float(eff)
-    how["llc_MiB"] = (f"largest hot set (from 1 MiB up) gathered at >= 1.5x the cold rate "
-                      f"({cold_rate:.1f} GB/s); hot-set gather + pool at {int(rb)} B: {curve} "
-                      f"GB/s; the OS lists {os_mib if os_mib is not None else '?'} MiB")
-    vals["llc_GBps"] = round(float(half[-1] if half else fits[0][1]), 3)
-    how["llc_GBps"] = f"hot-set gather + pool rate at {int(max(1.0, eff / 2))} MiB"
+    how["llc_MiB"] = (f"the LLC a core keeps at on-chip speed: the largest hot set (from "
+                      f"{int(one[0][0])} MiB up) gathered at >= half the smallest set's rate "
+                      f"({one[0][1]:.1f} GB/s); hot-set gather + pool at {int(rb)} B, "
+                      f"{text} GB/s; the OS lists "
+                      f"{os_mib if os_mib is not None else '?'} MiB")
+    vals["core_llc_GBps"] = round(float(at[1]), 3)
+    how["core_llc_GBps"] = (f"one thread's gather + pool rate from the smallest hot set "
+                            f"({int(at[0])} MiB, rows scattered over the table): where a "
+                            "skewed trace's LLC hits are" if threads[0] == 1 else
+                            f"hot-set rate at {int(at[0])} MiB on {threads[0]} threads (one "
+                            "thread not measured)")
+    vals["llc_GBps"] = round(float(at_top[1]), 3)
+    how["llc_GBps"] = (f"gather + pool rate from the smallest hot set ({int(at_top[0])} MiB) "
+                       f"on {threads[-1]} thread" + ("s" if threads[-1] > 1 else ""))
 
 
 def _replace(base: CpuConfig, vals: dict[str, Any]) -> CpuConfig:
@@ -237,11 +311,17 @@ def _replace(base: CpuConfig, vals: dict[str, Any]) -> CpuConfig:
 
 
 def _update_ns(cpu: CpuConfig, rows: float, R: float, threads: int) -> float:
-    """The model's unloaded price of updating `rows` rows (2 x rows x R: DRAM || cores)."""
-    nbytes = 2 * rows * R
-    dram = nbytes / (cpu.dram_GBps * interpolate(cpu.gather_efficiency, R))
-    cores = nbytes / cpu.embedding_op_GBps / (threads * cpu.parallel_efficiency)
-    return max(dram, cores) + cpu.dram_latency_ns
+    """The model's unloaded price of updating `rows` uniform (DRAM-resident) rows: the
+    Machine's `cpu_gather` of 2 x rows (a read and a write each), on `threads` cores."""
+    from scratchpipe_sim.config import load_config  # noqa: PLC0415
+    from scratchpipe_sim.timing.machine import price_alone  # noqa: PLC0415
+
+    d = {k: getattr(cpu, k) for k in cpu.__dataclass_fields__}
+    d["gather_efficiency"] = [list(p) for p in cpu.gather_efficiency]
+    d["cores"] = threads
+    cfg = load_config({"hardware": {"cpu": d}, "designs": ["hybrid"]})
+    return float(price_alone(cfg, 1, lambda mm, b: mm.cpu_gather(2 * rows, R, b, "update"),
+                             [0])[0])
 
 
 def cpu_preset_yaml(cal: CpuCalibration, m: CpuMeasurements, name: str,

@@ -11,13 +11,15 @@ then its optimizer state; threads = hardware.cpu.cores, at most what Numba may u
 
 Predicted: the same per-batch counts the simulator prices (`timing.runner.Replays`: policy
 replay, warm-up prefix, LLC hits), each stage alone on a fresh SimPy environment and
-`Machine`, priced by the Machine's own helpers (`cpu_gather`, `cpu_backward`, `plan`) — the
-formulas are not copied here. The planner runs on one thread, so predictions use
-cache.plan_threads = 1. Batches run in trace order, the whole sequence repeated `reps`
-times; a batch's time is its best over the passes (the LLC holds what the previous batch
-left, as in training). On one thread the clock is the thread's CPU time (cpu/measure.py).
-Victim ids are not reported by the policy: write-back scatters, per batch, the policy's
-count of rows taken oldest-fill-first from the rows it filled.
+`Machine`, priced by the Machine's own helpers (`cpu_gather`, `cpu_backward`, `plan` with
+the batch's evictions, `collect` and `write_back` with their staging-buffer side) — the
+formulas are not copied here, and the designs price the same stages with the same helpers.
+The planner runs on one thread, so predictions use cache.plan_threads = 1. Batches run in
+trace order, the whole sequence repeated `reps` times; a batch's time is its best over the
+passes (the LLC holds what the previous batch left, as in training). On one thread the clock
+is the thread's CPU time (cpu/measure.py). Victim ids are not reported by the policy: write-
+back scatters, per batch, the policy's count of rows taken oldest-fill-first from the rows
+it filled.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from scratchpipe_sim.cuda import host
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.engine import COUNTERS
 from scratchpipe_sim.timing.designs import DESIGNS
-from scratchpipe_sim.timing.machine import Machine
+from scratchpipe_sim.timing.machine import Machine, price_alone
 from scratchpipe_sim.timing.runner import Replays, build_trace
 from scratchpipe_sim.traces.trace import Trace
 
@@ -106,7 +108,7 @@ def check_size(cfg: Config, available: int | None = None) -> None:
 
 class _Predictor:
     """Each stage of each batch priced alone by the Machine's helpers on a fresh SimPy
-    environment (no other stage contends)."""
+    environment (no other stage contends): `timing.machine.price_alone`."""
 
     def __init__(self, cfg: Config, num_batches: int):
         self.cfg = cfg
@@ -114,21 +116,7 @@ class _Predictor:
 
     def times(self, part: Callable[[Machine, int], simpy.Event | None],
               batches: list[int]) -> np.ndarray:
-        env = simpy.Environment()
-        m = Machine(env, self.cfg, self.n)
-        out = np.zeros(len(batches))
-
-        def run():
-            for i, b in enumerate(batches):
-                t0 = env.now
-                ev = part(m, b)
-                if ev is not None:
-                    yield ev
-                out[i] = env.now - t0
-
-        env.process(run())
-        env.run()
-        return out
+        return price_alone(self.cfg, self.n, part, batches)
 
 
 def _passes(reps: int, batches: list[int], fn: Callable[[int], float],
@@ -245,7 +233,8 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
         per = np.array([[p.seconds[skip + b] + s * p.accesses[skip + b] for b in measured]
                         for p, s in zip(plans, share, strict=True)])
         out.append(result("scratchpipe", "plan",
-                          pred.times(lambda mm, b: mm.plan(b, c.accesses[b]), measured),
+                          pred.times(lambda mm, b: mm.plan(b, c.accesses[b], c.evictions[b]),
+                                     measured),
                           per.min(axis=0), np.median(per, axis=0)))
         fill_rows = first.fills
         maxf = max(1, max(len(f) for f in fill_rows))
@@ -283,9 +272,9 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
         R_ = R
         for stage, fn, part in (
                 ("collect", collect,
-                 lambda mm, b: mm.cpu_gather(c.fills[b], R_, b, "collect")),
+                 lambda mm, b: mm.collect(b, c.fills[b], R_)),
                 ("write_back", write_back,
-                 lambda mm, b: mm.cpu_gather(c.writebacks[b], R_, b, "writeback"))):
+                 lambda mm, b: mm.write_back(b, c.writebacks[b], R_))):
             for b in measured:
                 if fn(b) > 0:  # compile once on a batch with work
                     break

@@ -6,9 +6,11 @@ Resources (one `Server` each, processor sharing — see resources.py):
     cpu_dram    CPU DRAM; random row gathers at dram_GBps x gather_efficiency(row); DMA
                 traffic (every PCIe copy reads or writes host memory) streams at dram_GBps
     cpu_llc     rows that hit in the CPU last-level cache (llc_GBps)
-    cpu_cores   the CPU cores: cores x parallel_efficiency core-ns per ns; embedding ops
-                (bytes / embedding_op_GBps), gradient aggregation (aggregate_ns_per_lookup)
-                and ScratchPipe's planner (plan_ns_per_id) all compete for them
+    cpu_cores   the CPU cores: cores x parallel_efficiency core-ns per ns; a gathered
+                row's core time (bytes / the core's rate from where the row is: LLC
+                core_llc_GBps, DRAM core_dram_GBps, never above embedding_op_GBps), gradient
+                aggregation (aggregate_ns_per_lookup, _per_row) and ScratchPipe's planner
+                (plan_ns_per_id, _per_eviction) all compete for them
     pcie_h2d,   the link, per direction (or one `pcie` server when not full duplex)
     pcie_d2h
     hbm         GPU HBM; gathers at hbm_GBps x gather_efficiency(row)
@@ -22,7 +24,7 @@ in every design (docs/timing.md lists each formula and its source).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 
 import numpy as np
 import simpy
@@ -55,10 +57,13 @@ class Machine:
         self.compute = server("gpu_compute", gpu.tflops * 1e3, gpu.kernel_launch_ns)
         # "bandwidth" in core-ns of work per ns
         self.cores = server("cpu_cores", cpu.cores * cpu.parallel_efficiency, 0.0)
-        plan_threads = min(cfg.cache.plan_threads or cpu.cores, cpu.cores)
-        self.plan_share = plan_threads / cpu.cores
+        self.plan_share = plan_share(cfg.cache.plan_threads, cpu.cores,
+                                     cpu.parallel_efficiency)
         self.plan_ns_per_id = (cfg.cache.plan_ns_per_id if cfg.cache.plan_ns_per_id is not None
                                else cpu.plan_ns_per_id)
+        # the cache section's override, where the config schema has one
+        per_ev = getattr(cfg.cache, "plan_ns_per_eviction", None)
+        self.plan_ns_per_eviction = per_ev if per_ev is not None else cpu.plan_ns_per_eviction
         self.stage_ns: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(num_batches))
         self.stage_order: list[str] = []
         #: design-specific totals written as metric columns (e.g. refetch_hazards)
@@ -99,32 +104,66 @@ class Machine:
     def cpu_gather(self, rows: float, row_bytes: float, batch: int, label: str,
                    onchip_fraction: float = 0.0) -> simpy.Event | None:
         """A CPU-executed random gather or scatter of rows (lookups, collect, write-back,
-        update): DRAM (or LLC) traffic || the cores' embedding-op work, both must finish."""
+        update, the staging buffer's side of a copy): the memory's traffic (LLC hits on
+        `cpu_llc`, misses on `cpu_dram` at the gather efficiency: what the socket's memory
+        allows) || the cores' time for the same rows. A core handles its hits and misses
+        in sequence, sharing its memory-level parallelism: each row costs its core
+        row_bytes / (the core's rate from where the row is), core_llc_GBps for a hit and
+        core_dram_GBps for a miss, never faster than the op itself (embedding_op_GBps).
+        Both parts must finish: a roofline of the socket's memory and the cores."""
         if rows <= 0:
             return None
-        op = self.cfg.hardware.cpu.embedding_op_GBps
+        core_ns = gather_core_ns(self.cfg.hardware.cpu, rows, row_bytes,
+                                 onchip_fraction if self.dram.onchip is not None else 0.0)
         return self.all_of([self.dram.gather(rows, row_bytes, batch, label, onchip_fraction),
-                            self.cpu_work(rows * row_bytes / op, batch, label)])
+                            self.cpu_work(core_ns, batch, label)])
+
+    def collect(self, batch: int, rows: float, row_bytes: float, label: str = "collect"
+                ) -> simpy.Event | None:
+        """Rows gathered from the host table into a pinned staging buffer (ScratchPipe's
+        collect, Bagpipe's prefetch): the table reads are a CPU gather (DRAM || cores);
+        the buffer is written in order, so its bytes are DRAM streaming traffic (the
+        hardware prefetches a sequential write's lines: no per-row core stall)."""
+        return self.all_of([self.cpu_gather(rows, row_bytes, batch, label),
+                            self.dram.stream(rows * row_bytes, batch, label + " staging")])
+
+    def write_back(self, batch: int, rows: float, row_bytes: float, label: str = "writeback"
+                   ) -> simpy.Event | None:
+        """Victim rows read in order from the staging buffer the GPU wrote (DRAM streaming
+        traffic) and scattered into the host table (a CPU gather: each written row's lines
+        are read for ownership like a missed read)."""
+        if rows <= 0:
+            return None
+        return self.all_of([self.dram.stream(rows * row_bytes, batch, label + " staging"),
+                            self.cpu_gather(rows, row_bytes, batch, label)])
 
     def cpu_backward(self, batch: int, lookups: float, unique_rows: float,
                      onchip_fraction: float = 0.0, r: float | None = None,
                      R: float | None = None) -> simpy.Process:
         """Hybrid's backward on the CPU: aggregate the lookups' gradient contributions into
-        row gradients (sort/hash: cores, and a random read-modify-write of r bytes per
-        lookup), then update each unique row with its optimizer state (2U x R)."""
+        row gradients — core work of lookups x (r / embedding_op_GBps, the op on the
+        gradient row, + aggregate_ns_per_lookup) + unique rows x aggregate_ns_per_row (the
+        two fitted together by calibrate --cpu on ids of varied repetition, the cores' own
+        memory stalls included: a repeated row's slot and gradient are on chip, a new
+        row's are not) || the gradients' memory traffic (r bytes per lookup on DRAM/LLC:
+        the socket's limit) — then update each unique row with its optimizer state (a read
+        and a write per row: 2U x R)."""
         cpu = self.cfg.hardware.cpu
         r = self.r if r is None else r
         R = self.R if R is None else R
         return self.seq(
             lambda: self.all_of([
-                self.cpu_work(lookups * cpu.aggregate_ns_per_lookup, batch, "aggregate"),
-                self.cpu_gather(lookups, r, batch, "aggregate", onchip_fraction)]),
+                self.cpu_work(aggregate_core_ns(cpu, lookups, unique_rows, r), batch,
+                              "aggregate"),
+                self.dram.gather(lookups, r, batch, "aggregate", onchip_fraction)]),
             lambda: self.cpu_gather(2 * unique_rows, R, batch, "update", onchip_fraction))
 
-    def plan(self, batch: int, ids: float) -> simpy.Process | None:
-        """ScratchPipe's planner: ids x plan_ns_per_id core-ns on at most plan_threads cores,
-        sharing the cores with collect and write-back."""
-        return self.cpu_work(ids * self.plan_ns_per_id, batch, "plan", self.plan_share)
+    def plan(self, batch: int, ids: float, evictions: float = 0.0) -> simpy.Process | None:
+        """ScratchPipe's planner: ids x plan_ns_per_id + evictions x plan_ns_per_eviction
+        core-ns on at most plan_threads cores, sharing the cores with collect and
+        write-back."""
+        work = ids * self.plan_ns_per_id + evictions * self.plan_ns_per_eviction
+        return self.cpu_work(work, batch, "plan", self.plan_share)
 
     # -- GPU work ----------------------------------------------------------------------------
     def index_h2d(self, batch: int, lookups: float, samples: float) -> simpy.Event | None:
@@ -198,3 +237,52 @@ class Machine:
                     yield ev
 
         return self.env.process(run())
+
+
+def plan_share(plan_threads: int | None, cores: int, parallel_efficiency: float) -> float:
+    """The share of `cpu_cores` (cores x parallel_efficiency core-ns per ns) the planner may
+    use: plan_threads cores, at parallel_efficiency when it runs on several (one thread
+    loses nothing to scaling, so it gets one whole core), never more than the server."""
+    threads = min(plan_threads or cores, cores)
+    eff = 1.0 if threads == 1 else parallel_efficiency
+    return min(1.0, threads * eff / (cores * parallel_efficiency))
+
+
+def gather_core_ns(cpu, rows: float, row_bytes: float, onchip_fraction: float = 0.0
+                   ) -> float:
+    """Core-ns of `rows` gathered rows: hits at min(core_llc_GBps, op), misses at
+    min(core_dram_GBps, op), in sequence on the cores (bytes / GBps = ns)."""
+    hit = rows * min(max(onchip_fraction, 0.0), 1.0)
+    op = cpu.embedding_op_GBps
+    return (hit * row_bytes / min(cpu.core_llc_GBps, op)
+            + (rows - hit) * row_bytes / min(cpu.core_dram_GBps, op))
+
+
+def aggregate_core_ns(cpu, lookups: float, unique_rows: float, r: float) -> float:
+    """Core-ns of the gradient aggregation of one batch (r: gradient bytes per lookup)."""
+    return (lookups * (r / cpu.embedding_op_GBps + cpu.aggregate_ns_per_lookup)
+            + unique_rows * cpu.aggregate_ns_per_row)
+
+
+def price_alone(cfg: Config, num_batches: int,
+                part: Callable[[Machine, int], simpy.Event | None],
+                batches: Iterable[int]) -> np.ndarray:
+    """Time of `part(machine, b)` for each batch b, one after another on a fresh SimPy
+    environment and Machine (nothing else contends): the model's price of one stage, for
+    `validate --cpu` and `calibrate --cpu`'s checks."""
+    env = simpy.Environment()
+    m = Machine(env, cfg, num_batches)
+    bs = list(batches)
+    out = np.zeros(len(bs))
+
+    def run():
+        for i, b in enumerate(bs):
+            t0 = env.now
+            ev = part(m, b)
+            if ev is not None:
+                yield ev
+            out[i] = env.now - t0
+
+    env.process(run())
+    env.run()
+    return out

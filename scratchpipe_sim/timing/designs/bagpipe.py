@@ -5,15 +5,18 @@ capacity = the cache designs' capacity). Four SimPy processes per run, as Bagpip
 oracle cacher, prefetcher, trainer and the write-back to the CPU tables are separate:
 
     oracle(b)     the caching decision on the CPU (plan: A x plan_ns_per_id core-ns on at
-                  most plan_threads cores, the same per-id price as ScratchPipe's planner),
+                  most plan_threads cores, the same per-id price as ScratchPipe's planner; its
+                  TTL rule picks no victim by search, so no per-eviction term),
                   running ahead of training by at most bagpipe_lookahead batches
     prefetch(b)   after oracle(b): the batch's indices to the GPU (index_h2d) || its F
-                  missing rows gathered by the CPU (cpu_gather) || H2D of F x R || HBM
+                  missing rows gathered by the CPU into a pinned buffer (Machine.collect:
+                  table reads and buffer writes, cpu_gathers) || H2D of F x R || HBM
                   writes of the fills
     train(b)      forward (HBM gather; rows the capacity could not place read over UVM, as
                   lru-cache's conflict misses) -> mlp -> backward
     writeback(b)  the rows whose time-to-live ended at b: HBM read || D2H || the CPU
-                  scatters them into the table (cpu_gather), after train(b)
+                  reads them from the buffer and scatters them into the table
+                  (Machine.write_back), after train(b)
 
 prefetch(b) starts after prefetch(b-1) and after writeback(b-2) (so a row evicted at b-2
 and needed again by b is read after its newest value landed, and at most one batch is
@@ -65,7 +68,7 @@ class Bagpipe(Design):
             m.end_stage("oracle_wait", b, start)
             yield from m.stage("prefetch", b, [
                 m.index_h2d(b, c.accesses[b], c.samples[b]),
-                m.cpu_gather(F, R, b, "prefetch gather"),
+                m.collect(b, F, R, "prefetch gather"),
                 m.pcie.h2d(F * R, b, "prefetch"),
                 m.hbm.gather(F, R, b, "prefetch insert")])
             ready[b].succeed()
@@ -74,7 +77,7 @@ class Bagpipe(Design):
             R, W = c.R_fill[b], c.writebacks[b]
             yield from m.stage("writeback", b, [
                 m.hbm.gather(W, R, b, "victim read"), m.pcie.d2h(W * R, b, "writeback"),
-                m.cpu_gather(W, R, b, "writeback")])
+                m.write_back(b, W, R)])
             written[b].succeed()
 
         def prefetcher():

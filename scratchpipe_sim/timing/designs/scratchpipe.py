@@ -2,14 +2,17 @@
 
 Stages of one batch (F fills, V victims, A lookups, U unique rows; R bytes per moved row):
 
-    plan      the `scratchpipe` policy on the CPU cores: A x plan_ns_per_id core-ns on at
-              most plan_threads cores, sharing them with collect and write-back
-    collect   CPU gathers the F missed rows into a pinned staging buffer (cpu_gather: DRAM
-              || cores) || the GPU copies the V victims out of the scratchpad (HBM)
+    plan      the `scratchpipe` policy on the CPU cores: A x plan_ns_per_id + E x
+              plan_ns_per_eviction core-ns (E: the batch's evictions) on at most
+              plan_threads cores, sharing them with collect and write-back
+    collect   CPU gathers the F missed rows into a pinned staging buffer (Machine.collect:
+              the table reads and the buffer writes, each a cpu_gather: DRAM || cores)
+              || the GPU copies the V victims out of the scratchpad (HBM)
     exchange  H2D of the F rows || D2H of the V victims (both DMA: they also load CPU DRAM)
               || the batch's indices and offsets to the GPU (index_h2d)
-    insert    HBM writes of the F rows into their slots || the CPU scatters the V victims
-              into the table (cpu_gather): the write-back
+    insert    HBM writes of the F rows into their slots || the CPU reads the V victims from
+              the staging buffer and scatters them into the table (Machine.write_back: two
+              cpu_gathers): the write-back
     train     GPU: gather A lookups (forward) -> mlp -> sort + segment-reduce and update U
               rows (backward); with cache.on_overflow=stall the surplus rows are read and
               updated over UVM, as lru-cache's conflict misses are
@@ -112,7 +115,7 @@ class ScratchPipe(Design):
             if b >= m.warmup:
                 m.counters["refetch_hazards"] += hz
                 m.counters["refetch_rows"] += sum(col[b] for col in refetch)
-            parts = [m.cpu_gather(F - hz, R, b, "collect"),
+            parts = [m.collect(b, F - hz, R),
                      m.hbm.gather(c.writebacks[b], R, b, "victim read")]
             if hz and not forward:
                 parts.append(env.process(refetch_after_writeback(b, hz, waits)))
@@ -122,7 +125,7 @@ class ScratchPipe(Design):
             start = env.now
             yield m.all_of([ev for _, ev in waits])
             m.end_stage("refetch_wait", b, start)
-            ev = m.cpu_gather(rows, c.R_fill[b], b, "refetch collect")
+            ev = m.collect(b, rows, c.R_fill[b], "refetch collect")
             if ev is not None:
                 yield ev
 
@@ -136,7 +139,7 @@ class ScratchPipe(Design):
         def insert(b):
             R = c.R_fill[b]
             parts = [m.hbm.gather(c.fills[b], R, b, "insert"),
-                     m.cpu_gather(c.writebacks[b], R, b, "writeback")]
+                     m.write_back(b, c.writebacks[b], R)]
             if forward:
                 parts.append(m.hbm.gather(late[b], R, b, "forward from victims"))
             return parts
@@ -162,7 +165,8 @@ class ScratchPipe(Design):
                 else:
                     b = yield queues[g - 1].get()
                 if "plan" in stages:
-                    yield from m.stage("plan", b, [m.plan(b, c.accesses[b])])
+                    yield from m.stage("plan", b, [m.plan(b, c.accesses[b],
+                                                          c.evictions[b])])
                 if data:  # fused stages stream: all their transfers start together
                     yield m.all_of([env.process(data_stage(s, b)) for s in data])
                 if "train" in stages:
