@@ -28,7 +28,8 @@ import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies._hashmap import EMPTY, erase, new_map, probe
+from scratchpipe_sim.policies._hashmap import EMPTY, erase, home, new_map, probe
+from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import (
     EVICTIONS,
     FILLS,
@@ -44,6 +45,7 @@ from scratchpipe_sim.traces.trace import DEFAULT_CHUNK_ACCESSES, Chunk, Trace
 ON_OVERFLOW = ("error", "stall")
 # indices into the int64 `st` state vector of the kernel
 _USED, _QHEAD, _QTAIL, _HSIZE, _TRAIN_MISSES, _STALLS, _VHEAD, _VTAIL = range(8)
+_PF = 16  # prefetch distance in accesses
 
 
 # -- minimum capacity ---------------------------------------------------------------------------
@@ -251,6 +253,7 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
     """
     track = w >= 2
     nring = len(vring) - 1
+    nq = len(ext_ids)
     for lb in range(first_new, len(ext_ptr) - 1):
         j = ext_first_batch + lb
         lo, hi = ext_ptr[lb], ext_ptr[lb + 1]
@@ -266,6 +269,10 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
         # their next use being this batch). A miss keeps its probe position (as -2 - position)
         # for pass 2.
         for q in range(lo, hi):
+            if q + _PF < nq:  # a hint (see _prefetch.py), across batch bounds
+                i = home(ext_ids[q + _PF], shift)
+                prefetch(keys, i)
+                prefetch(vals, i)
             i = probe(keys, mask, shift, ext_ids[q])
             if keys[i] == ext_ids[q] and vals[i] >= 0:
                 ext_slot[q] = vals[i]
