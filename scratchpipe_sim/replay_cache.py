@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import weakref
+import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ import scratchpipe_sim
 from scratchpipe_sim.errors import UserError
 
 #: bump when the entry layout or the meaning of a stored column changes
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: extras as ordered pairs (their order is the result columns' order)
 MAGIC = b"SPREPLAY\x01"
 SUFFIX = ".spr"
 #: default size budget of the folder (bytes); env SCRATCHPIPE_REPLAY_CACHE_MAX_BYTES overrides
@@ -61,43 +62,47 @@ def cache_folder() -> Path:
     return scratchpipe_sim.cache_dir() / "replays"
 
 
-def max_bytes_setting() -> int:
-    """The folder's byte budget: env SCRATCHPIPE_REPLAY_CACHE_MAX_BYTES or 1 GiB."""
-    raw = os.environ.get(MAX_BYTES_ENV)
+def max_bytes_setting(env: str = MAX_BYTES_ENV, default: int = DEFAULT_MAX_BYTES) -> int:
+    """A folder's byte budget: env `env` (SCRATCHPIPE_REPLAY_CACHE_MAX_BYTES for replays),
+    else `default` (1 GiB for replays)."""
+    raw = os.environ.get(env)
     if raw is None or raw.strip() == "":
-        return DEFAULT_MAX_BYTES
+        return default
     try:
         value = int(raw)
     except ValueError:
         value = -1
     if value < 0:
         raise UserError(f"expected a whole number of bytes >= 0, got {raw!r}",
-                        source="environment", field=MAX_BYTES_ENV)
+                        source="environment", field=env)
     return value
 
 
 # -- keys -------------------------------------------------------------------------------------
-_CODE_DIGEST: list[str] = []
+#: the sources whose code produces policy counts (the policies and the trace chunking)
+POLICY_SOURCES = ("policies/*.py", "traces/trace.py")
+_CODE_DIGESTS: dict[tuple[str, ...], str] = {}
 
 
-def code_digest() -> str:
-    """sha256 of the sources that produce counts (the policies and the trace chunking), so an
-    edited policy never reads counts replayed by its previous code."""
-    if not _CODE_DIGEST:
+def code_digest(sources: tuple[str, ...] = POLICY_SOURCES) -> str:
+    """sha256 of the package sources (globs relative to the package) that produce an entry,
+    so edited code never reads what its previous version computed."""
+    if sources not in _CODE_DIGESTS:
         root = Path(__file__).resolve().parent
-        files = sorted((root / "policies").glob("*.py")) + [root / "traces" / "trace.py"]
+        files = sorted({f for pattern in sources for f in root.glob(pattern)})
         h = hashlib.sha256()
         for f in files:
-            h.update(f.name.encode())
+            h.update(str(f.relative_to(root)).encode())
             h.update(f.read_bytes())
-        _CODE_DIGEST.append(h.hexdigest())
-    return _CODE_DIGEST[0]
+        _CODE_DIGESTS[sources] = h.hexdigest()
+    return _CODE_DIGESTS[sources]
 
 
-def full_key(key: Mapping[str, Any]) -> dict[str, Any]:
+def full_key(key: Mapping[str, Any], sources: tuple[str, ...] = POLICY_SOURCES
+             ) -> dict[str, Any]:
     """The caller's key plus what every entry depends on: schema, package version, code."""
     return {**key, "_schema": SCHEMA_VERSION, "_version": scratchpipe_sim.__version__,
-            "_code": code_digest()}
+            "_code": code_digest(sources)}
 
 
 def _canonical(key: Mapping[str, Any]) -> str:
@@ -118,32 +123,80 @@ def key_digest(key: Mapping[str, Any]) -> str:
 
 
 # -- trace fingerprint --------------------------------------------------------------------------
+#: per trace object (traces are immutable): content sha256, fingerprint, and for a slice made
+#: by `slice_trace` its parent and bounds (a slice's fingerprint derives from its parent's)
+_CONTENT: dict[int, str] = {}
 _FINGERPRINTS: dict[int, str] = {}
+_SLICES: dict[int, tuple[Any, int, int]] = {}
+_ARRAYS = ("table_rows", "indices", "offsets", "batch_bounds")
+
+
+def _remember(memo: dict[int, Any], trace: Any, value: Any) -> None:
+    if id(trace) not in memo:
+        weakref.finalize(trace, memo.pop, id(trace), None)
+    memo[id(trace)] = value
+
+
+def content_sha256(trace: Any) -> str:
+    """sha256 of the trace's table rows, indices, offsets and batch bounds, each as
+    little-endian int64, in that order: what `traces.store.trace_checksum` computes for a
+    trace not read from a store (hashed in 16 MiB blocks; remembered per trace object)."""
+    cached = _CONTENT.get(id(trace))
+    if cached is None:
+        h = hashlib.sha256()
+        for name in _ARRAYS:
+            _hash_array(h, getattr(trace, name))
+        cached = h.hexdigest()
+        _remember(_CONTENT, trace, cached)
+    return cached
+
+
+def trace_sha256(trace: Any) -> str:
+    """`traces.store.trace_checksum(trace)` (the stored checksum of a trace read from a
+    store, else `content_sha256`), without hashing a trace twice in one process."""
+    if "sha256" in trace.meta:
+        return str(trace.meta["sha256"])
+    return content_sha256(trace)
 
 
 def trace_fingerprint(trace: Any) -> str:
-    """sha256 over the trace's table rows, batch bounds, offsets and indices (dtype, shape and
-    bytes, hashed in 16 MiB blocks). Remembered per trace object (traces are immutable)."""
+    """What a trace's replays depend on: batch size, array dtypes and shapes and
+    `content_sha256` (never a store's unverified manifest checksum). A slice made by
+    `slice_trace` derives its fingerprint from its parent's and its bounds (no hashing)."""
     cached = _FINGERPRINTS.get(id(trace))
     if cached is not None:
         return cached
+    parent = _SLICES.get(id(trace))
     h = hashlib.sha256()
-    h.update(f"batch_size={int(trace.batch_size)};".encode())
-    for name in ("table_rows", "batch_bounds", "offsets", "indices"):
-        arr = getattr(trace, name)
-        h.update(f"{name}:{np.dtype(arr.dtype).str}:{tuple(arr.shape)};".encode())
-        _hash_array(h, arr)
+    if parent is not None:
+        base, start, stop = parent
+        h.update(f"slice:{trace_fingerprint(base)}:{start}:{stop}".encode())
+    else:
+        h.update(f"batch_size={int(trace.batch_size)};".encode())
+        for name in _ARRAYS:
+            arr = getattr(trace, name)
+            h.update(f"{name}:{np.dtype(arr.dtype).str}:{tuple(arr.shape)};".encode())
+        h.update(content_sha256(trace).encode())
     digest = h.hexdigest()
-    _FINGERPRINTS[id(trace)] = digest
-    weakref.finalize(trace, _FINGERPRINTS.pop, id(trace), None)
+    _remember(_FINGERPRINTS, trace, digest)
     return digest
 
 
+def slice_trace(trace: Any, start: int, stop: int) -> Any:
+    """`trace.slice(start, stop)`, whose fingerprint is derived from `trace`'s (so the
+    slices a run replays are never hashed again)."""
+    part = trace.slice(start, stop)
+    if part is not trace:
+        _remember(_SLICES, part, (trace, int(start), int(stop)))
+    return part
+
+
 def _hash_array(h: Any, arr: np.ndarray) -> None:
-    flat = arr.reshape(-1)
-    step = max(1, _HASH_BLOCK // max(1, flat.itemsize))
+    flat = np.asarray(arr).reshape(-1)
+    step = max(1, _HASH_BLOCK // 8)
     for lo in range(0, len(flat), step):
-        h.update(memoryview(np.ascontiguousarray(flat[lo : lo + step])).cast("B"))
+        block = np.ascontiguousarray(flat[lo : lo + step], dtype="<i8")
+        h.update(memoryview(block).cast("B"))
 
 
 # -- entries ------------------------------------------------------------------------------------
@@ -151,7 +204,7 @@ def _encode(key: dict[str, Any], cols: Columns, extra: Extras) -> bytes:
     arrays = [np.ascontiguousarray(cols[name], dtype="<i8") for name in cols]
     payload = b"".join(a.tobytes() for a in arrays)
     header = {"key": key, "columns": [[n, len(a)] for n, a in zip(cols, arrays, strict=True)],
-              "extra": {k: int(v) for k, v in extra.items()}}
+              "extra": [[k, int(v)] for k, v in extra.items()]}  # pairs: order kept
     head = _canonical(header).encode()
     body = MAGIC + struct.pack("<Q", len(head)) + head + payload
     return body + hashlib.sha256(body).digest()
@@ -175,7 +228,7 @@ def _decode(data: bytes, key: dict[str, Any]) -> tuple[Columns, Extras]:
     try:
         header = json.loads(data[start : start + hlen])
         names = [(str(n), int(k)) for n, k in header["columns"]]
-        extra = {str(k): int(v) for k, v in header["extra"].items()}
+        extra = {str(k): int(v) for k, v in header["extra"]}
         stored_key = header["key"]
     except (ValueError, KeyError, TypeError) as e:
         raise _Corrupt(f"bad header: {e}") from None
@@ -198,18 +251,20 @@ def _warn(msg: str) -> None:
 
 def cached_columns(key: Mapping[str, Any], compute: Callable[[], tuple[Columns, Extras]],
                    enabled: bool = True, folder: str | Path | None = None,
-                   max_bytes: int | None = None) -> tuple[Columns, Extras]:
+                   max_bytes: int | None = None, sources: tuple[str, ...] = POLICY_SOURCES
+                   ) -> tuple[Columns, Extras]:
     """`compute()` (int64 columns by name, int extras), read from the cache when an entry for
     `key` exists and is intact, else computed and stored.
 
     `key`: JSON-serializable mapping naming everything the result depends on besides code
     (e.g. trace fingerprint, policy, capacity, parameters); schema, package version and a
-    digest of the policy sources are added. `enabled=False` computes and touches no file.
+    digest of `sources` (package-relative globs of the code computing it) are added.
+    `enabled=False` computes and touches no file.
     A cache folder that cannot be written only costs the saving (one warning), never the run.
     """
     if not enabled:
         return compute()
-    fk = full_key(key)
+    fk = full_key(key, sources)
     digest = hashlib.sha256(_canonical(fk).encode()).hexdigest()
     root = Path(folder) if folder is not None else cache_folder()
     path = root / f"{digest}{SUFFIX}"
@@ -261,7 +316,7 @@ def _store(root: Path, path: Path, blob: bytes, max_bytes: int) -> None:
 
 
 def evict(folder: str | Path | None = None, max_bytes: int | None = None,
-          keep: Path | None = None) -> int:
+          keep: Path | None = None, suffix: str = SUFFIX) -> int:
     """Remove the least recently used entries until the folder holds <= `max_bytes`; also
     writers' temporary files older than an hour. Returns the bytes removed."""
     root = Path(folder) if folder is not None else cache_folder()
@@ -279,7 +334,7 @@ def evict(folder: str | Path | None = None, max_bytes: int | None = None,
         if e.name.startswith(".tmp-"):
             if now - st.st_mtime > _STALE_TMP_S:
                 removed += st.st_size if _remove(Path(e.path)) else 0
-        elif e.name.endswith(SUFFIX):
+        elif e.name.endswith(suffix):
             entries.append((st.st_mtime, e.name, st.st_size, Path(e.path)))
     total = sum(size for _, _, size, _ in entries)
     for _, _, size, p in sorted(entries):
@@ -322,3 +377,170 @@ def policy_columns(trace: Any, policy: str, capacity: int, enabled: bool = True,
         return replay_columns(trace, make_policy(policy, capacity, trace.total_rows, **params))
 
     return cached_columns(policy_key(trace, policy, capacity, params), compute, enabled)
+
+
+# -- generated traces -----------------------------------------------------------------------------
+#: the sources a generated trace depends on (generators, distributions, the Trace type)
+TRACE_SOURCES = ("traces/*.py",)
+TRACE_MAGIC = b"SPTRACE\x01"
+TRACE_SUFFIX = ".spt"
+#: default size budget of the traces folder (bytes); env SCRATCHPIPE_TRACE_CACHE_MAX_BYTES
+DEFAULT_TRACE_MAX_BYTES = 2 << 30
+TRACE_MAX_BYTES_ENV = "SCRATCHPIPE_TRACE_CACHE_MAX_BYTES"
+_ALIGN = 64
+
+
+def trace_cache_folder() -> Path:
+    """`<user cache folder>/traces` (beside `replays`, with its own size budget)."""
+    return scratchpipe_sim.cache_dir() / "traces"
+
+
+def trace_max_bytes_setting() -> int:
+    """The traces folder's byte budget: env SCRATCHPIPE_TRACE_CACHE_MAX_BYTES or 2 GiB."""
+    return max_bytes_setting(TRACE_MAX_BYTES_ENV, DEFAULT_TRACE_MAX_BYTES)
+
+
+def cached_trace(key: Mapping[str, Any], build: Callable[[], Any], enabled: bool = True,
+                 folder: str | Path | None = None, max_bytes: int | None = None) -> Any:
+    """`build()` (a synthetic `Trace`, a pure function of `key` and the trace code), read
+    back memory-mapped when the traces folder has an intact entry for `key`, else built and
+    stored. Generating the quickstart's trace costs seconds; mapping its entry and checking
+    it (CRC-32 of the arrays, sha256 of the header) a fraction of that.
+
+    The entry also records the trace's `content_sha256` and `trace_fingerprint`, so a trace
+    read back is never hashed again (its replays and `run`'s trace.sha256 use them).
+    `enabled=False` builds and touches no file; an unwritable folder costs one warning."""
+    if not enabled:
+        return build()
+    fk = {**full_key(key, TRACE_SOURCES), "_numpy": np.__version__}
+    digest = hashlib.sha256(_canonical(fk).encode()).hexdigest()
+    root = Path(folder) if folder is not None else trace_cache_folder()
+    path = root / f"{digest}{TRACE_SUFFIX}"
+    trace = _read_trace(path, fk)
+    if trace is not None:
+        return trace
+    trace = build()
+    budget = trace_max_bytes_setting() if max_bytes is None else max_bytes
+    _write_trace(root, path, fk, trace, budget)
+    return trace
+
+
+def _crc(arr: np.ndarray) -> int:
+    crc, flat = 0, arr.reshape(-1).view(np.uint8)
+    for lo in range(0, len(flat), _HASH_BLOCK):
+        crc = zlib.crc32(memoryview(flat[lo : lo + _HASH_BLOCK]), crc)
+    return crc
+
+
+def _write_trace(root: Path, path: Path, fk: dict[str, Any], trace: Any,
+                 max_bytes: int) -> None:
+    arrays = [np.ascontiguousarray(getattr(trace, n)) for n in _ARRAYS]
+    layout, pos = [], 0
+    for name, a in zip(_ARRAYS, arrays, strict=True):
+        layout.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape),
+                       "offset": pos, "crc32": _crc(a)})
+        pos += -(-a.nbytes // _ALIGN) * _ALIGN
+    header = {"key": fk, "arrays": layout, "payload_bytes": pos,
+              "batch_size": int(trace.batch_size), "meta": trace.meta,
+              "source": str(trace.source), "content_sha256": content_sha256(trace),
+              "fingerprint": trace_fingerprint(trace)}
+    try:
+        head = _canonical(header).encode()
+    except TypeError:
+        return  # meta holds something JSON cannot write: not cached
+    prefix = TRACE_MAGIC + struct.pack("<Q", len(head)) + head + hashlib.sha256(head).digest()
+    start = -(-len(prefix) // _ALIGN) * _ALIGN
+    if start + pos > max_bytes:
+        return
+    tmp = None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=TRACE_SUFFIX + ".part")
+        with os.fdopen(fd, "wb") as f:
+            f.write(prefix + bytes(start - len(prefix)))
+            for spec, a in zip(layout, arrays, strict=True):
+                f.seek(start + spec["offset"])
+                f.write(memoryview(a.reshape(-1).view(np.uint8)))
+            f.truncate(start + pos)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        _warn(f"cannot write {path}: {e}")
+        return
+    finally:
+        if tmp is not None:
+            _remove(Path(tmp))
+    evict(root, max_bytes, keep=path, suffix=TRACE_SUFFIX)
+
+
+def _read_trace(path: Path, fk: dict[str, Any]) -> Any:
+    """The entry's trace (arrays memory-mapped read-only), or None when there is none; a
+    damaged entry or one of another key is removed (one warning) and None returned."""
+    from scratchpipe_sim.traces.trace import Trace
+
+    try:
+        with open(path, "rb") as f:
+            first = f.read(len(TRACE_MAGIC) + 8)
+            if len(first) < len(TRACE_MAGIC) + 8 or not first.startswith(TRACE_MAGIC):
+                raise _Corrupt("bad magic or truncated")
+            (hlen,) = struct.unpack_from("<Q", first, len(TRACE_MAGIC))
+            head, digest = f.read(hlen), f.read(_DIGEST)
+            used = len(TRACE_MAGIC) + 8 + hlen + _DIGEST
+            pad = f.read(-(-used // _ALIGN) * _ALIGN - used)
+            size = os.fstat(f.fileno()).st_size
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        _warn(f"cannot read {path}: {e}")
+        return None
+    except _Corrupt as e:
+        return _damaged(path, e)
+    try:
+        if len(head) != hlen or hashlib.sha256(head).digest() != digest:
+            raise _Corrupt("header checksum")
+        if pad.strip(b"\0"):
+            raise _Corrupt("padding")
+        try:
+            header = json.loads(head)
+            if _canonical(header["key"]) != _canonical(fk):
+                raise _Corrupt("another key")
+            start = -(-used // _ALIGN) * _ALIGN
+            if size != start + int(header["payload_bytes"]):
+                raise _Corrupt("truncated payload")
+            payload = int(header["payload_bytes"])
+            raw = (np.memmap(path, dtype=np.uint8, mode="r", offset=start, shape=(payload,))
+                   if payload else np.zeros(0, np.uint8))
+            arrays, pos = {}, 0
+            for spec in header["arrays"]:
+                dtype, shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
+                lo = int(spec["offset"])
+                hi = lo + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                if lo < pos or hi > payload or raw[pos:lo].any():
+                    raise _Corrupt("layout or padding")
+                a = np.asarray(raw[lo:hi]).view(dtype).reshape(shape)
+                if _crc(a) != int(spec["crc32"]):
+                    raise _Corrupt(f"{spec['name']} checksum")
+                arrays[spec["name"]], pos = a, hi
+            if raw[pos:].any():
+                raise _Corrupt("padding")
+            trace = Trace(arrays["table_rows"], arrays["indices"], arrays["offsets"],
+                          arrays["batch_bounds"], int(header["batch_size"]),
+                          dict(header["meta"]), str(header["source"]))
+            content, fingerprint = str(header["content_sha256"]), str(header["fingerprint"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise _Corrupt(f"bad header: {e}") from None
+    except _Corrupt as e:
+        return _damaged(path, e)
+    _remember(_CONTENT, trace, content)
+    _remember(_FINGERPRINTS, trace, fingerprint)
+    try:
+        os.utime(path)  # recently used: evicted last
+    except OSError:
+        pass
+    return trace
+
+
+def _damaged(path: Path, e: Exception) -> None:
+    _warn(f"removed a damaged entry {path.name} ({e}); recomputing")
+    _remove(path)
+    return None

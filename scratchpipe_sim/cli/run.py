@@ -23,10 +23,10 @@ from scratchpipe_sim import __version__, memory_guard
 from scratchpipe_sim.config import dump_yaml, flatten, load_config
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.progress import Progress
+from scratchpipe_sim.replay_cache import trace_sha256
 from scratchpipe_sim.timing import DESIGNS, build_trace, simulate
 from scratchpipe_sim.timing.designs import baseline_design
 from scratchpipe_sim.timing.runner import check_designs
-from scratchpipe_sim.traces.store import trace_checksum
 
 DEFAULT_OUT = Path("results")
 
@@ -50,8 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-timeline", action="store_true",
                    help="skip the per-design timeline JSON files")
     p.add_argument("--no-cache", action="store_true",
-                   help="recompute every policy replay instead of reading the on-disk replay "
-                        "cache (scratchpipe_sim.replay_cache; results are identical)")
+                   help="recompute every policy replay (and generate the trace) instead of "
+                        "reading the on-disk replay and trace caches "
+                        "(scratchpipe_sim.replay_cache; results are identical)")
     p.add_argument("--json", action="store_true",
                    help="print the result rows as one JSON array instead of tables")
     p.add_argument("--quiet", "-q", action="store_true",
@@ -201,14 +202,14 @@ def handle(args: argparse.Namespace) -> int:
     out = _make_out(args.out if args.out is not None
                     else DEFAULT_OUT / Path(args.config).stem)
     try:
-        trace = build_trace(cfg)
+        trace = build_trace(cfg, cache=not args.no_cache)
         memory_guard.check_run(trace.total_rows, trace.num_accesses, source=cfg.source,
                                field="trace.path")
         with Progress(len(names), "run", "design", quiet=args.quiet) as bar:
             results = simulate(cfg, names, timeline_dir=None if args.no_timeline else out,
                                trace=trace, progress=progress_callback(bar),
                                replay_cache=not args.no_cache)
-        write_results(out, results, cfg.to_dict(), trace_checksum(trace), str(args.config),
+        write_results(out, results, cfg.to_dict(), trace_sha256(trace), str(args.config),
                       list(args.overrides))
     except OSError as e:
         shutil.rmtree(out, ignore_errors=True)

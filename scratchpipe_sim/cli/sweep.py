@@ -33,8 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run points recorded with errors again (infeasible results are "
                         "kept)")
     p.add_argument("--no-cache", action="store_true",
-                   help="recompute every policy replay instead of reading the on-disk replay "
-                        "cache (scratchpipe_sim.replay_cache; results are identical)")
+                   help="recompute every policy replay (and generate the traces) instead of "
+                        "reading the on-disk replay and trace caches "
+                        "(scratchpipe_sim.replay_cache; results are identical)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the points (hash and axis values) and exit")
     p.add_argument("--quiet", "-q", action="store_true",

@@ -17,11 +17,12 @@ Units: bytes, ns; 1 GB/s = 1 byte/ns. Compute "bandwidth" is FLOP/ns (TFLOP/s x 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
+from simpy.events import URGENT
 
 _EPS_NS = 1e-6
 
@@ -76,6 +77,7 @@ class Server:
         self._last = 0.0
         self._gen = 0
         self._target: int | None = None  # the transfer the pending timer will complete
+        self._capped = 0  # active transfers with max_share < 1
         self._listeners: list[Callable[[bool], None]] = []
 
     # -- public ------------------------------------------------------------------------------
@@ -91,8 +93,16 @@ class Server:
         """
         if nbytes <= 0:
             return None
-        return self.env.process(self._run(float(nbytes), batch, label, efficiency, GBps,
-                                          latency_ns, max_share))
+        # The event sequence of `env.process(generator)`, without the generator: an
+        # Initialize-like event (URGENT, now) starts the transfer, `end` is scheduled when it
+        # completes. Same events in the same order (so identical results), less overhead.
+        end = simpy.Event(self.env)
+        init = simpy.Event(self.env)
+        init._ok, init._value = True, None
+        init.callbacks.append(lambda _ev: self._begin(float(nbytes), batch, label, efficiency,
+                                                      GBps, latency_ns, max_share, end))
+        self.env.schedule(init, URGENT)
+        return end
 
     def busy_now(self) -> float:
         """Busy time integrated up to now (without advancing the PS state)."""
@@ -112,33 +122,49 @@ class Server:
         self._reschedule()
 
     # -- PS machinery -------------------------------------------------------------------------
-    def _run(self, nbytes: float, batch: int, label: str, efficiency: float,
-             GBps: float | None, latency_ns: float | None, max_share: float) -> Generator:
+    def _begin(self, nbytes: float, batch: int, label: str, efficiency: float,
+               GBps: float | None, latency_ns: float | None, max_share: float,
+               end: simpy.Event) -> None:
         start = self.env.now
         self.transfers += 1
         self.bytes_by_batch[batch] += nbytes
         lat = self.latency_ns if latency_ns is None else latency_ns
-        if lat > 0:
-            yield self.env.timeout(lat)
         work = nbytes / ((GBps or self.GBps) * efficiency)
+        if lat > 0:
+            self.env.timeout(lat).callbacks.append(
+                lambda _ev: self._serve(work, max_share, start, label, batch, nbytes, end))
+        else:
+            self._serve(work, max_share, start, label, batch, nbytes, end)
+
+    def _serve(self, work: float, max_share: float, start: float, label: str, batch: int,
+               nbytes: float, end: simpy.Event) -> None:
+        """After the latency: join the servers' processor sharing (when there is work)."""
         if work > 0:
-            done = self.env.event()
+            done = simpy.Event(self.env)
             self._advance()
             was_idle = not self._active
-            self._active[self._next_id] = [work, done, min(max(max_share, 1e-9), 1.0)]
+            share_cap = min(max(max_share, 1e-9), 1.0)
+            self._active[self._next_id] = [work, done, share_cap]
+            self._capped += share_cap < 1.0
             self._next_id += 1
             self._reschedule()
             if was_idle:
                 for fn in self._listeners:
                     fn(True)
-            yield done
-        self.recorder.add(Span(self.name, label, start, self.env.now, batch, nbytes))
+            done.callbacks.append(lambda _ev: self._end(start, label, batch, nbytes, end))
+        else:
+            self._end(start, label, batch, nbytes, end)
+
+    def _end(self, start: float, label: str, batch: int, nbytes: float,
+             end: simpy.Event) -> None:
+        if self.recorder.keep_spans:
+            self.recorder.spans.append(Span(self.name, label, start, self.env.now, batch,
+                                            nbytes))
+        end.succeed()
 
     def _shares(self) -> dict[int, float]:
         """Fraction of the server each active transfer gets: equal shares, except that a
         transfer capped below its share gives the surplus to the others (water-filling)."""
-        if all(item[2] >= 1.0 for item in self._active.values()):  # no caps: no sort
-            return dict.fromkeys(self._active, 1.0 / len(self._active))
         items = sorted(self._active.items(), key=lambda kv: kv[1][2])
         left, n, out = 1.0, len(items), {}
         for i, (k, item) in enumerate(items):
@@ -147,24 +173,36 @@ class Server:
             left -= share
         return out
 
+    # Without capped transfers (the common case) every share is 1 / n: the methods below
+    # then skip the shares dict and compute exactly what it would give.
     def _advance(self) -> None:
         now = self.env.now
         dt = now - self._last
         if dt > 0 and self._active:
-            for k, share in self._shares().items():
-                self._active[k][0] -= dt * self.rate * share
+            if self._capped:
+                for k, share in self._shares().items():
+                    self._active[k][0] -= dt * self.rate * share
+            else:
+                step = dt * self.rate * (1.0 / len(self._active))
+                for item in self._active.values():
+                    item[0] -= step
             self.busy_ns += dt
         self._last = now
 
     def _reschedule(self) -> None:
         self._gen += 1
-        if not self._active:
+        active = self._active
+        if not active:
             return
-        shares = self._shares()
-        self._target = min(self._active,
-                           key=lambda k: self._active[k][0] / shares[k])
-        least = self._active[self._target][0]
-        delay = max(least, 0.0) / (shares[self._target] * self.rate)
+        if self._capped:
+            shares = self._shares()
+            self._target = min(active, key=lambda k: active[k][0] / shares[k])
+            share = shares[self._target]
+        else:
+            share = 1.0 / len(active)
+            self._target = min(active, key=lambda k: active[k][0] / share)
+        least = active[self._target][0]
+        delay = max(least, 0.0) / (share * self.rate)
         gen = self._gen
         self.env.timeout(delay).callbacks.append(lambda _ev: self._on_timer(gen))
 
@@ -175,14 +213,24 @@ class Server:
         # The timer was set for `_target`'s completion: finish it (and any transfer at least
         # as close) even when float rounding at a large `now` leaves a sliver of work, which
         # an absolute threshold alone would reschedule forever (a zero-length timeout).
-        shares = self._shares()
-        t = self._target
-        cutoff = max(self._active[t][0], 0.0) / shares[t] + _EPS_NS
-        finished = [k for k, item in self._active.items()
-                    if k == t or item[0] / shares[k] <= cutoff]
-        events = [self._active.pop(k)[1] for k in finished]
+        active, t = self._active, self._target
+        if self._capped:
+            shares = self._shares()
+            cutoff = max(active[t][0], 0.0) / shares[t] + _EPS_NS
+            finished = [k for k, item in active.items()
+                        if k == t or item[0] / shares[k] <= cutoff]
+        else:
+            share = 1.0 / len(active)
+            cutoff = max(active[t][0], 0.0) / share + _EPS_NS
+            finished = [k for k, item in active.items()
+                        if k == t or item[0] / share <= cutoff]
+        events = []
+        for k in finished:
+            item = active.pop(k)
+            self._capped -= item[2] < 1.0
+            events.append(item[1])
         self._reschedule()
-        if not self._active:
+        if not active:
             for fn in self._listeners:
                 fn(False)
         for ev in events:

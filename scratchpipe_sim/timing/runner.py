@@ -21,6 +21,12 @@ import simpy
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.model import DEFAULT_ROWS, per_table
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.replay_cache import (
+    cached_columns,
+    cached_trace,
+    slice_trace,
+    trace_fingerprint,
+)
 from scratchpipe_sim.timing.counts import (
     Workload,
     access_unique,
@@ -44,11 +50,13 @@ def prefix_cap(cfg: Config) -> int:
     return cfg.model.num_batches if wb == "auto" else int(wb)
 
 
-def build_trace(cfg: Config) -> Trace:
+def build_trace(cfg: Config, cache: bool = True) -> Trace:
     """The config's trace: read `trace.path` or generate it, checked against model.tables.
 
     It holds the cache warm-up prefix (at most `prefix_cap` batches) followed by the
     model.num_batches timed batches; `simulate` replays the prefix through the policies only.
+    A generated trace is read back from the on-disk trace cache when an earlier run made
+    the same one (`replay_cache.cached_trace`; `cache=False` generates it afresh).
     """
     t, m = cfg.trace, cfg.model
     if t.path is not None:
@@ -71,17 +79,38 @@ def build_trace(cfg: Config) -> Trace:
             trace = open_trace(path, batch_size=m.batch_size, fmt=t.format)
             trace = dataclasses.replace(trace, meta={**trace.meta, ROWS_INFERRED: True})
         return fit_trace(trace, sized_config(cfg, trace))
-    from scratchpipe_sim.traces.generators import DISTRIBUTIONS, generate_trace
-
-    factory = DISTRIBUTIONS.get(t.distribution, source=cfg.source, field="trace.distribution")
-    params = dict(t.params)
-    if t.alpha is not None and "alpha" in getattr(factory, "PARAMS", {}):
-        params.setdefault("alpha", t.alpha)
     seed = cfg.seed if t.seed is None else t.seed
-    return generate_trace(t.distribution, list(m.rows_per_table), m.batch_size,
-                          prefix_cap(cfg) + m.num_batches, list(m.poolings), seed,
-                          reuse=t.reuse, source=cfg.source, field_prefix="trace.params.",
-                          **params)
+
+    def generate() -> Trace:
+        from scratchpipe_sim.traces.generators import DISTRIBUTIONS, generate_trace
+
+        factory = DISTRIBUTIONS.get(t.distribution, source=cfg.source,
+                                    field="trace.distribution")
+        params = dict(t.params)
+        if t.alpha is not None and "alpha" in getattr(factory, "PARAMS", {}):
+            params.setdefault("alpha", t.alpha)
+        return generate_trace(t.distribution, list(m.rows_per_table), m.batch_size,
+                              prefix_cap(cfg) + m.num_batches, list(m.poolings), seed,
+                              reuse=t.reuse, source=cfg.source,
+                              field_prefix="trace.params.", **params)
+
+    # everything generate() reads from the config (a bad name or parameter never has an
+    # entry: it fails in generate() with its usual message)
+    key = {"kind": "generated-trace", "distribution": t.distribution, "alpha": t.alpha,
+           "params": dict(t.params), "rows": list(m.rows_per_table),
+           "batch_size": m.batch_size, "num_batches": prefix_cap(cfg) + m.num_batches,
+           "pooling": list(m.poolings), "seed": seed, "reuse": t.reuse}
+    return cached_trace(key, generate, enabled=cache and _jsonable(key))
+
+
+def _jsonable(key: dict) -> bool:
+    import json
+
+    try:
+        json.dumps(key)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 #: trace.meta key: the trace's row counts were inferred from its ids (a flat id stream)
@@ -158,7 +187,7 @@ def fit_trace(trace: Trace, cfg: Config) -> Trace:
         raise UserError(f"cache.warmup_batches = {wb} needs {int(wb) + m.num_batches} batches "
                         f"with model.num_batches = {m.num_batches}, but the trace has "
                         f"{trace.num_batches}", source=src, field="cache.warmup_batches")
-    trace = trace.slice(0, prefix + m.num_batches)
+    trace = slice_trace(trace, 0, prefix + m.num_batches)
     if m.num_batches <= m.warmup_batches:
         raise UserError(f"model.num_batches = {m.num_batches}, expected more than "
                         f"model.warmup_batches = {m.warmup_batches}", source=src,
@@ -204,6 +233,11 @@ def workload(trace: Trace, key: WorkloadKey, cfg: Config, memo: dict | None = No
         raise UserError(e.message, source=cfg.source, field=field) from None
 
 
+#: code behind the trace passes `Replays` caches (see `replay_cache.code_digest`)
+_COUNTS_SOURCES = ("timing/counts.py", "traces/trace.py")
+_ONCHIP_SOURCES = ("timing/onchip.py", "traces/trace.py")
+
+
 class Replays:
     """The counts every design of one `simulate` call is priced from, each computed once.
 
@@ -221,13 +255,29 @@ class Replays:
         if not cached or self.prefix == 0:
             self.warm = 0
         elif wb == "auto":
-            self.warm = warmup_length(trace, self.prefix, cfg.capacity_rows())
+            self.warm = self._warmup_length(cfg.capacity_rows())
         else:
             self.warm = int(wb)
-        self._run = trace.slice(self.prefix - self.warm, trace.num_batches)
-        self._timed_trace = trace.slice(self.prefix, trace.num_batches)
+        self._run = slice_trace(trace, self.prefix - self.warm, trace.num_batches)
+        self._timed_trace = slice_trace(trace, self.prefix, trace.num_batches)
         self._memo: dict = {}
         self._cache: dict[WorkloadKey, tuple[Workload, float]] = {}
+
+    def _cached(self, kind: str, trace: Trace, compute, sources: tuple[str, ...], **key):
+        """`compute()`'s (columns, extras) of a pass over `trace` that no policy makes,
+        through the on-disk cache like the policy replays (unless `--no-cache`)."""
+        if not self.replay_cache:
+            return compute()
+        return cached_columns({"kind": kind, "trace": trace_fingerprint(trace), **key},
+                              compute, True, sources=sources)
+
+    def _warmup_length(self, capacity: int) -> int:
+        def compute():
+            return {}, {"warm": warmup_length(self.trace, self.prefix, capacity)}
+
+        _, extra = self._cached("warmup-length", self.trace, compute, _COUNTS_SOURCES,
+                                prefix=self.prefix, capacity=int(capacity))
+        return int(extra["warm"])
 
     def get(self, key: WorkloadKey) -> tuple[Workload, float]:
         if key not in self._cache:
@@ -251,6 +301,14 @@ class Replays:
             k = dataclasses.replace(key, params=tuple(sorted(params.items())))
             w = workload(self.trace, k, cfg, self._memo, self.replay_cache).tail(self.prefix)
         elif key.policy is None:  # no cache, nothing to warm: the timed batches alone
+            if "access_unique" not in self._memo:
+                def compute():
+                    acc, uniq = access_unique(self._timed_trace)
+                    return {"accesses": acc, "unique": uniq}, {}
+
+                cols, _ = self._cached("access-unique", self._timed_trace, compute,
+                                       _COUNTS_SOURCES)
+                self._memo["access_unique"] = (cols["accesses"], cols["unique"])
             w = workload(self._timed_trace, key, cfg, self._memo, self.replay_cache)
         else:
             w = workload(self._run, key, cfg, self._memo, self.replay_cache).tail(self.warm)
@@ -272,7 +330,10 @@ class Replays:
         """Rows of each timed batch never seen earlier in the whole trace (prefix included):
         the closest estimate of compulsory misses the trace allows."""
         if "first" not in self._memo:
-            self._memo["first"] = first_touches(self.trace)[self.prefix:]
+            cols, _ = self._cached("first-touches", self.trace,
+                                   lambda: ({"first": first_touches(self.trace)}, {}),
+                                   _COUNTS_SOURCES)
+            self._memo["first"] = cols["first"][self.prefix:]
         return self._memo["first"]
 
     def _onchip(self, key: WorkloadKey) -> dict[str, np.ndarray]:
@@ -289,10 +350,16 @@ class Replays:
             from scratchpipe_sim.timing.onchip import onchip_hits
 
             lead = 1 if self.prefix > 0 else 0
-            sub = self.trace.slice(self.prefix - lead, self.trace.num_batches)
-            oc = onchip_hits(sub, rows, ways)
-            self._memo[name] = {f"{name}_hits": np.asarray(oc.lookup_hits)[lead:],
-                                f"{name}_update_hits": np.asarray(oc.update_hits)[lead:]}
+            sub = slice_trace(self.trace, self.prefix - lead, self.trace.num_batches)
+
+            def compute():
+                oc = onchip_hits(sub, rows, ways)
+                return {"lookup": oc.lookup_hits, "update": oc.update_hits}, {}
+
+            cols, _ = self._cached("onchip-hits", sub, compute, _ONCHIP_SOURCES,
+                                   rows=rows, ways=int(ways))
+            self._memo[name] = {f"{name}_hits": np.asarray(cols["lookup"])[lead:],
+                                f"{name}_update_hits": np.asarray(cols["update"])[lead:]}
         return dict(self._memo[name])
 
 

@@ -1,0 +1,179 @@
+"""End-to-end CLI benchmark (issue 15): start-up, `run` lookups/s and SimPy share, fig2's
+sweep against one of its points. Every figure is the wall time of a fresh
+`scratchpipe-sim` process, with its peer measured in the same run.
+
+    python benchmarks/bench_run.py                  # everything (~10 min on 2 loaded cores)
+    python benchmarks/bench_run.py --only startup   # or: run, fig2
+    python benchmarks/bench_run.py --repeat 3       # best of 3 per figure
+
+- startup: `scratchpipe-sim --help` and `cache` over a 200k-access trace, against the peer
+  `build_parser()` with every subcommand imported (what every command paid before the CLI
+  imported only the chosen one).
+- run: `run configs/quickstart.yaml` with an empty replay/trace cache and `--no-cache`
+  (cold: generate the trace, replay every policy), then twice with a warm cache (the
+  second run is the figure). Lookups/s = every design's lookups (batches x lookups per
+  batch, timed batches) added up / the command's wall time (target >= 20M/s); SimPy
+  share = the designs' `simpy_wall_s` added up / wall (target < 10%).
+- fig2: `sweep experiments/fig2_gpu_memory_speed.yaml` (12 points) against the same
+  experiment cut to its first point, each with an empty then a warm cache folder (target:
+  12 points <= 2x one point).
+
+The compile cache is warm throughout: NUMBA_CACHE_DIR stays the user's (a first pass
+fills it); each measurement gets its own SCRATCHPIPE_CACHE_DIR below a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-c", "import sys; from scratchpipe_sim.cli import main; "
+       "sys.exit(main(sys.argv[1:]))"]
+FULL_PARSER = [sys.executable, "-c", "from scratchpipe_sim.cli import build_parser; "
+               "build_parser()"]
+
+
+def timed(cmd: list[str], cache: Path | None, repeat: int = 1) -> float:
+    """Best wall seconds of `repeat` runs of `cmd` (stdout discarded; fails loudly)."""
+    env = dict(os.environ)
+    if cache is not None:
+        env["SCRATCHPIPE_CACHE_DIR"] = str(cache)
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+        best = min(best, time.perf_counter() - t0)
+        if p.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr}")
+    return best
+
+
+def startup(tmp: Path, repeat: int) -> dict:
+    ids = tmp / "ids.npy"
+    np.save(ids, np.random.default_rng(0).integers(0, 100_000, 200_000))
+    cache = [*CLI, "cache", "--trace", str(ids), "--policy", "lru", "--capacity", "1000",
+             "--batch-size", "64"]
+    timed(cache, None)  # compile cache warm
+    out = {"help_s": timed([*CLI, "--help"], None, repeat),
+           "version_s": timed([*CLI, "--version"], None, repeat),
+           "all_subcommands_imported_s": timed(FULL_PARSER, None, repeat),
+           "cache_cmd_s": timed(cache, None, repeat)}
+    out["help_vs_all_imported"] = out["help_s"] / out["all_subcommands_imported_s"]
+    return out
+
+
+def quickstart_lookups(config: Path) -> int:
+    from scratchpipe_sim.config import load_config
+
+    cfg = load_config(config)
+    m = cfg.model
+    return len(cfg.designs) * m.num_batches * m.batch_size * sum(m.poolings)
+
+
+def run_bench(tmp: Path, repeat: int) -> dict:
+    config = ROOT / "configs" / "quickstart.yaml"
+    lookups = quickstart_lookups(config)
+    best: dict[str, float] = {}
+    for k in range(repeat):
+        cache = tmp / f"run-cache-{k}"
+        for tag, extra in (("cold_no_cache", ["--no-cache"]), ("first_fills_cache", []),
+                           ("warm", [])):
+            out = tmp / f"run-{tag}-{k}"
+            t = timed([*CLI, "run", str(config), "--out", str(out), "-q", *extra], cache)
+            rows = json.loads((out / "results.json").read_text())
+            simpy = sum(r["simpy_wall_s"] for r in rows)
+            if t < best.get(f"{tag}_wall_s", float("inf")):
+                best[f"{tag}_wall_s"] = t
+                best[f"{tag}_simpy_share"] = simpy / t
+    res = {"lookups": lookups, **best}
+    for tag in ("cold_no_cache", "first_fills_cache", "warm"):
+        res[f"{tag}_Mlookups_per_s"] = lookups / best[f"{tag}_wall_s"] / 1e6
+    res["warm_vs_cold"] = best["cold_no_cache_wall_s"] / best["warm_wall_s"]
+    return res
+
+
+def one_point(exp: Path, tmp: Path) -> tuple[Path, Path]:
+    """fig2 with absolute includes, and the same cut to its first point."""
+    doc = yaml.safe_load(exp.read_text())
+    doc["include"] = str((exp.parent / doc["include"]).resolve())
+    full = tmp / exp.name
+    full.write_text(yaml.safe_dump(doc))
+    one = dict(doc, name=doc["name"] + "_one_point")
+    one["sweep"] = {mode: {k: v[:1] for k, v in axes.items()}
+                    for mode, axes in doc["sweep"].items()}
+    single = tmp / ("one_" + exp.name)
+    single.write_text(yaml.safe_dump(one))
+    return full, single
+
+
+def fig2_bench(tmp: Path, repeat: int) -> dict:
+    full, single = one_point(ROOT / "experiments" / "fig2_gpu_memory_speed.yaml", tmp)
+    res: dict[str, float] = {}
+    for k in range(repeat):
+        for tag, exp in (("one_point", single), ("twelve_points", full)):
+            cache = tmp / f"fig2-cache-{tag}-{k}"
+            for state in ("empty", "warm"):
+                t = timed([*CLI, "sweep", str(exp), "--out", str(tmp / f"{tag}-{state}-{k}"),
+                           "-q"], cache)
+                key = f"{tag}_{state}_s"
+                res[key] = min(res.get(key, float("inf")), t)
+    for state in ("empty", "warm"):
+        res[f"ratio_{state}"] = res[f"twelve_points_{state}_s"] / res[f"one_point_{state}_s"]
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=("startup", "run", "fig2"), action="append")
+    ap.add_argument("--repeat", type=int, default=1, help="best of N per figure")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    parts = args.only or ["startup", "run", "fig2"]
+    load0 = os.getloadavg()[0]
+    out: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="bench_run_") as d:
+        tmp = Path(d)
+        for name, fn in (("startup", startup), ("run", run_bench), ("fig2", fig2_bench)):
+            if name in parts:
+                out[name] = fn(tmp, args.repeat)
+    out["load_average"] = {"start": load0, "end": os.getloadavg()[0]}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return
+    print(f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f}; best of {args.repeat}")
+    if "startup" in out:
+        s = out["startup"]
+        print(f"startup: --help {s['help_s']:.2f} s, --version {s['version_s']:.2f} s, "
+              f"cache (200k accesses) {s['cache_cmd_s']:.2f} s; every subcommand imported "
+              f"(peer) {s['all_subcommands_imported_s']:.2f} s -> --help at "
+              f"{s['help_vs_all_imported']:.2f}x of it")
+    if "run" in out:
+        r = out["run"]
+        print(f"run quickstart ({r['lookups'] / 1e6:.1f}M lookups, all designs):")
+        for tag in ("cold_no_cache", "first_fills_cache", "warm"):
+            print(f"  {tag:18s} {r[f'{tag}_wall_s']:6.2f} s  "
+                  f"{r[f'{tag}_Mlookups_per_s']:5.1f} M lookups/s  SimPy "
+                  f"{100 * r[f'{tag}_simpy_share']:.1f}% of wall")
+        print(f"  warm is {r['warm_vs_cold']:.1f}x faster than --no-cache "
+              f"(targets: >= 20 M lookups/s, SimPy < 10%)")
+    if "fig2" in out:
+        f = out["fig2"]
+        for state in ("empty", "warm"):
+            print(f"fig2 ({state} cache): 12 points {f[f'twelve_points_{state}_s']:.1f} s, "
+                  f"one point {f[f'one_point_{state}_s']:.1f} s -> ratio "
+                  f"{f[f'ratio_{state}']:.2f} (target <= 2)")
+
+
+if __name__ == "__main__":
+    main()
