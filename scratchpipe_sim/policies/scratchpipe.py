@@ -46,6 +46,8 @@ ON_OVERFLOW = ("error", "stall")
 # indices into the int64 `st` state vector of the kernel
 _USED, _QHEAD, _QTAIL, _HSIZE, _TRAIN_MISSES, _STALLS, _VHEAD, _VTAIL = range(8)
 _PF = 16  # prefetch distance in accesses
+_PF_Q = 4  # prefetch distance in victims
+_PF_RETIRE = 64  # most slots of the next retired batch prefetched
 
 
 # -- minimum capacity ---------------------------------------------------------------------------
@@ -179,7 +181,7 @@ def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, slot
 
 
 @nb.njit(cache=True, inline="always")
-def _victim(limit, now, fq, h, st):
+def _victim(limit, now, fq, h, st, slot_row, keys, vals, shift):
     """Slot to evict, or -1 when every resident row is pinned.
 
     The FIFO holds every unpinned row in last-use order. Popping it, a row with no use in
@@ -193,6 +195,14 @@ def _victim(limit, now, fq, h, st):
         i = st[_QHEAD] & (n - 1)
         s, nu = fq[i, 0], fq[i, 1]
         st[_QHEAD] += 1
+        # hints for the next victims (see _prefetch.py): the slot's row of the entry
+        # 2 * _PF_Q ahead, and that row's map bucket for the entry _PF_Q ahead
+        if st[_QHEAD] + 2 * _PF_Q < st[_QTAIL]:
+            prefetch(slot_row, fq[(st[_QHEAD] + 2 * _PF_Q) & (n - 1), 0])
+        if st[_QHEAD] + _PF_Q < st[_QTAIL]:
+            g = home(slot_row[fq[(st[_QHEAD] + _PF_Q) & (n - 1), 0]], shift)
+            prefetch(keys, g)
+            prefetch(vals, g)
         if nu < now:
             continue  # stale: used again (pinned; it will be queued again)
         if nu >= limit:
@@ -232,6 +242,11 @@ def _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st):
             if keys[g] == v and vals[g] == -1 - (j - w):  # still that ghost (not refetched)
                 erase(keys, vals, mask, shift, g)
         st[_VHEAD] = end
+        # hints: the buckets of the victims that expire next (batch j-W+1's, all known)
+        for i in range(end, min(end + _PF_Q, st[_VTAIL])):
+            g = home(vring[i & n], shift)
+            prefetch(keys, g)
+            prefetch(vals, g)
     vstart[j & ring] = st[_VTAIL]
 
 
@@ -262,6 +277,10 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
         if lb - w >= 0:
             _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, lb - w, glo, slot_row, fq,
                     st)
+        if w >= 2 and lb - w + 1 >= 0:  # hints: the slots the next retire checks
+            for q in range(ext_ptr[lb - w + 1], min(ext_ptr[lb - w + 2], ext_ptr[lb - w + 1]
+                                                      + _PF_RETIRE)):
+                prefetch(slot_row, max(ext_slot[q], 0))
         if track:
             _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st)
         limit = gptr[min(j + w + 1, num_batches)]
@@ -302,7 +321,7 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
                     s = st[_USED]
                     st[_USED] += 1
                 else:
-                    s = _victim(limit, ghi, fq, h, st)
+                    s = _victim(limit, ghi, fq, h, st, slot_row, keys, vals, shift)
                     if s < 0:
                         if not stall:
                             return j
