@@ -113,7 +113,10 @@ def _pop(heap, n):
 
 @nb.njit(cache=True)
 def _compact(heap, n, expiry, num_rows):
-    """Keep the live entries only (at most the cache's rows), sorted descending: a heap."""
+    """Keep the live entries only (at most the cache's rows) and rebuild the heap in place
+    (bottom-up heapify, O(n)). Live keys are distinct (one per row), so pops come in the
+    same order whatever the layout. No sort and no array slicing: both cost seconds of
+    compile time."""
     k = 0
     for i in range(n):
         key = heap[i]
@@ -121,9 +124,25 @@ def _compact(heap, n, expiry, num_rows):
         if expiry[r] == key // num_rows:
             heap[k] = key
             k += 1
-    live = np.sort(heap[:k])[::-1].copy()
-    heap[:k] = live
+    for i in range(k // 2 - 1, -1, -1):
+        _sift_down(heap, i, k)
     return k
+
+
+@nb.njit(cache=True)
+def _sift_down(heap, i, n):
+    key = heap[i]
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and heap[c + 1] > heap[c]:
+            c += 1
+        if heap[c] <= key:
+            break
+        heap[i] = heap[c]
+        i = c
+    heap[i] = key
 
 
 @nb.njit(cache=True)
@@ -132,7 +151,7 @@ def _use_batch(ptr, nu, g, window):
     `window` batches after g, else -1. Why not a search of all of `ptr`: at batch size 1
     that is ~23 random probes of a one-int64-per-access array; the window bounds it first."""
     last = len(ptr) - 1  # batches
-    hi = min(g + window, last - 1)  # the latest batch that may hold nu
+    hi = g + window if g + window < last - 1 else last - 1  # the latest batch holding nu
     if nu >= ptr[hi + 1]:
         return -1
     lo = g  # invariant: ptr[lo] <= nu < ptr[hi + 1]

@@ -115,11 +115,14 @@ def _lfu_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, items, bfreq, b
                 q = home(ids[j + PF_NEAR], shift)
                 if keys[q] == ids[j + PF_NEAR]:
                     s = vals[q]
-                    prefetch(items, 4 * max(items[s, _IP], 0))
-                    prefetch(items, 4 * max(items[s, _IN], 0))
-                    q = max(items[s, _IB], 0)
-                    prefetch(blinks, 4 * q)
-                    prefetch(bfreq, q)
+                    if items[s, _IP] >= 0:
+                        prefetch(items, 4 * items[s, _IP])
+                    if items[s, _IN] >= 0:
+                        prefetch(items, 4 * items[s, _IN])
+                    q = items[s, _IB]
+                    if q >= 0:
+                        prefetch(blinks, 4 * q)
+                        prefetch(bfreq, q)
             r = ids[j]
             p = probe(keys, mask, shift, r)
             if keys[p] == r:

@@ -71,8 +71,10 @@ def _lru_chunk(ids, batch_ptr, table, mask, shift, slot_id, links, state, outcom
                 q = home(ids[j + PF_NEAR], shift)
                 if table[q, 0] == ids[j + PF_NEAR]:
                     q = table[q, 1]
-                    prefetch(links, 2 * max(links[q, 0], 0))
-                    prefetch(links, 2 * max(links[q, 1], 0))
+                    if links[q, 0] >= 0:
+                        prefetch(links, 2 * links[q, 0])
+                    if links[q, 1] >= 0:
+                        prefetch(links, 2 * links[q, 1])
             r = ids[j]
             p = probe_pair(table, mask, shift, r)
             if table[p, 0] == r:
@@ -112,9 +114,10 @@ def _lru_chunk(ids, batch_ptr, table, mask, shift, slot_id, links, state, outcom
                     tail = links[s, 0]
                     # the next victims: the new tail's bucket, its predecessor's slot
                     prefetch(table, 2 * home(slot_id[tail], shift))
-                    q = max(links[tail, 0], 0)
-                    prefetch(slot_id, q)
-                    prefetch(links, 2 * q)
+                    q = links[tail, 0]
+                    if q >= 0:
+                        prefetch(slot_id, q)
+                        prefetch(links, 2 * q)
                     links[tail, 1] = -1
                     links[s, 0] = -1
                     links[s, 1] = head

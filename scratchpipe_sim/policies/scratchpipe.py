@@ -136,6 +136,17 @@ def _heap_pop(h, n):
         h[i, 0], h[i, 1] = key, slot
 
 
+@nb.njit(cache=True)
+def _reverse_rows(a, lo, hi):
+    """Reverse rows lo..hi-1 of a two-column array in place."""
+    hi -= 1
+    while lo < hi:
+        a[lo, 0], a[hi, 0] = a[hi, 0], a[lo, 0]
+        a[lo, 1], a[hi, 1] = a[hi, 1], a[lo, 1]
+        lo += 1
+        hi -= 1
+
+
 @nb.njit(cache=True, inline="always")
 def _push_fifo(s, nu, now, fq, st):
     """Queue slot s as evictable; `nu` is the row's next use. An entry (slot, next use) is
@@ -144,13 +155,18 @@ def _push_fifo(s, nu, now, fq, st):
     leaves the scratchpad only through its own valid entry, so no per-slot stamp is needed."""
     n = len(fq)
     if st[_QTAIL] - st[_QHEAD] == n:  # ring full of mostly stale pairs: keep the valid ones
-        tmp = np.empty((n, 2), np.int64)
+        # in place, no scratch array: rotate the ring so its head is at 0 (three reversals),
+        # then slide the valid pairs down in order
+        h0 = st[_QHEAD] & (n - 1)
+        _reverse_rows(fq, 0, h0)
+        _reverse_rows(fq, h0, n)
+        _reverse_rows(fq, 0, n)
         k = 0
-        for i in range(st[_QHEAD], st[_QTAIL]):
-            if fq[i & (n - 1), 1] >= now:
-                tmp[k, 0], tmp[k, 1] = fq[i & (n - 1), 0], fq[i & (n - 1), 1]
+        for i in range(n):
+            if fq[i, 1] >= now:
+                fq[k, 0] = fq[i, 0]
+                fq[k, 1] = fq[i, 1]
                 k += 1
-        fq[:k] = tmp[:k]
         st[_QHEAD], st[_QTAIL] = 0, k
     t = st[_QTAIL] & (n - 1)
     fq[t, 0], fq[t, 1] = s, nu
@@ -243,7 +259,8 @@ def _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st):
                 erase(keys, vals, mask, shift, g)
         st[_VHEAD] = end
         # hints: the buckets of the victims that expire next (batch j-W+1's, all known)
-        for i in range(end, min(end + _PF_Q, st[_VTAIL])):
+        stop = end + _PF_Q if end + _PF_Q < st[_VTAIL] else st[_VTAIL]
+        for i in range(end, stop):
             g = home(vring[i & n], shift)
             prefetch(keys, g)
             prefetch(vals, g)
@@ -278,9 +295,11 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
             _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, lb - w, glo, slot_row, fq,
                     st)
         if w >= 2 and lb - w + 1 >= 0:  # hints: the slots the next retire checks
-            for q in range(ext_ptr[lb - w + 1], min(ext_ptr[lb - w + 2], ext_ptr[lb - w + 1]
-                                                      + _PF_RETIRE)):
-                prefetch(slot_row, max(ext_slot[q], 0))
+            q0 = ext_ptr[lb - w + 1]
+            q1 = ext_ptr[lb - w + 2]
+            for q in range(q0, q1 if q1 < q0 + _PF_RETIRE else q0 + _PF_RETIRE):
+                if ext_slot[q] >= 0:
+                    prefetch(slot_row, ext_slot[q])
         if track:
             _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st)
         limit = gptr[min(j + w + 1, num_batches)]

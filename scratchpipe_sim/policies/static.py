@@ -80,23 +80,26 @@ def top_k(counts: np.ndarray, k: int) -> np.ndarray:
     n = len(counts)
     if k >= n:
         return np.arange(n, dtype=np.int64)
-    kth = _kth_largest(counts, k, _HIST_CAP)
+    kth = _kth_largest(counts, k, np.zeros(_HIST_CAP + 1, np.int64))
     if kth < 0:  # the k-th largest is >= the cap: sort the (few) rows counted that often
         big = np.sort(counts[counts >= _HIST_CAP])
         kth = big[len(big) - k]
-    return np.flatnonzero(_mark_top(counts, kth, k - int(np.count_nonzero(counts > kth))))
+    chosen = np.zeros(n, np.bool_)
+    _mark_top(counts, kth, k - int(np.count_nonzero(counts > kth)), chosen)
+    return np.flatnonzero(chosen)
 
 
 _HIST_CAP = 1 << 16
 
 
 @nb.njit(cache=True)
-def _kth_largest(counts, k, cap):
+def _kth_largest(counts, k, hist):
     """The k-th largest of the non-negative `counts` (1 <= k <= len), or -1 when it is at
-    least `cap` (at least k rows are counted `cap` times or more)."""
-    hist = np.zeros(cap + 1, np.int64)
+    least cap = len(hist) - 1 (at least k rows are counted `cap` times or more). `hist`:
+    zeros (allocated by the caller: no array construction to compile here)."""
+    cap = len(hist) - 1
     for c in counts:
-        hist[min(c, cap)] += 1
+        hist[c if c < cap else cap] += 1
     if hist[cap] >= k:
         return -1
     seen = hist[cap]
@@ -108,9 +111,8 @@ def _kth_largest(counts, k, cap):
 
 
 @nb.njit(cache=True)
-def _mark_top(counts, kth, ties):
-    """Rows counted more than `kth`, and the first `ties` rows counted exactly `kth`."""
-    out = np.zeros(len(counts), np.bool_)
+def _mark_top(counts, kth, ties, out):
+    """Set `out` for rows counted more than `kth` and the first `ties` counted exactly `kth`."""
     for i in range(len(counts)):
         c = counts[i]
         if c > kth:
@@ -118,12 +120,11 @@ def _mark_top(counts, kth, ties):
         elif c == kth and ties > 0:
             out[i] = True
             ties -= 1
-    return out
 
 
 @nb.njit(cache=True)
 def _count(ids, batch_ptr, max_batches, counts):
-    nb_ = min(len(batch_ptr) - 1, max_batches)
+    nb_ = len(batch_ptr) - 1 if len(batch_ptr) - 1 < max_batches else max_batches
     end = batch_ptr[nb_]
     for j in range(end):
         if j + _PF < end:  # a hint (see _prefetch.py): `counts` is one entry per row
