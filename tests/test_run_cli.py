@@ -186,3 +186,44 @@ def test_main_imports_only_the_chosen_subcommand(argv, expect):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip().splitlines()[-1]
     assert set(eval(out)) == expect  # noqa: S307
+
+
+def test_warm_run_recomputes_nothing_and_equals_no_cache(cfg_file, tmp_path, monkeypatch,
+                                                         capsys):
+    """Second run of a config: the trace, every policy replay and every other trace pass
+    come from the on-disk caches (the functions computing them would fail), with results,
+    CSV (column order included), timelines and trace checksum identical to --no-cache."""
+    import scratchpipe_sim.timing.counts as counts_mod
+    import scratchpipe_sim.timing.onchip as onchip_mod
+    import scratchpipe_sim.timing.runner as runner_mod
+    import scratchpipe_sim.traces.generators as gen_mod
+
+    monkeypatch.setenv("SCRATCHPIPE_CACHE_DIR", str(tmp_path / "cache"))
+    base = ["run", str(cfg_file), "-q", "--set", "cache.warmup_batches=auto"]
+    assert main([*base, "--out", str(tmp_path / "off"), "--no-cache"]) == 0
+    assert not (tmp_path / "cache").exists()
+    assert main([*base, "--out", str(tmp_path / "fill")]) == 0
+    assert len(list((tmp_path / "cache" / "traces").iterdir())) == 1
+
+    def boom(*a, **k):
+        raise AssertionError("recomputed on a warm run")
+
+    for mod, name in ((gen_mod, "generate_trace"), (counts_mod, "replay_columns"),
+                      (onchip_mod, "onchip_hits"), (runner_mod, "first_touches"),
+                      (runner_mod, "access_unique"), (runner_mod, "warmup_length")):
+        monkeypatch.setattr(mod, name, boom)
+    assert main([*base, "--out", str(tmp_path / "warm")]) == 0
+    capsys.readouterr()
+
+    def load(d):
+        rows = json.loads((tmp_path / d / "results.json").read_text())
+        table = list(csv.reader(open(tmp_path / d / "results.csv")))
+        keep = [i for i, h in enumerate(table[0]) if h not in WALL]
+        return ([{k: v for k, v in r.items() if k not in WALL} for r in rows],
+                [[r[i] for i in keep] for r in table],
+                (tmp_path / d / "trace.sha256").read_text(),
+                [(tmp_path / d / f"timeline_{r['design']}.json").read_text() for r in rows])
+
+    off, fill, warm = load("off"), load("fill"), load("warm")
+    assert off == fill == warm
+    assert len(off[0]) == 6 and off[0][3]["fills"] > 0
