@@ -136,7 +136,7 @@ def _heap_pop(h, n):
         h[i, 0], h[i, 1] = key, slot
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _reverse_rows(a, lo, hi):
     """Reverse rows lo..hi-1 of a two-column array in place."""
     hi -= 1
