@@ -28,7 +28,6 @@ import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import (
     EVICTIONS,
     FILLS,
@@ -99,46 +98,6 @@ def _find(slot_row, tags, tags64, base, ways, r, tag):
     return -1
 
 
-_PF_FAR, _PF_NEAR = 24, 8  # prefetch distances in accesses
-_RING = 31  # hashes kept for accesses j .. j + _PF_FAR (a power of two minus one)
-
-
-@nb.njit(cache=True)
-def _prefetch_set(base, ways, tag, lfu, slot_row, tags, tags64, slot_ts, slot_cnt):
-    """Prefetch what serving a row of the set at `base` with `tag` will read: the entries
-    of the first way whose tag matches, or, when none does, the set's stamps (and for LFU
-    its rows and counts), which the victim scan reads."""
-    k = -1
-    if ways & 7 == 0:
-        pat = np.uint64(tag) * _LO
-        w0 = base >> 3
-        for q in range(ways >> 3):
-            x = tags64[w0 + q] ^ pat
-            if (x - _LO) & ~x & _HI:
-                for kk in range((w0 + q) << 3, ((w0 + q) << 3) + 8):
-                    if tags[kk] == tag:
-                        k = kk
-                        break
-                break
-    else:
-        for w in range(ways):
-            if tags[base + w] == tag:
-                k = base + w
-                break
-    if k >= 0:
-        prefetch(slot_row, k)
-        prefetch(slot_ts, k)
-        if lfu:
-            prefetch(slot_cnt, k)
-        return
-    for w in range(0, ways, 16):  # int32 stamps: 16 a cache line
-        prefetch(slot_ts, base + w)
-    if lfu:
-        for w in range(0, ways, 8):
-            prefetch(slot_row, base + w)
-            prefetch(slot_cnt, base + w)
-
-
 @nb.njit(cache=True)
 def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_row, tags,
                   tags64, slot_ts, counts, slot_cnt, outcome, events):
@@ -161,34 +120,17 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
     while (1 << wbits) < ways:
         wbits += 1
     wmask = (np.int64(1) << wbits) - 1
-    n = len(ids)
-    ring = np.empty(_RING + 1, np.uint64)  # fmix64 of accesses j .. j + FAR
-    for j in range(min(n, _PF_FAR)):
-        ring[j & _RING] = fmix64(ids[j])
     for b in range(len(batch_ptr) - 1):
         t = first_batch + b
         lo, hi = batch_ptr[b], batch_ptr[b + 1]
         if lfu:
             for j in range(lo, hi):
-                if j + _PF_FAR < n:  # a hint (see _prefetch.py): counts is one per row
-                    prefetch(counts, ids[j + _PF_FAR])
                 counts[ids[j]] += 1
         # 1) every resident row of the batch is a hit and is stamped t (locked for batch t).
         nmiss = 0
         for j in range(lo, hi):
-            # hints for later accesses: the set's tags of access j + FAR (its hash kept in
-            # a ring), then for access j + NEAR the way its tag points to, or (no tag: a
-            # likely miss) the lines the victim scan reads
-            if j + _PF_FAR < n:
-                hf = fmix64(ids[j + _PF_FAR])
-                ring[(j + _PF_FAR) & _RING] = hf
-                prefetch(tags, np.int64(hf % usets) * ways)
-            if j + _PF_NEAR < n:
-                hn = ring[(j + _PF_NEAR) & _RING]
-                _prefetch_set(np.int64(hn % usets) * ways, ways, _tag(hn), lfu, slot_row,
-                              tags, tags64, slot_ts, slot_cnt)
             r = ids[j]
-            h = ring[j & _RING]
+            h = fmix64(r)
             base = np.int64(h % usets) * ways
             f = _find(slot_row, tags, tags64, base, ways, r, _tag(h))
             if f >= 0:
