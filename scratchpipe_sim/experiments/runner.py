@@ -64,7 +64,7 @@ def point_trace(config: dict, cfg: Any, cache: bool = True) -> Any:
     trace = _TRACE_CACHE.get(key)
     if trace is None:
         memory_guard.check_config(cfg, source="sweep point")
-        trace = build_trace(cfg)
+        trace = build_trace(cfg, cache=cache)
         memory_guard.check_run(trace.total_rows, trace.num_accesses, source="sweep point",
                                field="trace.path")
         _TRACE_CACHE.clear()

@@ -373,10 +373,10 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
              progress: Progress | None = None, replay_cache: bool = True) -> list[dict]:
     """Run `designs` (default: cfg.designs) on one trace; one flat metrics dict per design.
 
-    `replay_cache=False` recomputes every policy replay instead of reading the on-disk
-    replay cache (`scratchpipe_sim.replay_cache`)."""
+    `replay_cache=False` recomputes every policy replay (and generates the trace) instead
+    of reading the on-disk caches (`scratchpipe_sim.replay_cache`)."""
     names = check_designs(cfg, designs)
-    trace = build_trace(cfg) if trace is None else trace
+    trace = build_trace(cfg, cache=replay_cache) if trace is None else trace
     cfg = sized_config(cfg, trace)
     trace = fit_trace(trace, cfg)
     built = {name: DESIGNS.get(name)(cfg) for name in names}
