@@ -464,6 +464,10 @@ def test_plan_costs_ids_and_evictions_and_one_thread_keeps_a_whole_core(threads,
     t = lone_time(lambda m, b: m.plan(b, 1000, 100),
                   cache={"plan_threads": 1, "plan_ns_per_id": 1.0})
     assert t == pytest.approx(1000 * 1.0 + 100 * 50, rel=1e-12)
+    # ... and so does its per-eviction twin
+    t = lone_time(lambda m, b: m.plan(b, 1000, 100),
+                  cache={"plan_threads": 1, "plan_ns_per_eviction": 2.0})
+    assert t == pytest.approx(1000 * 10 + 100 * 2.0, rel=1e-12)
 
 
 @pytest.mark.parametrize("helper", ["collect", "write_back"])

@@ -196,6 +196,9 @@ class CacheConfig:
     plan_ns_per_id: float | None = field(default=None, metadata={
         "help": "scratchpipe plan cost per looked-up id on one CPU core, core-ns (null: "
                 "hardware.cpu.plan_ns_per_id)", "min": 0})
+    plan_ns_per_eviction: float | None = field(default=None, metadata={
+        "help": "scratchpipe plan cost per evicted row on one CPU core, core-ns (null: "
+                "hardware.cpu.plan_ns_per_eviction)", "min": 0})
     plan_threads: int | None = field(default=None, metadata={
         "help": "cores the planner may use at once, shared with collect and write-back "
                 "(null: hardware.cpu.cores)", "min": 1})

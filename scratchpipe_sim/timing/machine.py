@@ -59,11 +59,9 @@ class Machine:
         self.cores = server("cpu_cores", cpu.cores * cpu.parallel_efficiency, 0.0)
         self.plan_share = plan_share(cfg.cache.plan_threads, cpu.cores,
                                      cpu.parallel_efficiency)
-        self.plan_ns_per_id = (cfg.cache.plan_ns_per_id if cfg.cache.plan_ns_per_id is not None
-                               else cpu.plan_ns_per_id)
-        # the cache section's override, where the config schema has one
-        per_ev = getattr(cfg.cache, "plan_ns_per_eviction", None)
-        self.plan_ns_per_eviction = per_ev if per_ev is not None else cpu.plan_ns_per_eviction
+        self.plan_ns_per_id = _override(cfg.cache.plan_ns_per_id, cpu.plan_ns_per_id)
+        self.plan_ns_per_eviction = _override(cfg.cache.plan_ns_per_eviction,
+                                              cpu.plan_ns_per_eviction)
         self.stage_ns: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(num_batches))
         self.stage_order: list[str] = []
         #: design-specific totals written as metric columns (e.g. refetch_hazards)
@@ -237,6 +235,11 @@ class Machine:
                     yield ev
 
         return self.env.process(run())
+
+
+def _override(value: float | None, default: float) -> float:
+    """The cache section's own value where set, else the hardware's."""
+    return default if value is None else value
 
 
 def plan_share(plan_threads: int | None, cores: int, parallel_efficiency: float) -> float:
