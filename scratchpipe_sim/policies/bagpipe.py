@@ -94,20 +94,9 @@ def _push(heap, n, key):
 def _pop(heap, n):
     """Remove the root of a max-heap of n entries; returns the new size."""
     n -= 1
-    key = heap[n]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and heap[c + 1] > heap[c]:
-            c += 1
-        if heap[c] <= key:
-            break
-        heap[i] = heap[c]
-        i = c
     if n > 0:
-        heap[i] = key
+        heap[0] = heap[n]
+        _sift_down(heap, 0, n)
     return n
 
 
