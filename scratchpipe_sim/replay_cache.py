@@ -33,7 +33,7 @@ import weakref
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -298,12 +298,21 @@ def cached_columns(key: Mapping[str, Any], compute: Callable[[], tuple[Columns, 
 def _store(root: Path, path: Path, blob: bytes, max_bytes: int) -> None:
     if len(blob) > max_bytes:
         return  # would evict everything and itself
+    _write_entry(root, path, SUFFIX, max_bytes, lambda f: f.write(blob))
+
+
+def _write_entry(root: Path, path: Path, suffix: str, max_bytes: int,
+                 write: Callable[[BinaryIO], object]) -> None:
+    """Write an entry atomically (a temporary file in the folder, then os.replace: a reader
+    sees the old entry or the whole new one, and concurrent writers leave one valid
+    entry), then evict down to `max_bytes`. A failure to write is a warning, not an error:
+    the cache is an optimisation."""
     tmp = None
     try:
         root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=SUFFIX + ".part")
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=suffix + ".part")
         with os.fdopen(fd, "wb") as f:
-            f.write(blob)
+            write(f)
         os.replace(tmp, path)
         tmp = None
     except OSError as e:
@@ -312,7 +321,7 @@ def _store(root: Path, path: Path, blob: bytes, max_bytes: int) -> None:
     finally:
         if tmp is not None:
             _remove(Path(tmp))
-    evict(root, max_bytes, keep=path)
+    evict(root, max_bytes, keep=path, suffix=suffix)
 
 
 def evict(folder: str | Path | None = None, max_bytes: int | None = None,
@@ -452,25 +461,15 @@ def _write_trace(root: Path, path: Path, fk: dict[str, Any], trace: Any,
     start = -(-len(prefix) // _ALIGN) * _ALIGN
     if start + pos > max_bytes:
         return
-    tmp = None
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=TRACE_SUFFIX + ".part")
-        with os.fdopen(fd, "wb") as f:
-            f.write(prefix + bytes(start - len(prefix)))
-            for spec, a in zip(layout, arrays, strict=True):
-                f.seek(start + spec["offset"])
-                f.write(memoryview(a.reshape(-1).view(np.uint8)))
-            f.truncate(start + pos)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:
-        _warn(f"cannot write {path}: {e}")
-        return
-    finally:
-        if tmp is not None:
-            _remove(Path(tmp))
-    evict(root, max_bytes, keep=path, suffix=TRACE_SUFFIX)
+
+    def write(f: BinaryIO) -> None:
+        f.write(prefix + bytes(start - len(prefix)))
+        for spec, a in zip(layout, arrays, strict=True):
+            f.seek(start + spec["offset"])
+            f.write(memoryview(a.reshape(-1).view(np.uint8)))
+        f.truncate(start + pos)
+
+    _write_entry(root, path, TRACE_SUFFIX, max_bytes, write)
 
 
 def _read_trace(path: Path, fk: dict[str, Any]) -> Any:
