@@ -14,6 +14,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from scratchpipe_sim.policies._prefetch import prefetch
+
 EMPTY = -1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -35,6 +37,22 @@ def new_map(capacity: int) -> tuple[np.ndarray, np.ndarray, int, np.uint64]:
 def home(key, shift):
     """Home position of `key`: the top bits of key * 2^64/phi."""
     return np.int64((np.uint64(key) * _GOLDEN) >> shift)
+
+
+@nb.njit(cache=True)
+def prefetch_home(keys, vals, shift, key):
+    """Hint (see _prefetch.py): bring `key`'s home position, key and value, into cache."""
+    i = home(key, shift)
+    prefetch(keys, i)
+    prefetch(vals, i)
+
+
+@nb.njit(cache=True)
+def home_slot(keys, vals, shift, key):
+    """`key`'s value when it sits at its home position, else -1: a guess that costs no
+    probe loop, for prefetch hints in maps whose values are slots (>= 0)."""
+    i = home(key, shift)
+    return vals[i] if keys[i] == key else -1
 
 
 @nb.njit(cache=True)

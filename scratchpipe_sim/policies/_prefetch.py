@@ -18,6 +18,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+#: prefetch distances in accesses used by the map-based kernels (lru, belady, lfu): the map
+#: bucket of access j + PF_FAR, then (read from the bucket, by then in cache) the slot's own
+#: data at j + PF_MID, then what a hit on it will touch next at j + PF_NEAR
+PF_FAR, PF_MID, PF_NEAR = 24, 12, 4
+
 
 @intrinsic
 def prefetch(typingctx, arr, idx):

@@ -15,15 +15,19 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.policies._hashmap import erase, home, map_keys, new_map, probe
+from scratchpipe_sim.policies._hashmap import (
+    erase,
+    home_slot,
+    map_keys,
+    new_map,
+    prefetch_home,
+    probe,
+)
 from scratchpipe_sim.policies._heap import increase_key, insert, replace_top
-from scratchpipe_sim.policies._prefetch import prefetch
+from scratchpipe_sim.policies._prefetch import PF_FAR, PF_MID, PF_NEAR, prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, UNPLACED, Policy
 
 _SIZE, _HEAP = 0, 1
-#: prefetch distances in accesses (hints only, see _prefetch.py): the map bucket of access
-#: j + FAR, the heap position of its slot at j + MID, the heap entry at j + NEAR
-PF_FAR, PF_MID, PF_NEAR = 24, 12, 4
 
 
 class _MIN(Policy):
@@ -69,20 +73,19 @@ def _min_chunk(ids, batch_ptr, next_use, bypass, keys, vals, mask, shift, slot_i
         fills = 0
         evictions = 0
         for j in range(batch_ptr[b], batch_ptr[b + 1]):
+            # hints only (see _prefetch.py): the map bucket, the slot's heap position, the
+            # heap entry
             if j + PF_FAR < n:
-                q = home(ids[j + PF_FAR], shift)
-                prefetch(keys, q)
-                prefetch(vals, q)
+                prefetch_home(keys, vals, shift, ids[j + PF_FAR])
             if j + PF_MID < n:
-                q = home(ids[j + PF_MID], shift)
-                if keys[q] == ids[j + PF_MID]:
-                    prefetch(pos, vals[q])
+                s = home_slot(keys, vals, shift, ids[j + PF_MID])
+                if s >= 0:
+                    prefetch(pos, s)
             if j + PF_NEAR < n:
-                q = home(ids[j + PF_NEAR], shift)
-                if keys[q] == ids[j + PF_NEAR]:
-                    q = pos[vals[q]]
-                    prefetch(hk, q)
-                    prefetch(hs, q)
+                s = home_slot(keys, vals, shift, ids[j + PF_NEAR])
+                if s >= 0:
+                    prefetch(hk, pos[s])
+                    prefetch(hs, pos[s])
             r = ids[j]
             nu = next_use[j]
             p = probe(keys, mask, shift, r)

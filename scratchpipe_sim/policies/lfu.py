@@ -14,8 +14,15 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.policies._hashmap import erase, home, map_keys, new_map, probe
-from scratchpipe_sim.policies._prefetch import prefetch
+from scratchpipe_sim.policies._hashmap import (
+    erase,
+    home_slot,
+    map_keys,
+    new_map,
+    prefetch_home,
+    probe,
+)
+from scratchpipe_sim.policies._prefetch import PF_FAR, PF_MID, PF_NEAR, prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, Policy
 
 # state: resident rows, first (least-frequent) bucket, free-bucket stack depth
@@ -56,8 +63,6 @@ class LFU(Policy):
 
 _IP, _IN, _IB = 0, 1, 2  # item columns
 _BP, _BN, _BH, _BT = 0, 1, 2, 3  # bucket columns
-#: prefetch distances in accesses: map bucket, then the slot's item, then its bucket
-PF_FAR, PF_MID, PF_NEAR = 24, 12, 4
 
 
 @nb.njit(cache=True)
@@ -103,18 +108,17 @@ def _lfu_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, items, bfreq, b
         fills = 0
         evictions = 0
         for j in range(batch_ptr[b], batch_ptr[b + 1]):
-            if j + PF_FAR < n:  # hints only (see _prefetch.py)
-                q = home(ids[j + PF_FAR], shift)
-                prefetch(keys, q)
-                prefetch(vals, q)
+            # hints only (see _prefetch.py): map bucket, then the slot's item, then its
+            # list neighbours and bucket
+            if j + PF_FAR < n:
+                prefetch_home(keys, vals, shift, ids[j + PF_FAR])
             if j + PF_MID < n:
-                q = home(ids[j + PF_MID], shift)
-                if keys[q] == ids[j + PF_MID]:
-                    prefetch(items, 4 * vals[q])
+                s = home_slot(keys, vals, shift, ids[j + PF_MID])
+                if s >= 0:
+                    prefetch(items, 4 * s)
             if j + PF_NEAR < n:
-                q = home(ids[j + PF_NEAR], shift)
-                if keys[q] == ids[j + PF_NEAR]:
-                    s = vals[q]
+                s = home_slot(keys, vals, shift, ids[j + PF_NEAR])
+                if s >= 0:
                     if items[s, _IP] >= 0:
                         prefetch(items, 4 * items[s, _IP])
                     if items[s, _IN] >= 0:
@@ -189,9 +193,7 @@ def _lfu_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, items, bfreq, b
             if size == cap:  # the next victim (a hint): its row, then that row's bucket
                 v = blinks[first, _BH]
                 prefetch(items, 4 * v)
-                q = home(slot_id[v], shift)
-                prefetch(keys, q)
-                prefetch(vals, q)
+                prefetch_home(keys, vals, shift, slot_id[v])
         events[b, 0] += fills
         events[b, 1] += evictions
         events[b, 2] += evictions

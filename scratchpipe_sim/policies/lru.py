@@ -20,14 +20,10 @@ from scratchpipe_sim.policies._hashmap import (
     pair_map_keys,
     probe_pair,
 )
-from scratchpipe_sim.policies._prefetch import prefetch
+from scratchpipe_sim.policies._prefetch import PF_FAR, PF_MID, PF_NEAR, prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, Policy
 
 _SIZE, _HEAD, _TAIL = 0, 1, 2
-#: prefetch distances in accesses: the map bucket of access j + FAR, then (read from the
-#: bucket, by then in cache) the links of the slot of access j + MID, then the links of its
-#: list neighbours at j + NEAR (a hit unlinks the slot between them)
-PF_FAR, PF_MID, PF_NEAR = 24, 12, 4
 
 
 @POLICIES.register("lru")
@@ -61,7 +57,9 @@ def _lru_chunk(ids, batch_ptr, table, mask, shift, slot_id, links, state, outcom
         fills = 0
         evictions = 0
         for j in range(batch_ptr[b], batch_ptr[b + 1]):
-            if j + PF_FAR < n:  # hints only: see _prefetch.py
+            # hints only (see _prefetch.py): the map bucket, the slot's links, then the
+            # links of its list neighbours (a hit unlinks the slot between them)
+            if j + PF_FAR < n:
                 prefetch(table, 2 * home(ids[j + PF_FAR], shift))
             if j + PF_MID < n:
                 q = home(ids[j + PF_MID], shift)

@@ -28,7 +28,7 @@ import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies._hashmap import EMPTY, erase, home, new_map, probe
+from scratchpipe_sim.policies._hashmap import EMPTY, erase, new_map, prefetch_home, probe
 from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import (
     EVICTIONS,
@@ -216,9 +216,7 @@ def _victim(limit, now, fq, h, st, slot_row, keys, vals, shift):
         if st[_QHEAD] + 2 * _PF_Q < st[_QTAIL]:
             prefetch(slot_row, fq[(st[_QHEAD] + 2 * _PF_Q) & (n - 1), 0])
         if st[_QHEAD] + _PF_Q < st[_QTAIL]:
-            g = home(slot_row[fq[(st[_QHEAD] + _PF_Q) & (n - 1), 0]], shift)
-            prefetch(keys, g)
-            prefetch(vals, g)
+            prefetch_home(keys, vals, shift, slot_row[fq[(st[_QHEAD] + _PF_Q) & (n - 1), 0]])
         if nu < now:
             continue  # stale: used again (pinned; it will be queued again)
         if nu >= limit:
@@ -261,9 +259,7 @@ def _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st):
         # hints: the buckets of the victims that expire next (batch j-W+1's, all known)
         stop = end + _PF_Q if end + _PF_Q < st[_VTAIL] else st[_VTAIL]
         for i in range(end, stop):
-            g = home(vring[i & n], shift)
-            prefetch(keys, g)
-            prefetch(vals, g)
+            prefetch_home(keys, vals, shift, vring[i & n])
     vstart[j & ring] = st[_VTAIL]
 
 
@@ -308,9 +304,7 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
         # for pass 2.
         for q in range(lo, hi):
             if q + _PF < nq:  # a hint (see _prefetch.py), across batch bounds
-                i = home(ext_ids[q + _PF], shift)
-                prefetch(keys, i)
-                prefetch(vals, i)
+                prefetch_home(keys, vals, shift, ext_ids[q + _PF])
             i = probe(keys, mask, shift, ext_ids[q])
             if keys[i] == ext_ids[q] and vals[i] >= 0:
                 ext_slot[q] = vals[i]
