@@ -105,6 +105,11 @@ def full_key(key: Mapping[str, Any], sources: tuple[str, ...] = POLICY_SOURCES
             "_code": code_digest(sources)}
 
 
+def _entry_path(root: Path, fk: Mapping[str, Any], suffix: str) -> Path:
+    """Where the entry of full key `fk` lives: named by the sha256 of its canonical JSON."""
+    return root / f"{hashlib.sha256(_canonical(fk).encode()).hexdigest()}{suffix}"
+
+
 def _canonical(key: Mapping[str, Any]) -> str:
     return json.dumps(key, sort_keys=True, separators=(",", ":"), default=_json_default)
 
@@ -265,9 +270,8 @@ def cached_columns(key: Mapping[str, Any], compute: Callable[[], tuple[Columns, 
     if not enabled:
         return compute()
     fk = full_key(key, sources)
-    digest = hashlib.sha256(_canonical(fk).encode()).hexdigest()
     root = Path(folder) if folder is not None else cache_folder()
-    path = root / f"{digest}{SUFFIX}"
+    path = _entry_path(root, fk, SUFFIX)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -418,13 +422,17 @@ def cached_trace(key: Mapping[str, Any], build: Callable[[], Any], enabled: bool
 
     The entry also records the trace's `content_sha256` and `trace_fingerprint`, so a trace
     read back is never hashed again (its replays and `run`'s trace.sha256 use them).
-    `enabled=False` builds and touches no file; an unwritable folder costs one warning."""
+    `enabled=False` builds and touches no file, as does a key JSON cannot write (a
+    generator parameter of another type: it has no stable name); an unwritable folder
+    costs one warning."""
     if not enabled:
         return build()
     fk = {**full_key(key, TRACE_SOURCES), "_numpy": np.__version__}
-    digest = hashlib.sha256(_canonical(fk).encode()).hexdigest()
     root = Path(folder) if folder is not None else trace_cache_folder()
-    path = root / f"{digest}{TRACE_SUFFIX}"
+    try:
+        path = _entry_path(root, fk, TRACE_SUFFIX)
+    except (TypeError, ValueError):
+        return build()
     trace = _read_trace(path, fk)
     if trace is not None:
         return trace

@@ -282,6 +282,11 @@ def test_cached_trace_reads_back_the_same_trace_with_its_checksums():
     off = rc.cached_trace({"kind": "other"}, build, enabled=False)
     assert calls == [1, 1, 1] and len(_trace_entries()) == 2
     _same_trace(off, first)
+    # a key JSON cannot write has no stable name: built every time, never stored
+    odd = {"kind": "test-trace", "params": {"p": object()}}
+    rc.cached_trace(odd, build)
+    rc.cached_trace(odd, build)
+    assert calls == [1, 1, 1, 1, 1] and len(_trace_entries()) == 2
 
 
 def _flip_at(frac: float):

@@ -100,17 +100,7 @@ def build_trace(cfg: Config, cache: bool = True) -> Trace:
            "params": dict(t.params), "rows": list(m.rows_per_table),
            "batch_size": m.batch_size, "num_batches": prefix_cap(cfg) + m.num_batches,
            "pooling": list(m.poolings), "seed": seed, "reuse": t.reuse}
-    return cached_trace(key, generate, enabled=cache and _jsonable(key))
-
-
-def _jsonable(key: dict) -> bool:
-    import json
-
-    try:
-        json.dumps(key)
-    except (TypeError, ValueError):
-        return False
-    return True
+    return cached_trace(key, generate, enabled=cache)
 
 
 #: trace.meta key: the trace's row counts were inferred from its ids (a flat id stream)
