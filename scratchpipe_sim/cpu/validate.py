@@ -106,19 +106,6 @@ def check_size(cfg: Config, available: int | None = None) -> None:
             source=cfg.source, field="model.tables.rows")
 
 
-class _Predictor:
-    """Each stage of each batch priced alone by the Machine's helpers on a fresh SimPy
-    environment (no other stage contends): `timing.machine.price_alone`."""
-
-    def __init__(self, cfg: Config, num_batches: int):
-        self.cfg = cfg
-        self.n = num_batches
-
-    def times(self, part: Callable[[Machine, int], simpy.Event | None],
-              batches: list[int]) -> np.ndarray:
-        return price_alone(self.cfg, self.n, part, batches)
-
-
 def _passes(reps: int, batches: list[int], fn: Callable[[int], float],
             before: Callable[[], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Best and median seconds per batch over `reps` in-order passes (pass 0 untimed warm-up
@@ -130,8 +117,6 @@ def _passes(reps: int, batches: list[int], fn: Callable[[int], float],
         for i, b in enumerate(batches):
             t[r, i] = fn(b)
     return t.min(axis=0), np.median(t, axis=0)
-
-
 
 
 def _batch_ids(trace: Trace, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -159,8 +144,11 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
     dim, R = m.tables.dim, m.moved_row_bytes
     cols = R // 4
     store = np.full((trace.total_rows, cols), 0.01, np.float32)
-    pred = _Predictor(cfg, m.num_batches)
     out: list[StageResult] = []
+
+    def predicted(part: Callable[[Machine, int], simpy.Event | None]) -> np.ndarray:
+        """The model's time of `part` per measured batch, priced alone (price_alone)."""
+        return price_alone(cfg, m.num_batches, part, measured)
 
     def result(design: str, stage: str, p: np.ndarray, best: np.ndarray, med: np.ndarray
                ) -> StageResult:
@@ -212,7 +200,7 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
             for b in measured[:2]:  # compile (and touch) before timing
                 fn(b)
             best, med = _passes(reps, measured, fn)
-            out.append(result("hybrid", stage, pred.times(part, measured), best, med))
+            out.append(result("hybrid", stage, predicted(part), best, med))
     if "scratchpipe" in names:
         sp = DESIGNS.get("scratchpipe")(cfg)
         w = replays.get(sp.workload_key())[0]
@@ -233,8 +221,7 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
         per = np.array([[p.seconds[skip + b] + s * p.accesses[skip + b] for b in measured]
                         for p, s in zip(plans, share, strict=True)])
         out.append(result("scratchpipe", "plan",
-                          pred.times(lambda mm, b: mm.plan(b, c.accesses[b], c.evictions[b]),
-                                     measured),
+                          predicted(lambda mm, b: mm.plan(b, c.accesses[b], c.evictions[b])),
                           per.min(axis=0), np.median(per, axis=0)))
         fill_rows = first.fills
         maxf = max(1, max(len(f) for f in fill_rows))
@@ -279,7 +266,7 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
                 if fn(b) > 0:  # compile once on a batch with work
                     break
             best, med = _passes(reps, measured, fn)
-            out.append(result("scratchpipe", stage, pred.times(part, measured), best, med))
+            out.append(result("scratchpipe", stage, predicted(part), best, med))
     return out
 
 
