@@ -229,10 +229,11 @@ def fit_aggregate(points: list[tuple[float, float, float]], core_scale: float
     (core_scale = threads x parallel efficiency) by least squares over (lookups, unique
     rows, seconds) points; the fixed part is the call's own cost (thread start-up)."""
     n, u, t = np.array(points, float).T
-    if len(t) < 3 or np.linalg.matrix_rank(np.stack([np.ones_like(n), n, u], axis=1)) < 3:
+    design = np.stack([np.ones_like(n), n, u], axis=1)
+    if len(t) < 3 or np.linalg.matrix_rank(design) < 3:
         raise ValueError("the aggregation fit needs points of at least two repetitions and "
                          "two sizes")
-    (_, a, c), *_ = np.linalg.lstsq(np.stack([np.ones_like(n), n, u], axis=1), t, rcond=None)
+    (_, a, c), *_ = np.linalg.lstsq(design, t, rcond=None)
     return float(a * core_scale * 1e9), float(c * core_scale * 1e9)
 
 
