@@ -14,7 +14,7 @@ import yaml
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.experiments.band_plots import band_axes, plot_bands
-from scratchpipe_sim.experiments.sensitivity import load_bands, run_bands
+from scratchpipe_sim.experiments.bands import load_bands, run_bands
 from scratchpipe_sim.experiments.spec import load_experiment
 
 DESIGNS = ["hybrid", "gpu-only", "lru-cache", "scratchpipe"]

@@ -16,7 +16,7 @@ nominal speedup (what `sweep` reports), min, max, the parameter that moves it mo
 often the design is overtaken and the point's order changes; `--plot` adds bands.png/.pdf
 (nominal with min-max bars per design along the swept axis). A range key that the sweep
 sets (fig2's hardware.pcie.duplex_h2d_GBps) is pinned at the point's value.
-See scratchpipe_sim/experiments/sensitivity.py.
+See scratchpipe_sim/experiments/sensitivity.py (one config) and bands.py (a sweep).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from scratchpipe_sim.errors import UserError
-    from scratchpipe_sim.experiments.sensitivity import is_sweep_spec
+    from scratchpipe_sim.experiments.bands import is_sweep_spec
 
     if args.samples < 0:
         raise UserError(f"expected samples >= 0, got {args.samples}", field="--samples")
@@ -113,7 +113,7 @@ def _handle_sweep(args: argparse.Namespace) -> int:
     import shutil
 
     from scratchpipe_sim.errors import UserError
-    from scratchpipe_sim.experiments.sensitivity import (
+    from scratchpipe_sim.experiments.bands import (
         format_bands,
         new_folder,
         run_bands,

@@ -124,7 +124,7 @@ def write_band_figure(data: dict[str, Any], stem: str | Path,
 def plot_bands(folder: str | Path, out: str | Path | None = None,
                formats: Sequence[str] = ("png", "pdf"), dpi: int = 110) -> list[Path]:
     """`plot DIR` on a bands folder: DIR/figures/bands.{png,pdf} (or the stem `out`)."""
-    from scratchpipe_sim.experiments.sensitivity import load_bands  # noqa: PLC0415
+    from scratchpipe_sim.experiments.bands import load_bands  # noqa: PLC0415
 
     data = load_bands(folder)
     p = Path(folder)

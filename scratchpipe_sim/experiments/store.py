@@ -117,7 +117,8 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _csv_bytes(rows: Iterable[Sequence[str]]) -> bytes:
+def csv_bytes(rows: Iterable[Sequence[str]]) -> bytes:
+    """CSV text of `rows` (cells already encoded), as written atomically by its callers."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     for r in rows:
@@ -263,7 +264,7 @@ class ResultStore:
                     (json.dumps(p, sort_keys=True) + "\n").encode() for p in points))
                 atomic_write(folder / MANIFEST,
                              (json.dumps(manifest, indent=2) + "\n").encode())
-                atomic_write(store.csv_path, _csv_bytes([store.columns]))
+                atomic_write(store.csv_path, csv_bytes([store.columns]))
             except OSError as e:
                 raise UserError(f"cannot write the results folder: {os_reason(e)}",
                                 source=str(folder), field="--out") from None
@@ -323,7 +324,7 @@ class ResultStore:
                 and not (retry_failed and ERROR in d.values())}
         kept = [r for r in unique if r[ip] in keep]
         if cut != len(raw) or len(kept) != len(body):
-            atomic_write(self.csv_path, _csv_bytes([self.columns, *kept]))
+            atomic_write(self.csv_path, csv_bytes([self.columns, *kept]))
         self.done = {k: by_point[k] for k in keep}
         self.reasons = {(r[ip], r[idesign]): r[ierr] for r in kept
                         if r[istatus] in (ERROR, INFEASIBLE)}
@@ -337,7 +338,7 @@ class ResultStore:
             [k for i, k in enumerate(keys) if k in keys[:i]]
         if dup:
             raise RuntimeError(f"row {dup[0]} is already in {self.csv_path}")
-        data = _csv_bytes([[encode(r.get(c)) for c in self.columns] for r in rows])
+        data = csv_bytes([[encode(r.get(c)) for c in self.columns] for r in rows])
         with open(self.csv_path, "ab") as f:
             f.write(data)
             f.flush()
@@ -360,7 +361,7 @@ class ResultStore:
         drank = {d: i for i, d in enumerate(self.designs)}
         ip, idesign = self.columns.index("point"), self.columns.index("design")
         body.sort(key=lambda r: (rank.get(r[ip], len(rank)), drank.get(r[idesign], 0)))
-        atomic_write(self.csv_path, _csv_bytes([self.columns, *body]))
+        atomic_write(self.csv_path, csv_bytes([self.columns, *body]))
         try:
             import pyarrow  # noqa: F401
         except ImportError:
