@@ -19,8 +19,9 @@ import sys
 from scratchpipe_sim import __version__
 from scratchpipe_sim.errors import UserError
 
-#: subcommand module under scratchpipe_sim.cli -> its one-line help, in `--help`'s order;
-#: each must equal the `help=` its module's register() passes (tests/test_run_cli.py).
+#: subcommand module under scratchpipe_sim.cli -> its one-line help, in `--help`'s order:
+#: the one source of that line (each module's register() passes `help=COMMANDS[name]`, and
+#: the stub parsers of the commands not imported use it too).
 COMMANDS: dict[str, str] = {
     "run": "simulate training-system designs on one trace and compare them",
     "cache": "run one cache policy over a trace (hits, misses, evictions)",
@@ -30,7 +31,8 @@ COMMANDS: dict[str, str] = {
     "plot": "draw a figure from sweep results (PNG + PDF)",
     "compare": "speedup of every design over a baseline, per point",
     "calibrate": "measure PCIe, HBM, DRAM and GEMM speed; write a hardware preset",
-    "validate": "compare the timing model with the GPU reference pipeline",
+    "validate": "compare the timing model with the GPU reference pipeline (--cpu: the "
+                "CPU stages run for real)",
     "sensitivity": "vary the unmeasured hardware constants (hardware.ranges)",
     "plan": "smallest cache / lookahead / PCIe / GPUs that reach a target fraction of "
             "gpu-only throughput, with a cost per sample",

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from scratchpipe_sim import memory_guard
+from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config.loader import UniqueKeyLoader
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies import POLICIES
@@ -24,7 +25,7 @@ from scratchpipe_sim.traces.io import formats, open_trace
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "cache", help="run one cache policy over a trace (hits, misses, evictions)",
+        "cache", help=COMMANDS["cache"],
         description="Run one cache policy over a trace; one cache serves all tables over "
                     "linearized ids (table offset + row), as FBGEMM does.")
     p.add_argument("--trace", required=True, metavar="PATH",

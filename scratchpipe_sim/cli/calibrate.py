@@ -18,6 +18,7 @@ import argparse
 import re
 from pathlib import Path
 
+from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.config.hardware import HardwareConfig
 from scratchpipe_sim.errors import UserError
@@ -25,7 +26,7 @@ from scratchpipe_sim.errors import UserError
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "calibrate", help="measure PCIe, HBM, DRAM and GEMM speed; write a hardware preset",
+        "calibrate", help=COMMANDS["calibrate"],
         description="Microbenchmark this machine's GPU and host and write a hardware preset "
                     "in the timing model's schema (needs an NVIDIA GPU and numba-cuda).")
     p.add_argument("--out", type=Path, metavar="YAML",

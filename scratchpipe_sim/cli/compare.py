@@ -6,11 +6,12 @@ import argparse
 import json
 import math
 
+from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.timing.designs import baseline_design
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="speedup of every design over a baseline, per point",
+    p = sub.add_parser("compare", help=COMMANDS["compare"],
                        description="speedup = baseline time / design time, per point, with "
                        "the geometric mean and maximum over points.")
     p.add_argument("results", help="a sweep's or a `run`'s results folder (or its "

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config import dump_yaml, flatten, resolve
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("config", help="show the fully resolved config",
+    p = subparsers.add_parser("config", help=COMMANDS["config"],
                               description="Inspect configs: `config show CONFIG` prints what "
                                           "`run` would simulate.")
     sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))

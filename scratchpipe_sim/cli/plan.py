@@ -12,12 +12,13 @@ import argparse
 import json
 import sys
 
+from scratchpipe_sim.cli import COMMANDS
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     from scratchpipe_sim.planner import AXES
 
-    p = sub.add_parser("plan", help="smallest cache / lookahead / PCIe / GPUs that reach a "
-                       "target fraction of gpu-only throughput, with a cost per sample",
+    p = sub.add_parser("plan", help=COMMANDS["plan"],
                        description="Search each axis (one at a time, the others as "
                        "configured) by bisection on a fixed grid for the smallest value at "
                        "which each design reaches the target; price each answer from "

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scratchpipe_sim.cli import COMMANDS
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     from scratchpipe_sim.experiments.figures import BUILTIN
 
-    p = sub.add_parser("plot", help="draw a figure from sweep results (PNG + PDF)",
+    p = sub.add_parser("plot", help=COMMANDS["plot"],
                        description="Built-in figures: " + ", ".join(BUILTIN) +
                        "; an experiment may declare more under 'figures:'.")
     p.add_argument("results", help="a sweep's or a `run`'s results folder (or its "

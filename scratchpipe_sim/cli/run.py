@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchpipe_sim import __version__, memory_guard
+from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config import dump_yaml, flatten, load_config
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.progress import Progress
@@ -33,7 +34,7 @@ DEFAULT_OUT = Path("results")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "run", help="simulate training-system designs on one trace and compare them",
+        "run", help=COMMANDS["run"],
         description="Run each design on the same trace and print iteration time, "
                     "throughput, hit ratio, bytes moved, resource utilisation and stage "
                     "times; write CSV, JSON, timelines and the resolved config.")

@@ -26,12 +26,13 @@ import json
 import sys
 from pathlib import Path
 
+from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config import load_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "sensitivity", help="vary the unmeasured hardware constants (hardware.ranges)",
+        "sensitivity", help=COMMANDS["sensitivity"],
         description="Speedup range of every design over the plausible ranges of the "
                     "constants in hardware.ranges, one at a time and by Latin hypercube, "
                     "for one config or for every point of a sweep.")

@@ -12,9 +12,11 @@ import json
 import sys
 from pathlib import Path
 
+from scratchpipe_sim.cli import COMMANDS
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="run an experiment YAML (resumable, parallel)",
+    p = sub.add_parser("sweep", help=COMMANDS["sweep"],
                        description="Run every point of an experiment YAML. A rerun skips "
                        "finished points; a killed sweep resumes where it stopped.")
     p.add_argument("experiment", help="experiment YAML (see experiments/ and "

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces import generators as gen
 from scratchpipe_sim.traces import stats as st
@@ -26,7 +27,7 @@ SUBCOMMAND_MODULES = ("trace_convert",)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("trace", help="generate traces and print locality statistics",
+    p = subparsers.add_parser("trace", help=COMMANDS["trace"],
                               description="Generate synthetic traces; print statistics.")
     sub = p.add_subparsers(dest="trace_command", metavar="ACTION",
                            parser_class=type(p))

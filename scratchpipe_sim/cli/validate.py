@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config import load_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "validate", help="compare the timing model with the GPU reference pipeline",
+        "validate", help=COMMANDS["validate"],
         description="Run a config on the GPU (ScratchPipe reference pipeline) and in the "
                     "simulator; print predicted vs measured per stage and end to end.")
     p.add_argument("config", metavar="CONFIG", help="YAML config")
