@@ -144,8 +144,8 @@ def _remember(memo: dict[int, Any], trace: Any, value: Any) -> None:
 
 def content_sha256(trace: Any) -> str:
     """sha256 of the trace's table rows, indices, offsets and batch bounds, each as
-    little-endian int64, in that order: what `traces.store.trace_checksum` computes for a
-    trace not read from a store (hashed in 16 MiB blocks; remembered per trace object)."""
+    little-endian int64, in that order (hashed in 16 MiB blocks; remembered per trace
+    object): what `run` writes as trace.sha256 for a trace not read from a store."""
     cached = _CONTENT.get(id(trace))
     if cached is None:
         h = hashlib.sha256()
@@ -157,8 +157,9 @@ def content_sha256(trace: Any) -> str:
 
 
 def trace_sha256(trace: Any) -> str:
-    """`traces.store.trace_checksum(trace)` (the stored checksum of a trace read from a
-    store, else `content_sha256`), without hashing a trace twice in one process."""
+    """The checksum `run` writes as trace.sha256: the one a trace store recorded (sha256 of
+    its files) when the trace was read from one, else `content_sha256` (never hashed twice
+    in one process)."""
     if "sha256" in trace.meta:
         return str(trace.meta["sha256"])
     return content_sha256(trace)

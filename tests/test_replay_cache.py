@@ -221,11 +221,14 @@ def test_concurrent_writers_leave_one_valid_entry(tmp_path):
 
 
 # -- trace slices, content checksum, generated-trace cache ------------------------------------
-def test_content_sha256_is_trace_checksum_and_slices_derive_their_fingerprint():
-    from scratchpipe_sim.traces.store import trace_checksum
+def test_content_sha256_is_the_int64_arrays_hash_and_slices_derive_their_fingerprint():
+    import hashlib
 
     t = _trace(4, n=700, batch=5)
-    assert rc.content_sha256(t) == trace_checksum(t) == rc.trace_sha256(t)
+    h = hashlib.sha256()  # the oracle: the four arrays as little-endian int64, in order
+    for arr in (t.table_rows, t.indices, t.offsets, t.batch_bounds):
+        h.update(np.asarray(arr, "<i8").tobytes())
+    assert rc.content_sha256(t) == h.hexdigest() == rc.trace_sha256(t)
     a, a2, b = rc.slice_trace(t, 3, 40), rc.slice_trace(t, 3, 40), rc.slice_trace(t, 4, 41)
     assert rc.trace_fingerprint(a) == rc.trace_fingerprint(a2)  # no hashing: derived
     assert rc.trace_fingerprint(a) != rc.trace_fingerprint(b)  # same shape, other batches

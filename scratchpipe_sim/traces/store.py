@@ -165,17 +165,6 @@ def read_trace(path: str | os.PathLike) -> Trace:
                  int(m["batch_size"]), meta, src)
 
 
-def trace_checksum(trace: Trace) -> str:
-    """sha256 of a trace's content (the stored one when it came from disk)."""
-    if "sha256" in trace.meta:
-        return str(trace.meta["sha256"])
-    h = hashlib.sha256()
-    for arr in (np.asarray(trace.table_rows, "<i8"), np.asarray(trace.indices, "<i8"),
-                np.asarray(trace.offsets, "<i8"), np.asarray(trace.batch_bounds, "<i8")):
-        h.update(arr.tobytes())
-    return h.hexdigest()
-
-
 def _checksum(folder: Path) -> str:
     h = hashlib.sha256()
     for name in _FILES:
