@@ -27,11 +27,58 @@ def _nonneg(help_: str) -> dict:
     return {"help": help_, "min": 0}
 
 
-def interpolate(curve: Curve, row_bytes: float) -> float:
-    """Efficiency at `row_bytes` (piecewise linear in row bytes, clamped)."""
+#: interpolate's results by (curve, row_bytes): the timing model prices every gather with it
+#: (thousands of calls per simulated point, a handful of distinct row sizes), and np.interp
+#: on one scalar costs ~15 us. Bounded: cleared when it reaches _INTERP_MEMO_MAX entries.
+_INTERP_MEMO: dict[tuple[Curve, float], float] = {}
+_INTERP_MEMO_MAX = 4096
+
+
+def _interp(curve: Curve, row_bytes: float) -> float:
     xs = np.array([p[0] for p in curve], float)
     ys = np.array([p[1] for p in curve], float)
     return float(np.interp(row_bytes, xs, ys))
+
+
+def interpolate(curve: Curve, row_bytes: float) -> float:
+    """Efficiency at `row_bytes` (piecewise linear in row bytes, clamped); memoized per
+    (curve, row_bytes), bit-identical to np.interp (an unhashable curve is not memoized)."""
+    try:
+        return _INTERP_MEMO[curve, row_bytes]
+    except KeyError:
+        pass
+    except TypeError:  # a list curve (not from a config): compute every time
+        return _interp(curve, row_bytes)
+    value = _interp(curve, row_bytes)
+    if len(_INTERP_MEMO) >= _INTERP_MEMO_MAX:
+        _INTERP_MEMO.clear()
+    _INTERP_MEMO[curve, row_bytes] = value
+    return value
+
+
+def rate_at(value: float | Curve, row_bytes: float) -> float:
+    """A per-core rate key (`core_dram_GBps`, `core_llc_GBps`) at `row_bytes`: a number is
+    the same at every row size; a [row_bytes, GBps] curve (what `calibrate --cpu` writes:
+    one core's rate depends on how many lines a row spans) is interpolated and clamped."""
+    return value if isinstance(value, int | float) else interpolate(value, row_bytes)
+
+
+def check_rate_curve(value: float | Curve, source: str | None, where: str) -> None:
+    """A rate given as a curve: at least one point, row bytes strictly increasing, every
+    rate > 0 (a number is bounds-checked by the schema)."""
+    if isinstance(value, int | float):
+        return
+    if not value:
+        raise UserError("expected a number or at least one [row_bytes, GBps] point",
+                        source=source, field=where)
+    xs = [p[0] for p in value]
+    if any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
+        raise UserError(f"row_bytes must increase strictly, got {xs}", source=source,
+                        field=where)
+    for i, (x, y) in enumerate(value):
+        if x <= 0 or y <= 0:
+            raise UserError(f"point {i} = [{x}, {y}]: expected row_bytes > 0 and GBps > 0",
+                            source=source, field=f"{where}[{i}]")
 
 
 def check_curve(curve: Curve, source: str | None, where: str) -> None:
@@ -61,13 +108,14 @@ class CpuConfig:
     parallel_efficiency: float = field(default=0.8, metadata={
         "help": "fraction of cores x per-core rate reached when every core works (scaling "
                 "loss of the CPU's embedding ops and the planner)", "gt": 0, "max": 1})
-    core_dram_GBps: float = field(default=6.0, metadata=_pos(
+    core_dram_GBps: float | Curve = field(default=6.0, metadata=_pos(
         "one core's gather + pool rate of rows that miss to DRAM (bytes of rows; its "
         "memory-level parallelism / loaded latency): core time of a missed row is "
-        "row bytes / min(this, embedding_op_GBps)"))
-    core_llc_GBps: float = field(default=15.0, metadata=_pos(
-        "one core's gather + pool rate of rows that hit the LLC (bytes of rows): core time "
-        "of a hit is row bytes / min(this, embedding_op_GBps)"))
+        "row bytes / min(this, embedding_op_GBps); a number, or [row_bytes, GBps] points"))
+    core_llc_GBps: float | Curve = field(default=15.0, metadata=_pos(
+        "one core's gather + pool rate of rows that hit the LLC, in a stream that also "
+        "misses (bytes of rows): core time of a hit is row bytes / min(this, "
+        "embedding_op_GBps); a number, or [row_bytes, GBps] points"))
     aggregate_ns_per_lookup: float = field(default=6.0, metadata=_nonneg(
         "core-ns to add one pooled-gradient contribution into its row gradient "
         "(gradient aggregation, per lookup)"))
@@ -176,6 +224,8 @@ class HardwareConfig:
     def check(self, source: str | None) -> None:
         check_curve(self.cpu.gather_efficiency, source, "hardware.cpu.gather_efficiency")
         check_curve(self.gpu.gather_efficiency, source, "hardware.gpu.gather_efficiency")
+        for key in ("core_dram_GBps", "core_llc_GBps"):
+            check_rate_curve(getattr(self.cpu, key), source, f"hardware.cpu.{key}")
         if self.cpu.llc_MiB / 1024 > self.dram_capacity_GiB:
             raise UserError(f"an LLC of {self.cpu.llc_MiB} MiB is larger than "
                             f"hardware.dram_capacity_GiB = {self.dram_capacity_GiB}: expected "

@@ -89,10 +89,32 @@ def read_text(path: Path, what: str = "config file") -> str:
         raise UserError(f"cannot read: {e.strerror or e}", source=str(path)) from None
 
 
+#: parsed YAML by file text (read_yaml): a sweep resolves every point from the same preset
+#: files, and pure-Python YAML parsing costs tens of ms a file. Keyed by the text itself, not
+#: by mtime/size, so an edited file is re-parsed even within one mtime tick; callers get deep
+#: copies, so no caller can change what the next one reads. Bounded: cleared when full.
+_YAML_MEMO: dict[str, dict[str, Any]] = {}
+_YAML_MEMO_MAX = 128
+_YAML_MEMO_MAX_CHARS = 1 << 20  # larger files are parsed every time (not kept in memory)
+
+
 def read_yaml(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:
-    """A YAML file whose top level is a non-empty mapping."""
+    """A YAML file whose top level is a non-empty mapping (a fresh deep copy each call)."""
     p = Path(path)
-    data = load_yaml_text(read_text(p, what), str(p))
+    text = read_text(p, what)
+    hit = _YAML_MEMO.get(text)
+    if hit is not None:
+        return copy.deepcopy(hit)
+    data = _parse_mapping(text, p, what)
+    if len(text) <= _YAML_MEMO_MAX_CHARS:
+        if len(_YAML_MEMO) >= _YAML_MEMO_MAX:
+            _YAML_MEMO.clear()
+        _YAML_MEMO[text] = copy.deepcopy(data)
+    return data
+
+
+def _parse_mapping(text: str, p: Path, what: str) -> dict[str, Any]:
+    data = load_yaml_text(text, str(p))
     if data is None:
         raise UserError(f"empty {what}: expected a YAML mapping (e.g. the sections model, "
                         "trace, cache, hardware, designs as in configs/quickstart.yaml)",

@@ -11,6 +11,7 @@ and the metadata bounds, and names the dotted key and the file in every error.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 from collections.abc import Mapping
@@ -127,13 +128,20 @@ def _check_bounds(meta: Mapping[str, Any], value: Any, field: str, source: str |
                                 field=field)
 
 
+@functools.cache
+def _shape(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
+    """(type hints, public init fields) of a config dataclass, once per class: evaluating the
+    string annotations costs ~0.4 ms a class, paid at every config a sweep resolves."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
+    return get_type_hints(cls), fields
+
+
 def build(cls: type, data: Mapping[str, Any], source: str | None, prefix: str = "") -> Any:
     """Instantiate dataclass `cls` from `data`; unknown keys and bad types are UserErrors."""
     if not isinstance(data, Mapping):
         raise UserError(f"expected a mapping, got {type(data).__name__}", source=source,
                         field=prefix or None)
-    hints = get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
+    hints, fields = _shape(cls)
     for key in data:
         if key not in fields:
             where = f"{prefix}.{key}" if prefix else str(key)
