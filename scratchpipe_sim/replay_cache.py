@@ -188,13 +188,37 @@ def trace_fingerprint(trace: Any) -> str:
     return digest
 
 
+#: slices made by `slice_trace`, per parent trace object (the parent is kept in the entry, so
+#: its id cannot be reused while the entry exists): every point of a sweep slices its shared
+#: trace the same way, and a slice rebases its offsets (a pass over them). At most
+#: _SLICE_MEMO_PARENTS parents are kept; `forget_slices()` drops them all.
+_SLICE_MEMO: dict[int, tuple[Any, dict[tuple[int, int], Any]]] = {}
+_SLICE_MEMO_PARENTS = 2
+
+
 def slice_trace(trace: Any, start: int, stop: int) -> Any:
     """`trace.slice(start, stop)`, whose fingerprint is derived from `trace`'s (so the
-    slices a run replays are never hashed again)."""
-    part = trace.slice(start, stop)
-    if part is not trace:
-        _remember(_SLICES, part, (trace, int(start), int(stop)))
+    slices a run replays are never hashed again); the same object for the same parent and
+    bounds (traces are immutable)."""
+    start, stop = int(start), int(stop)
+    entry = _SLICE_MEMO.get(id(trace))
+    if entry is None or entry[0] is not trace:
+        if len(_SLICE_MEMO) >= _SLICE_MEMO_PARENTS:
+            _SLICE_MEMO.clear()
+        entry = _SLICE_MEMO[id(trace)] = (trace, {})
+    part = entry[1].get((start, stop))
+    if part is None:
+        part = trace.slice(start, stop)
+        if part is not trace:
+            _remember(_SLICES, part, (trace, start, stop))
+        entry[1][start, stop] = part
     return part
+
+
+def forget_slices() -> None:
+    """Drop the remembered slices (and the parents they keep alive): a sweep worker calls it
+    when it moves to another trace, so an old trace's memory is freed."""
+    _SLICE_MEMO.clear()
 
 
 def _hash_array(h: Any, arr: np.ndarray) -> None:

@@ -63,11 +63,14 @@ def point_trace(config: dict, cfg: Any, cache: bool = True) -> Any:
     key = _trace_key(config)
     trace = _TRACE_CACHE.get(key)
     if trace is None:
+        from scratchpipe_sim.replay_cache import forget_slices
+
+        _TRACE_CACHE.clear()  # the previous trace (and its slices) freed before building
+        forget_slices()
         memory_guard.check_config(cfg, source="sweep point")
         trace = build_trace(cfg, cache=cache)
         memory_guard.check_run(trace.total_rows, trace.num_accesses, source="sweep point",
                                field="trace.path")
-        _TRACE_CACHE.clear()
         _TRACE_CACHE[key] = trace
     return trace
 
