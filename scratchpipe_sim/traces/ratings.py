@@ -19,7 +19,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces.convert import (
@@ -48,6 +47,7 @@ def _layout(path: Path) -> tuple[str, int]:
 
 def read_interactions(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(user, item, timestamp) int64 arrays in file order, and the number of header lines."""
+    import pandas as pd  # here, not at import: ~1 s that only this reader needs
     src = str(path)
     sep, header = _layout(path)
     try:

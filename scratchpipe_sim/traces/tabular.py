@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.traces.convert import (
@@ -63,6 +62,7 @@ def _check_columns(cols, src: str) -> None:
 def iter_rows(path: Path, fmt: str, opts: ConvertOptions,
               stats: ConvertResult | None = None) -> Iterator[tuple[np.ndarray, ...]]:
     """(sample, table, id) int64 blocks; bad rows raise or are dropped and counted."""
+    import pandas as pd  # here, not at import: ~1 s that only this reader needs
     src = str(path)
     chunk_rows = max(1, opts.block_bytes // 24)
     text = fmt in SEPARATORS
