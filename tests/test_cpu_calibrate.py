@@ -17,6 +17,7 @@ from scratchpipe_sim.cpu.fit import (
     cpu_preset_yaml,
     fit_aggregate,
     fit_cpu,
+    fit_mix,
     fit_planner,
     llc_from_sysfs,
 )
@@ -28,6 +29,9 @@ GATHER = {64: 8.0, 128: 12.0, 256: 16.0, 512: 20.0}  # GB/s of rows on 2 threads
 ONE = {64: 4.5, 128: 6.5, 256: 9.0, 512: 10.0}  # GB/s on one thread (hot set)
 COLD_ONE = {64: 2.0, 128: 3.0, 256: 3.5, 512: 4.0}  # GB/s of uniform rows on one thread
 AGG_LOOKUP, AGG_ROW = 25.0, 70.0  # core-ns per lookup (beyond the op) and per unique row
+# the mix: ns per lookup = hit x h^W + miss x (1 - h^W), h counted at the fitted LLC (4 MiB)
+MIX_W = 2.5
+MIX = {64: (8.0, 30.0), 128: (10.0, 40.0), 256: (16.0, 64.0), 512: (32.0, 128.0)}
 
 
 def synthetic() -> CpuMeasurements:
@@ -55,6 +59,13 @@ def synthetic() -> CpuMeasurements:
     for mib, rate in ((1, 20.0), (2, 16.0), (4, 10.5), (8, 9.0), (16, 15.0), (32, 3.0)):
         m.onchip.append((1.0, float(mib), 256.0, rate))
         m.onchip.append((2.0, float(mib), 256.0, 1.8 * rate))
+    for rb, (t_hit, t_miss) in MIX.items():
+        for alpha, h in ((0.0, 0.01), (0.9, 0.4), (1.1, 0.7), (1.4, 0.95)):
+            n = 1e5
+            ns = t_hit * h ** MIX_W + t_miss * (1 - h ** MIX_W)
+            # other hot-set sizes count other hits: only 4 MiB (the fitted LLC) is used
+            m.mix.append((float(rb), alpha, n, n * ns * 1e-9,
+                          [[1.0, 0.5 * h * n], [4.0, h * n], [8.0, min(1.0, 1.1 * h) * n]]))
     m.latency_ns = 95.0
     m.plan_ns_per_id = np.float64(31.5)  # numpy scalars must still write as YAML
     m.plan_ids = 1000
@@ -81,8 +92,12 @@ def test_cpu_fit_recovers_every_constant():
     assert v["embedding_op_GBps"] == pytest.approx(max(ONE.values()))
     pe = GATHER[256] / (2 * ONE[256])
     assert v["parallel_efficiency"] == pytest.approx(pe, abs=1e-4)
-    # one core's miss rate: the one-thread uniform gather, median over row sizes
-    assert v["core_dram_GBps"] == pytest.approx(np.median(list(COLD_ONE.values())))
+    # per row size, a hit's and a miss's core rate and the window, from the mix exactly
+    assert v["core_window_rows"] == MIX_W
+    assert v["core_llc_GBps"] == [[float(rb), pytest.approx(rb / t, abs=1e-3)]
+                                  for rb, (t, _) in MIX.items()]
+    assert v["core_dram_GBps"] == [[float(rb), pytest.approx(rb / t, abs=1e-3)]
+                                   for rb, (_, t) in MIX.items()]
     # both aggregation coefficients, exactly (rounded to 0.01 ns in the preset)
     assert v["aggregate_ns_per_lookup"] == pytest.approx(AGG_LOOKUP, abs=0.006)
     assert v["aggregate_ns_per_row"] == pytest.approx(AGG_ROW, abs=0.006)
@@ -92,10 +107,27 @@ def test_cpu_fit_recovers_every_constant():
     # the usable LLC: up to the first hot set below half the smallest set's rate; hits at
     # the smallest set's rate, one thread's (core) and every thread's (the LLC server)
     assert (v["llc_MiB"], v["llc_ways"]) == (4.0, 16)
-    assert v["core_llc_GBps"] == 20.0 and v["llc_GBps"] == pytest.approx(36.0)
+    assert v["llc_GBps"] == pytest.approx(36.0)
     assert set(cal.how) == set(v)  # every value says how it was measured
     assert "40.0 ns per id, 300.0 ns per eviction" in cal.how["plan_ns_per_id"]
     assert len(cal.checks) == len(GATHER)
+
+
+def test_without_the_mix_the_core_rates_come_from_uniform_and_hot_set_gathers():
+    m = synthetic()
+    m.mix = []
+    v = fit_cpu(m, llc=(32.0, 16)).values
+    # one core's miss rate: the one-thread uniform gather, median over row sizes; its hit
+    # rate: the smallest hot set's; no window (each row at its own rate)
+    assert v["core_dram_GBps"] == pytest.approx(np.median(list(COLD_ONE.values())))
+    assert v["core_llc_GBps"] == 20.0 and "core_window_rows" not in v
+
+
+def test_fit_mix_needs_varied_hits_and_positive_costs():
+    assert fit_mix({256.0: [(0.5, 40.0), (0.52, 41.0)]}) is None  # h barely varies
+    assert fit_mix({256.0: [(0.0, 10.0), (0.9, 50.0)]}) is None  # hits dearer than misses
+    w, fits, rmse = fit_mix({256.0: [(0.0, 60.0), (0.5, 35.0), (1.0, 10.0)]})
+    assert w == 1.0 and fits[256.0] == pytest.approx((10.0, 60.0)) and rmse < 1e-9
 
 
 def test_fit_aggregate_and_planner_recover_their_coefficients():
@@ -142,7 +174,8 @@ def test_preset_merges_over_a_gpu_preset_and_comments_every_value(tmp_path):
     assert hw.cpu.dram_GBps == cal.values["dram_GBps"]
     assert hw.cpu.plan_ns_per_id == 40.0 and hw.cpu.plan_ns_per_eviction == 300.0
     assert hw.cpu.aggregate_ns_per_row == AGG_ROW
-    assert hw.cpu.core_dram_GBps == cal.values["core_dram_GBps"]
+    assert hw.cpu.core_dram_GBps == tuple(tuple(p) for p in cal.values["core_dram_GBps"])
+    assert hw.cpu.core_window_rows == MIX_W
     assert hw.gpu == a100.gpu and hw.pcie == a100.pcie
     assert hw.cpu.llc_ways == a100.cpu.llc_ways  # a key not measured keeps the base's
 
@@ -212,6 +245,15 @@ def test_microbenchmarks_record_every_sample_at_tiny_sizes():
     assert len(m.apply) == 2 * len(z.row_bytes) * len(z.lookups)  # sgd and adagrad
     assert [p[:2] for p in m.onchip] == [(1.0, 1.0), (1.0, 2.0)]
     assert m.gather_one == []  # one thread only: m.gather is already one core's
+    assert [p[:2] for p in m.mix] == [(float(rb), a) for rb in z.row_bytes
+                                      for a in z.mix_alphas]
+    # hits as the model's simulator counts them: none beyond the timed lookups, more in a
+    # larger cache, more for the skewed trace
+    for _rb, _a, n, s, hits in m.mix:
+        h = [x for _, x in hits]
+        assert s > 0 and 0 <= h[0] and h == sorted(h) and h[-1] <= n
+    by = {(p[0], p[1]): p[4][-1][1] / p[2] for p in m.mix}
+    assert all(by[(rb, 1.2)] > by[(rb, 0.0)] for rb in z.row_bytes)
     assert all(s > 0 for *_, s in m.stream + m.gather + m.aggregate)
     assert m.latency_ns > 0 and m.plan_ns_per_id > 0 and m.plan_ids > 0
     assert len(m.plan_batches) == z.plan_batches - 1

@@ -87,6 +87,20 @@ def test_curve_range_scales_every_point_clamped_at_one():
         assert x0 == x1 and y1 == pytest.approx(min(1.0, 1.5 * y0))
 
 
+def test_a_calibrated_rate_curve_is_varied_as_one_rate(trace):
+    """calibrate --cpu writes core_dram_GBps as a [row_bytes, GBps] curve: its range's
+    numbers replace it, and the slowest end makes hybrid (the CPU gather) no faster."""
+    d = copy.deepcopy(BASE)
+    d["hardware"]["cpu"] = {"core_dram_GBps": [[64, 2.0], [512, 4.0]],
+                            "embedding_op_GBps": 50.0}
+    d["hardware"]["ranges"] = {"cpu.core_dram_GBps": [0.5, 8.0]}
+    cfg = load_config(d)
+    assert with_values(cfg, {"cpu.core_dram_GBps": 0.5}).hardware.cpu.core_dram_GBps == 0.5
+    res = run_sensitivity(cfg, samples=0, trace=trace)
+    lo, hi = res.oat["cpu.core_dram_GBps"]
+    assert lo["gpu-only"] >= hi["gpu-only"]  # speedup over a slower hybrid is larger
+
+
 def test_latin_hypercube_hits_every_stratum_once():
     u = latin_hypercube(16, 3, 5)
     assert u.shape == (16, 3) and (u >= 0).all() and (u < 1).all()

@@ -41,6 +41,11 @@ BASE = {"model": {"tables": {"count": 2, "rows": 100}, "num_batches": 4, "warmup
     (["hardware.cpu.plan_ns_per_eviction=-5"], "hardware.cpu.plan_ns_per_eviction", ">= 0"),
     (["hardware.cpu.core_dram_GBps=0"], "hardware.cpu.core_dram_GBps", "> 0"),
     (["hardware.cpu.core_llc_GBps=-2"], "hardware.cpu.core_llc_GBps", "> 0"),
+    (["hardware.cpu.core_dram_GBps=[[256, 3], [128, 4]]"], "hardware.cpu.core_dram_GBps",
+     "increase strictly"),
+    (["hardware.cpu.core_llc_GBps=[[256, 0]]"], "hardware.cpu.core_llc_GBps[0]", "GBps > 0"),
+    (["hardware.cpu.core_llc_GBps=[]"], "hardware.cpu.core_llc_GBps", "at least one"),
+    (["hardware.cpu.core_window_rows=0.5"], "hardware.cpu.core_window_rows", ">= 1"),
     (["hardware.ranges={cpu.plan_ns_per_eviction: [-10, 100]}"],
      "hardware.ranges.cpu.plan_ns_per_eviction", "0 <= low"),
 ])
@@ -70,6 +75,7 @@ def test_cli_window_below_depth_is_one_line_exit_2(tmp_path):
 
 
 @pytest.mark.parametrize("key", ["cpu.core_dram_GBps", "cpu.core_llc_GBps",
+                                 "cpu.core_window_rows",
                                  "cpu.aggregate_ns_per_row", "cpu.plan_ns_per_eviction"])
 def test_new_cpu_keys_load_from_every_preset_and_round_trip(key, tmp_path):
     """Each new constant has a value and a range in every shipped preset, and survives

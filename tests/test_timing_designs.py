@@ -412,7 +412,7 @@ CPU_TERMS = {"cores": 4, "parallel_efficiency": 0.5, "embedding_op_GBps": 10.0,
              "dram_latency_ns": 0.0, "gather_efficiency": [[64, 0.5], [512, 0.5]],
              "llc_MiB": 8.0, "llc_GBps": 50.0, "aggregate_ns_per_lookup": 6.0,
              "aggregate_ns_per_row": 20.0, "plan_ns_per_id": 10.0,
-             "plan_ns_per_eviction": 50.0}
+             "plan_ns_per_eviction": 50.0, "core_window_rows": 1.0}
 
 
 def lone_time(part, cpu=None, cache=None):
@@ -440,6 +440,24 @@ def test_cpu_gather_charges_hits_and_misses_in_sequence_on_the_cores():
     t = lone_time(lambda m, b: m.cpu_gather(1000, 256, b, "x", 0.25),
                   {"cores": 400, "dram_GBps": 1.0})
     assert t == pytest.approx(750 * 256 / 0.5, rel=1e-12)
+
+
+def test_cpu_gather_window_and_per_row_size_rates():
+    # W = 2: a row costs t_hit x h^2 + t_miss x (1 - h^2); h = 0.5 -> 0.25 hit-priced
+    t = lone_time(lambda m, b: m.cpu_gather(1000, 256, b, "x", 0.5), {"core_window_rows": 2})
+    assert t == pytest.approx(1000 * (0.25 * 256 / 5 + 0.75 * 256 / 2) / 2, rel=1e-12)
+    # W = 1 is each row at its own rate (the linear model)
+    t = lone_time(lambda m, b: m.cpu_gather(1000, 256, b, "x", 0.5), {"core_window_rows": 1})
+    assert t == pytest.approx((500 * 256 / 5 + 500 * 256 / 2) / 2, rel=1e-12)
+    # rates as [row_bytes, GBps] curves: interpolated at the row size (256 B: 3 and 6),
+    # clamped beyond the ends (1024 B: 4 and 8)
+    curves = {"core_dram_GBps": [[128, 2.0], [512, 4.0]],
+              "core_llc_GBps": [[128, 4.0], [512, 8.0]]}
+    rate = 2.0 + (256 - 128) / (512 - 128) * 2.0
+    t = lone_time(lambda m, b: m.cpu_gather(1000, 256, b, "x", 0.0), curves)
+    assert t == pytest.approx(1000 * 256 / rate / 2, rel=1e-12)
+    t = lone_time(lambda m, b: m.cpu_gather(1000, 1024, b, "x", 1.0), curves)
+    assert t == pytest.approx(1000 * 1024 / 8.0 / 2, rel=1e-12)
 
 
 def test_aggregation_has_a_per_lookup_and_a_per_unique_row_term():

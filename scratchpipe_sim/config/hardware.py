@@ -116,6 +116,11 @@ class CpuConfig:
         "one core's gather + pool rate of rows that hit the LLC, in a stream that also "
         "misses (bytes of rows): core time of a hit is row bytes / min(this, "
         "embedding_op_GBps); a number, or [row_bytes, GBps] points"))
+    core_window_rows: float = field(default=1.0, metadata={
+        "help": "rows one core overlaps (its memory-level parallelism, in rows): a window of "
+                "this many consecutive rows costs the miss rate when any of them misses, so a "
+                "row costs hit x h^W + miss x (1 - h^W) at on-chip hit fraction h (1: each row "
+                "at its own rate); set by calibrate --cpu", "min": 1})
     aggregate_ns_per_lookup: float = field(default=6.0, metadata=_nonneg(
         "core-ns to add one pooled-gradient contribution into its row gradient "
         "(gradient aggregation, per lookup)"))

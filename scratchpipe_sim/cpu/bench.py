@@ -12,6 +12,11 @@ squares `calibrate` fits to PCIe) separates a fixed cost per call from a rate:
                 op's own rate per core, and its scaling)
     onchip      the gather from hot sets of 1 MiB .. 2 x the LLC, on one thread and on
                 every thread: the LLC a core can use and its rate from it
+    mix         one thread's gather + pool of generated traces from uniform to very skewed
+                (Zipf 0.7 .. 1.4, one table of table_bytes), with each trace's on-chip hits
+                counted by the model's own LLC simulator at every hot-set size: a hit's and
+                a miss's core cost in a stream that does both (what the model prices), per
+                row size
     backward    gradient aggregation (lookups -> unique-row gradients) on ids of varied
                 repetition (every row used 1, 2, 5 or 20 times), then the optimizer apply
                 (SGD, Adagrad), by row size
@@ -32,7 +37,7 @@ import numba as nb
 import numpy as np
 
 from scratchpipe_sim.cpu import kernels as K
-from scratchpipe_sim.cpu.measure import Timing, best_of
+from scratchpipe_sim.cpu.measure import Timing, best_of, timed
 from scratchpipe_sim.cuda import host
 from scratchpipe_sim.policies.engine import COUNTERS
 
@@ -61,15 +66,24 @@ class CpuBenchSizes:
     plan_lookahead: int = 5
     plan_load_factor: float = 0.05
     plan_reps: int = 2
+    #: mix: Zipf exponents of the generated traces (0 = uniform ids)
+    mix_alphas: tuple[float, ...] = (0.0, 0.7, 0.9, 1.0, 1.1, 1.2, 1.4)
+    mix_table_bytes: int = 1 << 30  # as the gather benchmark: a miss is a DRAM access
+    mix_batch: int = 1024  # samples per batch (x pooling lookups)
+    mix_warm_batches: int = 2  # run untimed before the timed batches of every repetition
+    mix_batches: int = 4  # timed
 
 
 QUICK = CpuBenchSizes(stream_buffer_bytes=1 << 28, table_bytes=1 << 28, reps=7,
-                      plan_rows=1_000_000, plan_batch=512, plan_batches=8, plan_reps=2)
+                      mix_table_bytes=1 << 28, plan_rows=1_000_000, plan_batch=512,
+                      plan_batches=8, plan_reps=2)
 TINY = CpuBenchSizes(copy_bytes=(1 << 20, 1 << 22), stream_buffer_bytes=1 << 23,
                      onchip_max_MiB=2,
                      table_bytes=1 << 23, lookups=(1 << 12, 1 << 15), row_bytes=(64, 256),
                      reps=2, plan_rows=20_000, plan_tables=2, plan_batch=64, plan_batches=4,
-                     plan_lookahead=2, plan_load_factor=0.2, plan_reps=1)
+                     plan_lookahead=2, plan_load_factor=0.2, plan_reps=1,
+                     mix_alphas=(0.0, 1.2), mix_table_bytes=1 << 23, mix_batch=64,
+                     mix_warm_batches=1, mix_batches=2)
 
 
 @dataclass
@@ -103,6 +117,10 @@ class CpuMeasurements:
     plan_fill_ratio: float = 0.0  # fills per id over the measured batches
     #: per batch after the first: (ids, evictions, seconds of the best replay)
     plan_batches: list[tuple[float, float, float]] = field(default_factory=list)
+    #: (row_bytes, alpha, lookups, seconds, [[hot-set MiB, on-chip hits], ...]) of one
+    #: thread's gather + pool of a generated trace; hits by the model's LLC simulator
+    mix: list[tuple[float, float, float, float, list[list[float]]]] = field(
+        default_factory=list)
     #: (median - best) / best of every timed point, worst one (noise)
     worst_spread: float = 0.0
 
@@ -307,6 +325,74 @@ def measure_planner(m: CpuMeasurements, z: CpuBenchSizes) -> None:
                       for b in range(1, len(acc))]
 
 
+def measure_mix(m: CpuMeasurements, z: CpuBenchSizes) -> None:
+    """One thread's gather + pool of generated traces of varied skew, hits counted by the
+    model's own on-chip simulator (`timing.onchip`, 16 ways) at hot-set sizes 1 MiB ..
+    onchip_max_MiB. Why: a hit in a stream that also misses costs a core far more than a
+    hit in a hot-set benchmark (the misses' lines evict the hot rows' lines and TLB
+    entries from the core's own caches: measured here 25-33 ns vs 13-17 ns per 256 B
+    row), so `fit_cpu` fits a hit's and a miss's core cost to these streams, with hits as
+    the model counts them. Repetitions interleave the traces (a noisy moment of a shared
+    host then moves every point alike) and relabel the rows by a fresh random offset each
+    time (no repetition finds the previous one's rows on chip; hits do not change: the
+    simulator's set index is a hash)."""
+    from scratchpipe_sim.timing.onchip import onchip_hits  # noqa: PLC0415
+    from scratchpipe_sim.traces.generators import generate_trace  # noqa: PLC0415
+    from scratchpipe_sim.traces.trace import Trace  # noqa: PLC0415
+
+    rng = np.random.default_rng(13)
+    nb.set_num_threads(1)
+    sizes = []
+    mib = 1
+    while mib <= max(1, z.onchip_max_MiB):
+        sizes.append(mib)
+        mib *= 2
+    total = z.mix_warm_batches + z.mix_batches
+    # one trace per exponent over the most rows (the smallest row size), folded onto each
+    # row size's table by id modulo its rows: the hits are counted on the folded ids, so
+    # the fit sees exactly the stream that is timed; one buffer holds every table
+    most = max(z.mix_table_bytes // min(z.row_bytes), 1024)
+    traces = []
+    for k, alpha in enumerate(z.mix_alphas):
+        params = {"alpha": alpha} if alpha > 0 else {}
+        traces.append((alpha, generate_trace("zipf" if alpha > 0 else "uniform", [most],
+                                             z.mix_batch, total, z.pooling, 101 + k,
+                                             **params)))
+    buf = np.ones(most * min(z.row_bytes) // 4, np.float32)
+    for rb in z.row_bytes:
+        dim = rb // 4
+        rows = max(z.mix_table_bytes // rb, 1024)
+        store = buf[: rows * dim].reshape(rows, dim)
+        streams = []
+        for alpha, tr0 in traces:
+            tr = Trace(np.array([rows], np.int64), np.asarray(tr0.indices) % rows,
+                       tr0.offsets, tr0.batch_bounds, tr0.batch_size)
+            ch = tr.chunk(0, total)
+            split = int(ch.batch_ptr[z.mix_warm_batches])
+            timed_n = len(ch.ids) - split
+            hits = [[float(s), float(onchip_hits(tr, (s << 20) // rb, 16)
+                                     .lookup_hits[z.mix_warm_batches:].sum())]
+                    for s in sizes if (s << 20) // rb <= rows]
+            offs = np.asarray(tr.offsets, np.int64)
+            warm_ptr = offs[: int(tr.batch_bounds[z.mix_warm_batches]) + 1]
+            lo = int(tr.batch_bounds[z.mix_warm_batches])
+            timed_ptr = offs[lo:] - offs[lo]
+            streams.append((alpha, ch.ids, split, timed_n, warm_ptr, timed_ptr, hits))
+        nbags = max(len(s[4]) for s in streams) + max(len(s[5]) for s in streams)
+        out = np.empty((nbags, dim), np.float32)
+        best = [np.inf] * len(streams)
+        for _ in range(max(1, z.reps)):
+            for i, (_a, ids, split, _n, warm_ptr, timed_ptr, _h) in enumerate(streams):
+                shifted = (ids + rng.integers(0, rows)) % rows
+                K.bag_pool(store, dim, shifted[:split], warm_ptr, out)
+                tail = shifted[split:]
+                best[i] = min(best[i], timed(lambda st=store, d=dim, t=tail, p=timed_ptr,
+                                             o=out: K.bag_pool(st, d, t, p, o)))
+        for (alpha, _i, _s, n, _w, _t, hits), s in zip(streams, best, strict=True):
+            m.mix.append((float(rb), float(alpha), float(n), float(s), hits))
+    nb.set_num_threads(max(m.threads))
+
+
 def measure_all(threads: list[int], z: CpuBenchSizes = CpuBenchSizes(),
                 log: Callable[[str], None] = print) -> CpuMeasurements:
     import time  # noqa: PLC0415
@@ -314,7 +400,8 @@ def measure_all(threads: list[int], z: CpuBenchSizes = CpuBenchSizes(),
     m = CpuMeasurements(threads=sorted(set(threads)), reps=z.reps)
     nb.set_num_threads(max(m.threads))  # every benchmark not about scaling runs on all
     for name, fn in (("stream", measure_stream), ("gather", measure_gather),
-                     ("backward", measure_backward), ("planner", measure_planner)):
+                     ("mix", measure_mix), ("backward", measure_backward),
+                     ("planner", measure_planner)):
         t0 = time.perf_counter()
         fn(m, z)
         log(f"calibrate --cpu: {name} done in {time.perf_counter() - t0:.1f} s")

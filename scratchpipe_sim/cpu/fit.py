@@ -23,7 +23,13 @@ CPU and GPU halves are fitted the same way. How each key follows from the sample
                             hot set it still gathers at >= half the rate of the smallest
                             (1 MiB) set, at most the OS's size
     core_llc_GBps, llc_GBps one thread's / every thread's gather rate from a hot set of
-                            that size
+                            that size; when the mix was measured, core_llc_GBps and
+    core_dram_GBps          core_dram_GBps are instead [row_bytes, GBps] curves and
+    core_window_rows        core_window_rows W is fitted with them: least squares of one
+                            thread's ns per lookup over generated traces of varied skew =
+                            t_hit x h^W + t_miss x (1 - h^W), h the trace's hit fraction by
+                            the model's LLC simulator at llc_MiB (hits and misses priced as
+                            the model prices them: in one stream)
 
 The optimizer apply (SGD, Adagrad) is not fitted: it is priced by the keys above, and the
 preset's comments compare the model's price with the measurement.
@@ -200,6 +206,8 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         how["llc_MiB"] = how["llc_ways"] = "the OS's last-level cache (sysfs)"
     if m.onchip:
         _fit_onchip(m, vals, how)
+    if m.mix:
+        _fit_mix(m, vals, how, vals.get("llc_MiB", base.llc_MiB))
     checks = []
     cfg = _replace(base, vals)
     for opt, rb, u, R, s in m.apply:
@@ -302,12 +310,84 @@ def _fit_onchip(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str]) -
                        f"on {threads[-1]} thread" + ("s" if threads[-1] > 1 else ""))
 
 
+#: the window sizes `fit_mix` tries (rows a core overlaps; 1 = each row at its own rate)
+WINDOWS = tuple(1.0 + 0.25 * k for k in range(61))
+
+
+def fit_mix(points: dict[float, list[tuple[float, float]]]
+            ) -> tuple[float, dict[float, tuple[float, float]], float] | None:
+    """(W, {row_bytes: (t_hit, t_miss)}, rmse) of t = t_hit x h^W + t_miss x (1 - h^W) by
+    least squares: per row size, (hit fraction h, ns per lookup t) points; W shared by the
+    row sizes (a core's window), chosen from WINDOWS by the smallest summed squared error
+    among those where every row size fits 0 < t_hit <= t_miss, (t_hit, t_miss) per row
+    size linear least squares at that W. Row sizes whose hit fractions do not vary are
+    left out; None when no W fits."""
+    usable = {rb: np.array(p, float).T for rb, p in points.items()
+              if len(p) >= 2 and np.ptp([h for h, _ in p]) > 0.05}
+    best = None
+    for w in WINDOWS:
+        sse, fits = 0.0, {}
+        for rb, (h, t) in usable.items():
+            design = np.stack([h ** w, 1 - h ** w], axis=1)
+            (th, tm), *_ = np.linalg.lstsq(design, t, rcond=None)
+            if not 0 < th <= tm:  # a hit dearer than a miss: noise, not a cache
+                break
+            fits[rb] = (float(th), float(tm))
+            sse += float(((t - design @ [th, tm]) ** 2).sum())
+        else:
+            if fits and (best is None or sse < best[0] - 1e-12):
+                best = (sse, w, fits)
+    if best is None:
+        return None
+    sse, w, fits = best
+    n = sum(len(h) for h, _ in usable.values())
+    return w, fits, float(np.sqrt(sse / n))
+
+
+def _fit_mix(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
+             llc_MiB: float) -> None:
+    """core_llc_GBps, core_dram_GBps ([row_bytes, GBps] curves) and core_window_rows from
+    the mix (see the module docstring): hits counted at the largest measured hot-set size
+    <= llc_MiB (the LLC the model simulates)."""
+    points: dict[float, list[tuple[float, float]]] = {}
+    label = 0.0
+    for rb, _alpha, n, s, hits in m.mix:
+        if n <= 0:
+            continue
+        at = [(mib, h) for mib, h in hits if mib <= llc_MiB] or hits[:1]
+        label, h = max(at)
+        points.setdefault(rb, []).append((h / n, s / n * 1e9))
+    fit = fit_mix(points)
+    if fit is None:
+        return
+    w, fits, rmse = fit
+    rbs = sorted(fits)
+    alphas = "/".join(f"{a:g}" for a in sorted({p[1] for p in m.mix}))
+    what = ("one thread's gather + pool of generated traces (Zipf " + alphas + "; 0 = "
+            f"uniform), least squares of ns per lookup = t_hit x h^W + t_miss x (1 - h^W), h "
+            f"the hit fraction by the model's LLC simulator at {label:g} MiB, W shared, "
+            "(t_hit, t_miss) per row size; rate = row bytes / t: "
+            + "; ".join(f"{int(rb)} B: hit {fits[rb][0]:.1f} ns, miss {fits[rb][1]:.1f} ns "
+                        "(h " + ", ".join(f"{h:.2f}" for h, _ in points[rb]) + ")"
+                        for rb in rbs)
+            + f"; rmse {rmse:.1f} ns per lookup")
+    vals["core_llc_GBps"] = [[round(rb, 1), round(rb / fits[rb][0], 3)] for rb in rbs]
+    vals["core_dram_GBps"] = [[round(rb, 1), round(rb / fits[rb][1], 3)] for rb in rbs]
+    vals["core_window_rows"] = w
+    how["core_llc_GBps"] = "hit: " + what
+    how["core_dram_GBps"] = "miss: " + what
+    how["core_window_rows"] = f"W = {w:g}: " + what
+
+
 def _replace(base: CpuConfig, vals: dict[str, Any]) -> CpuConfig:
     import dataclasses  # noqa: PLC0415
 
     v = dict(vals)
     if "gather_efficiency" in v:
         v["gather_efficiency"] = tuple(tuple(p) for p in v["gather_efficiency"])
+    for key in ("core_dram_GBps", "core_llc_GBps"):
+        if isinstance(v.get(key), list):
+            v[key] = tuple(tuple(p) for p in v[key])
     return dataclasses.replace(base, **v)
 
 
@@ -319,6 +399,9 @@ def _update_ns(cpu: CpuConfig, rows: float, R: float, threads: int) -> float:
 
     d = {k: getattr(cpu, k) for k in cpu.__dataclass_fields__}
     d["gather_efficiency"] = [list(p) for p in cpu.gather_efficiency]
+    for key in ("core_dram_GBps", "core_llc_GBps"):
+        if isinstance(d[key], tuple):
+            d[key] = [list(p) for p in d[key]]
     d["cores"] = threads
     cfg = load_config({"hardware": {"cpu": d}, "designs": ["hybrid"]})
     return float(price_alone(cfg, 1, lambda mm, b: mm.cpu_gather(2 * rows, R, b, "update"),

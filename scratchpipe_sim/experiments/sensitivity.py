@@ -46,6 +46,8 @@ from scratchpipe_sim.traces.trace import Trace
 #: keys whose value changes the per-batch counts (on-chip hits), not only their price
 COUNT_KEYS = frozenset({"cpu.llc_MiB", "cpu.llc_ways", "gpu.l2_MiB", "gpu.l2_ways"})
 CURVE_KEYS = frozenset({"cpu.gather_efficiency", "gpu.gather_efficiency"})
+#: rate keys that take a number or a [row_bytes, GBps] curve (calibrate --cpu writes curves)
+RATE_KEYS = frozenset({"cpu.core_dram_GBps", "cpu.core_llc_GBps"})
 #: relative margin under which two designs count as tied (an order change must exceed it)
 TIE = 0.005
 
@@ -174,6 +176,11 @@ def params_of(cfg: Config) -> list[Param]:
                             "hardware (e.g. cpu.parallel_efficiency)", source=cfg.source,
                             field=where)
         if key in CURVE_KEYS:
+            out.append(Param(key, float(lo), float(hi), None))
+            continue
+        if key in RATE_KEYS and isinstance(value, tuple):
+            # a calibrated [row_bytes, GBps] curve: the range's numbers replace it (one
+            # rate at every row size), so there is no single nominal number to report
             out.append(Param(key, float(lo), float(hi), None))
             continue
         if isinstance(value, bool) or not (value is None or isinstance(value, int | float)):
