@@ -185,17 +185,29 @@ class ZipfSampler:
         return ranks if self.perm is None else self.perm(ranks)
 
 
-@nb.njit(cache=True)
-def _guided_searchsorted(cdf, guide, u):
+def _guided_searchsorted(cdf: np.ndarray, guide: np.ndarray, u: np.ndarray) -> np.ndarray:
     """np.searchsorted(cdf, u, side='right'), exactly, searching only between guide
-    entries (one neighbour of slack on each side absorbs rounding in u*G)."""
+    entries (one neighbour of slack on each side absorbs rounding in u*G).
+
+    The guide slot int(u*G) and the output are made here in numpy (truncation, as `int`),
+    so the kernel allocates nothing and calls no `int`/`min`/`max`: compiling those
+    overloads was most of its first-run JIT time."""
     G = len(guide) - 1
+    u = np.asarray(u, np.float64)
+    slot = (u * G).astype(np.int64)
     out = np.empty(len(u), np.int64)
+    _guided_search(cdf, guide, G, u, slot, out)
+    return out
+
+
+@nb.njit(cache=True)
+def _guided_search(cdf, guide, G, u, slot, out):
     for j in range(len(u)):
         x = u[j]
-        g = int(x * G)
-        lo = guide[max(g - 1, 0)]
-        hi = guide[min(g + 2, G)]
+        a = slot[j] - 1
+        b = slot[j] + 2
+        lo = guide[a if a > 0 else 0]
+        hi = guide[b if b < G else G]
         while lo < hi:
             mid = (lo + hi) >> 1
             if cdf[mid] > x:
@@ -203,7 +215,6 @@ def _guided_searchsorted(cdf, guide, u):
             else:
                 lo = mid + 1
         out[j] = lo
-    return out
 
 
 def _power_integral(a: float, b: float, alpha: float) -> float:

@@ -291,11 +291,21 @@ class Trace:
                      np.asarray(bounds, np.int64), batch_size, meta or {}, source)
 
 
-@nb.njit(cache=True)
-def _linearize(raw, offs, bounds, table_offsets, num_tables):
+def _linearize(raw: np.ndarray, offs: np.ndarray, bounds: np.ndarray,
+               table_offsets: np.ndarray, num_tables: int) -> tuple[np.ndarray, np.ndarray]:
+    """(global int64 ids, int32 table of each id) of a chunk's accesses; the outputs are
+    allocated here, not in the kernel (an allocating kernel compiles np.empty's overload at
+    the first run)."""
     n = len(raw)
     ids = np.empty(n, np.int64)
     tables = np.empty(n, np.int32)
+    _linearize_into(raw, offs, bounds, np.asarray(table_offsets, np.int64), num_tables,
+                    ids, tables)
+    return ids, tables
+
+
+@nb.njit(cache=True)
+def _linearize_into(raw, offs, bounds, table_offsets, num_tables, ids, tables):
     for k in range(len(bounds) - 1):
         b = (bounds[k + 1] - bounds[k]) // num_tables
         for t in range(num_tables):
@@ -305,7 +315,6 @@ def _linearize(raw, offs, bounds, table_offsets, num_tables):
             for j in range(lo, hi):
                 ids[j] = raw[j] + base
                 tables[j] = t
-    return ids, tables
 
 
 @nb.njit(cache=True)
