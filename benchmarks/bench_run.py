@@ -5,6 +5,8 @@ sweep against one of its points. Every figure is the wall time of a fresh
     python benchmarks/bench_run.py                  # everything (~10 min on 2 loaded cores)
     python benchmarks/bench_run.py --only startup   # or: run, fig2
     python benchmarks/bench_run.py --repeat 3       # best of 3 per figure
+    python benchmarks/bench_run.py --clock cpu      # CPU seconds of each command instead
+    python benchmarks/bench_run.py --tree /tmp/old  # time another checkout's package
 
 - startup: `scratchpipe-sim --help` and `cache` over a 200k-access trace, against the peer
   `build_parser()` with every subcommand imported (what every command paid before the CLI
@@ -20,6 +22,11 @@ sweep against one of its points. Every figure is the wall time of a fresh
 
 The compile cache is warm throughout: NUMBA_CACHE_DIR stays the user's (a first pass
 fills it); each measurement gets its own SCRATCHPIPE_CACHE_DIR below a temporary folder.
+
+`--clock cpu` reports each command's CPU seconds (user + system of the child process)
+instead of wall seconds: on a core shared with other jobs, wall time measures the
+neighbours too, CPU time much less. `--tree DIR` puts DIR first on PYTHONPATH (an older
+checkout from `git archive`) for before/after figures.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -43,17 +51,32 @@ FULL_PARSER = [sys.executable, "-c", "from scratchpipe_sim.cli import build_pars
                "build_parser()"]
 
 
+#: "wall" or "cpu" (set from --clock); TREE: a checkout to import the package from, or None
+CLOCK = "wall"
+TREE: str | None = None
+
+
+def _child_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed(cmd: list[str], cache: Path | None, repeat: int = 1) -> float:
-    """Best wall seconds of `repeat` runs of `cmd` (stdout discarded; fails loudly)."""
+    """Best wall (or CPU, `--clock cpu`) seconds of `repeat` runs of `cmd` (stdout
+    discarded; fails loudly)."""
     env = dict(os.environ)
     if cache is not None:
         env["SCRATCHPIPE_CACHE_DIR"] = str(cache)
+    if TREE:
+        env["PYTHONPATH"] = TREE + os.pathsep + env.get("PYTHONPATH", "")
     best = float("inf")
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+        t0, c0 = time.perf_counter(), _child_cpu_s()
+        # cwd is sys.path[0] of `python -c`: the tree's root, so its package is imported
+        p = subprocess.run(cmd, cwd=TREE or ROOT, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
-        best = min(best, time.perf_counter() - t0)
+        spent = time.perf_counter() - t0 if CLOCK == "wall" else _child_cpu_s() - c0
+        best = min(best, spent)
         if p.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr}")
     return best
@@ -145,7 +168,12 @@ def main() -> None:
     ap.add_argument("--only", choices=("startup", "run", "fig2"), action="append")
     ap.add_argument("--repeat", type=int, default=1, help="best of N per figure")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall seconds, or CPU seconds of each command (shared cores)")
+    ap.add_argument("--tree", help="a source tree to import scratchpipe_sim from instead")
     args = ap.parse_args()
+    global CLOCK, TREE
+    CLOCK, TREE = args.clock, (str(Path(args.tree).resolve()) if args.tree else None)
     parts = args.only or ["startup", "run", "fig2"]
     load0 = os.getloadavg()[0]
     out: dict[str, dict] = {}
@@ -155,10 +183,12 @@ def main() -> None:
             if name in parts:
                 out[name] = fn(tmp, args.repeat)
     out["load_average"] = {"start": load0, "end": os.getloadavg()[0]}
+    out["clock"], out["tree"] = CLOCK, TREE or str(ROOT)
     if args.json:
         print(json.dumps(out, indent=1))
         return
-    print(f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f}; best of {args.repeat}")
+    print(f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f}; best of {args.repeat}; "
+          f"{CLOCK} seconds; package from {TREE or ROOT}")
     if "startup" in out:
         s = out["startup"]
         print(f"startup: --help {s['help_s']:.2f} s, --version {s['version_s']:.2f} s, "
