@@ -26,8 +26,10 @@ from typing import Any, ClassVar
 
 import numba as nb
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import (
     EVICTIONS,
     FILLS,
@@ -76,11 +78,17 @@ _LO = np.uint64(0x0101010101010101)
 _HI = np.uint64(0x8080808080808080)
 
 
-@nb.njit(cache=True)
+# Helpers called per access or per miss are inlined into the kernel (`inline="always"`): a
+# compiled call that takes arrays increments and decrements each array's reference count
+# (atomic operations), which cost more than the lookup itself (measured: -25 to -30% time).
+
+
+@nb.njit(cache=True, inline="always")
 def _find(slot_row, tags, tags64, base, ways, r, tag):
-    """Way of row r in the set at `base`, or -1. Compares the set's one-byte tags eight at a
-    time (one 64-bit word, SWAR zero-byte test) when `ways` is a multiple of 8, and reads
-    `slot_row` only for the words that may hold the tag (a false positive is 3% a word)."""
+    """Way of row r in the set at `base`, or -1, for any geometry: compares the set's
+    one-byte tags eight at a time (SWAR zero-byte test) when `ways` is a multiple of 8, and
+    reads `slot_row` only where a tag matches. (The kernel uses `_tag_mask` when ways is a
+    multiple of 8 up to 64.)"""
     if ways & 7 == 0:
         pat = np.uint64(tag) * _LO
         w0 = base >> 3
@@ -96,6 +104,105 @@ def _find(slot_row, tags, tags64, base, ways, r, tag):
         if tags[base + w] == tag and slot_row[base + w] == r:
             return base + w
     return -1
+
+
+#: prefetch distances in accesses (see _prefetch.py): the set's tags (and for LFU the row's
+#: count) of access j + _PF_FAR, then, from the tags by then in cache, the lines serving
+#: access j + _PF_NEAR will touch (the matching way, or the set a victim scan reads)
+_PF_FAR, _PF_NEAR = 16, 6
+_RING = 31  # set keys kept for accesses j .. j + _PF_FAR (a power of two minus one)
+_BASE_MASK = (np.int64(1) << 56) - 1
+_GATHER = np.uint64(0x0102040810204080)  # moves bit 8i of a word to bit 56 + i
+
+
+@nb.njit(cache=True)
+def _set_key(r, usets, ways):
+    """First slot of row r's set, with r's tag in the top byte: one hash and one modulo per
+    access, kept in a ring from its prefetch until the access is served."""
+    h = fmix64(r)
+    return (np.int64(h % usets) * ways) | (np.int64(_tag(h)) << 56)
+
+
+@nb.njit(cache=True)
+def _key_tag(key):
+    return np.uint8((key >> 56) & 255)
+
+
+@nb.njit(cache=True, inline="always")
+def _tag_mask(tags64, base, ways, tag, sentinel):
+    """Bit w set when way w's tag may equal `tag` (every true match is set; a false one only
+    above a true one of its 8-way word), or'ed with `sentinel` (bit `ways`, so the lowest
+    set bit is `ways` when nothing matches). Branch free: 8 ways a 64-bit word (SWAR
+    zero-byte test), each word's 8 flags gathered into 8 bits by one multiply. Needs
+    ways % 8 == 0 and ways <= 64."""
+    pat = np.uint64(tag) * _LO
+    w0 = base >> 3
+    m = sentinel
+    for q in range(ways >> 3):
+        x = tags64[w0 + q] ^ pat
+        flags = ((x - _LO) & ~x & _HI) >> np.uint64(7)
+        m |= ((flags * _GATHER) >> np.uint64(56)) << np.uint64(8 * q)
+    return m
+
+
+@nb.njit(cache=True, inline="always")
+def _prefetch_scan(base, ways, lfu, slot_ts, slot_cnt):
+    """Hints for a victim scan of the set at `base`: its int32 stamps, LFU's int64 counts."""
+    prefetch(slot_ts, base)
+    prefetch(slot_ts, base + ways - 1)
+    if lfu:
+        for w in range(0, ways, 8):
+            prefetch(slot_cnt, base + w)
+        prefetch(slot_cnt, base + ways - 1)
+
+
+@nb.njit(cache=True, inline="always")
+def _victim(slot_ts, slot_cnt, base, ways, lfu, t, wbits, wmask):
+    """(way, its count or stamp) to replace in the set at `base` for batch t, or (-1, _) when
+    every way is used by batch t. LRU: the oldest stamp (empty ways carry -1), as a min of
+    keys (stamp + 1) << wbits | way (locked ways are _LOCKED, equal stamps go to the lowest
+    way): a plain min reduction, which the compiler vectorizes. LFU: the least frequent way,
+    empty ways count -1 and always admit (branch free; strict < keeps the lowest way)."""
+    if lfu:
+        best = -1
+        best_c = _LOCKED
+        for w in range(ways):
+            k = base + w
+            c = _LOCKED if slot_ts[k] == t else slot_cnt[k]
+            better = c < best_c
+            best = k if better else best
+            best_c = c if better else best_c
+        return best, best_c
+    low = _LOCKED
+    for w in range(ways):
+        ts = np.int64(slot_ts[base + w])
+        low = min(low, _LOCKED if ts == t else ((ts + 1) << wbits) | w)
+    if low == _LOCKED:
+        return -1, low
+    return base + (low & wmask), (low >> wbits) - 1
+
+
+@nb.njit(cache=True, inline="always")
+def _admit(slot_row, tags, slot_ts, slot_cnt, counts, base, ways, lfu, t, wbits, wmask, r,
+           tag, events, b):
+    """Place missing row r in its set for batch t if FBGEMM would; True when placed (MISS),
+    False for a conflict miss (every way used by batch t) or, for LFU, a row not more
+    frequent than the set's least frequent way (UNPLACED)."""
+    best, best_c = _victim(slot_ts, slot_cnt, base, ways, lfu, t, wbits, wmask)
+    placed = best >= 0
+    if placed and lfu and best_c >= 0 and counts[r] <= best_c:
+        placed = False  # not admitted (best_c -1: an empty way, which always admits)
+    if placed:
+        if slot_row[best] != EMPTY:
+            events[b, EVICTIONS] += 1
+            events[b, WRITEBACKS] += 1
+        slot_row[best] = r
+        slot_ts[best] = t
+        events[b, FILLS] += 1
+        tags[best] = tag
+        if lfu:
+            slot_cnt[best] = counts[r]
+    return placed
 
 
 @nb.njit(cache=True)
@@ -120,6 +227,12 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
     while (1 << wbits) < ways:
         wbits += 1
     wmask = (np.int64(1) << wbits) - 1
+    swar = ways & 7 == 0 and ways <= 64  # `_tag_mask` applies
+    sentinel = np.uint64(1) << np.uint64(ways) if swar and ways < 64 else np.uint64(0)
+    n = len(ids)
+    ring = np.empty(_RING + 1, np.int64)  # _set_key of accesses j .. j + _PF_FAR
+    for j in range(min(n, _PF_FAR)):
+        ring[j] = _set_key(ids[j], usets, ways)
     for b in range(len(batch_ptr) - 1):
         t = first_batch + b
         lo, hi = batch_ptr[b], batch_ptr[b + 1]
@@ -129,15 +242,51 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
         # 1) every resident row of the batch is a hit and is stamped t (locked for batch t).
         nmiss = 0
         for j in range(lo, hi):
+            # hints (see _prefetch.py), never a result. Access j + FAR: its set key into the
+            # ring, its set's tags (LFU: its count). Access j + NEAR, whose tags are cached
+            # by now: the row and stamp of the way its tag matches, or when none does (a
+            # likely miss) the set's stamps (LFU: counts), which a victim scan reads.
+            jf = j + _PF_FAR
+            if jf < n:
+                kf = _set_key(ids[jf], usets, ways)
+                ring[jf & _RING] = kf
+                prefetch(tags, kf & _BASE_MASK)
+                if lfu:
+                    prefetch(counts, ids[jf])
+            if swar and j + _PF_NEAR < n:
+                kn = ring[(j + _PF_NEAR) & _RING]
+                bn = kn & _BASE_MASK
+                w = np.int64(trailing_zeros(_tag_mask(tags64, bn, ways, _key_tag(kn),
+                                                      sentinel)))
+                if w < ways:
+                    prefetch(slot_row, bn + w)
+                    prefetch(slot_ts, bn + w)
+                    if lfu:
+                        prefetch(slot_cnt, bn + w)
+                else:
+                    _prefetch_scan(bn, ways, lfu, slot_ts, slot_cnt)
             r = ids[j]
-            h = fmix64(r)
-            base = np.int64(h % usets) * ways
-            f = _find(slot_row, tags, tags64, base, ways, r, _tag(h))
+            key = ring[j & _RING]
+            base = key & _BASE_MASK
+            tag = _key_tag(key)
+            if swar:  # lowest candidate way first; a tag that is not r's is ~3% a word
+                tm = _tag_mask(tags64, base, ways, tag, sentinel)
+                w = np.int64(trailing_zeros(tm))
+                while w < ways and slot_row[base + w] != r:
+                    tm &= tm - np.uint64(1)
+                    w = np.int64(trailing_zeros(tm))
+                f = base + w if w < ways else -1
+            else:
+                f = _find(slot_row, tags, tags64, base, ways, r, tag)
             if f >= 0:
                 slot_ts[f] = t
                 if lfu:  # a resident row's count changes only in batches that hit it
                     slot_cnt[f] = counts[r]
                 outcome[j] = HIT
+            elif hi - lo == 1:  # a batch of one access: no scratch, no sort (same outcome)
+                placed = _admit(slot_row, tags, slot_ts, slot_cnt, counts, base, ways, lfu, t,
+                                wbits, wmask, r, tag, events, b)
+                outcome[j] = MISS if placed else UNPLACED
             else:
                 set_of[nmiss] = base
                 miss_idx[nmiss] = j
@@ -160,37 +309,13 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
         mask = (np.int64(1) << idx_bits) - 1
         g = 0
         while g < nmiss:
+            if g + _PF_NEAR < nmiss:  # a hint: the set of a later victim scan
+                mf = order[g + _PF_NEAR] & mask if packed else order[g + _PF_NEAR]
+                _prefetch_scan(set_of[mf], ways, lfu, slot_ts, slot_cnt)
             m = order[g] & mask if packed else order[g]
             r = ids[miss_idx[m]]
-            base = set_of[m]
-            if lfu:  # least frequent way; empty ways count -1 and always admit (branch
-                #  free; strict < keeps the lowest way among equals)
-                best = -1
-                best_c = _LOCKED
-                for w in range(ways):
-                    k = base + w
-                    c = np.int64(-1) if slot_row[k] == EMPTY else slot_cnt[k]
-                    c = _LOCKED if slot_ts[k] == t else c
-                    better = c < best_c
-                    best = k if better else best
-                    best_c = c if better else best_c
-            else:  # oldest timestamp (empty ways carry -1), as a min of keys
-                #  (ts + 1) << wbits | way: locked ways are _LOCKED, equal stamps go to the
-                #  lowest way; a plain min reduction, which the compiler vectorizes
-                low = _LOCKED
-                for w in range(ways):
-                    ts = np.int64(slot_ts[base + w])
-                    low = min(low, _LOCKED if ts == t else ((ts + 1) << wbits) | w)
-                best = -1 if low == _LOCKED else base + (low & wmask)
-                best_c = (low >> wbits) - 1
-            placed = best >= 0  # else a conflict miss: every way is used by batch t
-            if placed and lfu and slot_row[best] != EMPTY and counts[r] <= best_c:
-                placed = False  # not admitted
-            if placed:
-                _place(slot_row, slot_ts, best, r, t, events, b)
-                tags[best] = _tag(fmix64(r))
-                if lfu:
-                    slot_cnt[best] = counts[r]
+            placed = _admit(slot_row, tags, slot_ts, slot_cnt, counts, set_of[m], ways, lfu,
+                            t, wbits, wmask, r, _tag(fmix64(r)), events, b)
             outcome[miss_idx[m]] = MISS if placed else UNPLACED
             g += 1
             while g < nmiss:
@@ -283,16 +408,6 @@ def _sift(order, rows, i, n):
         i = c
 
 
-@nb.njit(cache=True)
-def _place(slot_row, slot_ts, k, r, t, events, b):
-    if slot_row[k] != EMPTY:
-        events[b, EVICTIONS] += 1
-        events[b, WRITEBACKS] += 1
-    slot_row[k] = r
-    slot_ts[k] = t
-    events[b, FILLS] += 1
-
-
 class _FbgemmCache(Policy):
     """Shared state of both FBGEMM variants: `sets * ways` slots, a timestamp per way."""
 
@@ -318,8 +433,9 @@ class _FbgemmCache(Policy):
         self.slot_ts = np.full(self.capacity, -1, np.int32)
         self.counts = np.zeros(self.num_rows if self.lfu else 1, np.int64)
         # the count of the row in each way, so a miss compares its set without touching
-        # the O(rows) `counts` array 32 times
-        self.slot_cnt = np.zeros(self.capacity if self.lfu else 1, np.int64)
+        # the O(rows) `counts` array 32 times; -1 marks an empty way (a placed row counts
+        # >= 1), so the victim scan needs no `slot_row`
+        self.slot_cnt = np.full(self.capacity if self.lfu else 1, -1, np.int64)
 
     def process(self, chunk: Chunk, next_use: np.ndarray | None, outcome: np.ndarray,
                 events: np.ndarray) -> None:
