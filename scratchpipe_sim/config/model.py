@@ -9,6 +9,7 @@ design prices the same thing the same way.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,9 +146,10 @@ class ModelConfig:
         """Pooled embedding vectors of one sample (one per table)."""
         return sum(self.row_bytes_per_table)
 
-    @property
+    @functools.cached_property
     def mlp_flops(self) -> float:
-        """Training FLOPs per batch: 2*B*in*out per layer forward, x3 with backward."""
+        """Training FLOPs per batch: 2*B*in*out per layer forward, x3 with backward (computed
+        once per config: the timing model asks at every batch)."""
         total = 0
         for layers in (self.bottom_mlp, self.top_mlp):
             total += sum(a * b for a, b in zip(layers, layers[1:], strict=False))
