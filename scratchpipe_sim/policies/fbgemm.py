@@ -146,10 +146,12 @@ def _tag_mask(tags64, base, ways, tag, sentinel):
 
 
 @nb.njit(cache=True, inline="always")
-def _prefetch_scan(base, ways, lfu, slot_ts, slot_cnt):
+def _prefetch_scan(base, ways, lfu, slot_row, slot_ts, slot_cnt):
     """Hints for a victim scan of the set at `base`: its int32 stamps, LFU's int64 counts."""
     prefetch(slot_ts, base)
     prefetch(slot_ts, base + ways - 1)
+    for w in range(0, ways, 8):
+        prefetch(slot_row, base + w)
     if lfu:
         for w in range(0, ways, 8):
             prefetch(slot_cnt, base + w)
@@ -264,7 +266,7 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
                     if lfu:
                         prefetch(slot_cnt, bn + w)
                 else:
-                    _prefetch_scan(bn, ways, lfu, slot_ts, slot_cnt)
+                    _prefetch_scan(bn, ways, lfu, slot_row, slot_ts, slot_cnt)
             r = ids[j]
             key = ring[j & _RING]
             base = key & _BASE_MASK
@@ -311,7 +313,7 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
         while g < nmiss:
             if g + _PF_NEAR < nmiss:  # a hint: the set of a later victim scan
                 mf = order[g + _PF_NEAR] & mask if packed else order[g + _PF_NEAR]
-                _prefetch_scan(set_of[mf], ways, lfu, slot_ts, slot_cnt)
+                _prefetch_scan(set_of[mf], ways, lfu, slot_row, slot_ts, slot_cnt)
             m = order[g] & mask if packed else order[g]
             r = ids[miss_idx[m]]
             placed = _admit(slot_row, tags, slot_ts, slot_cnt, counts, set_of[m], ways, lfu,
