@@ -265,32 +265,47 @@ def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
     rows = max(z.table_bytes // (cols * 4), max(z.lookups))
     store = np.ones((rows, cols), np.float32)
     bw = K.Backward(rows, dim, max(z.lookups), top)
-    state = {"n": 0, "ids": np.zeros(0, np.int64), "uniq": []}
+    state = {"n": 0}
 
     def reset() -> None:
         if state["n"]:
             K.reset_slots(bw.slot, bw.uniq, state["n"])
             state["n"] = 0
 
+    shapes = {}
     for n in z.lookups:
         bag_ptr = np.arange(0, n + 1, z.pooling, dtype=np.int64)
         bag_of = K.bag_of_lookups(np.append(bag_ptr[bag_ptr < n], n))
-        grads = np.full((int(bag_of[-1]) + 1, dim), 1e-3, np.float32)
-        # the fewest repeats last: the apply below updates that batch's (uniform) rows
-        for k in (sorted(z.repeats, reverse=True) if opt == "sgd" else (1,)):
-            def setup(n=n, k=k) -> None:
+        shapes[n] = (bag_of, np.full((int(bag_of[-1]) + 1, dim), 1e-3, np.float32))
+    if opt == "sgd":
+        # every (lookups, repeats) point once a round, best over the rounds: a slow moment
+        # of a shared host then slows every point alike instead of tilting the fit's split
+        # between the per-lookup and the per-row cost (consecutive repetitions per point
+        # moved that split 1.6x between calibrations minutes apart)
+        points = [(n, k) for n in z.lookups for k in z.repeats]
+        times: dict[tuple[int, int], list[float]] = {p: [] for p in points}
+        uniq: dict[tuple[int, int], list[int]] = {p: [] for p in points}
+        for r in range(max(1, z.reps) + 1):  # round 0: warm-up (compiles, first touch)
+            for n, k in points:
                 reset()
-                state["ids"] = _repeated_ids(rng, rows, n, k)
-
-            def agg(bag_of=bag_of, grads=grads) -> None:
-                state["n"] = bw.aggregate(state["ids"], bag_of, grads)
-                state["uniq"].append(state["n"])
-
-            state["uniq"] = []
-            s = _time(m, agg, z.reps, setup=setup)
-            if opt == "sgd":
-                m.aggregate.append((float(rb), float(n), float(np.mean(state["uniq"])), s))
-        u = state["n"]  # the last batch's unique rows
+                ids = _repeated_ids(rng, rows, n, k)
+                bag_of, grads = shapes[n]
+                t = timed(lambda i=ids, b=bag_of, g=grads: state.__setitem__(
+                    "n", bw.aggregate(i, b, g)))
+                if r:
+                    times[(n, k)].append(t)
+                    uniq[(n, k)].append(state["n"])
+        for n, k in points:
+            t = np.array(times[(n, k)])
+            best = float(t.min())
+            m.worst_spread = max(m.worst_spread,
+                                 (float(np.median(t)) - best) / best if best > 0 else 0.0)
+            m.aggregate.append((float(rb), float(n), float(np.mean(uniq[(n, k)])), best))
+    for n in z.lookups:  # the apply updates one batch's uniform rows (each used once)
+        bag_of, grads = shapes[n]
+        reset()
+        state["n"] = bw.aggregate(_repeated_ids(rng, rows, n, 1), bag_of, grads)
+        u = state["n"]
         s = _time(m, lambda u=u: K.apply(opt, store, bw.uniq, bw.grad_rows, u), z.reps)
         m.apply.append((opt, float(rb), float(u), float(cols * 4), s))
         reset()
