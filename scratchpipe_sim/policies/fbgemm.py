@@ -410,6 +410,21 @@ def _sift(order, rows, i, n):
         i = c
 
 
+_ALIGN = 64  # bytes: a cache line
+
+
+def _aligned(n: int, dtype: Any, fill: int) -> np.ndarray:
+    """A 1-D array of n `fill`s whose data starts on a cache line. Why: numpy's large
+    allocations start 16 bytes into a page, so a 32-way set's int32 stamps (128 bytes) would
+    span three lines instead of two, and half the sets' 32 tags would straddle two."""
+    item = np.dtype(dtype).itemsize
+    raw = np.empty(n * item + _ALIGN, np.uint8)
+    off = -raw.ctypes.data % _ALIGN
+    a = raw[off : off + n * item].view(dtype)
+    a.fill(fill)
+    return a
+
+
 class _FbgemmCache(Policy):
     """Shared state of both FBGEMM variants: `sets * ways` slots, a timestamp per way."""
 
@@ -425,19 +440,19 @@ class _FbgemmCache(Policy):
         self.requested_capacity = self.capacity
         self.sets = -(-self.capacity // self.ways)
         self.capacity = self.sets * self.ways  # effective: FBGEMM rounds up to whole sets
-        self.slot_row = np.full(self.capacity, EMPTY, np.int64)
+        self.slot_row = _aligned(self.capacity, np.int64, EMPTY)
         self.row_bits = max(1, (self.num_rows - 1).bit_length())
         # one-byte tag per way (0 = empty, see `_tag`), padded to whole 64-bit words; the
         # uint64 view lets `_find` test 8 ways at once
-        self.tags = np.zeros(-(-self.capacity // 8) * 8, np.uint8)
+        self.tags = _aligned(-(-self.capacity // 8) * 8, np.uint8, 0)
         self.tags64 = self.tags.view(np.uint64)
         # batch stamps (int32: 2^31 mini-batches is far beyond any trace)
-        self.slot_ts = np.full(self.capacity, -1, np.int32)
+        self.slot_ts = _aligned(self.capacity, np.int32, -1)
         self.counts = np.zeros(self.num_rows if self.lfu else 1, np.int64)
         # the count of the row in each way, so a miss compares its set without touching
         # the O(rows) `counts` array 32 times; -1 marks an empty way (a placed row counts
         # >= 1), so the victim scan needs no `slot_row`
-        self.slot_cnt = np.full(self.capacity if self.lfu else 1, -1, np.int64)
+        self.slot_cnt = _aligned(self.capacity if self.lfu else 1, np.int64, -1)
 
     def process(self, chunk: Chunk, next_use: np.ndarray | None, outcome: np.ndarray,
                 events: np.ndarray) -> None:
