@@ -238,10 +238,10 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
     for b in range(len(batch_ptr) - 1):
         t = first_batch + b
         lo, hi = batch_ptr[b], batch_ptr[b + 1]
-        if lfu:
-            for j in range(lo, hi):
-                counts[ids[j]] += 1
         # 1) every resident row of the batch is a hit and is stamped t (locked for batch t).
+        #    LFU counts the batch's accesses here too: FBGEMM counts the whole batch before
+        #    placing, and so does this (placement is step 2; a hit's `slot_cnt` is written
+        #    again by the row's later hits in the batch, so it ends at the batch's count).
         nmiss = 0
         for j in range(lo, hi):
             # hints (see _prefetch.py), never a result. Access j + FAR: its set key into the
@@ -268,6 +268,8 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
                 else:
                     _prefetch_scan(bn, ways, lfu, slot_row, slot_ts, slot_cnt)
             r = ids[j]
+            if lfu:
+                counts[r] += 1
             key = ring[j & _RING]
             base = key & _BASE_MASK
             tag = _key_tag(key)
