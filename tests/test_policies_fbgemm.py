@@ -241,3 +241,22 @@ def test_one_byte_tag_collisions_are_resolved_by_the_row(zipf_ids, batch):
             want["hits"], want["misses"], want["unplaced"], want["fills"], want["evictions"])
         tags = [(fmix64(int(r)) >> 56) or 1 for r in pol.resident()]  # as `_tag`
         assert len(set(tags)) < len(tags)  # the final set holds two rows with one tag
+
+
+def test_lfu_counts_widen_to_int64_exactly(zipf_ids):
+    """LFU counts are int32 until 2^31 accesses, then int64 (`_widen`): widening in the
+    middle of a replay changes no count."""
+    trace = Trace.single_table(zipf_ids(8000, 600, 1.05, 9), 600, 32)
+    narrow = make_policy("fbgemm-lfu", 96, 600, ways=8)
+    mixed = make_policy("fbgemm-lfu", 96, 600, ways=8)
+    assert narrow.counts.dtype == np.int32
+    a, b = [], []
+    for k, bc in enumerate(iter_cache(trace, mixed, 1000)):
+        b.append(bc.counts)
+        if k == 3:
+            mixed._widen()
+    a = [bc.counts for bc in iter_cache(trace, narrow, 1000)]
+    assert mixed.counts.dtype == np.int64 and mixed.slot_cnt.dtype == np.int64
+    np.testing.assert_array_equal(np.concatenate(a), np.concatenate(b))
+    assert narrow.resident().tolist() == mixed.resident().tolist()
+    np.testing.assert_array_equal(narrow.counts, mixed.counts)

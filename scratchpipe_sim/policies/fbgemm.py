@@ -147,13 +147,13 @@ def _tag_mask(tags64, base, ways, tag, sentinel):
 
 @nb.njit(cache=True, inline="always")
 def _prefetch_scan(base, ways, lfu, slot_row, slot_ts, slot_cnt):
-    """Hints for a victim scan of the set at `base`: its int32 stamps, LFU's int64 counts."""
+    """Hints for a victim scan of the set at `base`: its stamps, rows and LFU's counts."""
     prefetch(slot_ts, base)
     prefetch(slot_ts, base + ways - 1)
     for w in range(0, ways, 8):
         prefetch(slot_row, base + w)
-    if lfu:
-        for w in range(0, ways, 8):
+    if lfu:  # int32 counts: 16 a line (int64 after `_widen`: 8)
+        for w in range(0, ways, 64 // slot_cnt.itemsize):
             prefetch(slot_cnt, base + w)
         prefetch(slot_cnt, base + ways - 1)
 
@@ -170,7 +170,7 @@ def _victim(slot_ts, slot_cnt, base, ways, lfu, t, wbits, wmask):
         best_c = _LOCKED
         for w in range(ways):
             k = base + w
-            c = _LOCKED if slot_ts[k] == t else slot_cnt[k]
+            c = _LOCKED if slot_ts[k] == t else np.int64(slot_cnt[k])
             better = c < best_c
             best = k if better else best
             best_c = c if better else best_c
@@ -413,6 +413,7 @@ def _sift(order, rows, i, n):
 
 
 _ALIGN = 64  # bytes: a cache line
+_INT32_MAX = np.iinfo(np.int32).max
 
 
 def _aligned(n: int, dtype: Any, fill: int) -> np.ndarray:
@@ -450,14 +451,27 @@ class _FbgemmCache(Policy):
         self.tags64 = self.tags.view(np.uint64)
         # batch stamps (int32: 2^31 mini-batches is far beyond any trace)
         self.slot_ts = _aligned(self.capacity, np.int32, -1)
-        self.counts = np.zeros(self.num_rows if self.lfu else 1, np.int64)
-        # the count of the row in each way, so a miss compares its set without touching
-        # the O(rows) `counts` array 32 times; -1 marks an empty way (a placed row counts
-        # >= 1), so the victim scan needs no `slot_row`
-        self.slot_cnt = _aligned(self.capacity if self.lfu else 1, np.int64, -1)
+        # LFU: an access count per row (O(rows), as FBGEMM), and the count of the row in
+        # each way, so a miss compares its set without touching the O(rows) array 32 times;
+        # -1 marks an empty way (a placed row counts >= 1), so the victim scan needs no
+        # `slot_row`. int32 while this policy has seen < 2^31 accesses (no count can be
+        # larger; half the memory and half the lines a scan reads), int64 after (`_widen`).
+        self.seen = 0
+        self.counts = np.zeros(self.num_rows if self.lfu else 1, np.int32)
+        self.slot_cnt = _aligned(self.capacity if self.lfu else 1, np.int32, -1)
+
+    def _widen(self) -> None:
+        """Counts to int64 (exact: every count so far fits int32)."""
+        self.counts = self.counts.astype(np.int64)
+        wide = _aligned(len(self.slot_cnt), np.int64, -1)
+        wide[:] = self.slot_cnt
+        self.slot_cnt = wide
 
     def process(self, chunk: Chunk, next_use: np.ndarray | None, outcome: np.ndarray,
                 events: np.ndarray) -> None:
+        self.seen += len(chunk.ids)
+        if self.lfu and self.seen > _INT32_MAX and self.counts.dtype != np.int64:
+            self._widen()
         _fbgemm_chunk(chunk.ids, chunk.batch_ptr, chunk.first_batch, self.sets, self.ways,
                       self.lfu, self.row_bits, self.slot_row, self.tags, self.tags64,
                       self.slot_ts, self.counts, self.slot_cnt, outcome, events)
