@@ -44,7 +44,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 #: most batches per engine chunk (bounds the per-batch buffers at small batch sizes)
 MAX_CHUNK_BATCHES = 1 << 16
 _IN_MEMORY_NEXT_USE = 1 << 26
-_PF_NEXT_USE = 16  # prefetch distance of the next-use pass, in accesses
+_PF_NEXT_USE = 48  # prefetch distance of the next-use pass, in accesses
 
 
 @dataclass(frozen=True)
