@@ -11,6 +11,7 @@ import yaml
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import load_config
+from scratchpipe_sim.config.hardware import CpuConfig
 from scratchpipe_sim.cpu import bench
 from scratchpipe_sim.cpu.bench import CpuMeasurements
 from scratchpipe_sim.cpu.fit import (
@@ -121,6 +122,23 @@ def test_without_the_mix_the_core_rates_come_from_uniform_and_hot_set_gathers():
     # rate: the smallest hot set's; no window (each row at its own rate)
     assert v["core_dram_GBps"] == pytest.approx(np.median(list(COLD_ONE.values())))
     assert v["core_llc_GBps"] == 20.0 and "core_window_rows" not in v
+
+
+def test_one_thread_does_not_claim_the_sockets_gather_efficiency():
+    """On one thread the uniform gather is one core's rate (core_dram_GBps prices it): the
+    socket's efficiency is not measured, so the base's curve stays and a check says why."""
+    m = synthetic()
+    m.threads = [1]
+    cal = fit_cpu(m)
+    assert "gather_efficiency" not in cal.values and cal.values["cores"] == 1
+    assert any("gather_efficiency not measured" in c for c in cal.checks)
+    assert _replace_cpu(cal).gather_efficiency == CpuConfig().gather_efficiency
+
+
+def _replace_cpu(cal):
+    from scratchpipe_sim.cpu.fit import _replace
+
+    return _replace(CpuConfig(), cal.values)
 
 
 def test_fit_mix_needs_varied_hits_and_positive_costs():
