@@ -212,7 +212,7 @@ def test_preset_round_trips_through_config_show(tmp_path, capsys):
 
 
 def test_cli_calibrate_cpu_writes_the_fitted_preset(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(bench, "measure_all", lambda threads, sizes: synthetic())
+    monkeypatch.setattr(bench, "measure_all", lambda threads, sizes, statistic: synthetic())
     out = tmp_path / "sub" / "cpu.yaml"
     assert main(["calibrate", "--cpu", "--base", "h100-gen5", "--out", str(out)]) == 0
     hw = load_config({"hardware": {"preset": str(out)}, "designs": ["hybrid"]}).hardware
@@ -231,7 +231,7 @@ def test_cli_calibrate_cpu_writes_the_fitted_preset(tmp_path, monkeypatch, capsy
 def test_cli_calibrate_cpu_bad_input_is_one_line(argv, msg, tmp_path, capsys, monkeypatch):
     (tmp_path / "afile").write_text("not a folder")
     called = []
-    monkeypatch.setattr(bench, "measure_all", lambda *a: called.append(1))
+    monkeypatch.setattr(bench, "measure_all", lambda *a, **k: called.append(1))
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     assert main(["calibrate", "--cpu", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -254,6 +254,7 @@ def test_microbenchmarks_record_every_sample_at_tiny_sizes():
     """The real benchmarks (compiled kernels, tiny sizes): every series filled, times and
     rates positive (no bound on them: a shared machine)."""
     m = bench.measure_all([1], bench.TINY, log=lambda _s: None)
+    assert m.statistic == "median"
     z = bench.TINY
     assert len(m.stream) == len(m.copy) == len(z.copy_bytes)
     assert len(m.gather) == len(z.row_bytes) * len(z.lookups)
@@ -276,3 +277,12 @@ def test_microbenchmarks_record_every_sample_at_tiny_sizes():
     assert m.latency_ns > 0 and m.plan_ns_per_id > 0 and m.plan_ids > 0
     assert len(m.plan_batches) == z.plan_batches - 1
     assert json.loads(m.to_json())["threads"] == [1]
+
+
+def test_summarize_is_the_median_or_the_best():
+    from scratchpipe_sim.cpu.measure import Timing, summarize
+
+    t = [[3.0, 9.0], [1.0, 7.0], [2.0, 8.0]]  # three repetitions of two points
+    assert summarize(t, "median").tolist() == [2.0, 8.0]
+    assert summarize(t, "best").tolist() == [1.0, 7.0]
+    assert Timing(1.0, 2.0).value("median") == 2.0 and Timing(1.0, 2.0).value("best") == 1.0

@@ -43,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="measure the host CPU only (no GPU needed) and write its cpu: keys")
     p.add_argument("--threads", metavar="N[,N...]",
                    help="--cpu: thread counts to measure (default: 1 and every Numba thread)")
+    p.add_argument("--statistic", choices=("median", "best"), default="median",
+                   help="--cpu: what each point reports over its repetitions (default median: "
+                        "the estimator validate --cpu uses; see docs/validation.md)")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests only
     p.set_defaults(func=handle)
 
@@ -108,7 +111,7 @@ def handle_cpu(args: argparse.Namespace) -> int:
     check_writable(out)
     threads = _threads(args.threads)
     sizes = bench.TINY if args.tiny else bench.QUICK if args.quick else bench.CpuBenchSizes()
-    meas = bench.measure_all(threads, sizes)
+    meas = bench.measure_all(threads, sizes, statistic=args.statistic)
     cal = fit_cpu(meas, base.cpu, llc_from_sysfs())
     write_preset(out, cpu_preset_yaml(cal, meas, name, _base_ref(args.base)))
     write_preset(out.with_suffix(".json"), meas.to_json())
@@ -117,7 +120,8 @@ def handle_cpu(args: argparse.Namespace) -> int:
         print(f"cpu.{key} = {value}    # {cal.how[key]}")
     for c in cal.checks:
         print(f"check: {c}")
-    print(f"noise: best of {meas.reps}; worst spread {meas.worst_spread * 100:.0f}%")
+    print(f"noise: {meas.statistic} of {meas.reps}; worst spread "
+          f"{meas.worst_spread * 100:.0f}%")
     print(f"wrote {out} (raw samples: {out.with_suffix('.json')})")
     return 0
 

@@ -44,8 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batches", type=int, metavar="N",
                    help="--cpu: validate only the first N measured batches")
     p.add_argument("--reps", type=int, default=3, metavar="N",
-                   help="--cpu: in-order passes over the batches; best of N per batch "
-                        "(default 3)")
+                   help="--cpu: in-order passes over the batches; the median (or best) of N "
+                        "per batch (default 3)")
+    p.add_argument("--statistic", choices=("median", "best"), default="median",
+                   help="--cpu: a batch's time over the passes (default median, as "
+                        "calibrate --cpu)")
     p.set_defaults(func=handle)
 
 
@@ -66,7 +69,8 @@ def handle_cpu(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, overrides)
     cpu_designs(cfg)
     log = (lambda _s: None) if args.json else print
-    results = validate_cpu(cfg, reps=args.reps, max_batches=args.batches, log=log)
+    results = validate_cpu(cfg, reps=args.reps, max_batches=args.batches, log=log,
+                           statistic=args.statistic)
     if args.json:
         print(json.dumps([r.as_json() for r in results], indent=1))
         return 0
@@ -74,8 +78,8 @@ def handle_cpu(args: argparse.Namespace) -> int:
     print(f"validate --cpu {cfg.name or Path(args.config).stem}: hardware "
           f"{hw.name or '(inline)'}, cpu.cores {hw.cpu.cores}, "
           f"{cfg.model.tables.count} x {cfg.model.tables.rows} rows, "
-          f"{results[0].batches} batches, best of {args.reps} passes; plan priced with "
-          "cache.plan_threads=1 (the policy kernel runs on one thread)")
+          f"{results[0].batches} batches, {args.statistic} of {args.reps} passes; plan "
+          "priced with cache.plan_threads=1 (the policy kernel runs on one thread)")
     import numba
 
     if hw.cpu.cores > numba.config.NUMBA_NUM_THREADS:

@@ -37,7 +37,7 @@ import numba as nb
 import numpy as np
 
 from scratchpipe_sim.cpu import kernels as K
-from scratchpipe_sim.cpu.measure import Timing, best_of, timed
+from scratchpipe_sim.cpu.measure import Timing, best_of, summarize, timed
 from scratchpipe_sim.cuda import host
 from scratchpipe_sim.policies.engine import COUNTERS
 
@@ -91,10 +91,13 @@ TINY = CpuBenchSizes(copy_bytes=(1 << 20, 1 << 22), stream_buffer_bytes=1 << 23,
 
 @dataclass
 class CpuMeasurements:
-    """Raw samples of `calibrate --cpu` (JSON-serialisable; seconds are best-of-reps)."""
+    """Raw samples of `calibrate --cpu` (JSON-serialisable; seconds are the `statistic` of
+    each point's repetitions)."""
 
     threads: list[int] = field(default_factory=list)
     reps: int = 0
+    #: what each point reports over its repetitions: "median" or "best" (cpu/measure.py)
+    statistic: str = "median"
     #: (bytes read, seconds) of the parallel read
     stream: list[tuple[float, float]] = field(default_factory=list)
     #: (traffic bytes = 2 x copied, seconds) of the parallel copy (reported, not fitted)
@@ -135,7 +138,7 @@ def _time(m: CpuMeasurements, fn: Callable[[], object], reps: int,
           setup: Callable[[], object] | None = None) -> float:
     t: Timing = best_of(fn, reps, setup)
     m.worst_spread = max(m.worst_spread, t.spread)
-    return t.best_s
+    return t.value(m.statistic)
 
 
 def measure_stream(m: CpuMeasurements, z: CpuBenchSizes) -> None:
@@ -303,7 +306,8 @@ def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
             best = float(t.min())
             m.worst_spread = max(m.worst_spread,
                                  (float(np.median(t)) - best) / best if best > 0 else 0.0)
-            m.aggregate.append((float(rb), float(n), float(np.mean(uniq[(n, k)])), best))
+            m.aggregate.append((float(rb), float(n), float(np.mean(uniq[(n, k)])),
+                                float(summarize(t, m.statistic))))
     for n in z.lookups:  # the apply updates one batch's uniform rows (each used once)
         bag_of, grads = shapes[n]
         reset()
@@ -328,8 +332,8 @@ def measure_planner(m: CpuMeasurements, z: CpuBenchSizes) -> None:
     cap = max(1, int(trace.total_rows * z.plan_load_factor))
     runs = [run_planner(trace, cap, z.plan_lookahead, on_overflow="stall")
             for _ in range(max(1, z.plan_reps))]
-    sec = np.min([r.seconds for r in runs], axis=0)  # per batch: the best replay
-    nu = min(r.next_use_s for r in runs)
+    sec = summarize([r.seconds for r in runs], m.statistic)  # per batch, over the replays
+    nu = float(summarize([r.next_use_s for r in runs], m.statistic))
     acc = runs[0].accesses
     evict = runs[0].counts[:, COUNTERS.index("evictions")]
     steady = np.flatnonzero(evict > 0)
@@ -398,24 +402,28 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes) -> None:
             streams.append((alpha, ch.ids, split, timed_n, warm_ptr, timed_ptr, hits))
         nbags = max(len(s[4]) for s in streams) + max(len(s[5]) for s in streams)
         out = np.empty((nbags, dim), np.float32)
-        best = [np.inf] * len(streams)
+        times: list[list[float]] = [[] for _ in streams]
         for _ in range(max(1, z.reps)):
             for i, (_a, ids, split, _n, warm_ptr, timed_ptr, _h) in enumerate(streams):
                 shifted = (ids + rng.integers(0, rows)) % rows
                 K.bag_pool(store, dim, shifted[:split], warm_ptr, out)
                 tail = shifted[split:]
-                best[i] = min(best[i], timed(lambda st=store, d=dim, t=tail, p=timed_ptr,
-                                             o=out: K.bag_pool(st, d, t, p, o)))
-        for (alpha, _i, _s, n, _w, _t, hits), s in zip(streams, best, strict=True):
-            m.mix.append((float(rb), float(alpha), float(n), float(s), hits))
+                times[i].append(timed(lambda st=store, d=dim, t=tail, p=timed_ptr,
+                                      o=out: K.bag_pool(st, d, t, p, o)))
+        for (alpha, _i, _s, n, _w, _t, hits), t in zip(streams, times, strict=True):
+            best = min(t)
+            m.worst_spread = max(m.worst_spread, (float(np.median(t)) - best) / best)
+            m.mix.append((float(rb), float(alpha), float(n), float(summarize(t, m.statistic)),
+                          hits))
     nb.set_num_threads(max(m.threads))
 
 
 def measure_all(threads: list[int], z: CpuBenchSizes = CpuBenchSizes(),
-                log: Callable[[str], None] = print) -> CpuMeasurements:
+                log: Callable[[str], None] = print, statistic: str = "median"
+                ) -> CpuMeasurements:
     import time  # noqa: PLC0415
 
-    m = CpuMeasurements(threads=sorted(set(threads)), reps=z.reps)
+    m = CpuMeasurements(threads=sorted(set(threads)), reps=z.reps, statistic=statistic)
     nb.set_num_threads(max(m.threads))  # every benchmark not about scaling runs on all
     for name, fn in (("stream", measure_stream), ("gather", measure_gather),
                      ("mix", measure_mix), ("backward", measure_backward),

@@ -426,7 +426,8 @@ def cpu_preset_yaml(cal: CpuCalibration, m: CpuMeasurements, name: str,
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"# Measured by `scratchpipe-sim calibrate --cpu` on {platform.node() or '?'} "
              f"({platform.processor() or platform.machine()}), {when}.",
-             f"# Best of {m.reps} repetitions per point; worst spread (median - best) / best "
+             f"# {m.statistic.capitalize()} of {m.reps} repetitions per point; worst spread "
+             "(median - best) / best "
              f"= {m.worst_spread * 100:.0f}%.",
              "# Keys not listed under cpu come from "
              + (f"the preset {base_preset}." if base_preset else "the schema defaults.")]

@@ -5,8 +5,10 @@ gives to other processes is not counted, which on a shared machine removes most 
 noise (measured here under load 4.5 on 2 cores: a 6 ms gather read 10-14 ms of wall time
 and 6.0-6.3 ms of CPU time). With more threads, wall time (`time.perf_counter`): CPU time
 would add the threads up. Best-of-N because other processes only ever add time (and cache
-misses), so the minimum is the closest estimate of the work itself; the spread ((median -
-best) / best) says how noisy the run was and is reported beside every figure.
+misses), so the minimum is the closest estimate of the work itself on a quiet machine; on a shared
+one `calibrate --cpu` and `validate --cpu` report the median by default (`summarize`). The
+spread ((median - best) / best) says how noisy the run was and is reported beside every
+figure.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ def timed(fn: Callable[[], object]) -> float:
     return c() - t0
 
 
+#: what a repeated measurement reports: "median" (default) or "best"
+STATISTICS = ("median", "best")
+
+
 @dataclass(frozen=True)
 class Timing:
     best_s: float
@@ -40,6 +46,19 @@ class Timing:
     @property
     def spread(self) -> float:
         return (self.median_s - self.best_s) / self.best_s if self.best_s > 0 else 0.0
+
+    def value(self, statistic: str) -> float:
+        """The median or the best of the repetitions (see `summarize`)."""
+        return self.median_s if statistic == "median" else self.best_s
+
+
+def summarize(times, statistic: str, axis: int = 0):
+    """Median or minimum over `axis`. Why the median by default: calibration points last a
+    few ms and are repeated 15 times, a validated stage lasts 4-40 ms and is repeated a few
+    times, so the best of each catches a quiet moment of a shared host with different odds
+    (the calibration's more often: the model came out 20-45% too fast in pairs where it did);
+    the median of each is the typical moment, the same estimator on both sides."""
+    return np.median(times, axis=axis) if statistic == "median" else np.min(times, axis=axis)
 
 
 def best_of(fn: Callable[[], object], reps: int, setup: Callable[[], object] | None = None,
