@@ -7,17 +7,23 @@ evicted). When every way of the set is used by batch t the row is a *conflict mi
 served from host memory (UVM) and not cached (`UNPLACED`). Every eviction writes the row back.
 
 Kernel shape (why it is fast enough): a one-byte tag per way (hash bits the set index does
-not use) is compared 8 ways at a time, so finding a row reads one word per 8 ways and
-`slot_row` only on a tag match; a batch's missing accesses are radix-sorted once by (row,
-stream position), which gives both FBGEMM's insertion order and every row's accesses together, so
-each missing row is placed once and its outcomes follow (no second lookup per access).
+not use) is compared 8 ways at a time and the matches gathered into one bit mask (the
+lowest candidate way by count-trailing-zeros, no branch per word), so finding a row reads
+one line of tags and `slot_row` only where a tag matches; a batch's missing accesses are
+radix-sorted once by (row, stream position), which gives both FBGEMM's insertion order and
+every row's accesses together, so each missing row is placed once and its outcomes follow
+(no second lookup per access). The lines an access will touch are prefetched while earlier
+accesses are served (the set's tags 16 accesses ahead, then the matching way or the victim
+scan's lines 6 ahead), per-slot arrays start on a cache line, and the per-access helpers
+are inlined.
 
 Geometry: `sets = ceil(capacity / ways)`, so the effective capacity is `sets * ways` (reported
 as the policy's capacity). Set index = MurmurHash3 fmix64(linearized row id) mod sets.
 
-`fbgemm-lfu` keeps a global access count per row (O(rows) memory, as FBGEMM does), updates
-the counts for the whole batch first (`lfu_update_counts`), and admits a missing row only if
-its count beats the least-frequent evictable way of its set (empty ways always admit).
+`fbgemm-lfu` keeps a global access count per row (O(rows) memory, as FBGEMM does; int32
+until 2^31 accesses), counts the whole batch before placing any row (`lfu_update_counts`),
+and admits a missing row only if its count beats the least-frequent evictable way of its set
+(empty ways always admit).
 """
 
 from __future__ import annotations
@@ -287,10 +293,6 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
                 if lfu:  # a resident row's count changes only in batches that hit it
                     slot_cnt[f] = counts[r]
                 outcome[j] = HIT
-            elif hi - lo == 1:  # a batch of one access: no scratch, no sort (same outcome)
-                placed = _admit(slot_row, tags, slot_ts, slot_cnt, counts, base, ways, lfu, t,
-                                wbits, wmask, r, tag, events, b)
-                outcome[j] = MISS if placed else UNPLACED
             else:
                 set_of[nmiss] = base
                 miss_idx[nmiss] = j
@@ -302,14 +304,17 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
         #    order, which is FBGEMM's (sets are independent, ascending id inside a set), and
         #    each row's accesses together, so its outcomes follow from its one placement
         #    (first access MISS, later HIT; all UNPLACED when not placed).
+        #    A single miss (every miss at batch size 1) needs no sort.
         if packed:
-            order = keys[:nmiss]
-            _radix_sort(order, sort_tmp, sort_cnt, row_bits + idx_bits)
+            order = keys
+            if nmiss > 1:
+                _radix_sort(keys[:nmiss], sort_tmp, sort_cnt, row_bits + idx_bits)
         else:  # ids too large to pack: sort miss indices by (row, index)
-            order = miss_order[:nmiss]
+            order = miss_order
             for m in range(nmiss):
                 order[m] = m
-            _heapsort_by_row(order, keys)
+            if nmiss > 1:
+                _heapsort_by_row(order[:nmiss], keys)
         mask = (np.int64(1) << idx_bits) - 1
         g = 0
         while g < nmiss:
