@@ -54,10 +54,12 @@ def run_pair(k: int, args: argparse.Namespace, out: Path) -> dict:
     t0, load0 = time.time(), _load()
     with open(out / f"pair{k}.log", "w") as log:
         subprocess.run([*cli, "calibrate", "--cpu", "--threads", args.threads, "--base",
-                        args.base, "--out", str(preset)], check=True, stdout=log,
+                        args.base, "--statistic", args.statistic, "--out", str(preset)],
+                       check=True, stdout=log,
                        stderr=subprocess.STDOUT, cwd=ROOT)
         res = subprocess.run([*cli, "validate", "--cpu", args.config, "--set",
-                              f"hardware.preset={preset}", "--reps", str(args.reps), "--json"],
+                              f"hardware.preset={preset}", "--reps", str(args.reps),
+                              "--statistic", args.statistic, "--json"],
                              check=True, stdout=subprocess.PIPE, stderr=log, text=True,
                              cwd=ROOT)
     (out / f"pair{k}.json").write_text(res.stdout)
@@ -75,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", default="1")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--taskset", default=None, help="CPU list to pin every command to")
+    ap.add_argument("--statistic", choices=("median", "best"), default="median",
+                    help="passed to both commands (the estimator over repetitions)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -62,12 +62,15 @@ class CpuBenchSizes:
     plan_rows: int = 8_000_000
     plan_tables: int = 8
     plan_batch: int = 2048
-    plan_batches: int = 30  # past 20: the policy's map (ghosts included) in steady state
+    plan_batches: int = 30
     #: 3: the smallest window of a fused pipeline. Not 5: five batches' rows (~430k) do not
     #: fit the 5% scratchpad (400k rows), the policy overflows and costs ~30% more per id
     #: (all-in 127-138 vs 96-99 ns at windows 5-8 vs 2-4, one core, interleaved runs)
     plan_lookahead: int = 3
-    plan_load_factor: float = 0.05
+    plan_load_factor: float = 0.05  # the one-term figure's scratchpad
+    #: scratchpads of the two-term fit (>= 3 batches' rows at window 3: 2% overflows)
+    plan_load_factors: tuple[float, ...] = (0.035, 0.05, 0.08)
+    plan_steady_from: int = 10  # batches before this one fill the policy's map
     plan_reps: int = 2
     #: mix: Zipf exponents of the generated traces (0 = uniform ids)
     mix_alphas: tuple[float, ...] = (0.0, 0.7, 0.9, 1.0, 1.1, 1.2, 1.4)
@@ -79,12 +82,13 @@ class CpuBenchSizes:
 
 QUICK = CpuBenchSizes(stream_buffer_bytes=1 << 28, table_bytes=1 << 28, reps=7,
                       mix_table_bytes=1 << 28, plan_rows=1_000_000, plan_batch=512,
-                      plan_batches=8, plan_reps=2)
+                      plan_batches=8, plan_reps=2, plan_steady_from=2)
 TINY = CpuBenchSizes(copy_bytes=(1 << 20, 1 << 22), stream_buffer_bytes=1 << 23,
                      onchip_max_MiB=2,
                      table_bytes=1 << 23, lookups=(1 << 12, 1 << 15), row_bytes=(64, 256),
                      reps=2, plan_rows=20_000, plan_tables=2, plan_batch=64, plan_batches=4,
                      plan_lookahead=2, plan_load_factor=0.2, plan_reps=1,
+                     plan_load_factors=(0.1, 0.2), plan_steady_from=1,
                      mix_alphas=(0.0, 1.2), mix_table_bytes=1 << 23, mix_batch=64,
                      mix_warm_batches=1, mix_batches=2)
 
@@ -121,7 +125,8 @@ class CpuMeasurements:
     plan_ids: int = 0
     plan_steady: bool = False  # the measured batches evicted (a full scratchpad)
     plan_fill_ratio: float = 0.0  # fills per id over the measured batches
-    #: per batch after the first: (ids, evictions, seconds of the best replay)
+    #: steady batches that evict, every scratchpad size: (ids, evictions, seconds with the
+    #: batch's share of the next-use pass)
     plan_batches: list[tuple[float, float, float]] = field(default_factory=list)
     #: (row_bytes, alpha, lookups, seconds, [[hot-set MiB, on-chip hits], ...]) of one
     #: thread's gather + pool of a generated trace; hits by the model's LLC simulator
@@ -319,32 +324,42 @@ def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
 
 
 def measure_planner(m: CpuMeasurements, z: CpuBenchSizes) -> None:
-    """ns per id of the policy kernel in steady state: only batches that evict count (a
-    scratchpad that still has free slots never picks a victim and costs about half as much
-    per id; measured here: 70-100 vs 145-180 ns per id), so the trace runs until it is
-    full. The next-use pass is spread over the ids."""
+    """The policy kernel's cost per id and per eviction, in steady state: batches from
+    plan_steady_from on (the policy's map, ghosts included, keeps growing for ~10 batches:
+    63.6 ns per id over batches 1-9, 76-77 from 10 to 45, one core) that evict (a
+    scratchpad with free slots never picks a victim and costs about half as much per id),
+    at several scratchpad sizes so that evictions per id vary (0.16-0.22 at 3.5-8% of
+    rows) — the regressor varies where the model uses it. The next-use pass is spread over
+    the ids of each batch (the model's plan_ns_per_id carries it too)."""
     from scratchpipe_sim.cpu.planner import run_planner  # noqa: PLC0415
     from scratchpipe_sim.traces.generators import generate_trace  # noqa: PLC0415
 
     per = max(1, z.plan_rows // z.plan_tables)
     trace = generate_trace("zipf", [per] * z.plan_tables, z.plan_batch, z.plan_batches,
                            z.pooling, 7, alpha=1.05)
-    cap = max(1, int(trace.total_rows * z.plan_load_factor))
-    runs = [run_planner(trace, cap, z.plan_lookahead, on_overflow="stall")
-            for _ in range(max(1, z.plan_reps))]
-    sec = summarize([r.seconds for r in runs], m.statistic)  # per batch, over the replays
-    nu = float(summarize([r.next_use_s for r in runs], m.statistic))
-    acc = runs[0].accesses
-    evict = runs[0].counts[:, COUNTERS.index("evictions")]
-    steady = np.flatnonzero(evict > 0)
-    steady = steady[steady > 0] if len(steady) else np.arange(1, len(acc))  # 0: compiles
-    ids = float(acc[steady].sum())
-    m.plan_ns_per_id = (float(sec[steady].sum()) + nu * ids / acc.sum()) / ids * 1e9
-    m.plan_ids = int(ids)
-    m.plan_steady = bool((evict > 0).any())
-    m.plan_fill_ratio = float(runs[0].counts[steady, COUNTERS.index("fills")].sum() / ids)
-    m.plan_batches = [(float(acc[b]), float(evict[b]), float(sec[b]))
-                      for b in range(1, len(acc))]
+    fi, ei = COUNTERS.index("fills"), COUNTERS.index("evictions")
+    m.plan_batches = []
+    for lf in sorted(set(z.plan_load_factors) | {z.plan_load_factor}):
+        cap = max(1, int(trace.total_rows * lf))
+        runs = [run_planner(trace, cap, z.plan_lookahead, on_overflow="stall")
+                for _ in range(max(1, z.plan_reps))]
+        sec = summarize([r.seconds for r in runs], m.statistic)  # per batch, over replays
+        acc = runs[0].accesses
+        per_id = float(summarize([r.next_use_s for r in runs], m.statistic)) / acc.sum()
+        evict = runs[0].counts[:, ei]
+        steady = np.flatnonzero(evict > 0)
+        steady = steady[steady >= max(1, z.plan_steady_from)]  # batch 0 also compiles
+        m.plan_batches += [(float(acc[b]), float(evict[b]), float(sec[b] + per_id * acc[b]))
+                           for b in steady]
+        if lf != z.plan_load_factor:
+            continue
+        m.plan_steady = len(steady) > 0
+        if not len(steady):
+            steady = np.arange(1, len(acc))
+        ids = float(acc[steady].sum())
+        m.plan_ns_per_id = (float(sec[steady].sum()) / ids + per_id) * 1e9
+        m.plan_ids = int(ids)
+        m.plan_fill_ratio = float(runs[0].counts[steady, fi].sum() / ids)
 
 
 def measure_mix(m: CpuMeasurements, z: CpuBenchSizes) -> None:

@@ -18,7 +18,8 @@ CPU and GPU halves are fitted the same way. How each key follows from the sample
                             per lookup a less the r / embedding_op_GBps the model charges
                             for the gradient row's op; per row c (medians over row sizes)
     plan_ns_per_id          the scratchpipe policy kernel (one thread), least squares over
-    plan_ns_per_eviction    its batches (cold and full): seconds = a x ids + c x evictions
+    plan_ns_per_eviction    its steady batches that evict, scratchpads of 3.5-8% of rows:
+                            seconds (next-use pass included) = a x ids + c x evictions
     llc_MiB, llc_ways       ways: the OS (sysfs); size: the LLC a core can use — the largest
                             hot set it still gathers at >= half the rate of the smallest
                             (1 MiB) set, at most the OS's size
@@ -190,15 +191,16 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
                                        + ", ".join(f"{int(r)} B {v:.1f}" for r, v in per_row))
     if m.plan_ns_per_id is not None:
         two = fit_planner(m.plan_batches)
-        head = (f"the scratchpipe policy kernel (one thread) on a Zipf 1.05 trace, "
-                f"{len(m.plan_batches)} batches ")
+        head = (f"the scratchpipe policy kernel (one thread, window 3) on a Zipf 1.05 "
+                f"trace, {len(m.plan_batches)} steady batches that evict (scratchpads of "
+                "3.5-8% of rows) ")
         if two is not None:
             vals["plan_ns_per_id"] = round(two[0], 2)
             vals["plan_ns_per_eviction"] = round(two[1], 2)
             how["plan_ns_per_id"] = how["plan_ns_per_eviction"] = (
-                head + "(cold and full), least squares seconds = a x ids + c x evictions "
+                head + "least squares seconds = a x ids + c x evictions "
                 f"(next-use pass spread over the ids): {two[0]:.1f} ns per id, {two[1]:.1f} "
-                f"ns per eviction; one term over the batches that evict: "
+                f"ns per eviction; one term over the 5% scratchpad's: "
                 f"{m.plan_ns_per_id:.1f} ns per id ({m.plan_fill_ratio:.2f} fills per id)")
         else:
             vals["plan_ns_per_id"] = round(m.plan_ns_per_id, 2)
@@ -256,7 +258,7 @@ def fit_aggregate(points: list[tuple[float, float, float]], core_scale: float
 
 def fit_planner(batches: list[tuple[float, float, float]]) -> tuple[float, float] | None:
     """(ns per id, ns per eviction) of seconds = a x ids + c x evictions by least squares
-    over the planner's batches (cold and full; the next-use pass is already spread over
+    over the planner's steady batches that evict (the next-use pass is already spread over
     the ids), or None when the evictions per id do not vary (the terms cannot be told
     apart). A negative coefficient (noise) is refitted as zero with the other alone."""
     if len(batches) < 3:
