@@ -28,7 +28,7 @@ import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies._hashmap import EMPTY, erase, new_map, prefetch_home, probe
+from scratchpipe_sim.policies._hashmap import EMPTY, erase_pair, home, new_pair_map, probe_pair
 from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import (
     EVICTIONS,
@@ -196,43 +196,23 @@ def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, slot
             _push_fifo(s, nu, unpin_before, fq, st)
 
 
-@nb.njit(cache=True, inline="always")
-def _victim(limit, now, fq, h, st, slot_row, keys, vals, shift):
-    """Slot to evict, or -1 when every resident row is pinned.
-
-    The FIFO holds every unpinned row in last-use order. Popping it, a row with no use in
-    the window (next use >= `limit`) is the victim; a row used inside the window moves to
-    the next-use heap (it stays in that class until it is used again, which makes its entry
-    stale: next use < `now`). The heap is consulted only once the FIFO is empty, so it then
-    holds every unpinned row.
-    """
-    n = len(fq)
-    while st[_QHEAD] < st[_QTAIL]:
-        i = st[_QHEAD] & (n - 1)
-        s, nu = fq[i, 0], fq[i, 1]
-        st[_QHEAD] += 1
-        # hints for the next victims (see _prefetch.py): the slot's row of the entry
-        # 2 * _PF_Q ahead, and that row's map bucket for the entry _PF_Q ahead
-        if st[_QHEAD] + 2 * _PF_Q < st[_QTAIL]:
-            prefetch(slot_row, fq[(st[_QHEAD] + 2 * _PF_Q) & (n - 1), 0])
-        if st[_QHEAD] + _PF_Q < st[_QTAIL]:
-            prefetch_home(keys, vals, shift, slot_row[fq[(st[_QHEAD] + _PF_Q) & (n - 1), 0]])
-        if nu < now:
-            continue  # stale: used again (pinned; it will be queued again)
-        if nu >= limit:
-            return s  # no use in the window: least recently used first
-        if st[_HSIZE] == len(h):  # compact the heap and rebuild it
-            k = 0
-            for e in range(st[_HSIZE]):
-                if h[e, 0] >= now:
-                    h[k, 0], h[k, 1] = h[e, 0], h[e, 1]
-                    k += 1
-            st[_HSIZE] = 0
-            for e in range(k):
-                _heap_push(h, st[_HSIZE], h[e, 0], h[e, 1])
-                st[_HSIZE] += 1
-        _heap_push(h, st[_HSIZE], nu, s)
+@nb.njit(cache=True)
+def _compact_heap(h, st, now):
+    """The heap is full: keep its valid entries (next use >= `now`) and rebuild it."""
+    k = 0
+    for e in range(st[_HSIZE]):
+        if h[e, 0] >= now:
+            h[k, 0], h[k, 1] = h[e, 0], h[e, 1]
+            k += 1
+    st[_HSIZE] = 0
+    for e in range(k):
+        _heap_push(h, st[_HSIZE], h[e, 0], h[e, 1])
         st[_HSIZE] += 1
+
+
+@nb.njit(cache=True)
+def _heap_victim(h, st, now):
+    """The valid heap entry of farthest next use (stale ones popped on the way), or -1."""
     while st[_HSIZE] > 0:
         nu, s = h[0, 0], h[0, 1]
         _heap_pop(h, st[_HSIZE])
@@ -243,7 +223,7 @@ def _victim(limit, now, fq, h, st, slot_row, keys, vals, shift):
 
 
 @nb.njit(cache=True, inline="always")
-def _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st):
+def _expire_victims(j, w, table, mask, shift, vring, vstart, st):
     """Batch j is about to be planned: drop the ghosts of batch j-W's victims (a refetch at
     distance >= W cannot meet its write-back in flight) and mark where batch j's begin."""
     ring = len(vstart) - 1  # rings are powers of two: masks, not divisions
@@ -252,20 +232,20 @@ def _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st):
         end = vstart[(j - w + 1) & ring]
         for i in range(vstart[(j - w) & ring], end):
             v = vring[i & n]
-            g = probe(keys, mask, shift, v)
-            if keys[g] == v and vals[g] == -1 - (j - w):  # still that ghost (not refetched)
-                erase(keys, vals, mask, shift, g)
+            g = probe_pair(table, mask, shift, v)
+            if table[g, 0] == v and table[g, 1] == -1 - (j - w):  # still that ghost
+                erase_pair(table, mask, shift, g)
         st[_VHEAD] = end
         # hints: the buckets of the victims that expire next (batch j-W+1's, all known)
         stop = end + _PF_Q if end + _PF_Q < st[_VTAIL] else st[_VTAIL]
         for i in range(end, stop):
-            prefetch_home(keys, vals, shift, vring[i & n])
+            prefetch(table, 2 * home(vring[i & n], shift))
     vstart[j & ring] = st[_VTAIL]
 
 
 @nb.njit(cache=True)
 def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext_base, gptr,
-                       num_batches, w, stall, keys, vals, mask, shift, slot_row, fq, h, st,
+                       num_batches, w, stall, table, mask, shift, slot_row, fq, h, st,
                        ext_out, ext_slot, events, vring, vstart, refetch):
     """Plan every new batch of the chunk; retire (check and unpin) the batch leaving the
     window first.
@@ -274,45 +254,61 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
     local to `ext_ids` (global = ext_base + local); `ext_nu` are their next-use positions.
     `ext_slot[q]` is the slot that access q was planned into (-1: unplaced) - what the
     trainer reads. With W >= 2, refetches are counted: `refetch[j, d-1]` = rows filled at
-    plan(j) that plan(j-d) evicted, d = 1..W-1. A victim stays in the hash map as a *ghost*
-    (value -1 - eviction batch) for W-1 batches, so the fill's own probe finds it for free;
-    a ring `vring` lists the victims for expiry. Returns -1, or the global index of the
-    batch whose pinned set overflowed (on_overflow=error).
+    plan(j) that plan(j-d) evicted, d = 1..W-1. A victim stays in the row -> slot map
+    `table` (key and slot side by side: one cache line a probe) as a *ghost* (slot -1 -
+    eviction batch) for W-1 batches, so the fill's own probe finds it for free; a ring
+    `vring` lists the victims for expiry. Returns -1, or the global index of the batch
+    whose pinned set overflowed (on_overflow=error).
     """
     track = w >= 2
     nring = len(vring) - 1
+    nfq = len(fq) - 1
     nq = len(ext_ids)
     for lb in range(first_new, len(ext_ptr) - 1):
         j = ext_first_batch + lb
         lo, hi = ext_ptr[lb], ext_ptr[lb + 1]
         glo, ghi = ext_base + lo, ext_base + hi
+        ev = lb - first_new
         # batch j-W was trained after plan(j-1): check it and unpin its rows
         if lb - w >= 0:
             _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, lb - w, glo, slot_row, fq,
                     st)
-        if w >= 2 and lb - w + 1 >= 0:  # hints: the slots the next retire checks
-            q0 = ext_ptr[lb - w + 1]
+        if w >= 2 and lb - w + 1 >= 0 and hi - lo > 1:  # hints: the slots the next retire
+            q0 = ext_ptr[lb - w + 1]  # checks (single-access batches: hinted when planned)
             q1 = ext_ptr[lb - w + 2]
             for q in range(q0, q1 if q1 < q0 + _PF_RETIRE else q0 + _PF_RETIRE):
                 if ext_slot[q] >= 0:
                     prefetch(slot_row, ext_slot[q])
         if track:
-            _expire_victims(j, w, keys, vals, mask, shift, vring, vstart, st)
+            _expire_victims(j, w, table, mask, shift, vring, vstart, st)
         limit = gptr[min(j + w + 1, num_batches)]
-        # pass 1: resident rows hit (and are pinned: their queue entries are stale from now,
-        # their next use being this batch). A miss keeps its probe position (as -2 - position)
-        # for pass 2.
-        for q in range(lo, hi):
-            if q + _PF < nq:  # a hint (see _prefetch.py), across batch bounds
-                prefetch_home(keys, vals, shift, ext_ids[q + _PF])
-            i = probe(keys, mask, shift, ext_ids[q])
-            if keys[i] == ext_ids[q] and vals[i] >= 0:
-                ext_slot[q] = vals[i]
-                ext_out[q] = HIT
-            else:
-                ext_slot[q] = -2 - i
-                ext_out[q] = MISS
-        # pass 2: fill the missing rows
+        if hi - lo == 1:  # a batch of one access (batch size 1): a hit needs no pass 2
+            if lo + _PF < nq:  # a hint (see _prefetch.py), across batch bounds
+                prefetch(table, 2 * home(ext_ids[lo + _PF], shift))
+            i = probe_pair(table, mask, shift, ext_ids[lo])
+            if table[i, 0] == ext_ids[lo] and table[i, 1] >= 0:
+                ext_slot[lo] = table[i, 1]
+                ext_out[lo] = HIT
+                prefetch(slot_row, table[i, 1])  # what its retire reads, W batches on
+                continue
+            ext_slot[lo] = -2 - i
+            ext_out[lo] = MISS
+        else:
+            # pass 1: resident rows hit (and are pinned: their queue entries are stale from
+            # now, their next use being this batch). A miss keeps its probe position (as
+            # -2 - position) for pass 2.
+            for q in range(lo, hi):
+                if q + _PF < nq:  # a hint (see _prefetch.py), across batch bounds
+                    prefetch(table, 2 * home(ext_ids[q + _PF], shift))
+                i = probe_pair(table, mask, shift, ext_ids[q])
+                if table[i, 0] == ext_ids[q] and table[i, 1] >= 0:
+                    ext_slot[q] = table[i, 1]
+                    ext_out[q] = HIT
+                else:
+                    ext_slot[q] = -2 - i
+                    ext_out[q] = MISS
+        # pass 2: fill the missing rows (written out here, not in a helper: an inlined
+        # helper taking arrays costs an NRT incref/decref per array and call)
         stalled = False
         for q in range(lo, hi):
             if ext_out[q] != MISS:
@@ -322,19 +318,54 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
                 # nothing is erased while a batch is planned (victims become ghosts), so
                 # the probe can resume where pass 1 stopped: keys were only added since
                 i = -2 - ext_slot[q]
-                while keys[i] != r and keys[i] != EMPTY:
+                while table[i, 0] != r and table[i, 0] != EMPTY:
                     i = (i + 1) & mask
             else:
-                i = probe(keys, mask, shift, r)
-            if keys[i] == r and vals[i] >= 0:
+                i = probe_pair(table, mask, shift, r)
+            if table[i, 0] == r and table[i, 1] >= 0:
                 ext_out[q] = HIT  # filled earlier in this batch
-                s = vals[i]
+                s = table[i, 1]
             else:
                 if st[_USED] < len(slot_row):
                     s = st[_USED]
                     st[_USED] += 1
                 else:
-                    s = _victim(limit, ghi, fq, h, st, slot_row, keys, vals, shift)
+                    # the victim: the FIFO holds every unpinned row in last-use order.
+                    # Popping it, a row with no use in the window (next use >= `limit`) is
+                    # the victim; a row used inside the window moves to the next-use heap (it
+                    # stays in that class until it is used again, which makes its entry
+                    # stale: next use < `ghi`). The heap is consulted only once the FIFO is
+                    # empty, so it then holds every unpinned row. Written out here, not in an
+                    # inlined helper: Numba kept an NRT incref/decref of each of the helper's
+                    # array arguments on every call (5 per eviction).
+                    s = -1
+                    while st[_QHEAD] < st[_QTAIL]:
+                        e = st[_QHEAD] & nfq
+                        fs, nu = fq[e, 0], fq[e, 1]
+                        st[_QHEAD] += 1
+                        # hints for the next victims (see _prefetch.py): the slot's row of
+                        # the entry 2 * _PF_Q ahead, and that row's map bucket for the entry
+                        # _PF_Q ahead; only for entries not stale already (most are: hot
+                        # rows are queued again and again)
+                        if st[_QHEAD] + 2 * _PF_Q < st[_QTAIL]:
+                            e = (st[_QHEAD] + 2 * _PF_Q) & nfq
+                            if fq[e, 1] >= ghi:
+                                prefetch(slot_row, fq[e, 0])
+                        if st[_QHEAD] + _PF_Q < st[_QTAIL]:
+                            e = (st[_QHEAD] + _PF_Q) & nfq
+                            if fq[e, 1] >= ghi:
+                                prefetch(table, 2 * home(slot_row[fq[e, 0]], shift))
+                        if nu < ghi:
+                            continue  # stale: used again (pinned; queued again later)
+                        if nu >= limit:
+                            s = fs  # no use in the window: least recently used first
+                            break
+                        if st[_HSIZE] == len(h):
+                            _compact_heap(h, st, ghi)
+                        _heap_push(h, st[_HSIZE], nu, fs)
+                        st[_HSIZE] += 1
+                    if s < 0:
+                        s = _heap_victim(h, st, ghi)  # farthest next use
                     if s < 0:
                         if not stall:
                             return j
@@ -343,22 +374,22 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
                         stalled = True
                         continue
                     v = slot_row[s]
-                    g = probe(keys, mask, shift, v)
-                    events[lb - first_new, EVICTIONS] += 1
-                    events[lb - first_new, WRITEBACKS] += 1
+                    g = probe_pair(table, mask, shift, v)
+                    events[ev, EVICTIONS] += 1
+                    events[ev, WRITEBACKS] += 1
                     if track:  # v becomes a ghost: its entry stays, no probe moves
-                        vals[g] = -1 - j
+                        table[g, 1] = -1 - j
                         vring[st[_VTAIL] & nring] = v
                         st[_VTAIL] += 1
                     else:
-                        erase(keys, vals, mask, shift, g)
-                        i = probe(keys, mask, shift, r)
-                if keys[i] == r:  # a ghost: refetched d = j - eviction batch later
-                    refetch[j, j + vals[i]] += 1
-                keys[i] = r
-                vals[i] = s
+                        erase_pair(table, mask, shift, g)
+                        i = probe_pair(table, mask, shift, r)
+                if table[i, 0] == r:  # a ghost: refetched d = j - eviction batch later
+                    refetch[j, j + table[i, 1]] += 1
+                table[i, 0] = r
+                table[i, 1] = s
                 slot_row[s] = r
-                events[lb - first_new, FILLS] += 1
+                events[ev, FILLS] += 1
             ext_slot[q] = s
         if stalled:
             st[_STALLS] += 1
@@ -385,7 +416,7 @@ class ScratchPipe(Policy):
         # refetch tracking (W >= 2): victims of the last W-1 batches stay in the map as
         # ghosts. Rows filled in batches j-W+1..j are distinct and resident, so those batches
         # have at most `cap` victims: the map holds <= 2 cap keys, the ring <= cap victims.
-        self.keys, self.vals, self.mask, self.shift = new_map(2 * cap if track else cap)
+        self.table, self.mask, self.shift = new_pair_map(2 * cap if track else cap)
         # the row in each slot; slots are handed out in order 0, 1, ... until all are used
         self.slot_row = np.full(cap, EMPTY, np.int64)
         q = _pow2(2 * cap + 2)  # ring sizes: powers of two (index by mask)
@@ -434,7 +465,7 @@ class ScratchPipe(Policy):
         bad = _scratchpipe_chunk(
             ext_ids, ext_ptr, ext_nu, chunk.first_batch - first_new, first_new, ext_base,
             self.gptr, self.num_batches, self.lookahead, self.on_overflow == "stall",
-            self.keys, self.vals, self.mask, self.shift, self.slot_row, self.fifo, self.heap,
+            self.table, self.mask, self.shift, self.slot_row, self.fifo, self.heap,
             self.st, ext_out, ext_slot, events,
             self.vring, self.vstart,
             self.refetch)
@@ -471,7 +502,8 @@ class ScratchPipe(Policy):
         self._reset_window(self.win_first_batch + nbat)
 
     def resident(self) -> np.ndarray:
-        return np.sort(self.keys[(self.keys != EMPTY) & (self.vals >= 0)])
+        t = self.table
+        return np.sort(t[(t[:, 0] != EMPTY) & (t[:, 1] >= 0), 0])
 
     def slot_rows(self) -> np.ndarray:
         """Row held by each slot (EMPTY where none): the scratchpad's directory."""
