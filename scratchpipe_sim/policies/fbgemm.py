@@ -164,55 +164,6 @@ def _prefetch_scan(base, ways, lfu, slot_row, slot_ts, slot_cnt):
         prefetch(slot_cnt, base + ways - 1)
 
 
-@nb.njit(cache=True, inline="always")
-def _victim(slot_ts, slot_cnt, base, ways, lfu, t, wbits, wmask):
-    """(way, its count or stamp) to replace in the set at `base` for batch t, or (-1, _) when
-    every way is used by batch t. LRU: the oldest stamp (empty ways carry -1), as a min of
-    keys (stamp + 1) << wbits | way (locked ways are _LOCKED, equal stamps go to the lowest
-    way): a plain min reduction, which the compiler vectorizes. LFU: the least frequent way,
-    empty ways count -1 and always admit (branch free; strict < keeps the lowest way)."""
-    if lfu:
-        best = -1
-        best_c = _LOCKED
-        for w in range(ways):
-            k = base + w
-            c = _LOCKED if slot_ts[k] == t else np.int64(slot_cnt[k])
-            better = c < best_c
-            best = k if better else best
-            best_c = c if better else best_c
-        return best, best_c
-    low = _LOCKED
-    for w in range(ways):
-        ts = np.int64(slot_ts[base + w])
-        low = min(low, _LOCKED if ts == t else ((ts + 1) << wbits) | w)
-    if low == _LOCKED:
-        return -1, low
-    return base + (low & wmask), (low >> wbits) - 1
-
-
-@nb.njit(cache=True, inline="always")
-def _admit(slot_row, tags, slot_ts, slot_cnt, counts, base, ways, lfu, t, wbits, wmask, r,
-           tag, events, b):
-    """Place missing row r in its set for batch t if FBGEMM would; True when placed (MISS),
-    False for a conflict miss (every way used by batch t) or, for LFU, a row not more
-    frequent than the set's least frequent way (UNPLACED)."""
-    best, best_c = _victim(slot_ts, slot_cnt, base, ways, lfu, t, wbits, wmask)
-    placed = best >= 0
-    if placed and lfu and best_c >= 0 and counts[r] <= best_c:
-        placed = False  # not admitted (best_c -1: an empty way, which always admits)
-    if placed:
-        if slot_row[best] != EMPTY:
-            events[b, EVICTIONS] += 1
-            events[b, WRITEBACKS] += 1
-        slot_row[best] = r
-        slot_ts[best] = t
-        events[b, FILLS] += 1
-        tags[best] = tag
-        if lfu:
-            slot_cnt[best] = counts[r]
-    return placed
-
-
 @nb.njit(cache=True)
 def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_row, tags,
                   tags64, slot_ts, counts, slot_cnt, outcome, events):
@@ -305,30 +256,68 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
         #    each row's accesses together, so its outcomes follow from its one placement
         #    (first access MISS, later HIT; all UNPLACED when not placed).
         #    A single miss (every miss at batch size 1) needs no sort.
+        #    `keys` ends as the order: packed keys (miss index in the low bits), or miss
+        #    indices. (No array alias such as `order = keys`, and the admission written out
+        #    here, not in an inlined helper: Numba kept an NRT incref/decref per aliased or
+        #    passed array on every miss, ~9 a miss, counted with a gdb breakpoint.)
         if packed:
-            order = keys
             if nmiss > 1:
                 _radix_sort(keys[:nmiss], sort_tmp, sort_cnt, row_bits + idx_bits)
         else:  # ids too large to pack: sort miss indices by (row, index)
-            order = miss_order
             for m in range(nmiss):
-                order[m] = m
+                miss_order[m] = m
             if nmiss > 1:
-                _heapsort_by_row(order[:nmiss], keys)
-        mask = (np.int64(1) << idx_bits) - 1
+                _heapsort_by_row(miss_order[:nmiss], keys)
+            for m in range(nmiss):
+                keys[m] = miss_order[m]
+        mask = (np.int64(1) << idx_bits) - 1 if packed else _LOCKED
         g = 0
         while g < nmiss:
             if g + _PF_NEAR < nmiss:  # a hint: the set of a later victim scan
-                mf = order[g + _PF_NEAR] & mask if packed else order[g + _PF_NEAR]
-                _prefetch_scan(set_of[mf], ways, lfu, slot_row, slot_ts, slot_cnt)
-            m = order[g] & mask if packed else order[g]
+                _prefetch_scan(set_of[keys[g + _PF_NEAR] & mask], ways, lfu, slot_row,
+                               slot_ts, slot_cnt)
+            m = keys[g] & mask
             r = ids[miss_idx[m]]
-            placed = _admit(slot_row, tags, slot_ts, slot_cnt, counts, set_of[m], ways, lfu,
-                            t, wbits, wmask, r, _tag(fmix64(r)), events, b)
+            # admission: FBGEMM's victim in the row's set for batch t, or none when every
+            # way is used by batch t. LRU: the oldest stamp (empty ways carry -1), as a min
+            # of keys (stamp + 1) << wbits | way (locked ways are _LOCKED, equal stamps go to
+            # the lowest way): a plain min reduction, which the compiler vectorizes. LFU: the
+            # least frequent way, empty ways count -1 and always admit (branch free; strict <
+            # keeps the lowest way), and a row is admitted only if more frequent than it.
+            base = set_of[m]
+            if lfu:
+                best = -1
+                best_c = _LOCKED
+                for w in range(ways):
+                    k = base + w
+                    c = _LOCKED if slot_ts[k] == t else np.int64(slot_cnt[k])
+                    better = c < best_c
+                    best = k if better else best
+                    best_c = c if better else best_c
+            else:
+                low = _LOCKED
+                for w in range(ways):
+                    ts = np.int64(slot_ts[base + w])
+                    low = min(low, _LOCKED if ts == t else ((ts + 1) << wbits) | w)
+                best = -1 if low == _LOCKED else base + (low & wmask)
+                best_c = low
+            placed = best >= 0
+            if placed and lfu and best_c >= 0 and counts[r] <= best_c:
+                placed = False  # not admitted (best_c -1: an empty way, which always admits)
+            if placed:
+                if slot_row[best] != EMPTY:
+                    events[b, EVICTIONS] += 1
+                    events[b, WRITEBACKS] += 1
+                slot_row[best] = r
+                slot_ts[best] = t
+                events[b, FILLS] += 1
+                tags[best] = _tag(fmix64(r))
+                if lfu:
+                    slot_cnt[best] = counts[r]
             outcome[miss_idx[m]] = MISS if placed else UNPLACED
             g += 1
             while g < nmiss:
-                m2 = order[g] & mask if packed else order[g]
+                m2 = keys[g] & mask
                 if ids[miss_idx[m2]] != r:
                     break
                 outcome[miss_idx[m2]] = HIT if placed else UNPLACED
