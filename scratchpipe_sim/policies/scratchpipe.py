@@ -431,6 +431,8 @@ class ScratchPipe(Policy):
         #: unplaced) after `process`, as the reference path's planner does
         self.keep_slots = False
         self.chunk_slots = np.zeros(0, np.int64)
+        self._b_ids = self._b_nu = self._b_slot = self._b_ptr = np.zeros(0, np.int64)
+        self._b_out = np.zeros(0, np.uint8)
         self._reset_window(0)
 
     def _reset_window(self, first_batch: int) -> None:
@@ -440,6 +442,20 @@ class ScratchPipe(Policy):
         self.win_nu = np.zeros(0, np.int64)
         self.win_ptr = np.zeros(1, np.int64)
         self.win_first_batch = first_batch
+
+    def _ext_buffers(self, n: int, nptr: int) -> tuple[np.ndarray, ...]:
+        """Views of length n (n, n, n, n, nptr) of buffers kept across chunks for the window
+        plus the chunk: ids, next uses, outcomes, slots, batch pointers. Why: fresh arrays
+        each chunk cost page faults and copies (~4 ns an access at batch size 1)."""
+        if len(self._b_ids) < n:
+            self._b_ids = np.empty(n, np.int64)
+            self._b_nu = np.empty(n, np.int64)
+            self._b_out = np.empty(n, np.uint8)
+            self._b_slot = np.empty(n, np.int64)
+        if len(self._b_ptr) < nptr:
+            self._b_ptr = np.empty(nptr, np.int64)
+        return (self._b_ids[:n], self._b_nu[:n], self._b_out[:n], self._b_slot[:n],
+                self._b_ptr[:nptr])
 
     def prepare(self, trace: Trace) -> None:
         self._trace = trace
@@ -453,14 +469,18 @@ class ScratchPipe(Policy):
             raise RuntimeError("scratchpipe needs prepare(trace) and next-use positions")
         ncar = len(self.win_ids)
         n = len(chunk.ids)
-        ext_ids = np.concatenate((self.win_ids, chunk.ids))
-        ext_nu = np.concatenate((self.win_nu, np.asarray(next_use, np.int64)))
-        ext_out = np.empty(ncar + n, np.uint8)
+        nw = len(self.win_ptr)
+        ext_ids, ext_nu, ext_out, ext_slot, ext_ptr = self._ext_buffers(
+            ncar + n, nw + len(chunk.batch_ptr) - 1)
+        ext_ids[:ncar] = self.win_ids
+        ext_ids[ncar:] = chunk.ids
+        ext_nu[:ncar] = self.win_nu
+        ext_nu[ncar:] = next_use
         ext_out[:ncar] = self.win_out
-        ext_slot = np.empty(ncar + n, np.int64)
         ext_slot[:ncar] = self.win_slot
-        ext_ptr = np.concatenate((self.win_ptr, chunk.batch_ptr[1:] + ncar))
-        first_new = len(self.win_ptr) - 1
+        ext_ptr[:nw] = self.win_ptr
+        np.add(chunk.batch_ptr[1:], ncar, out=ext_ptr[nw:])
+        first_new = nw - 1
         ext_base = chunk.first_access - ncar
         bad = _scratchpipe_chunk(
             ext_ids, ext_ptr, ext_nu, chunk.first_batch - first_new, first_new, ext_base,
@@ -479,7 +499,7 @@ class ScratchPipe(Policy):
                 source=self._trace.source, field="capacity")
         outcome[:] = ext_out[ncar:]
         if self.keep_slots:
-            self.chunk_slots = ext_slot[ncar:]
+            self.chunk_slots = ext_slot[ncar:].copy()  # the buffer is reused next chunk
         # keep the last W batches: they are retired (checked, unpinned) by later plans
         nbat = len(ext_ptr) - 1
         keep = min(self.lookahead, nbat)
