@@ -244,8 +244,8 @@ def _expire_victims(j, w, table, mask, shift, vring, vstart, st):
 
 
 @nb.njit(cache=True)
-def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext_base, gptr,
-                       num_batches, w, stall, table, mask, shift, slot_row, fq, h, st,
+def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext_base, tail,
+                       w, stall, table, mask, shift, slot_row, fq, h, st,
                        ext_out, ext_slot, events, vring, vstart, refetch):
     """Plan every new batch of the chunk; retire (check and unpin) the batch leaving the
     window first.
@@ -281,7 +281,10 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
                     prefetch(slot_row, ext_slot[q])
         if track:
             _expire_victims(j, w, table, mask, shift, vring, vstart, st)
-        limit = gptr[min(j + w + 1, num_batches)]
+        # the first position after the window: inside the chunk, or one of the next W+1
+        # batches' global starts (`tail`, clamped to the trace's end)
+        k = lb + w + 1
+        limit = ext_base + ext_ptr[k] if k < len(ext_ptr) else tail[k - len(ext_ptr) + 1]
         if hi - lo == 1:  # a batch of one access (batch size 1): a hit needs no pass 2
             if lo + _PF < nq:  # a hint (see _prefetch.py), across batch bounds
                 prefetch(table, 2 * home(ext_ids[lo + _PF], shift))
@@ -457,9 +460,21 @@ class ScratchPipe(Policy):
         return (self._b_ids[:n], self._b_nu[:n], self._b_out[:n], self._b_slot[:n],
                 self._b_ptr[:nptr])
 
+    def _batch_starts(self, batches: np.ndarray) -> np.ndarray:
+        """Global first access of each of `batches` (as `Trace.batch_access_ptr`, for a few
+        batches: the whole array is one int64 per access at batch size 1)."""
+        t = self._trace
+        return np.asarray(t.offsets[np.asarray(t.batch_bounds[batches])], np.int64)
+
+    def _tail(self, chunk: Chunk) -> np.ndarray:
+        """Global starts of the W+1 batches after `chunk` (clamped to the end of the trace):
+        the window limits of its last batches."""
+        end = chunk.first_batch + chunk.num_batches
+        return self._batch_starts(np.minimum(np.arange(end, end + self.lookahead + 1),
+                                             self.num_batches))
+
     def prepare(self, trace: Trace) -> None:
         self._trace = trace
-        self.gptr = trace.batch_access_ptr()
         self.num_batches = trace.num_batches
         self.refetch = np.zeros((trace.num_batches, max(self.lookahead - 1, 1)), np.int64)
 
@@ -484,7 +499,7 @@ class ScratchPipe(Policy):
         ext_base = chunk.first_access - ncar
         bad = _scratchpipe_chunk(
             ext_ids, ext_ptr, ext_nu, chunk.first_batch - first_new, first_new, ext_base,
-            self.gptr, self.num_batches, self.lookahead, self.on_overflow == "stall",
+            self._tail(chunk), self.lookahead, self.on_overflow == "stall",
             self.table, self.mask, self.shift, self.slot_row, self.fifo, self.heap,
             self.st, ext_out, ext_slot, events,
             self.vring, self.vstart,
@@ -515,7 +530,7 @@ class ScratchPipe(Policy):
         """Check the batches trained after the last plan (no later plan retires them)."""
         nbat = len(self.win_ptr) - 1
         if nbat and self._trace is not None:
-            ext_base = int(self.gptr[self.win_first_batch])
+            ext_base = int(self._batch_starts(np.array([self.win_first_batch]))[0])
             for lb in range(nbat):
                 _retire(self.win_ids, self.win_ptr, self.win_nu, self.win_slot, ext_base, lb,
                         -1, self.slot_row, self.fifo, self.st)
