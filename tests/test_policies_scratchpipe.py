@@ -144,6 +144,23 @@ def test_zipf_batches_match_reference_and_never_miss_in_training():
             assert_matches(tot, got, pol, ref_scratchpipe(ids, ptr, cap, w), ptr)
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**16), w=st.integers(1, 4), extra=st.integers(0, 20),
+       chunk=st.integers(1, 50), stall=st.booleans())
+def test_batch_size_one_matches_reference(seed, w, extra, chunk, stall):
+    # batch size 1 takes the kernel's single-access path (a hit skips pass 2), and with
+    # short chunks most window limits lie past the chunk's end (`_tail`)
+    trace = zipf_trace(seed, 600, 80, 1)
+    ids, ptr = trace.linear_ids().tolist(), trace.batch_access_ptr().tolist()
+    need = min_scratchpipe_capacity(trace, w)
+    cap = max(1, need - 2 + extra) if stall else need + extra
+    params = {"lookahead": w, "on_overflow": "stall"} if stall else {"lookahead": w}
+    tot, got, pol = run_checked(trace, cap, chunk, **params)
+    assert_matches(tot, got, pol, ref_scratchpipe(ids, ptr, cap, w, stall=stall), ptr)
+    if not stall:  # every row is resident at its first access: more rows than slots evict
+        assert (tot["evictions"] > 0) == (cap < len(set(ids)))
+
+
 def test_more_capacity_never_more_fills_on_these_traces():
     for seed, batch in ((1, 1), (2, 16), (3, 128)):
         trace = zipf_trace(seed, 20000, 5000, batch)
