@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from scratchpipe_sim.config.hardware import CpuConfig
+from scratchpipe_sim.config.schema import build, to_plain
 from scratchpipe_sim.cpu.bench import CpuMeasurements
 from scratchpipe_sim.cuda.fit import efficiency_curve, fit_latency_bandwidth
 
@@ -391,15 +392,9 @@ def _fit_mix(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
 
 
 def _replace(base: CpuConfig, vals: dict[str, Any]) -> CpuConfig:
-    import dataclasses  # noqa: PLC0415
-
-    v = dict(vals)
-    if "gather_efficiency" in v:
-        v["gather_efficiency"] = tuple(tuple(p) for p in v["gather_efficiency"])
-    for key in ("core_dram_GBps", "core_llc_GBps"):
-        if isinstance(v.get(key), list):
-            v[key] = tuple(tuple(p) for p in v[key])
-    return dataclasses.replace(base, **v)
+    """`base` with the fitted values, built by the config schema (lists become the
+    tuples and curves the loader makes of a preset)."""
+    return build(CpuConfig, {**to_plain(base), **vals}, None, "hardware.cpu")
 
 
 def _update_ns(cpu: CpuConfig, rows: float, R: float, threads: int) -> float:
@@ -408,11 +403,7 @@ def _update_ns(cpu: CpuConfig, rows: float, R: float, threads: int) -> float:
     from scratchpipe_sim.config import load_config  # noqa: PLC0415
     from scratchpipe_sim.timing.machine import price_alone  # noqa: PLC0415
 
-    d = {k: getattr(cpu, k) for k in cpu.__dataclass_fields__}
-    d["gather_efficiency"] = [list(p) for p in cpu.gather_efficiency]
-    for key in ("core_dram_GBps", "core_llc_GBps"):
-        if isinstance(d[key], tuple):
-            d[key] = [list(p) for p in d[key]]
+    d = to_plain(cpu)
     d["cores"] = threads
     cfg = load_config({"hardware": {"cpu": d}, "designs": ["hybrid"]})
     return float(price_alone(cfg, 1, lambda mm, b: mm.cpu_gather(2 * rows, R, b, "update"),
