@@ -56,6 +56,10 @@ def interpolate(curve: Curve, row_bytes: float) -> float:
     return value
 
 
+#: hardware.cpu keys that take a number or a [row_bytes, GBps] curve (`rate_at`)
+RATE_CURVE_KEYS = ("core_dram_GBps", "core_llc_GBps")
+
+
 def rate_at(value: float | Curve, row_bytes: float) -> float:
     """A per-core rate key (`core_dram_GBps`, `core_llc_GBps`) at `row_bytes`: a number is
     the same at every row size; a [row_bytes, GBps] curve (what `calibrate --cpu` writes:
@@ -229,7 +233,7 @@ class HardwareConfig:
     def check(self, source: str | None) -> None:
         check_curve(self.cpu.gather_efficiency, source, "hardware.cpu.gather_efficiency")
         check_curve(self.gpu.gather_efficiency, source, "hardware.gpu.gather_efficiency")
-        for key in ("core_dram_GBps", "core_llc_GBps"):
+        for key in RATE_CURVE_KEYS:
             check_rate_curve(getattr(self.cpu, key), source, f"hardware.cpu.{key}")
         if self.cpu.llc_MiB / 1024 > self.dram_capacity_GiB:
             raise UserError(f"an LLC of {self.cpu.llc_MiB} MiB is larger than "

@@ -30,6 +30,7 @@ import numpy as np
 import simpy
 
 from scratchpipe_sim.config import Config, set_dotted
+from scratchpipe_sim.config.hardware import RATE_CURVE_KEYS
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing.designs import DESIGNS, baseline_design
 from scratchpipe_sim.timing.machine import Machine
@@ -47,7 +48,7 @@ from scratchpipe_sim.traces.trace import Trace
 COUNT_KEYS = frozenset({"cpu.llc_MiB", "cpu.llc_ways", "gpu.l2_MiB", "gpu.l2_ways"})
 CURVE_KEYS = frozenset({"cpu.gather_efficiency", "gpu.gather_efficiency"})
 #: rate keys that take a number or a [row_bytes, GBps] curve (calibrate --cpu writes curves)
-RATE_KEYS = frozenset({"cpu.core_dram_GBps", "cpu.core_llc_GBps"})
+RATE_KEYS = frozenset(f"cpu.{k}" for k in RATE_CURVE_KEYS)
 #: relative margin under which two designs count as tied (an order change must exceed it)
 TIE = 0.005
 
