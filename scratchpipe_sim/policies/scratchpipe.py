@@ -285,31 +285,22 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
         # batches' global starts (`tail`, clamped to the trace's end)
         k = lb + w + 1
         limit = ext_base + ext_ptr[k] if k < len(ext_ptr) else tail[k - len(ext_ptr) + 1]
-        if hi - lo == 1:  # a batch of one access (batch size 1): a hit needs no pass 2
-            if lo + _PF < nq:  # a hint (see _prefetch.py), across batch bounds
-                prefetch(table, 2 * home(ext_ids[lo + _PF], shift))
-            i = probe_pair(table, mask, shift, ext_ids[lo])
-            if table[i, 0] == ext_ids[lo] and table[i, 1] >= 0:
-                ext_slot[lo] = table[i, 1]
-                ext_out[lo] = HIT
-                prefetch(slot_row, table[i, 1])  # what its retire reads, W batches on
-                continue
-            ext_slot[lo] = -2 - i
-            ext_out[lo] = MISS
-        else:
-            # pass 1: resident rows hit (and are pinned: their queue entries are stale from
-            # now, their next use being this batch). A miss keeps its probe position (as
-            # -2 - position) for pass 2.
-            for q in range(lo, hi):
-                if q + _PF < nq:  # a hint (see _prefetch.py), across batch bounds
-                    prefetch(table, 2 * home(ext_ids[q + _PF], shift))
-                i = probe_pair(table, mask, shift, ext_ids[q])
-                if table[i, 0] == ext_ids[q] and table[i, 1] >= 0:
-                    ext_slot[q] = table[i, 1]
-                    ext_out[q] = HIT
-                else:
-                    ext_slot[q] = -2 - i
-                    ext_out[q] = MISS
+        # pass 1: resident rows hit (and are pinned: their queue entries are stale from
+        # now, their next use being this batch). A miss keeps its probe position (as
+        # -2 - position) for pass 2.
+        for q in range(lo, hi):
+            if q + _PF < nq:  # a hint (see _prefetch.py), across batch bounds
+                prefetch(table, 2 * home(ext_ids[q + _PF], shift))
+            i = probe_pair(table, mask, shift, ext_ids[q])
+            if table[i, 0] == ext_ids[q] and table[i, 1] >= 0:
+                ext_slot[q] = table[i, 1]
+                ext_out[q] = HIT
+            else:
+                ext_slot[q] = -2 - i
+                ext_out[q] = MISS
+        if hi - lo == 1 and ext_out[lo] == HIT:  # batch size 1: a hit needs no pass 2
+            prefetch(slot_row, ext_slot[lo])  # what its retire reads, W batches on
+            continue
         # pass 2: fill the missing rows (written out here, not in a helper: an inlined
         # helper taking arrays costs an NRT incref/decref per array and call)
         stalled = False
