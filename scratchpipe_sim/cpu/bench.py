@@ -141,7 +141,11 @@ class CpuMeasurements:
 
 def _time(m: CpuMeasurements, fn: Callable[[], object], reps: int,
           setup: Callable[[], object] | None = None) -> float:
-    t: Timing = best_of(fn, reps, setup)
+    return _note(m, best_of(fn, reps, setup))
+
+
+def _note(m: CpuMeasurements, t: Timing) -> float:
+    """A point's figure (`m.statistic` of its repetitions); its spread joins the worst."""
     m.worst_spread = max(m.worst_spread, t.spread)
     return t.value(m.statistic)
 
@@ -289,10 +293,10 @@ def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
         bag_of = K.bag_of_lookups(np.append(bag_ptr[bag_ptr < n], n))
         shapes[n] = (bag_of, np.full((int(bag_of[-1]) + 1, dim), 1e-3, np.float32))
     if opt == "sgd":
-        # every (lookups, repeats) point once a round, best over the rounds: a slow moment
-        # of a shared host then slows every point alike instead of tilting the fit's split
-        # between the per-lookup and the per-row cost (consecutive repetitions per point
-        # moved that split 1.6x between calibrations minutes apart)
+        # every (lookups, repeats) point once a round, the statistic over the rounds: a slow
+        # moment of a shared host then slows every point alike instead of tilting the fit's
+        # split between the per-lookup and the per-row cost (consecutive repetitions per
+        # point moved that split 1.6x between calibrations minutes apart)
         points = [(n, k) for n in z.lookups for k in z.repeats]
         times: dict[tuple[int, int], list[float]] = {p: [] for p in points}
         uniq: dict[tuple[int, int], list[int]] = {p: [] for p in points}
@@ -307,12 +311,8 @@ def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
                     times[(n, k)].append(t)
                     uniq[(n, k)].append(state["n"])
         for n, k in points:
-            t = np.array(times[(n, k)])
-            best = float(t.min())
-            m.worst_spread = max(m.worst_spread,
-                                 (float(np.median(t)) - best) / best if best > 0 else 0.0)
             m.aggregate.append((float(rb), float(n), float(np.mean(uniq[(n, k)])),
-                                float(summarize(t, m.statistic))))
+                                _note(m, Timing.of(times[(n, k)]))))
     for n in z.lookups:  # the apply updates one batch's uniform rows (each used once)
         bag_of, grads = shapes[n]
         reset()
@@ -426,10 +426,7 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes) -> None:
                 times[i].append(timed(lambda st=store, d=dim, t=tail, p=timed_ptr,
                                       o=out: K.bag_pool(st, d, t, p, o)))
         for (alpha, _i, _s, n, _w, _t, hits), t in zip(streams, times, strict=True):
-            best = min(t)
-            m.worst_spread = max(m.worst_spread, (float(np.median(t)) - best) / best)
-            m.mix.append((float(rb), float(alpha), float(n), float(summarize(t, m.statistic)),
-                          hits))
+            m.mix.append((float(rb), float(alpha), float(n), _note(m, Timing.of(t)), hits))
     nb.set_num_threads(max(m.threads))
 
 

@@ -51,6 +51,11 @@ class Timing:
         """The median or the best of the repetitions (see `summarize`)."""
         return self.median_s if statistic == "median" else self.best_s
 
+    @classmethod
+    def of(cls, times) -> Timing:
+        """Best and median of a point's repetitions (seconds)."""
+        return cls(float(np.min(times)), float(np.median(times)))
+
 
 def summarize(times, statistic: str, axis: int = 0):
     """Median or minimum over `axis`. Why the median by default: calibration points last a
@@ -74,4 +79,4 @@ def best_of(fn: Callable[[], object], reps: int, setup: Callable[[], object] | N
         if setup is not None:
             setup()
         times.append(timed(fn))
-    return Timing(float(np.min(times)), float(np.median(times)))
+    return Timing.of(times)
