@@ -34,10 +34,6 @@ def timed(fn: Callable[[], object]) -> float:
     return c() - t0
 
 
-#: what a repeated measurement reports: "median" (default) or "best"
-STATISTICS = ("median", "best")
-
-
 @dataclass(frozen=True)
 class Timing:
     best_s: float
