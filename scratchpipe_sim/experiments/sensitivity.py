@@ -176,12 +176,10 @@ def params_of(cfg: Config) -> list[Param]:
             raise UserError(f"no key hardware.{key} to vary: expected a dotted key under "
                             "hardware (e.g. cpu.parallel_efficiency)", source=cfg.source,
                             field=where)
-        if key in CURVE_KEYS:
-            out.append(Param(key, float(lo), float(hi), None))
-            continue
-        if key in RATE_KEYS and isinstance(value, tuple):
-            # a calibrated [row_bytes, GBps] curve: the range's numbers replace it (one
-            # rate at every row size), so there is no single nominal number to report
+        # no single nominal number: a curve key's range is a scale factor; a calibrated
+        # [row_bytes, GBps] rate curve is replaced by the range's numbers (one rate at
+        # every row size)
+        if key in CURVE_KEYS or (key in RATE_KEYS and isinstance(value, tuple)):
             out.append(Param(key, float(lo), float(hi), None))
             continue
         if isinstance(value, bool) or not (value is None or isinstance(value, int | float)):
