@@ -68,35 +68,33 @@ def rate_at(value: float | Curve, row_bytes: float) -> float:
 
 
 def check_rate_curve(value: float | Curve, source: str | None, where: str) -> None:
-    """A rate given as a curve: at least one point, row bytes strictly increasing, every
-    rate > 0 (a number is bounds-checked by the schema)."""
+    """A rate given as a curve: checked as a curve of GBps > 0 (a number is bounds-checked
+    by the schema)."""
     if isinstance(value, int | float):
         return
     if not value:
         raise UserError("expected a number or at least one [row_bytes, GBps] point",
                         source=source, field=where)
-    xs = [p[0] for p in value]
-    if any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
-        raise UserError(f"row_bytes must increase strictly, got {xs}", source=source,
-                        field=where)
-    for i, (x, y) in enumerate(value):
-        if x <= 0 or y <= 0:
-            raise UserError(f"point {i} = [{x}, {y}]: expected row_bytes > 0 and GBps > 0",
-                            source=source, field=f"{where}[{i}]")
+    check_curve(value, source, where, unit="GBps")
 
 
-def check_curve(curve: Curve, source: str | None, where: str) -> None:
+def check_curve(curve: Curve, source: str | None, where: str, unit: str = "efficiency"
+                ) -> None:
+    """At least one point, row bytes strictly increasing; an efficiency in (0, 1], a rate
+    (`unit` GBps) > 0."""
     if not curve:
-        raise UserError("expected at least one [row_bytes, efficiency] point", source=source,
+        raise UserError(f"expected at least one [row_bytes, {unit}] point", source=source,
                         field=where)
     xs = [p[0] for p in curve]
     if any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
         raise UserError(f"row_bytes must increase strictly, got {xs}", source=source,
                         field=where)
+    rate = unit != "efficiency"
     for i, (x, y) in enumerate(curve):
-        if x <= 0 or not 0 < y <= 1:
-            raise UserError(f"point {i} = [{x}, {y}]: expected row_bytes > 0 and "
-                            "0 < efficiency <= 1", source=source, field=f"{where}[{i}]")
+        if x <= 0 or y <= 0 or (not rate and y > 1):
+            bound = f"{unit} > 0" if rate else "0 < efficiency <= 1"
+            raise UserError(f"point {i} = [{x}, {y}]: expected row_bytes > 0 and {bound}",
+                            source=source, field=f"{where}[{i}]")
 
 
 @dataclass(frozen=True)
