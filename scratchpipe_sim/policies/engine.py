@@ -133,8 +133,7 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
         if len(outcome_buf) < n:
             outcome_buf = np.empty(max(n, chunk_accesses), np.uint8)
         outcome = outcome_buf[:n]
-        events = events_buf[:nbat]
-        events.fill(0)
+        events = events_buf[:nbat]  # zero: `_count_chunk` clears what it has read
         nu = None
         if next_use is not None:
             nu = np.asarray(next_use[chunk.first_access : chunk.first_access + n])
@@ -302,13 +301,55 @@ def _first_in_batch(r, stamp, slots, shift):
 
 
 @nb.njit(cache=True)
+def _all_single(batch_ptr):
+    """True when every batch holds exactly one access (batch size 1, pooling 1)."""
+    ok = True
+    for b in range(len(batch_ptr) - 1):  # no early exit: a branch-free, vectorized pass
+        ok &= batch_ptr[b + 1] - batch_ptr[b] == 1
+    return ok
+
+
+@nb.njit(cache=True)
+def _count_singles(outcome, events, counts):
+    """Totals of a chunk of single-access batches (`_count_chunk`'s fast path): every access
+    is its batch's only row, so unique = accesses and unique_unplaced = unplaced; the
+    counters are plain sums that the compiler vectorizes (no per-batch bookkeeping: ~4 ns an
+    access at batch size 1 before)."""
+    n = len(outcome)
+    hits = 0
+    unpl = 0
+    for j in range(n):
+        o = outcome[j]
+        hits += o == 0
+        unpl += o == 2
+    fill = evict = wb = 0
+    for b in range(len(events)):
+        fill += events[b, 0]
+        evict += events[b, 1]
+        wb += events[b, 2]
+    events[:] = 0
+    counts[0, 0] += n
+    counts[0, 1] += n
+    counts[0, 2] += hits
+    counts[0, 3] += n - hits
+    counts[0, 4] += fill
+    counts[0, 5] += evict
+    counts[0, 6] += wb
+    counts[0, 7] += unpl
+    counts[0, 8] += unpl
+
+
+@nb.njit(cache=True)
 def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, shift, counts,
                  stride, per_table, do_tables):
     """One pass over a chunk's outcomes adding every counter of batch b to `counts[b * stride]`
     (stride 1: per batch; stride 0: totals only, summed in locals and added once: the
     compiler cannot keep `counts` in registers across the loop, and at batch size 1 nine
     read-modify-writes per access were half this pass), and per-table counts if
-    `do_tables`."""
+    `do_tables`. Clears the events it has read: the engine reuses the buffer."""
+    if stride == 0 and not do_tables and _all_single(batch_ptr):
+        _count_singles(outcome, events, counts)
+        return
     t_acc = t_uniq = t_hits = t_fill = t_evict = t_wb = t_unpl = t_uu = 0
     for b in range(len(batch_ptr) - 1):
         lo = batch_ptr[b]
@@ -349,16 +390,19 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
             t_wb += events[b, 2]
             t_unpl += unpl
             t_uu += uniq_unpl
-            continue
-        counts[b, 0] += hi - lo
-        counts[b, 1] += uniq
-        counts[b, 2] += hits
-        counts[b, 3] += hi - lo - hits
-        counts[b, 4] += events[b, 0]
-        counts[b, 5] += events[b, 1]
-        counts[b, 6] += events[b, 2]
-        counts[b, 7] += unpl
-        counts[b, 8] += uniq_unpl
+        else:
+            counts[b, 0] += hi - lo
+            counts[b, 1] += uniq
+            counts[b, 2] += hits
+            counts[b, 3] += hi - lo - hits
+            counts[b, 4] += events[b, 0]
+            counts[b, 5] += events[b, 1]
+            counts[b, 6] += events[b, 2]
+            counts[b, 7] += unpl
+            counts[b, 8] += uniq_unpl
+        events[b, 0] = 0  # ready for the next chunk (no separate pass clearing them)
+        events[b, 1] = 0
+        events[b, 2] = 0
     if stride == 0:
         counts[0, 0] += t_acc
         counts[0, 1] += t_uniq
