@@ -17,6 +17,7 @@ from scratchpipe_sim.cpu.bench import CpuMeasurements
 from scratchpipe_sim.cpu.fit import (
     cpu_preset_yaml,
     fit_aggregate,
+    fit_aggregate_onchip,
     fit_cpu,
     fit_mix,
     fit_planner,
@@ -29,7 +30,8 @@ DRAM_GBPS, LAT_NS = 40.0, 2000.0
 GATHER = {64: 8.0, 128: 12.0, 256: 16.0, 512: 20.0}  # GB/s of rows on 2 threads
 ONE = {64: 4.5, 128: 6.5, 256: 9.0, 512: 10.0}  # GB/s on one thread (hot set)
 COLD_ONE = {64: 2.0, 128: 3.0, 256: 3.5, 512: 4.0}  # GB/s of uniform rows on one thread
-AGG_LOOKUP, AGG_ROW = 25.0, 70.0  # core-ns per lookup (beyond the op) and per unique row
+# core-ns per lookup off chip and on chip (beyond the op) and per unique row
+AGG_LOOKUP, AGG_HIT, AGG_ROW = 25.0, 4.0, 70.0
 # the mix: ns per lookup = hit x h^W + miss x (1 - h^W), h counted at the fitted LLC (4 MiB)
 MIX_W = 2.5
 MIX = {64: (8.0, 30.0), 128: (10.0, 40.0), 256: (16.0, 64.0), 512: (32.0, 128.0)}
@@ -48,12 +50,16 @@ def synthetic() -> CpuMeasurements:
             m.scaling.append((2.0, float(rb), n, LAT_NS * 1e-9 + n / (g * 1e9)))
             m.scaling.append((1.0, float(rb), n, LAT_NS * 1e-9 + n / (ONE[rb] * 1e9)))
         # aggregation: exactly fixed + (a x lookups + c x unique rows) / (2 threads x pe),
-        # a = AGG_LOOKUP + the op on the gradient row (rb / op), on rows repeated 1..20 times
+        # a = AGG_LOOKUP off chip, AGG_HIT on chip, + the op on the gradient row (rb / op),
+        # on rows repeated 1..20 times; a larger batch keeps fewer of its repeats on chip
         for a in (1e4, 1e5):
             for k in (1, 2, 5, 20):
                 u = a / k
-                core_ns = a * (AGG_LOOKUP + rb / op) + u * AGG_ROW
-                m.aggregate.append((float(rb), a, u, 5e-6 + core_ns / (2 * pe) * 1e-9))
+                h = (1 - 1 / k) * (1.0 if a < 5e4 else 0.4)  # at 4 MiB, the fitted LLC
+                core_ns = (a * (1 - h) * (AGG_LOOKUP + rb / op) + a * h * (AGG_HIT + rb / op)
+                           + u * AGG_ROW)
+                m.aggregate.append((float(rb), a, u, 5e-6 + core_ns / (2 * pe) * 1e-9,
+                                    [[1.0, 0.5 * h * a], [4.0, h * a], [8.0, h * a]]))
         m.apply.append(("sgd", float(rb), 1e5, float(rb), 0.01))
     # hot sets on one thread: half the smallest set's 20 GB/s is 10 -> 1, 2, 4 MiB pass, 8
     # is the first below (16 MiB's 15 GB/s after it is noise: it does not extend the LLC)
@@ -99,8 +105,9 @@ def test_cpu_fit_recovers_every_constant():
                                   for rb, (t, _) in MIX.items()]
     assert v["core_dram_GBps"] == [[float(rb), pytest.approx(rb / t, abs=1e-3)]
                                    for rb, (_, t) in MIX.items()]
-    # both aggregation coefficients, exactly (rounded to 0.01 ns in the preset)
+    # the three aggregation coefficients, exactly (rounded to 0.01 ns in the preset)
     assert v["aggregate_ns_per_lookup"] == pytest.approx(AGG_LOOKUP, abs=0.006)
+    assert v["aggregate_onchip_ns_per_lookup"] == pytest.approx(AGG_HIT, abs=0.006)
     assert v["aggregate_ns_per_row"] == pytest.approx(AGG_ROW, abs=0.006)
     # both planner coefficients, exactly
     assert v["plan_ns_per_id"] == pytest.approx(40.0, abs=0.006)
@@ -146,6 +153,33 @@ def test_fit_mix_needs_varied_hits_and_positive_costs():
     assert fit_mix({256.0: [(0.0, 10.0), (0.9, 50.0)]}) is None  # hits dearer than misses
     w, fits, rmse = fit_mix({256.0: [(0.0, 60.0), (0.5, 35.0), (1.0, 10.0)]})
     assert w == 1.0 and fits[256.0] == pytest.approx((10.0, 60.0)) and rmse < 1e-9
+
+
+def test_aggregation_without_varied_hits_fits_one_cost_per_lookup():
+    # every point as on chip as the next: the split cannot be fitted; one a for every lookup
+    # (the old two-term fit) and no on-chip key
+    m = synthetic()
+    m.aggregate = [(rb, a, u, t, [[4.0, 0.3 * a]]) for rb, a, u, t, _h in m.aggregate]
+    v = fit_cpu(m, llc=(32.0, 16)).values
+    assert "aggregate_onchip_ns_per_lookup" not in v
+    assert v["aggregate_ns_per_lookup"] > 0 and v["aggregate_ns_per_row"] >= 0
+
+
+def test_fit_aggregate_onchip_recovers_its_coefficients_or_declines():
+    pts = [(n, n / k, h, 3e-6 + (n * (1 - h) * 140.0 + n * h * 20.0 + n / k * 30.0) / 2.0
+            * 1e-9) for n, shrink in ((1e4, 1.0), (1e5, 0.5), (3e5, 0.2))
+           for k, h in ((1, 0.0), (2, 0.5 * shrink), (5, 0.8 * shrink), (20, 0.95 * shrink))]
+    a_miss, a_hit, c = fit_aggregate_onchip(pts, 2.0)
+    assert (a_miss, a_hit, c) == (pytest.approx(140.0, rel=1e-9), pytest.approx(20.0, rel=1e-9),
+                                  pytest.approx(30.0, rel=1e-9))
+    # hits that do not vary, or hits dearer than misses: no split
+    assert fit_aggregate_onchip([(n, u, 0.5, t) for n, u, _h, t in pts], 2.0) is None
+    dear = [(n, u, h, (n * (1 - h) * 20.0 + n * h * 140.0 + u * 30.0) * 1e-9)
+            for n, u, h, _t in pts]
+    assert fit_aggregate_onchip(dear, 1.0) is None
+    # a negative unique-row slope (noise) is refitted as zero, never written negative
+    neg = [(n, u, h, t - u * 5e-9) for n, u, h, t in pts]
+    assert min(fit_aggregate_onchip(neg, 2.0)) >= 0
 
 
 def test_fit_aggregate_and_planner_recover_their_coefficients():
@@ -259,8 +293,16 @@ def test_microbenchmarks_record_every_sample_at_tiny_sizes():
     assert len(m.stream) == len(m.copy) == len(z.copy_bytes)
     assert len(m.gather) == len(z.row_bytes) * len(z.lookups)
     assert len(m.scaling) == len(z.row_bytes) * len(z.lookups)
-    assert len(m.aggregate) == len(z.row_bytes) * len(z.lookups) * len(z.repeats)
-    assert {round(n / u) for _, n, u, _ in m.aggregate} >= {1, 2}  # repetition varies
+    assert len(m.aggregate) == len(z.row_bytes) * len(z.aggregate_lookups) * len(z.repeats)
+    assert {round(n / u) for _, n, u, _s, _h in m.aggregate} >= {1, 2}  # repetition varies
+    # the model's simulator: more hits in a larger cache, never more than the repeats of
+    # the point's first ids; rows used 20 times hit more than rows used once
+    for _rb, n, _u, _s, hits in m.aggregate:
+        h = [x for _, x in hits]
+        assert h and h == sorted(h) and h[-1] < n
+    k = len(z.repeats)  # points go (lookups, repeats) in order, per row size
+    groups = [m.aggregate[i : i + k] for i in range(0, len(m.aggregate), k)]
+    assert all(g[-1][4][-1][1] > g[0][4][-1][1] for g in groups)
     assert len(m.apply) == 2 * len(z.row_bytes) * len(z.lookups)  # sgd and adagrad
     assert [p[:2] for p in m.onchip] == [(1.0, 1.0), (1.0, 2.0)]
     assert m.gather_one == []  # one thread only: m.gather is already one core's
@@ -273,7 +315,8 @@ def test_microbenchmarks_record_every_sample_at_tiny_sizes():
         assert s > 0 and 0 <= h[0] and h == sorted(h) and h[-1] <= n
     by = {(p[0], p[1]): p[4][-1][1] / p[2] for p in m.mix}
     assert all(by[(rb, 1.2)] > by[(rb, 0.0)] for rb in z.row_bytes)
-    assert all(s > 0 for *_, s in m.stream + m.gather + m.aggregate)
+    assert all(s > 0 for *_, s in m.stream + m.gather)
+    assert all(a[3] > 0 for a in m.aggregate)
     assert m.latency_ns > 0 and m.plan_ns_per_id > 0 and m.plan_ids > 0
     # steady batches that evict, from every scratchpad size
     assert m.plan_batches and all(e > 0 and s > 0 for _, e, s in m.plan_batches)

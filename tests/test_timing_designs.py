@@ -470,6 +470,27 @@ def test_aggregation_has_a_per_lookup_and_a_per_unique_row_term():
     # doubling the unique rows at equal lookups adds exactly the per-row and update terms
     t2 = lone_time(lambda m, b: m.cpu_backward(b, A, 2 * U, 0.0, r, r))
     assert t2 - t == pytest.approx((U * 20 + 2 * U * r / 2) / 2, rel=1e-9)
+    # no on-chip cost set: the lookups' on-chip fraction changes nothing
+    t3 = lone_time(lambda m, b: m.cpu_backward(b, A, U, 0.0, r, r, lookup_onchip=0.7))
+    assert t3 == t
+
+
+def test_aggregation_prices_on_chip_lookups_at_their_own_cost():
+    # a_miss 6, a_hit 1 core-ns: A x (r / op + 6 x (1 - h) + 1 x h) + U x 20, h = 0.7
+    A, U, r, h = 1000, 300, 256, 0.7
+    t = lone_time(lambda m, b: m.cpu_backward(b, A, U, 0.0, r, r, lookup_onchip=h),
+                  {"aggregate_onchip_ns_per_lookup": 1.0})
+    agg = (A * (r / 10 + 6 * (1 - h) + 1 * h) + U * 20) / 2
+    assert t == pytest.approx(agg + 2 * U * r / 2 / 2, rel=1e-12)
+    # all on chip: every lookup at a_hit; more on chip never costs more
+    ts = [lone_time(lambda m, b, f=f: m.cpu_backward(b, A, U, 0.0, r, r, lookup_onchip=f),
+                    {"aggregate_onchip_ns_per_lookup": 1.0}) for f in (0.0, 0.5, 1.0)]
+    assert ts[2] == pytest.approx((A * (r / 10 + 1) + U * 20) / 2 + 2 * U * r / 2 / 2)
+    assert ts[0] > ts[1] > ts[2]
+    # no LLC: nothing is on chip, whatever the fraction says
+    t0 = lone_time(lambda m, b: m.cpu_backward(b, A, U, 0.0, r, r, lookup_onchip=h),
+                   {"aggregate_onchip_ns_per_lookup": 1.0, "llc_MiB": 0})
+    assert t0 == pytest.approx((A * (r / 10 + 6) + U * 20) / 2 + 2 * U * r / 2 / 2)
 
 
 @pytest.mark.parametrize("threads, share", [(1, 1.0), (2, 1.0), (4, 2.0)])

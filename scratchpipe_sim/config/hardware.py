@@ -125,7 +125,11 @@ class CpuConfig:
                 "at its own rate); set by calibrate --cpu", "min": 1})
     aggregate_ns_per_lookup: float = field(default=6.0, metadata=_nonneg(
         "core-ns to add one pooled-gradient contribution into its row gradient "
-        "(gradient aggregation, per lookup)"))
+        "(gradient aggregation, per lookup whose row is off chip: its slot and gradient "
+        "row miss; every lookup when aggregate_onchip_ns_per_lookup is unset)"))
+    aggregate_onchip_ns_per_lookup: float | None = field(default=None, metadata=_nonneg(
+        "the same per lookup whose row is on chip (the fraction the LLC simulator finds "
+        "on chip); unset: aggregate_ns_per_lookup for every lookup; set by calibrate --cpu"))
     aggregate_ns_per_row: float = field(default=0.0, metadata=_nonneg(
         "core-ns the gradient aggregation spends per unique row (slot allocation and first "
         "touch of the row's gradient), beside aggregate_ns_per_lookup"))

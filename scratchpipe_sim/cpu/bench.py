@@ -18,8 +18,9 @@ squares `calibrate` fits to PCIe) separates a fixed cost per call from a rate:
                 a miss's core cost in a stream that does both (what the model prices), per
                 row size
     backward    gradient aggregation (lookups -> unique-row gradients) on ids of varied
-                repetition (every row used 1, 2, 5 or 20 times), then the optimizer apply
-                (SGD, Adagrad), by row size
+                repetition (every row used 1, 2, 5 or 20 times) in batches from ones whose
+                rows stay on chip to ones that spill the LLC, on-chip hits counted by the
+                model's LLC simulator; then the optimizer apply (SGD, Adagrad), by row size
     planner     the real `scratchpipe` policy kernel on a synthetic Zipf trace
 
 Ids are synthetic (uniform, or Zipf for the planner): calibration never sees the config's
@@ -56,6 +57,9 @@ class CpuBenchSizes:
     lookups: tuple[int, ...] = (1 << 14, 1 << 15, 1 << 16)
     #: aggregation: each row of a batch used this many times (1 = uniform ids)
     repeats: tuple[int, ...] = (1, 2, 5, 20)
+    #: aggregation batch sizes (lookups): up to batches whose rows spill the LLC (256k
+    #: lookups of 5-use rows: 13 MiB of gradient rows at 256 B), as a training batch's do
+    aggregate_lookups: tuple[int, ...] = (1 << 14, 1 << 16, 1 << 18)
     row_bytes: tuple[int, ...] = (64, 128, 256, 512)
     pooling: int = 20
     reps: int = 15
@@ -81,11 +85,13 @@ class CpuBenchSizes:
 
 
 QUICK = CpuBenchSizes(stream_buffer_bytes=1 << 28, table_bytes=1 << 28, reps=7,
+                      aggregate_lookups=(1 << 14, 1 << 17),
                       mix_table_bytes=1 << 28, plan_rows=1_000_000, plan_batch=512,
                       plan_batches=8, plan_reps=2, plan_steady_from=2)
 TINY = CpuBenchSizes(copy_bytes=(1 << 20, 1 << 22), stream_buffer_bytes=1 << 23,
                      onchip_max_MiB=2,
                      table_bytes=1 << 23, lookups=(1 << 12, 1 << 15), row_bytes=(64, 256),
+                     aggregate_lookups=(1 << 12, 1 << 15),
                      reps=2, plan_rows=20_000, plan_tables=2, plan_batch=64, plan_batches=4,
                      plan_lookahead=2, plan_load_factor=0.2, plan_reps=1,
                      plan_load_factors=(0.1, 0.2), plan_steady_from=1,
@@ -117,8 +123,11 @@ class CpuMeasurements:
     #: (threads, hot set MiB, row_bytes, GB/s of rows) of gathers from hot sets, on one
     #: thread and on max(threads)
     onchip: list[tuple[float, float, float, float]] = field(default_factory=list)
-    #: (row_bytes, lookups, unique rows, seconds) of the aggregation on max(threads)
-    aggregate: list[tuple[float, float, float, float]] = field(default_factory=list)
+    #: (row_bytes, lookups, unique rows, seconds, [[hot-set MiB, on-chip hits], ...]) of
+    #: the aggregation on max(threads); hits by the model's LLC simulator (entries of
+    #: row_bytes) on the point's first ids
+    aggregate: list[tuple[float, float, float, float, list[list[float]]]] = field(
+        default_factory=list)
     #: (optimizer, row_bytes, unique rows, moved row bytes, seconds) of the apply
     apply: list[tuple[str, float, float, float, float]] = field(default_factory=list)
     plan_ns_per_id: float | None = None
@@ -255,6 +264,24 @@ def _onchip_curve(m: CpuMeasurements, z: CpuBenchSizes, rb: int, store: np.ndarr
         mib *= 2
 
 
+def hot_set_sizes(z: CpuBenchSizes) -> list[int]:
+    """MiB of the on-chip caches whose hits are counted: 1, 2, 4, .. onchip_max_MiB."""
+    sizes, mib = [], 1
+    while mib <= max(1, z.onchip_max_MiB):
+        sizes.append(mib)
+        mib *= 2
+    return sizes
+
+
+def _hits(tr, rb: int, sizes: list[int], rows: int, skip: int = 0) -> list[list[float]]:
+    """[[MiB, on-chip hits of the trace's batches from `skip` on], ...] by the model's own
+    LLC simulator (16 ways, entries of rb bytes) at each size that is not the whole table."""
+    from scratchpipe_sim.timing.onchip import onchip_hits  # noqa: PLC0415
+
+    return [[float(s), float(onchip_hits(tr, (s << 20) // rb, 16).lookup_hits[skip:].sum())]
+            for s in sizes if (s << 20) // rb <= rows]
+
+
 def measure_backward(m: CpuMeasurements, z: CpuBenchSizes) -> None:
     rng = np.random.default_rng(12)
     top = max(m.threads)
@@ -273,13 +300,18 @@ def _repeated_ids(rng: np.random.Generator, rows: int, n: int, k: int) -> np.nda
 def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
                     rng: np.random.Generator, top: int) -> None:
     """Aggregation (timed with SGD's table; lookups of every row repeated 1, 2, 5, 20
-    times, so a least-squares fit separates the cost per lookup from the cost per unique
-    row) and the apply of one optimizer at one row size. Fresh ids every repetition."""
+    times in batches of aggregate_lookups, so a least-squares fit separates the cost per
+    unique row from the cost per lookup, on chip and off; the hits are the model's LLC
+    simulator's on the point's first ids: later rounds draw other rows of the same shape)
+    and the apply of one optimizer at one row size. Fresh ids every repetition."""
+    from scratchpipe_sim.traces.trace import Trace  # noqa: PLC0415
+
     dim = rb // 4
     cols = dim + K.state_columns(opt, dim)
-    rows = max(z.table_bytes // (cols * 4), max(z.lookups))
+    most = max(*z.lookups, *z.aggregate_lookups)
+    rows = max(z.table_bytes // (cols * 4), most)
     store = np.ones((rows, cols), np.float32)
-    bw = K.Backward(rows, dim, max(z.lookups), top)
+    bw = K.Backward(rows, dim, most, top)
     state = {"n": 0}
 
     def reset() -> None:
@@ -288,7 +320,7 @@ def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
             state["n"] = 0
 
     shapes = {}
-    for n in z.lookups:
+    for n in sorted({*z.lookups, *z.aggregate_lookups}):
         bag_ptr = np.arange(0, n + 1, z.pooling, dtype=np.int64)
         bag_of = K.bag_of_lookups(np.append(bag_ptr[bag_ptr < n], n))
         shapes[n] = (bag_of, np.full((int(bag_of[-1]) + 1, dim), 1e-3, np.float32))
@@ -297,13 +329,18 @@ def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
         # moment of a shared host then slows every point alike instead of tilting the fit's
         # split between the per-lookup and the per-row cost (consecutive repetitions per
         # point moved that split 1.6x between calibrations minutes apart)
-        points = [(n, k) for n in z.lookups for k in z.repeats]
+        points = [(n, k) for n in z.aggregate_lookups for k in z.repeats]
         times: dict[tuple[int, int], list[float]] = {p: [] for p in points}
         uniq: dict[tuple[int, int], list[int]] = {p: [] for p in points}
+        hits: dict[tuple[int, int], list[list[float]]] = {}
         for r in range(max(1, z.reps) + 1):  # round 0: warm-up (compiles, first touch)
             for n, k in points:
                 reset()
                 ids = _repeated_ids(rng, rows, n, k)
+                if (n, k) not in hits:
+                    one = Trace(np.array([rows], np.int64), ids,
+                                np.arange(n + 1, dtype=np.int64), np.array([0, n], np.int64), n)
+                    hits[(n, k)] = _hits(one, rb, hot_set_sizes(z), rows)
                 bag_of, grads = shapes[n]
                 t = timed(lambda i=ids, b=bag_of, g=grads: state.__setitem__(
                     "n", bw.aggregate(i, b, g)))
@@ -312,7 +349,7 @@ def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
                     uniq[(n, k)].append(state["n"])
         for n, k in points:
             m.aggregate.append((float(rb), float(n), float(np.mean(uniq[(n, k)])),
-                                _note(m, Timing.of(times[(n, k)]))))
+                                _note(m, Timing.of(times[(n, k)])), hits[(n, k)]))
     for n in z.lookups:  # the apply updates one batch's uniform rows (each used once)
         bag_of, grads = shapes[n]
         reset()
@@ -373,17 +410,12 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes) -> None:
     host then moves every point alike) and relabel the rows by a fresh random offset each
     time (no repetition finds the previous one's rows on chip; hits do not change: the
     simulator's set index is a hash)."""
-    from scratchpipe_sim.timing.onchip import onchip_hits  # noqa: PLC0415
     from scratchpipe_sim.traces.generators import generate_trace  # noqa: PLC0415
     from scratchpipe_sim.traces.trace import Trace  # noqa: PLC0415
 
     rng = np.random.default_rng(13)
     nb.set_num_threads(1)
-    sizes = []
-    mib = 1
-    while mib <= max(1, z.onchip_max_MiB):
-        sizes.append(mib)
-        mib *= 2
+    sizes = hot_set_sizes(z)
     total = z.mix_warm_batches + z.mix_batches
     # one trace per exponent over the most rows (the smallest row size), folded onto each
     # row size's table by id modulo its rows: the hits are counted on the folded ids, so
@@ -407,9 +439,7 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes) -> None:
             ch = tr.chunk(0, total)
             split = int(ch.batch_ptr[z.mix_warm_batches])
             timed_n = len(ch.ids) - split
-            hits = [[float(s), float(onchip_hits(tr, (s << 20) // rb, 16)
-                                     .lookup_hits[z.mix_warm_batches:].sum())]
-                    for s in sizes if (s << 20) // rb <= rows]
+            hits = _hits(tr, rb, sizes, rows, z.mix_warm_batches)
             offs = np.asarray(tr.offsets, np.int64)
             warm_ptr = offs[: int(tr.batch_bounds[z.mix_warm_batches]) + 1]
             lo = int(tr.batch_bounds[z.mix_warm_batches])

@@ -13,10 +13,15 @@ CPU and GPU halves are fitted the same way. How each key follows from the sample
     core_dram_GBps          one thread's gather + pool of uniform rows (DRAM misses): the
                             least-squares rate per row size, median over row sizes
     parallel_efficiency     hot-set rate on T threads / (T x one thread's), 256 B rows
-    aggregate_ns_per_lookup least squares over ids of varied repetition: seconds = fixed +
-    aggregate_ns_per_row    (a x lookups + c x unique rows) / (T x parallel efficiency);
-                            per lookup a less the r / embedding_op_GBps the model charges
-                            for the gradient row's op; per row c (medians over row sizes)
+    aggregate_ns_per_lookup least squares over ids of varied repetition in batches from
+    aggregate_onchip_ns_    on chip to spilling the LLC: seconds = fixed + (a_miss x
+      per_lookup            lookups off chip + a_hit x lookups on chip + c x unique rows) /
+    aggregate_ns_per_row    (T x parallel efficiency), on chip = the hit fraction by the
+                            model's LLC simulator at llc_MiB, coefficients >= 0; per lookup
+                            a less the r / embedding_op_GBps the model charges for the
+                            gradient row's op; medians over row sizes. Where the hits do
+                            not vary or a hit fits dearer than a miss: one a for every
+                            lookup (a x lookups + c x unique rows), the on-chip key unset
     plan_ns_per_id          the scratchpipe policy kernel (one thread), least squares over
     plan_ns_per_eviction    its steady batches that evict, scratchpads of 3.5-8% of rows:
                             seconds (next-use pass included) = a x ids + c x evictions
@@ -172,24 +177,6 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
                 "one thread's gather + pool of uniform random rows (fresh ids every "
                 "repetition: DRAM misses), least-squares rate per row size, median of "
                 + ", ".join(f"{int(r)} B {g:.2f}" for r, g in per.items()) + " GB/s")
-    if m.aggregate:
-        fits = [(rb, *fit_aggregate([(n, u, t) for r, n, u, t in m.aggregate if r == rb],
-                                    top * pe))
-                for rb in sorted({a[0] for a in m.aggregate})]
-        per_lookup = [(rb, max(0.0, a - rb / op)) for rb, a, _ in fits]
-        per_row = [(rb, max(0.0, c)) for rb, _, c in fits]
-        vals["aggregate_ns_per_lookup"] = round(float(np.median([v for _, v in per_lookup])),
-                                                2)
-        vals["aggregate_ns_per_row"] = round(float(np.median([v for _, v in per_row])), 2)
-        reps = sorted({round(n / u) for _, n, u, _ in m.aggregate if u > 0})
-        what = (f"gradient aggregation on {top} threads of ids whose rows repeat "
-                f"{'/'.join(map(str, reps))} times, least squares seconds = fixed + (a x "
-                f"lookups + c x unique rows) / ({top} threads x parallel_efficiency)")
-        how["aggregate_ns_per_lookup"] = (
-            what + "; a less row bytes / embedding_op_GBps (charged apart), median of "
-            + ", ".join(f"{int(r)} B {v:.1f}" for r, v in per_lookup))
-        how["aggregate_ns_per_row"] = (what + "; c, median of "
-                                       + ", ".join(f"{int(r)} B {v:.1f}" for r, v in per_row))
     if m.plan_ns_per_id is not None:
         two = fit_planner(m.plan_batches)
         head = (f"the scratchpipe policy kernel (one thread, window 3) on a Zipf 1.05 "
@@ -220,6 +207,8 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         _fit_onchip(m, vals, how)
     if m.mix:
         _fit_mix(m, vals, how, vals.get("llc_MiB", base.llc_MiB))
+    if m.aggregate:
+        _fit_aggregates(m, vals, how, top * pe, op, vals.get("llc_MiB", base.llc_MiB))
     checks = notes
     cfg = _replace(base, vals)
     for opt, rb, u, R, s in m.apply:
@@ -255,6 +244,92 @@ def fit_aggregate(points: list[tuple[float, float, float]], core_scale: float
                          "two sizes")
     (_, a, c), *_ = np.linalg.lstsq(design, t, rcond=None)
     return float(a * core_scale * 1e9), float(c * core_scale * 1e9)
+
+
+def fit_aggregate_onchip(points: list[tuple[float, float, float, float]], core_scale: float
+                         ) -> tuple[float, float, float] | None:
+    """(a_miss, a_hit, c) in core-ns of seconds = fixed + (a_miss x n (1 - h) + a_hit x n h
+    + c x u) / core_scale over (lookups n, unique rows u, on-chip fraction h, seconds)
+    points: least squares with a_miss, a_hit, c >= 0 (the best of the fits on every subset
+    of them). None when h barely varies (< 0.05 apart), the terms are not independent, or
+    a hit fits dearer than a miss (noise, not a cache)."""
+    n, u, h, t = np.array(points, float).T
+    if len(t) < 4 or np.ptp(h) < 0.05:
+        return None
+    terms = np.stack([n * (1 - h), n * h, u], axis=1)
+    if np.linalg.matrix_rank(np.column_stack([np.ones_like(n), terms])) < 4:
+        return None
+    best: tuple[float, np.ndarray] | None = None
+    for mask in range(1, 8):
+        cols = [k for k in range(3) if mask >> k & 1]
+        design = np.column_stack([np.ones_like(n), terms[:, cols]])
+        coef, *_ = np.linalg.lstsq(design, t, rcond=None)
+        if (coef[1:] < 0).any():
+            continue
+        sse = float(((design @ coef - t) ** 2).sum())
+        if best is None or sse < best[0] - 1e-30:
+            full = np.zeros(3)
+            full[cols] = coef[1:]
+            best = (sse, full)
+    if best is None or best[1][1] > best[1][0]:
+        return None
+    a_miss, a_hit, c = (float(x * core_scale * 1e9) for x in best[1])
+    return a_miss, a_hit, c
+
+
+def _hits_at(hits: list[list[float]], llc_MiB: float) -> tuple[float, float]:
+    """(MiB, hits) at the largest counted cache size <= llc_MiB (the LLC the model
+    simulates), else the smallest counted."""
+    at = [(mib, x) for mib, x in hits if mib <= llc_MiB] or [tuple(hits[0])]
+    return max(at)
+
+
+def _fit_aggregates(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
+                    core_scale: float, op: float, llc_MiB: float) -> None:
+    """aggregate_ns_per_lookup, aggregate_onchip_ns_per_lookup, aggregate_ns_per_row from
+    the aggregation points (see the module docstring)."""
+    rbs = sorted({a[0] for a in m.aggregate})
+    onchip, label = {}, 0.0
+    for rb in rbs:
+        pts = []
+        for r, n, u, t, hits in m.aggregate:
+            if r == rb and hits:
+                label, x = _hits_at(hits, llc_MiB)
+                pts.append((n, u, x / n, t))
+        onchip[rb] = fit_aggregate_onchip(pts, core_scale)
+    reps = sorted({round(a[1] / a[2]) for a in m.aggregate if a[2] > 0})
+    sizes = sorted({int(a[1]) for a in m.aggregate})
+    what = (f"gradient aggregation on {max(m.threads)} thread(s) of ids whose rows repeat "
+            f"{'/'.join(map(str, reps))} times in batches of {'/'.join(map(str, sizes))} "
+            "lookups, least squares seconds = fixed + (")
+    if all(f is not None for f in onchip.values()):
+        miss = [(rb, max(0.0, onchip[rb][0] - rb / op)) for rb in rbs]
+        hit = [(rb, max(0.0, onchip[rb][1] - rb / op)) for rb in rbs]
+        row = [(rb, onchip[rb][2]) for rb in rbs]
+        what += (f"a_miss x lookups off chip + a_hit x lookups on chip + c x unique rows) / "
+                 f"(threads x parallel_efficiency), on chip by the model's LLC simulator at "
+                 f"{label:g} MiB, coefficients >= 0")
+        vals["aggregate_onchip_ns_per_lookup"] = round(float(np.median([v for _, v in hit])),
+                                                       2)
+        how["aggregate_onchip_ns_per_lookup"] = (
+            what + "; a_hit less row bytes / embedding_op_GBps (charged apart), median of "
+            + ", ".join(f"{int(r)} B {v:.1f}" for r, v in hit))
+        name = "a_miss"
+    else:
+        fits = {rb: fit_aggregate([(n, u, t) for r, n, u, t, _h in m.aggregate if r == rb],
+                                  core_scale) for rb in rbs}
+        miss = [(rb, max(0.0, fits[rb][0] - rb / op)) for rb in rbs]
+        row = [(rb, max(0.0, fits[rb][1])) for rb in rbs]
+        what += ("a x lookups + c x unique rows) / (threads x parallel_efficiency); the "
+                 "on-chip split did not fit (hits not varied, or a hit dearer than a miss)")
+        name = "a"
+    vals["aggregate_ns_per_lookup"] = round(float(np.median([v for _, v in miss])), 2)
+    vals["aggregate_ns_per_row"] = round(float(np.median([v for _, v in row])), 2)
+    how["aggregate_ns_per_lookup"] = (
+        what + f"; {name} less row bytes / embedding_op_GBps (charged apart), median of "
+        + ", ".join(f"{int(r)} B {v:.1f}" for r, v in miss))
+    how["aggregate_ns_per_row"] = (what + "; c, median of "
+                                   + ", ".join(f"{int(r)} B {v:.1f}" for r, v in row))
 
 
 def fit_planner(batches: list[tuple[float, float, float]]) -> tuple[float, float] | None:
@@ -366,8 +441,7 @@ def _fit_mix(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
     for rb, _alpha, n, s, hits in m.mix:
         if n <= 0:
             continue
-        at = [(mib, h) for mib, h in hits if mib <= llc_MiB] or hits[:1]
-        label, h = max(at)
+        label, h = _hits_at(hits, llc_MiB)
         points.setdefault(rb, []).append((h / n, s / n * 1e9))
     fit = fit_mix(points)
     if fit is None:

@@ -9,8 +9,8 @@ Resources (one `Server` each, processor sharing — see resources.py):
     cpu_cores   the CPU cores: cores x parallel_efficiency core-ns per ns; a gathered
                 row's core time (bytes / the core's rate from where the row is: LLC
                 core_llc_GBps, DRAM core_dram_GBps, never above embedding_op_GBps), gradient
-                aggregation (aggregate_ns_per_lookup, _per_row) and ScratchPipe's planner
-                (plan_ns_per_id, _per_eviction) all compete for them
+                aggregation (aggregate_ns_per_lookup, _onchip_ns_per_lookup, _per_row) and
+                ScratchPipe's planner (plan_ns_per_id, _per_eviction) all compete for them
     pcie_h2d,   the link, per direction (or one `pcie` server when not full duplex)
     pcie_d2h
     hbm         GPU HBM; gathers at hbm_GBps x gather_efficiency(row)
@@ -138,22 +138,23 @@ class Machine:
 
     def cpu_backward(self, batch: int, lookups: float, unique_rows: float,
                      onchip_fraction: float = 0.0, r: float | None = None,
-                     R: float | None = None) -> simpy.Process:
+                     R: float | None = None, lookup_onchip: float = 0.0) -> simpy.Process:
         """Hybrid's backward on the CPU: aggregate the lookups' gradient contributions into
-        row gradients — core work of lookups x (r / embedding_op_GBps, the op on the
-        gradient row, + aggregate_ns_per_lookup) + unique rows x aggregate_ns_per_row (the
-        two fitted together by calibrate --cpu on ids of varied repetition, the cores' own
-        memory stalls included: a repeated row's slot and gradient are on chip, a new
-        row's are not) || the gradients' memory traffic (r bytes per lookup on DRAM/LLC:
-        the socket's limit) — then update each unique row with its optimizer state (a read
-        and a write per row: 2U x R)."""
+        row gradients — core work (`aggregate_core_ns`: per lookup the op on the gradient
+        row and the aggregation's own cost, dearer for a lookup whose row is off chip —
+        `lookup_onchip` is the batch's on-chip fraction of lookups — plus a cost per unique
+        row; fitted by calibrate --cpu, the cores' own memory stalls included) || the
+        gradients' memory traffic (r bytes per lookup on DRAM/LLC, `onchip_fraction` on
+        chip: the socket's limit) — then update each unique row with its optimizer state (a
+        read and a write per row: 2U x R, `onchip_fraction` of them on chip)."""
         cpu = self.cfg.hardware.cpu
         r = self.r if r is None else r
         R = self.R if R is None else R
         return self.seq(
             lambda: self.all_of([
-                self.cpu_work(aggregate_core_ns(cpu, lookups, unique_rows, r), batch,
-                              "aggregate"),
+                self.cpu_work(aggregate_core_ns(cpu, lookups, unique_rows, r,
+                                                lookup_onchip if self.dram.onchip is not None
+                                                else 0.0), batch, "aggregate"),
                 self.dram.gather(lookups, r, batch, "aggregate", onchip_fraction)]),
             lambda: self.cpu_gather(2 * unique_rows, R, batch, "update", onchip_fraction))
 
@@ -269,9 +270,20 @@ def gather_core_ns(cpu, rows: float, row_bytes: float, onchip_fraction: float = 
     return rows * (t_hit * all_hit + t_miss * (1.0 - all_hit))
 
 
-def aggregate_core_ns(cpu, lookups: float, unique_rows: float, r: float) -> float:
-    """Core-ns of the gradient aggregation of one batch (r: gradient bytes per lookup)."""
-    return (lookups * (r / cpu.embedding_op_GBps + cpu.aggregate_ns_per_lookup)
+def aggregate_core_ns(cpu, lookups: float, unique_rows: float, r: float,
+                      onchip_fraction: float = 0.0) -> float:
+    """Core-ns of the gradient aggregation of one batch (r: gradient bytes per lookup, a
+    fraction h of the lookups on chip): lookups x (r / embedding_op_GBps + a_miss x (1 - h)
+    + a_hit x h) + unique rows x aggregate_ns_per_row, a_miss = aggregate_ns_per_lookup,
+    a_hit = aggregate_onchip_ns_per_lookup (unset: a_miss). Why: a lookup's slot and
+    gradient row are a random access into the batch's working set; once that spills the
+    LLC a repeated row costs ~4x a resident one (one thread here: 24-35 ns per lookup at
+    5-20 uses per row in 16k-lookup batches, 150-165 in 256k ones; docs/validation.md)."""
+    h = min(max(onchip_fraction, 0.0), 1.0)
+    miss = cpu.aggregate_ns_per_lookup
+    hit = cpu.aggregate_onchip_ns_per_lookup
+    hit = miss if hit is None else hit
+    return (lookups * (r / cpu.embedding_op_GBps + miss * (1.0 - h) + hit * h)
             + unique_rows * cpu.aggregate_ns_per_row)
 
 
