@@ -62,7 +62,8 @@ def run_pair(k: int, args: argparse.Namespace, out: Path) -> dict:
                               "--statistic", args.statistic, "--json"],
                              check=True, stdout=subprocess.PIPE, stderr=log, text=True,
                              cwd=ROOT)
-    (out / f"pair{k}.json").write_text(res.stdout)
+    # pair{k}.json holds calibrate's raw samples (written beside the preset)
+    (out / f"pair{k}.validate.json").write_text(res.stdout)
     stages = {r["stage"]: r for r in json.loads(res.stdout)}
     cpu = yaml.safe_load(preset.read_text())["cpu"]
     return {"stages": stages, "constants": {c: _at_256(cpu[c]) for c in CONSTANTS if c in cpu},

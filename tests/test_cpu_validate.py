@@ -98,7 +98,9 @@ def test_validate_cpu_json_has_every_cpu_stage(tmp_path, capsys):
     assert main(["validate", "--cpu", str(cfg), "--json", "--reps", "1"]) == 0
     rows = json.loads(capsys.readouterr().out)
     want = [f"{d}.{s}" for d in ("hybrid", "scratchpipe") for s in CPU_STAGES[d]]
-    assert [r["stage"] for r in rows] == want
+    # then the host's drift probe: a uniform gather, measured beside every pass
+    assert [r["stage"] for r in rows] == [*want, "host.uniform_gather"]
+    assert rows[-1]["batches"] == 1
     for r in rows:
         assert {"stage", "predicted_ns", "measured_ns", "error_pct"} <= set(r)
         assert r["predicted_ns"] > 0 and r["measured_ns"] > 0, r  # every stage has work

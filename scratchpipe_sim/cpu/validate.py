@@ -20,6 +20,13 @@ with statistic="best", its best) over the passes (the LLC holds what the previou
 left, as in training). On one thread the clock is the thread's CPU time (cpu/measure.py).
 Victim ids are not reported by the policy: write-back scatters, per batch, the policy's
 count of rows taken oldest-fill-first from the rows it filled.
+
+The host's drift: at the start of every pass of every stage a probe gathers + pools
+PROBE_LOOKUPS uniform random rows of the same table (fresh ids each time: the misses
+calibrate's `core_dram_GBps` prices), reported as the stage `host.uniform_gather` with the
+model's price (`cpu_gather`, nothing on chip). Why: on a shared host the same gather moves
+20-40% between runs minutes apart, so a stage's error is the model's plus the host's drift
+since calibration; the probe measures the second beside the first.
 """
 
 from __future__ import annotations
@@ -44,6 +51,10 @@ from scratchpipe_sim.timing.designs import DESIGNS
 from scratchpipe_sim.timing.machine import Machine, price_alone
 from scratchpipe_sim.timing.runner import Replays, build_trace
 from scratchpipe_sim.traces.trace import Trace
+
+#: lookups of one drift probe (uniform rows, pooled 20 to a bag)
+PROBE_LOOKUPS = 32768
+PROBE_POOLING = 20
 
 #: the CPU stages of each design that has any (in pipeline order)
 CPU_STAGES = {"hybrid": ("gather_pool", "aggregate_update"),
@@ -164,6 +175,7 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
             f"{pm / 1e3:.0f} us")
         return r
 
+    probe = _Probe(store, dim, min(PROBE_LOOKUPS, trace.total_rows), seed=len(measured))
     batch_data = {b: _batch_ids(trace, prefix + b) for b in measured}
     if "hybrid" in names:
         hybrid = DESIGNS.get("hybrid")(cfg)
@@ -201,7 +213,7 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
                                                c.llc_update[b], lookup_onchip=c.llc[b]))):
             for b in measured[:2]:  # compile (and touch) before timing
                 fn(b)
-            best, med = _passes(reps, measured, fn)
+            best, med = _passes(reps, measured, fn, probe.sample)
             out.append(result("hybrid", stage, predicted(part), best, med))
     if "scratchpipe" in names:
         sp = DESIGNS.get("scratchpipe")(cfg)
@@ -210,6 +222,7 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
         run_trace = trace.slice(prefix - replays.warm, trace.num_batches)
         plans = []
         for _ in range(max(1, reps)):
+            probe.sample()
             plans.append(run_planner(run_trace, cfg.capacity_rows(), cfg.cache.lookahead,
                                      keep_fills=not plans,
                                      on_overflow=cfg.cache.on_overflow))
@@ -267,9 +280,34 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
             for b in measured:
                 if fn(b) > 0:  # compile once on a batch with work
                     break
-            best, med = _passes(reps, measured, fn)
+            best, med = _passes(reps, measured, fn, probe.sample)
             out.append(result("scratchpipe", stage, predicted(part), best, med))
+    t = np.array(probe.seconds)
+    n, r = probe.lookups, m.row_bytes
+    out.append(result("host", "uniform_gather",
+                      predicted(lambda mm, b: mm.cpu_gather(n, r, b, "probe"))[:1],
+                      t.min(keepdims=True), np.median(t, keepdims=True)))
     return out
+
+
+class _Probe:
+    """The drift probe (module docstring): gather + pool of `lookups` uniform random rows
+    of `store`, fresh ids (drawn untimed) each sample."""
+
+    def __init__(self, store: np.ndarray, dim: int, lookups: int, seed: int):
+        self.store, self.dim, self.lookups = store, dim, lookups
+        self.rng = np.random.default_rng(seed)
+        self.bags = np.arange(0, lookups + PROBE_POOLING, PROBE_POOLING, dtype=np.int64)
+        self.bags[-1] = lookups
+        self.out = np.empty((len(self.bags) - 1, dim), np.float32)
+        self.seconds: list[float] = []
+        self.sample()  # compile and touch: the first sample is not kept
+        self.seconds.clear()
+
+    def sample(self) -> None:
+        ids = self.rng.integers(0, self.store.shape[0], self.lookups).astype(np.int64)
+        self.seconds.append(_timed(lambda: K.bag_pool(self.store, self.dim, ids, self.bags,
+                                                      self.out)))
 
 
 def format_table(results: list[StageResult]) -> str:
