@@ -121,6 +121,24 @@ def test_cli_json_and_tornado_files(tmp_path, capsys):
     assert data["runs"] == 1 + 2 * 3 + 2
     for name in ("sensitivity.json", "tornado.png", "tornado.pdf"):
         assert (out / name).stat().st_size > 0
+    # the result round-trips, and `plot DIR` redraws the tornado from it
+    from scratchpipe_sim.experiments.sensitivity import load_sensitivity
+
+    written = json.loads((out / "sensitivity.json").read_text())
+    assert load_sensitivity(out).to_json() == written
+    assert main(["plot", str(out), "--out", str(tmp_path / "t"), "--format", "png"]) == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "t.png")]
+    assert (tmp_path / "t.png").stat().st_size > 0
+    assert main(["plot", str(out / "sensitivity.json"), "--format", "png"]) == 0
+    assert (out / "figures" / "tornado.png").stat().st_size > 0
+    # one figure only; a damaged result is one line
+    assert main(["plot", str(out), "--figure", "fig1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--figure" in err[0] and "tornado" in err[0]
+    (out / "sensitivity.json").write_text('{"designs": []}')
+    assert main(["plot", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a sensitivity result" in err[0]
 
 
 @pytest.mark.parametrize("ranges, extra, msg", [

@@ -212,3 +212,6 @@ def test_the_bands_figure(bands_dir, tmp_path):
     assert band_axes(data) == ("cache.load_factor", ["trace.alpha"])
     paths = plot_bands(out, tmp_path / "fig" / "b", formats=("png",))
     assert paths == [tmp_path / "fig" / "b.png"] and paths[0].stat().st_size > 0
+    # and through the CLI: `plot DIR` on a bands folder draws its one figure
+    assert main(["plot", str(out), "--out", str(tmp_path / "c"), "--format", "png"]) == 0
+    assert (tmp_path / "c.png").stat().st_size > 0

@@ -49,6 +49,8 @@ COUNT_KEYS = frozenset({"cpu.llc_MiB", "cpu.llc_ways", "gpu.l2_MiB", "gpu.l2_way
 CURVE_KEYS = frozenset({"cpu.gather_efficiency", "gpu.gather_efficiency"})
 #: rate keys that take a number or a [row_bytes, GBps] curve (calibrate --cpu writes curves)
 RATE_KEYS = frozenset(f"cpu.{k}" for k in RATE_CURVE_KEYS)
+#: the result file `sensitivity CONFIG --out DIR` writes (and `plot DIR` reads)
+SENSITIVITY_JSON = "sensitivity.json"
 #: relative margin under which two designs count as tied (an order change must exceed it)
 TIE = 0.005
 
@@ -151,6 +153,34 @@ class Sensitivity:
             "swaps": [{"faster_at_nominal": a, "overtaken_by": b, "runs": n}
                       for (a, b), n in sorted(self.swaps().items())],
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Sensitivity:
+        """The result `to_json` wrote (what `plot DIR` redraws the tornado from)."""
+        return cls(designs=list(data["designs"]),
+                   params=[Param(p["key"], p["low"], p["high"], p["nominal"])
+                           for p in data["params"]],
+                   nominal=dict(data["nominal"]),
+                   oat={k: (v["low"], v["high"]) for k, v in data["one_at_a_time"].items()},
+                   lhs_values=data["lhs"]["values"], lhs=data["lhs"]["speedup"],
+                   seed=data["seed"], pinned=list(data.get("pinned", [])),
+                   infeasible=dict(data.get("infeasible", {})))
+
+
+def load_sensitivity(path: str | Path) -> Sensitivity:
+    """A sensitivity folder's (or its sensitivity.json's) result; one-line errors."""
+    p = Path(path)
+    f = p / SENSITIVITY_JSON if p.is_dir() else p
+    try:
+        return Sensitivity.from_json(json.loads(f.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise UserError(f"no {SENSITIVITY_JSON}: expected a folder written by `sensitivity "
+                        "CONFIG --out DIR`", source=str(p)) from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"unreadable sensitivity result: {e}", source=str(f)) from None
+    except (KeyError, TypeError, AttributeError) as e:
+        raise UserError(f"not a sensitivity result (missing or malformed {e})",
+                        source=str(f)) from None
 
 
 def _get(cfg: Config, key: str) -> Any:
@@ -398,7 +428,7 @@ def write_outputs(res: Sensitivity, out: Path) -> list[Path]:
 
     try:
         out.mkdir(parents=True, exist_ok=True)
-        paths = [out / "sensitivity.json", out / "tornado.png", out / "tornado.pdf"]
+        paths = [out / SENSITIVITY_JSON, out / "tornado.png", out / "tornado.pdf"]
         paths[0].write_text(json.dumps(res.to_json(), indent=1), encoding="utf-8")
         fig = tornado_figure(res)
         fig.savefig(paths[1], dpi=150)
