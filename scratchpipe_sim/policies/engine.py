@@ -256,15 +256,19 @@ class _SeenSet:
 
     Why a per-batch hash set: a stamp per row (`seen[row] = batch`) costs one random DRAM
     access per access once the rows outgrow the last-level cache (as much as the LRU kernel
-    itself); a set sized to the largest batch (>= 2x its accesses, a power of two) stays in
-    L1/L2 and needs no clearing (entries carry their batch stamp). Key and stamp sit side by
-    side (`slots[i] = (row, batch)`: one cache line a probe). Batches comparable to the
-    table size fall back to a stamp per row (`shift` < 0: `slots[row, 1]`, no hashing).
+    itself); a set sized to the largest batch (>= 4x its accesses, a power of two) stays in
+    L1/L2 and needs no clearing (entries carry their batch stamp). 4x the batch, not 2x:
+    fewer probes past the home position, and `_count_chunk` tests membership without a
+    branch on the result (the set's pass at batch size 4096: 12.8 -> 10.5 ns an access,
+    alone over 10M accesses; what remains is the store-to-load dependence of duplicates).
+    Key and stamp sit side by side (`slots[i] = (row, batch)`: one cache line a probe).
+    Batches comparable to the table size fall back to a stamp per row (`shift` < 0:
+    `slots[row]`, no hashing).
     """
 
     def __init__(self, trace: Trace, ptr: np.ndarray):
         biggest = _largest_batch(ptr)
-        bits = max(3, (2 * max(biggest, 1) - 1).bit_length())
+        bits = max(3, (4 * max(biggest, 1) - 1).bit_length())
         if (1 << bits) >= trace.total_rows:
             self.slots = np.full((trace.total_rows, 2), -1, np.int64)
             self.shift = -1
@@ -279,25 +283,6 @@ def _largest_batch(ptr):
     for b in range(len(ptr) - 1):
         m = max(m, ptr[b + 1] - ptr[b])
     return m
-
-
-@nb.njit(cache=True)
-def _first_in_batch(r, stamp, slots, shift):
-    """True the first time row r is marked with `stamp` (= its batch)."""
-    if shift < 0:
-        if slots[r, 1] == stamp:
-            return False
-        slots[r, 1] = stamp
-        return True
-    mask = len(slots) - 1
-    i = np.int64((np.uint64(r) * _GOLDEN) >> np.uint64(shift))
-    while slots[i, 1] == stamp:
-        if slots[i, 0] == r:
-            return False
-        i = (i + 1) & mask
-    slots[i, 0] = r
-    slots[i, 1] = stamp
-    return True
 
 
 @nb.njit(cache=True)
@@ -351,6 +336,7 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
         _count_singles(outcome, events, counts)
         return
     t_acc = t_uniq = t_hits = t_fill = t_evict = t_wb = t_unpl = t_uu = 0
+    mask = len(slots) - 1
     for b in range(len(batch_ptr) - 1):
         lo = batch_ptr[b]
         hi = batch_ptr[b + 1]
@@ -368,7 +354,19 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
             stamp = first_batch + b
             for j in range(lo, hi):  # branch-free counting: outcomes are unpredictable
                 o = outcome[j]
-                first = _first_in_batch(ids[j], stamp, slots, shift)
+                # is row r new in this batch (see `_SeenSet`)? Branch free: a duplicate is
+                # as unpredictable as an outcome; with the set 4x the batch, a probe past
+                # the home position is rare. A stamp per row (shift < 0): slots[r].
+                r = ids[j]
+                if shift < 0:
+                    i = r
+                else:
+                    i = np.int64((np.uint64(r) * _GOLDEN) >> np.uint64(shift))
+                    while slots[i, 1] == stamp and slots[i, 0] != r:
+                        i = (i + 1) & mask
+                first = slots[i, 1] != stamp
+                slots[i, 0] = r
+                slots[i, 1] = stamp
                 uniq += first
                 hits += o == 0
                 unpl += o == 2
