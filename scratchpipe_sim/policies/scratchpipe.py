@@ -137,37 +137,30 @@ def _heap_pop(h, n):
 
 
 @nb.njit(cache=True, inline="always")
-def _reverse_rows(a, lo, hi):
-    """Reverse rows lo..hi-1 of a two-column array in place."""
-    hi -= 1
-    while lo < hi:
-        a[lo, 0], a[hi, 0] = a[hi, 0], a[lo, 0]
-        a[lo, 1], a[hi, 1] = a[hi, 1], a[lo, 1]
-        lo += 1
-        hi -= 1
-
-
-@nb.njit(cache=True, inline="always")
 def _push_fifo(s, nu, now, fq, st):
     """Queue slot s as evictable; `nu` is the row's next use. An entry (slot, next use) is
     valid while that next use lies in the future (>= `now`, the first position not yet
     planned): once the row is used again it is pinned (and queued again later), and a row
-    leaves the scratchpad only through its own valid entry, so no per-slot stamp is needed."""
+    leaves the scratchpad only through its own valid entry, so no per-slot stamp is needed.
+
+    A full ring (mostly stale pairs) keeps its valid pairs, in order, from the head on: one
+    branch-free pass in ring order (the write position never passes the read position),
+    where a rotation by three reversals and a slide took four (20 -> 7 ms for a ring of 4M
+    pairs; at 10% of 10M rows it fills every ~1.5M accesses at batch size 1). Written here,
+    not in a called function: that call made Numba keep ~8 NRT increfs an access."""
     n = len(fq)
-    if st[_QTAIL] - st[_QHEAD] == n:  # ring full of mostly stale pairs: keep the valid ones
-        # in place, no scratch array: rotate the ring so its head is at 0 (three reversals),
-        # then slide the valid pairs down in order
-        h0 = st[_QHEAD] & (n - 1)
-        _reverse_rows(fq, 0, h0)
-        _reverse_rows(fq, h0, n)
-        _reverse_rows(fq, 0, n)
+    if st[_QTAIL] - st[_QHEAD] == n:
+        m = n - 1
+        head = st[_QHEAD]
         k = 0
         for i in range(n):
-            if fq[i, 1] >= now:
-                fq[k, 0] = fq[i, 0]
-                fq[k, 1] = fq[i, 1]
-                k += 1
-        st[_QHEAD], st[_QTAIL] = 0, k
+            e = (head + i) & m
+            d = (head + k) & m
+            fs, fnu = fq[e, 0], fq[e, 1]
+            fq[d, 0] = fs
+            fq[d, 1] = fnu
+            k += fnu >= now
+        st[_QTAIL] = head + k
     t = st[_QTAIL] & (n - 1)
     fq[t, 0], fq[t, 1] = s, nu
     st[_QTAIL] += 1
