@@ -4,6 +4,9 @@ its spread between runs, and how much each calibrated constant moved.
     python benchmarks/validate_cpu_pairs.py --pairs 3 --out /tmp/pairs
     python benchmarks/validate_cpu_pairs.py --pairs 3 --taskset 0 --threads 1
 
+"vs drift": each stage's error relative to the drift probe's (validate's host.uniform_gather:
+the gather the calibration priced, measured during the validation).
+
 Why: on a shared host one pair is one draw — the neighbours' memory traffic moves a
 gather's time by 20-40% between runs minutes apart, on both sides (the calibration's
 constants and the validation's measurements). Each pair is a fresh calibration followed
@@ -90,13 +93,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pair {k}: {p['wall_s']:.0f} s, load {p['load'][0]:.1f} -> {p['load'][1]:.1f}: "
               + ", ".join(f"{s.split('.')[-1]} {r['error_pct']:+.0f}%"
                           for s, r in p["stages"].items()), flush=True)
-    print("\n| stage | error % per pair | median | range | measured ms per batch (min-max) |")
-    print("|---|---|---|---|---|")
+    print("\n| stage | error % per pair | median | range | vs drift % per pair | median | "
+          "measured ms per batch (min-max) |")
+    print("|---|---|---|---|---|---|---|")
     for stage in pairs[0]["stages"]:
         err = [p["stages"][stage]["error_pct"] for p in pairs]
+        adj = [p["stages"][stage].get("drift_adjusted_pct") for p in pairs]
+        adj_text = ("" if None in adj else
+                    f"{' / '.join(f'{e:+.0f}' for e in adj)} | {np.median(adj):+.0f}")
         ms = [p["stages"][stage]["measured_ns"] / 1e6 for p in pairs]
         print(f"| {stage} | {' / '.join(f'{e:+.0f}' for e in err)} | {np.median(err):+.0f} | "
-              f"{min(err):+.0f} .. {max(err):+.0f} | {min(ms):.2f}-{max(ms):.2f} |")
+              f"{min(err):+.0f} .. {max(err):+.0f} | {adj_text or ' | '} | "
+              f"{min(ms):.2f}-{max(ms):.2f} |")
     print("\n| constant (at 256 B) | per pair | spread (max/min) |")
     print("|---|---|---|")
     for c in CONSTANTS:

@@ -100,7 +100,12 @@ def test_validate_cpu_json_has_every_cpu_stage(tmp_path, capsys):
     want = [f"{d}.{s}" for d in ("hybrid", "scratchpipe") for s in CPU_STAGES[d]]
     # then the host's drift probe: a uniform gather, measured beside every pass
     assert [r["stage"] for r in rows] == [*want, "host.uniform_gather"]
-    assert rows[-1]["batches"] == 1
+    assert rows[-1]["batches"] == 1 and rows[-1]["drift_adjusted_pct"] is None
+    # every stage's error relative to the probe's: (1 + e) / (1 + e_probe) - 1
+    e0 = rows[-1]["error_pct"] / 100
+    for r in rows[:-1]:
+        assert r["drift_adjusted_pct"] == pytest.approx(
+            ((1 + r["error_pct"] / 100) / (1 + e0) - 1) * 100, rel=1e-9, abs=1e-9)
     for r in rows:
         assert {"stage", "predicted_ns", "measured_ns", "error_pct"} <= set(r)
         assert r["predicted_ns"] > 0 and r["measured_ns"] > 0, r  # every stage has work
