@@ -14,10 +14,11 @@ replay, warm-up prefix, LLC hits), each stage alone on a fresh SimPy environment
 `Machine`, priced by the Machine's own helpers (`cpu_gather`, `cpu_backward`, `plan` with
 the batch's evictions, `collect` and `write_back` with their staging-buffer side) — the
 formulas are not copied here, and the designs price the same stages with the same helpers.
-The planner runs on one thread, so predictions use cache.plan_threads = 1. Batches run in
-trace order, the whole sequence repeated `reps` times; a batch's time is its median (or,
-with statistic="best", its best) over the passes (the LLC holds what the previous batch
-left, as in training). On one thread the clock is the thread's CPU time (cpu/measure.py).
+The planner runs on one thread, so predictions use cache.plan_threads = 1. A pass runs a
+stage's batches in trace order (the LLC holds what the previous batch left, as in
+training); passes are interleaved — pass k of every stage, then pass k + 1, `reps` in all —
+so a slow minute of a shared host lands on every stage alike; a batch's time is its median
+(or, with statistic="best", its best) over the passes. On one thread the clock is the thread's CPU time (cpu/measure.py).
 Victim ids are not reported by the policy: write-back scatters, per batch, the policy's
 count of rows taken oldest-fill-first from the rows it filled.
 
@@ -122,19 +123,6 @@ def check_size(cfg: Config, available: int | None = None) -> None:
             source=cfg.source, field="model.tables.rows")
 
 
-def _passes(reps: int, batches: list[int], fn: Callable[[int], float],
-            before: Callable[[], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Best and median seconds per batch over `reps` in-order passes (pass 0 untimed warm-up
-    of the compiled kernels is the caller's)."""
-    t = np.zeros((reps, len(batches)))
-    for r in range(reps):
-        if before is not None:
-            before()
-        for i, b in enumerate(batches):
-            t[r, i] = fn(b)
-    return t.min(axis=0), np.median(t, axis=0)
-
-
 def _batch_ids(trace: Trace, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Linearized ids of batch k and its bags' offsets (rebased to 0)."""
     ch = trace.chunk(k, k + 1)
@@ -181,6 +169,12 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
         return r
 
     probe = _Probe(store, dim, min(PROBE_LOOKUPS, trace.total_rows), seed=len(measured))
+    #: (design, stage, one timed pass -> seconds per measured batch, predicted ns per batch)
+    stages: list[tuple[str, str, Callable[[], np.ndarray], np.ndarray]] = []
+
+    def per_batch(fn: Callable[[int], float]) -> Callable[[], np.ndarray]:
+        return lambda: np.array([fn(b) for b in measured])
+
     batch_data = {b: _batch_ids(trace, prefix + b) for b in measured}
     if "hybrid" in names:
         hybrid = DESIGNS.get("hybrid")(cfg)
@@ -218,31 +212,34 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
                                                c.llc_update[b], lookup_onchip=c.llc[b]))):
             for b in measured[:2]:  # compile (and touch) before timing
                 fn(b)
-            best, med = _passes(reps, measured, fn, probe.sample)
-            out.append(result("hybrid", stage, predicted(part), best, med))
+            stages.append(("hybrid", stage, per_batch(fn), predicted(part)))
     if "scratchpipe" in names:
         sp = DESIGNS.get("scratchpipe")(cfg)
         w = replays.get(sp.workload_key())[0]
         c = sp.columns(w)
         run_trace = trace.slice(prefix - replays.warm, trace.num_batches)
-        plans = []
-        for _ in range(max(1, reps)):
-            probe.sample()
-            plans.append(run_planner(run_trace, cfg.capacity_rows(), cfg.cache.lookahead,
-                                     keep_fills=not plans,
-                                     on_overflow=cfg.cache.on_overflow))
-        first = plans[0]
+
+        def plan_run(keep_fills: bool = False):
+            return run_planner(run_trace, cfg.capacity_rows(), cfg.cache.lookahead,
+                               keep_fills=keep_fills, on_overflow=cfg.cache.on_overflow)
+
+        first = plan_run(keep_fills=True)  # untimed: compiles, and gives the fill rows
         skip = replays.warm
         fi, wi = COUNTERS.index("fills"), COUNTERS.index("writebacks")
         fills = first.counts[skip:, fi] if first.counts is not None else None
         if fills is None or not np.array_equal(fills, np.asarray(w.cols["fills"])):
             raise RuntimeError("the timed planner's fills differ from the simulator's replay")
-        share = [p.next_use_s / max(float(p.accesses.sum()), 1.0) for p in plans]
-        per = np.array([[p.seconds[skip + b] + s * p.accesses[skip + b] for b in measured]
-                        for p, s in zip(plans, share, strict=True)])
-        out.append(result("scratchpipe", "plan",
-                          predicted(lambda mm, b: mm.plan(b, c.accesses[b], c.evictions[b])),
-                          per.min(axis=0), np.median(per, axis=0)))
+
+        def plan_pass() -> np.ndarray:
+            """One timed planner run: per batch its seconds and its share of the next-use
+            pass (by accesses)."""
+            p = plan_run()
+            share = p.next_use_s / max(float(p.accesses.sum()), 1.0)
+            return np.array([p.seconds[skip + b] + share * p.accesses[skip + b]
+                             for b in measured])
+
+        stages.append(("scratchpipe", "plan", plan_pass,
+                       predicted(lambda mm, b: mm.plan(b, c.accesses[b], c.evictions[b]))))
         fill_rows = first.fills
         maxf = max(1, max(len(f) for f in fill_rows))
         staging = np.zeros((maxf, cols), np.float32)
@@ -285,8 +282,17 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
             for b in measured:
                 if fn(b) > 0:  # compile once on a batch with work
                     break
-            best, med = _passes(reps, measured, fn, probe.sample)
-            out.append(result("scratchpipe", stage, predicted(part), best, med))
+            stages.append(("scratchpipe", stage, per_batch(fn), predicted(part)))
+    # interleaved: pass k of every stage, then pass k + 1; the probe before each stage's
+    # pass. A slow minute of the host then lands on every stage and on the probe alike.
+    times: list[list[np.ndarray]] = [[] for _ in stages]
+    for _ in range(max(1, reps)):
+        for (_d, _s, one_pass, _p), t in zip(stages, times, strict=True):
+            probe.sample()
+            t.append(one_pass())
+    for (design, stage, _f, pred), t in zip(stages, times, strict=True):
+        a = np.array(t)
+        out.append(result(design, stage, pred, a.min(axis=0), np.median(a, axis=0)))
     t = np.array(probe.seconds)
     n, r = probe.lookups, m.row_bytes
     drift = result("host", "uniform_gather",
