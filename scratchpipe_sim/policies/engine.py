@@ -221,12 +221,12 @@ def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
     ptr = trace.batch_access_ptr() if ptr is None else ptr
     starts = trace.chunk_starts(chunk_accesses, ptr=ptr)
     for k, end in reversed(list(zip(starts[:-1], starts[1:], strict=True))):
-        chunk = trace.chunk(k, end, ptr)
-        view = out[chunk.first_access : chunk.first_access + len(chunk.ids)]
+        first, ids = trace.chunk_ids(k, end, ptr)
+        view = out[first : first + len(ids)]
         if narrow:
-            _next_use_backward_narrow(chunk.ids, chunk.first_access, last, view)
+            _next_use_backward_narrow(ids, first, last, view)
         else:
-            _next_use_backward(chunk.ids, chunk.first_access, last, view)
+            _next_use_backward(ids, first, last, view)
     return out
 
 

@@ -190,6 +190,14 @@ def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, slot
 
 
 @nb.njit(cache=True)
+def _retire_window(w_ids, w_ptr, w_nu, w_slot, w_base, tb, unpin_before, slot_row, fq, st):
+    """`_retire` of a batch before the chunk (the first W batches of a chunk): a compiled
+    call, so the kernel inlines `_retire` at one place only (two inlined call sites with
+    different arrays made Numba keep ~6 NRT increfs an access)."""
+    _retire(w_ids, w_ptr, w_nu, w_slot, w_base, tb, unpin_before, slot_row, fq, st)
+
+
+@nb.njit(cache=True)
 def _compact_heap(h, st, now):
     """The heap is full: keep its valid entries (next use >= `now`) and rebuild it."""
     k = 0
@@ -237,80 +245,86 @@ def _expire_victims(j, w, table, mask, shift, vring, vstart, st):
 
 
 @nb.njit(cache=True)
-def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext_base, tail,
-                       w, stall, table, mask, shift, slot_row, fq, h, st,
-                       ext_out, ext_slot, events, vring, vstart, refetch):
-    """Plan every new batch of the chunk; retire (check and unpin) the batch leaving the
-    window first.
+def _scratchpipe_chunk(ids, ptr, nus, first_batch, base, w_ids, w_ptr, w_nu, w_slot, w_base,
+                       tail, w, stall, table, mask, shift, slot_row, fq, h, st,
+                       outc, slots, events, vring, vstart, refetch):
+    """Plan every batch of the chunk; retire (check and unpin) the batch leaving the window
+    first.
 
-    `ext_*` = the last W batches of earlier chunks followed by this chunk's; positions are
-    local to `ext_ids` (global = ext_base + local); `ext_nu` are their next-use positions.
-    `ext_slot[q]` is the slot that access q was planned into (-1: unplaced) - what the
-    trainer reads. With W >= 2, refetches are counted: `refetch[j, d-1]` = rows filled at
-    plan(j) that plan(j-d) evicted, d = 1..W-1. A victim stays in the row -> slot map
-    `table` (key and slot side by side: one cache line a probe) as a *ghost* (slot -1 -
-    eviction batch) for W-1 batches, so the fill's own probe finds it for free; a ring
-    `vring` lists the victims for expiry. Returns -1, or the global index of the batch
-    whose pinned set overflowed (on_overflow=error).
+    `ids`, `ptr`, `nus`: the chunk's ids, batch pointers (relative) and next-use positions;
+    positions are local to the chunk (global = `base` + local). `w_*`: the last W batches
+    before the chunk (fewer at the start of the trace), global position of `w_ids[0]` =
+    `w_base`: they are only retired here. Why two sets of arrays, not the window copied in
+    front of the chunk: that copy (ids, next uses, pointers, outcomes) cost ~3-5 ns an access.
+    `slots[q]` is the slot that access q was planned into (-1: unplaced) - what the trainer
+    reads. With W >= 2, refetches are counted: `refetch[j, d-1]` = rows filled at plan(j)
+    that plan(j-d) evicted, d = 1..W-1. A victim stays in the row -> slot map `table` (key
+    and slot side by side: one cache line a probe) as a *ghost* (slot -1 - eviction batch)
+    for W-1 batches, so the fill's own probe finds it for free; a ring `vring` lists the
+    victims for expiry. Returns -1, or the global index of the batch whose pinned set
+    overflowed (on_overflow=error).
     """
     track = w >= 2
     nring = len(vring) - 1
     nfq = len(fq) - 1
-    nq = len(ext_ids)
-    for lb in range(first_new, len(ext_ptr) - 1):
-        j = ext_first_batch + lb
-        lo, hi = ext_ptr[lb], ext_ptr[lb + 1]
-        glo, ghi = ext_base + lo, ext_base + hi
-        ev = lb - first_new
+    nq = len(ids)
+    nwin = len(w_ptr) - 1
+    for lb in range(len(ptr) - 1):
+        j = first_batch + lb
+        lo, hi = ptr[lb], ptr[lb + 1]
+        glo, ghi = base + lo, base + hi
+        ev = lb
         # batch j-W was trained after plan(j-1): check it and unpin its rows
         if lb - w >= 0:
-            _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, lb - w, glo, slot_row, fq,
-                    st)
+            _retire(ids, ptr, nus, slots, base, lb - w, glo, slot_row, fq, st)
+        elif lb - w + nwin >= 0:
+            _retire_window(w_ids, w_ptr, w_nu, w_slot, w_base, lb - w + nwin, glo, slot_row,
+                           fq, st)
         if w >= 2 and lb - w + 1 >= 0 and hi - lo > 1:  # hints: the slots the next retire
-            q0 = ext_ptr[lb - w + 1]  # checks (single-access batches: hinted when planned)
-            q1 = ext_ptr[lb - w + 2]
+            q0 = ptr[lb - w + 1]  # checks (single-access batches: hinted when planned)
+            q1 = ptr[lb - w + 2]
             for q in range(q0, q1 if q1 < q0 + _PF_RETIRE else q0 + _PF_RETIRE):
-                if ext_slot[q] >= 0:
-                    prefetch(slot_row, ext_slot[q])
+                if slots[q] >= 0:
+                    prefetch(slot_row, slots[q])
         if track:
             _expire_victims(j, w, table, mask, shift, vring, vstart, st)
         # the first position after the window: inside the chunk, or one of the next W+1
         # batches' global starts (`tail`, clamped to the trace's end)
         k = lb + w + 1
-        limit = ext_base + ext_ptr[k] if k < len(ext_ptr) else tail[k - len(ext_ptr) + 1]
+        limit = base + ptr[k] if k < len(ptr) else tail[k - len(ptr) + 1]
         # pass 1: resident rows hit (and are pinned: their queue entries are stale from
         # now, their next use being this batch). A miss keeps its probe position (as
         # -2 - position) for pass 2.
         for q in range(lo, hi):
             if q + _PF < nq:  # a hint (see _prefetch.py), across batch bounds
-                prefetch(table, 2 * home(ext_ids[q + _PF], shift))
-            i = probe_pair(table, mask, shift, ext_ids[q])
-            if table[i, 0] == ext_ids[q] and table[i, 1] >= 0:
-                ext_slot[q] = table[i, 1]
-                ext_out[q] = HIT
+                prefetch(table, 2 * home(ids[q + _PF], shift))
+            i = probe_pair(table, mask, shift, ids[q])
+            if table[i, 0] == ids[q] and table[i, 1] >= 0:
+                slots[q] = table[i, 1]
+                outc[q] = HIT
             else:
-                ext_slot[q] = -2 - i
-                ext_out[q] = MISS
-        if hi - lo == 1 and ext_out[lo] == HIT:  # batch size 1: a hit needs no pass 2
-            prefetch(slot_row, ext_slot[lo])  # what its retire reads, W batches on
+                slots[q] = -2 - i
+                outc[q] = MISS
+        if hi - lo == 1 and outc[lo] == HIT:  # batch size 1: a hit needs no pass 2
+            prefetch(slot_row, slots[lo])  # what its retire reads, W batches on
             continue
         # pass 2: fill the missing rows (written out here, not in a helper: an inlined
         # helper taking arrays costs an NRT incref/decref per array and call)
         stalled = False
         for q in range(lo, hi):
-            if ext_out[q] != MISS:
+            if outc[q] != MISS:
                 continue
-            r = ext_ids[q]
+            r = ids[q]
             if track:
                 # nothing is erased while a batch is planned (victims become ghosts), so
                 # the probe can resume where pass 1 stopped: keys were only added since
-                i = -2 - ext_slot[q]
+                i = -2 - slots[q]
                 while table[i, 0] != r and table[i, 0] != EMPTY:
                     i = (i + 1) & mask
             else:
                 i = probe_pair(table, mask, shift, r)
             if table[i, 0] == r and table[i, 1] >= 0:
-                ext_out[q] = HIT  # filled earlier in this batch
+                outc[q] = HIT  # filled earlier in this batch
                 s = table[i, 1]
             else:
                 if st[_USED] < len(slot_row):
@@ -356,8 +370,8 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
                     if s < 0:
                         if not stall:
                             return j
-                        ext_out[q] = UNPLACED
-                        ext_slot[q] = -1
+                        outc[q] = UNPLACED
+                        slots[q] = -1
                         stalled = True
                         continue
                     v = slot_row[s]
@@ -377,7 +391,7 @@ def _scratchpipe_chunk(ext_ids, ext_ptr, ext_nu, ext_first_batch, first_new, ext
                 table[i, 1] = s
                 slot_row[s] = r
                 events[ev, FILLS] += 1
-            ext_slot[q] = s
+            slots[q] = s
         if stalled:
             st[_STALLS] += 1
     return -1
@@ -418,31 +432,19 @@ class ScratchPipe(Policy):
         #: unplaced) after `process`, as the reference path's planner does
         self.keep_slots = False
         self.chunk_slots = np.zeros(0, np.int64)
-        self._b_ids = self._b_nu = self._b_slot = self._b_ptr = np.zeros(0, np.int64)
-        self._b_out = np.zeros(0, np.uint8)
+        self._b_slot = np.zeros(0, np.int64)  # slots of the chunk's accesses, reused
         self._reset_window(0)
 
-    def _reset_window(self, first_batch: int) -> None:
+    def _reset_window(self, first_batch: int, base: int = 0) -> None:
+        """No batches before the next chunk's: `win_*` are the last W planned batches (ids,
+        slots, next uses, relative pointers), `win_base` the global position of the first
+        access, `win_first_batch` the global index of the first batch."""
         self.win_ids = np.zeros(0, np.int64)
-        self.win_out = np.zeros(0, np.uint8)
         self.win_slot = np.zeros(0, np.int64)
         self.win_nu = np.zeros(0, np.int64)
         self.win_ptr = np.zeros(1, np.int64)
+        self.win_base = base
         self.win_first_batch = first_batch
-
-    def _ext_buffers(self, n: int, nptr: int) -> tuple[np.ndarray, ...]:
-        """Views of length n (n, n, n, n, nptr) of buffers kept across chunks for the window
-        plus the chunk: ids, next uses, outcomes, slots, batch pointers. Why: fresh arrays
-        each chunk cost page faults and copies (~4 ns an access at batch size 1)."""
-        if len(self._b_ids) < n:
-            self._b_ids = np.empty(n, np.int64)
-            self._b_nu = np.empty(n, np.int64)
-            self._b_out = np.empty(n, np.uint8)
-            self._b_slot = np.empty(n, np.int64)
-        if len(self._b_ptr) < nptr:
-            self._b_ptr = np.empty(nptr, np.int64)
-        return (self._b_ids[:n], self._b_nu[:n], self._b_out[:n], self._b_slot[:n],
-                self._b_ptr[:nptr])
 
     def _batch_starts(self, batches: np.ndarray) -> np.ndarray:
         """Global first access of each of `batches` (as `Trace.batch_access_ptr`, for a few
@@ -466,28 +468,17 @@ class ScratchPipe(Policy):
                 events: np.ndarray) -> None:
         if self._trace is None or next_use is None:
             raise RuntimeError("scratchpipe needs prepare(trace) and next-use positions")
-        ncar = len(self.win_ids)
         n = len(chunk.ids)
-        nw = len(self.win_ptr)
-        ext_ids, ext_nu, ext_out, ext_slot, ext_ptr = self._ext_buffers(
-            ncar + n, nw + len(chunk.batch_ptr) - 1)
-        ext_ids[:ncar] = self.win_ids
-        ext_ids[ncar:] = chunk.ids
-        ext_nu[:ncar] = self.win_nu
-        ext_nu[ncar:] = next_use
-        ext_out[:ncar] = self.win_out
-        ext_slot[:ncar] = self.win_slot
-        ext_ptr[:nw] = self.win_ptr
-        np.add(chunk.batch_ptr[1:], ncar, out=ext_ptr[nw:])
-        first_new = nw - 1
-        ext_base = chunk.first_access - ncar
+        if len(self._b_slot) < n:
+            self._b_slot = np.empty(n, np.int64)
+        slots = self._b_slot[:n]
+        nu = np.asarray(next_use, np.int64)
         bad = _scratchpipe_chunk(
-            ext_ids, ext_ptr, ext_nu, chunk.first_batch - first_new, first_new, ext_base,
+            chunk.ids, chunk.batch_ptr, nu, chunk.first_batch, chunk.first_access,
+            self.win_ids, self.win_ptr, self.win_nu, self.win_slot, self.win_base,
             self._tail(chunk), self.lookahead, self.on_overflow == "stall",
             self.table, self.mask, self.shift, self.slot_row, self.fifo, self.heap,
-            self.st, ext_out, ext_slot, events,
-            self.vring, self.vstart,
-            self.refetch)
+            self.st, outcome, slots, events, self.vring, self.vstart, self.refetch)
         if bad >= 0:
             need = min_scratchpipe_capacity(self._trace, self.lookahead)
             raise UserError(
@@ -496,29 +487,44 @@ class ScratchPipe(Policy):
                 f"{max(0, bad - self.lookahead + 1)}..{bad}) do not fit; raise the capacity or "
                 f"use on_overflow=stall (cache.on_overflow in a run config)",
                 source=self._trace.source, field="capacity")
-        outcome[:] = ext_out[ncar:]
         if self.keep_slots:
-            self.chunk_slots = ext_slot[ncar:].copy()  # the buffer is reused next chunk
-        # keep the last W batches: they are retired (checked, unpinned) by later plans
-        nbat = len(ext_ptr) - 1
-        keep = min(self.lookahead, nbat)
-        cut = int(ext_ptr[nbat - keep])
-        self.win_ids = ext_ids[cut:].copy()
-        self.win_out = ext_out[cut:].copy()
-        self.win_slot = ext_slot[cut:].copy()
-        self.win_nu = ext_nu[cut:].copy()
-        self.win_ptr = ext_ptr[nbat - keep:] - cut
-        self.win_first_batch = chunk.first_batch - first_new + nbat - keep
+            self.chunk_slots = slots.copy()  # the buffer is reused next chunk
+        self._keep_window(chunk, nu, slots)
+
+    def _keep_window(self, chunk: Chunk, nu: np.ndarray, slots: np.ndarray) -> None:
+        """Keep the last W planned batches: later plans retire (check, unpin) them."""
+        w = self.lookahead
+        nbat = chunk.num_batches
+        ptr = chunk.batch_ptr
+        if nbat >= w:
+            cut = int(ptr[nbat - w])
+            self.win_ids = chunk.ids[cut:].copy()
+            self.win_slot = slots[cut:].copy()
+            self.win_nu = nu[cut:].copy()
+            self.win_ptr = ptr[nbat - w:] - cut
+            self.win_base = chunk.first_access + cut
+            self.win_first_batch = chunk.first_batch + nbat - w
+            return
+        # a chunk of fewer batches than the window: the last W - nbat earlier ones too
+        nwin = len(self.win_ptr) - 1
+        keep = min(w - nbat, nwin)
+        wcut = int(self.win_ptr[nwin - keep])
+        carried = len(self.win_ids) - wcut
+        self.win_ids = np.concatenate((self.win_ids[wcut:], chunk.ids))
+        self.win_slot = np.concatenate((self.win_slot[wcut:], slots))
+        self.win_nu = np.concatenate((self.win_nu[wcut:], nu))
+        self.win_ptr = np.concatenate((self.win_ptr[nwin - keep:] - wcut, ptr[1:] + carried))
+        self.win_base = chunk.first_access - carried
+        self.win_first_batch = chunk.first_batch - keep
 
     def finish(self) -> None:
         """Check the batches trained after the last plan (no later plan retires them)."""
         nbat = len(self.win_ptr) - 1
         if nbat and self._trace is not None:
-            ext_base = int(self._batch_starts(np.array([self.win_first_batch]))[0])
             for lb in range(nbat):
-                _retire(self.win_ids, self.win_ptr, self.win_nu, self.win_slot, ext_base, lb,
-                        -1, self.slot_row, self.fifo, self.st)
-        self._reset_window(self.win_first_batch + nbat)
+                _retire(self.win_ids, self.win_ptr, self.win_nu, self.win_slot, self.win_base,
+                        lb, -1, self.slot_row, self.fifo, self.st)
+        self._reset_window(self.win_first_batch + nbat, self.win_base + len(self.win_ids))
 
     def resident(self) -> np.ndarray:
         t = self.table

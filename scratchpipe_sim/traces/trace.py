@@ -183,6 +183,22 @@ class Trace:
                                  self.num_tables)
         return Chunk(k, int(offs[0]), ids, tables, bptr)
 
+    def chunk_ids(self, k: int, end: int, ptr: np.ndarray | None = None
+                  ) -> tuple[int, np.ndarray]:
+        """(global position of the first access, linearized ids) of batches k..end-1: what
+        `chunk` holds without its per-batch pointers (one int64 a batch to build: 32 MiB per
+        4M-access chunk at batch size 1) when a pass needs only the ids."""
+        if self.num_tables == 1:
+            ptr = self.batch_access_ptr() if ptr is None else ptr
+            base = int(ptr[k])
+            raw = self.indices[base : int(ptr[end])]
+            ids = np.asarray(raw)
+            if ids.dtype != np.int64 or not ids.flags.writeable or not ids.flags.c_contiguous:
+                ids = np.array(raw, dtype=np.int64)
+            return base, ids
+        c = self.chunk(k, end, ptr)
+        return c.first_access, c.ids
+
     def _zero_tables(self, n: int) -> np.ndarray:
         """n int32 zeros, the table ids of a one-table chunk: a view of one array kept on the
         trace (a fresh one per chunk cost ~2.7 ns an access at batch size 1: allocation and
