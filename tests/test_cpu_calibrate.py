@@ -293,16 +293,21 @@ def test_microbenchmarks_record_every_sample_at_tiny_sizes():
     assert len(m.stream) == len(m.copy) == len(z.copy_bytes)
     assert len(m.gather) == len(z.row_bytes) * len(z.lookups)
     assert len(m.scaling) == len(z.row_bytes) * len(z.lookups)
-    assert len(m.aggregate) == len(z.row_bytes) * len(z.aggregate_lookups) * len(z.repeats)
-    assert {round(n / u) for _, n, u, _s, _h in m.aggregate} >= {1, 2}  # repetition varies
-    # the model's simulator: more hits in a larger cache, never more than the repeats of
-    # the point's first ids; rows used 20 times hit more than rows used once
+    assert len(m.aggregate) == (len(z.row_bytes) * len(z.aggregate_alphas)
+                                * len(z.aggregate_batches))
+    # generated batches: every size, unique rows per lookup varied; hits as the model's
+    # simulator counts them: more in a larger cache, never more than the batch's lookups,
+    # more for the skewed batches than for the uniform ones
+    assert {a[1] for a in m.aggregate} == {float(b * z.pooling) for b in z.aggregate_batches}
+    share = [u / n for _, n, u, _s, _h in m.aggregate]
+    assert min(share) < 0.5 < max(share) <= 1.0
     for _rb, n, _u, _s, hits in m.aggregate:
         h = [x for _, x in hits]
-        assert h and h == sorted(h) and h[-1] < n
-    k = len(z.repeats)  # points go (lookups, repeats) in order, per row size
-    groups = [m.aggregate[i : i + k] for i in range(0, len(m.aggregate), k)]
-    assert all(g[-1][4][-1][1] > g[0][4][-1][1] for g in groups)
+        assert h and h == sorted(h) and h[-1] <= n
+    k = len(z.aggregate_batches)  # points go (alpha, batch) in order, per row size
+    per_alpha = [m.aggregate[i : i + k] for i in range(0, len(m.aggregate), k)]
+    for uniform, skewed in zip(per_alpha[0::2], per_alpha[1::2], strict=True):
+        assert all(s[4][-1][1] > u[4][-1][1] for u, s in zip(uniform, skewed, strict=True))
     assert len(m.apply) == 2 * len(z.row_bytes) * len(z.lookups)  # sgd and adagrad
     assert [p[:2] for p in m.onchip] == [(1.0, 1.0), (1.0, 2.0)]
     assert m.gather_one == []  # one thread only: m.gather is already one core's

@@ -17,10 +17,11 @@ squares `calibrate` fits to PCIe) separates a fixed cost per call from a rate:
                 counted by the model's own LLC simulator at every hot-set size: a hit's and
                 a miss's core cost in a stream that does both (what the model prices), per
                 row size
-    backward    gradient aggregation (lookups -> unique-row gradients) on ids of varied
-                repetition (every row used 1, 2, 5 or 20 times) in batches from ones whose
-                rows stay on chip to ones that spill the LLC, on-chip hits counted by the
-                model's LLC simulator; then the optimizer apply (SGD, Adagrad), by row size
+    backward    gradient aggregation (lookups -> unique-row gradients) of generated
+                batches from uniform to very skewed (Zipf 0.8 .. 1.4) and from 20k to 256k
+                lookups, each after warm-up batches (aggregated untimed, as in training),
+                on-chip hits counted by the model's LLC simulator; then the optimizer apply
+                (SGD, Adagrad), by row size
     planner     the real `scratchpipe` policy kernel on a synthetic Zipf trace
 
 Ids are synthetic (uniform, or Zipf for the planner): calibration never sees the config's
@@ -55,11 +56,12 @@ class CpuBenchSizes:
     hot_bytes: int = 1 << 20  # a hot set that stays on chip (1 MiB, a core's L2 or less)
     onchip_max_MiB: int = 64  # hot sets of 1, 2, 4, ... MiB up to this (2 x a 32 MiB LLC)
     lookups: tuple[int, ...] = (1 << 14, 1 << 15, 1 << 16)
-    #: aggregation: each row of a batch used this many times (1 = uniform ids)
-    repeats: tuple[int, ...] = (1, 2, 5, 20)
-    #: aggregation batch sizes (lookups): up to batches whose rows spill the LLC (256k
-    #: lookups of 5-use rows: 13 MiB of gradient rows at 256 B), as a training batch's do
-    aggregate_lookups: tuple[int, ...] = (1 << 14, 1 << 16, 1 << 18)
+    #: aggregation: Zipf exponents of the generated batches (0 = uniform ids)
+    aggregate_alphas: tuple[float, ...] = (0.0, 0.8, 1.0, 1.2, 1.4)
+    #: aggregation batch sizes (samples x pooling lookups): up to batches whose rows spill
+    #: the LLC, as a training batch's do (256k uniform lookups: 64 MiB of gradient rows)
+    aggregate_batches: tuple[int, ...] = (1024, 4096, 12800)
+    aggregate_warm_batches: int = 2  # aggregated (untimed) before each timed batch
     row_bytes: tuple[int, ...] = (64, 128, 256, 512)
     pooling: int = 20
     reps: int = 15
@@ -85,13 +87,14 @@ class CpuBenchSizes:
 
 
 QUICK = CpuBenchSizes(stream_buffer_bytes=1 << 28, table_bytes=1 << 28, reps=7,
-                      aggregate_lookups=(1 << 14, 1 << 17),
+                      aggregate_alphas=(0.0, 1.0, 1.4), aggregate_batches=(512, 4096),
                       mix_table_bytes=1 << 28, plan_rows=1_000_000, plan_batch=512,
                       plan_batches=8, plan_reps=2, plan_steady_from=2)
 TINY = CpuBenchSizes(copy_bytes=(1 << 20, 1 << 22), stream_buffer_bytes=1 << 23,
                      onchip_max_MiB=2,
                      table_bytes=1 << 23, lookups=(1 << 12, 1 << 15), row_bytes=(64, 256),
-                     aggregate_lookups=(1 << 12, 1 << 15),
+                     aggregate_alphas=(0.0, 1.2), aggregate_batches=(64, 512),
+                     aggregate_warm_batches=1,
                      reps=2, plan_rows=20_000, plan_tables=2, plan_batch=64, plan_batches=4,
                      plan_lookahead=2, plan_load_factor=0.2, plan_reps=1,
                      plan_load_factors=(0.1, 0.2), plan_steady_from=1,
@@ -124,8 +127,8 @@ class CpuMeasurements:
     #: thread and on max(threads)
     onchip: list[tuple[float, float, float, float]] = field(default_factory=list)
     #: (row_bytes, lookups, unique rows, seconds, [[hot-set MiB, on-chip hits], ...]) of
-    #: the aggregation on max(threads); hits by the model's LLC simulator (entries of
-    #: row_bytes) on the point's first ids
+    #: the aggregation of a generated batch on max(threads); hits by the model's LLC
+    #: simulator (entries of row_bytes) over the warm-up batches and the timed one
     aggregate: list[tuple[float, float, float, float, list[list[float]]]] = field(
         default_factory=list)
     #: (optimizer, row_bytes, unique rows, moved row bytes, seconds) of the apply
@@ -297,18 +300,48 @@ def _repeated_ids(rng: np.random.Generator, rows: int, n: int, k: int) -> np.nda
     return rng.permutation(np.resize(pool, n)).astype(np.int64)
 
 
-def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
-                    rng: np.random.Generator, top: int) -> None:
-    """Aggregation (timed with SGD's table; lookups of every row repeated 1, 2, 5, 20
-    times in batches of aggregate_lookups, so a least-squares fit separates the cost per
-    unique row from the cost per lookup, on chip and off; the hits are the model's LLC
-    simulator's on the point's first ids: later rounds draw other rows of the same shape)
-    and the apply of one optimizer at one row size. Fresh ids every repetition."""
-    from scratchpipe_sim.traces.trace import Trace  # noqa: PLC0415
+def _aggregate_streams(z: CpuBenchSizes, rb: int, rows: int
+                       ) -> list[tuple[list[np.ndarray], list[tuple[np.ndarray, np.ndarray]],
+                                       list[list[float]]]]:
+    """Per (alpha, batch size): the generated batches' ids (warm-up ones, then the timed
+    one), each batch's (bag of every lookup, bag gradients), and the timed batch's on-chip
+    hits by the model's LLC simulator over the whole stream (inter-batch hits included, as
+    the model counts a trace's)."""
+    from scratchpipe_sim.traces.generators import generate_trace  # noqa: PLC0415
 
     dim = rb // 4
+    out = []
+    total = z.aggregate_warm_batches + 1
+    for k, (alpha, batch) in enumerate((a, b) for a in z.aggregate_alphas
+                                       for b in z.aggregate_batches):
+        params = {"alpha": alpha} if alpha > 0 else {}
+        tr = generate_trace("zipf" if alpha > 0 else "uniform", [rows], batch, total,
+                            z.pooling, 301 + k, **params)
+        ch = tr.chunk(0, total)
+        ids = [np.asarray(ch.ids[ch.batch_ptr[i] : ch.batch_ptr[i + 1]], np.int64)
+               for i in range(total)]
+        offs = np.asarray(tr.offsets, np.int64)
+        bags = []
+        for i in range(total):
+            lo, hi = int(tr.batch_bounds[i]), int(tr.batch_bounds[i + 1])
+            bag_of = K.bag_of_lookups(offs[lo : hi + 1] - offs[lo])
+            bags.append((bag_of, np.full((hi - lo, dim), 1e-3, np.float32)))
+        out.append((ids, bags, _hits(tr, rb, hot_set_sizes(z), rows,
+                                     z.aggregate_warm_batches)))
+    return out
+
+
+def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
+                    rng: np.random.Generator, top: int) -> None:
+    """Aggregation (timed with SGD's table) of generated batches of varied skew and size,
+    so a least-squares fit separates the cost per unique row from the cost per lookup, on
+    chip and off; each repetition relabels the rows by a fresh random offset (no
+    repetition finds the previous one's rows on chip; the simulator's hits do not depend on
+    the labels' offset, only on their reuse) and first aggregates the warm-up batches
+    untimed. Then the apply of one optimizer at one row size, on fresh uniform ids."""
+    dim = rb // 4
     cols = dim + K.state_columns(opt, dim)
-    most = max(*z.lookups, *z.aggregate_lookups)
+    most = max(*z.lookups, max(z.aggregate_batches) * z.pooling)
     rows = max(z.table_bytes // (cols * 4), most)
     store = np.ones((rows, cols), np.float32)
     bw = K.Backward(rows, dim, most, top)
@@ -319,37 +352,39 @@ def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
             K.reset_slots(bw.slot, bw.uniq, state["n"])
             state["n"] = 0
 
+    def aggregate(ids: np.ndarray, bag_of: np.ndarray, grads: np.ndarray) -> None:
+        state["n"] = bw.aggregate(ids, bag_of, grads)
+
+    if opt == "sgd":
+        # every point once a round, the statistic over the rounds: a slow moment of a shared
+        # host then slows every point alike instead of tilting the fit's split between the
+        # per-lookup and the per-row cost (consecutive repetitions per point moved that
+        # split 1.6x between calibrations minutes apart)
+        streams = _aggregate_streams(z, rb, rows)
+        times: list[list[float]] = [[] for _ in streams]
+        uniq: list[list[int]] = [[] for _ in streams]
+        for r in range(max(1, z.reps) + 1):  # round 0: warm-up (compiles, first touch)
+            for (ids, bags, _h), t, u in zip(streams, times, uniq, strict=True):
+                shift = int(rng.integers(0, rows))
+                moved = [(x + shift) % rows for x in ids]
+                for x, (bag_of, grads) in zip(moved[:-1], bags[:-1], strict=True):
+                    reset()
+                    aggregate(x, bag_of, grads)
+                reset()
+                bag_of, grads = bags[-1]
+                secs = timed(lambda x=moved[-1], b=bag_of, g=grads: aggregate(x, b, g))
+                if r:
+                    t.append(secs)
+                    u.append(state["n"])
+        for (ids, _b, hits), t, u in zip(streams, times, uniq, strict=True):
+            m.aggregate.append((float(rb), float(len(ids[-1])), float(np.mean(u)),
+                                _note(m, Timing.of(t)), hits))
+        reset()
     shapes = {}
-    for n in sorted({*z.lookups, *z.aggregate_lookups}):
+    for n in z.lookups:
         bag_ptr = np.arange(0, n + 1, z.pooling, dtype=np.int64)
         bag_of = K.bag_of_lookups(np.append(bag_ptr[bag_ptr < n], n))
         shapes[n] = (bag_of, np.full((int(bag_of[-1]) + 1, dim), 1e-3, np.float32))
-    if opt == "sgd":
-        # every (lookups, repeats) point once a round, the statistic over the rounds: a slow
-        # moment of a shared host then slows every point alike instead of tilting the fit's
-        # split between the per-lookup and the per-row cost (consecutive repetitions per
-        # point moved that split 1.6x between calibrations minutes apart)
-        points = [(n, k) for n in z.aggregate_lookups for k in z.repeats]
-        times: dict[tuple[int, int], list[float]] = {p: [] for p in points}
-        uniq: dict[tuple[int, int], list[int]] = {p: [] for p in points}
-        hits: dict[tuple[int, int], list[list[float]]] = {}
-        for r in range(max(1, z.reps) + 1):  # round 0: warm-up (compiles, first touch)
-            for n, k in points:
-                reset()
-                ids = _repeated_ids(rng, rows, n, k)
-                if (n, k) not in hits:
-                    one = Trace(np.array([rows], np.int64), ids,
-                                np.arange(n + 1, dtype=np.int64), np.array([0, n], np.int64), n)
-                    hits[(n, k)] = _hits(one, rb, hot_set_sizes(z), rows)
-                bag_of, grads = shapes[n]
-                t = timed(lambda i=ids, b=bag_of, g=grads: state.__setitem__(
-                    "n", bw.aggregate(i, b, g)))
-                if r:
-                    times[(n, k)].append(t)
-                    uniq[(n, k)].append(state["n"])
-        for n, k in points:
-            m.aggregate.append((float(rb), float(n), float(np.mean(uniq[(n, k)])),
-                                _note(m, Timing.of(times[(n, k)])), hits[(n, k)]))
     for n in z.lookups:  # the apply updates one batch's uniform rows (each used once)
         bag_of, grads = shapes[n]
         reset()

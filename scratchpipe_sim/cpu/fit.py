@@ -13,8 +13,8 @@ CPU and GPU halves are fitted the same way. How each key follows from the sample
     core_dram_GBps          one thread's gather + pool of uniform rows (DRAM misses): the
                             least-squares rate per row size, median over row sizes
     parallel_efficiency     hot-set rate on T threads / (T x one thread's), 256 B rows
-    aggregate_ns_per_lookup least squares over ids of varied repetition in batches from
-    aggregate_onchip_ns_    on chip to spilling the LLC: seconds = fixed + (a_miss x
+    aggregate_ns_per_lookup least squares over generated batches (uniform to Zipf 1.4, 20k
+    aggregate_onchip_ns_    to 256k lookups, after warm-up batches): seconds = fixed + (a_miss x
       per_lookup            lookups off chip + a_hit x lookups on chip + c x unique rows) /
     aggregate_ns_per_row    (T x parallel efficiency), on chip = the hit fraction by the
                             model's LLC simulator at llc_MiB, coefficients >= 0; per lookup
@@ -297,11 +297,12 @@ def _fit_aggregates(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str
                 label, x = _hits_at(hits, llc_MiB)
                 pts.append((n, u, x / n, t))
         onchip[rb] = fit_aggregate_onchip(pts, core_scale)
-    reps = sorted({round(a[1] / a[2]) for a in m.aggregate if a[2] > 0})
-    sizes = sorted({int(a[1]) for a in m.aggregate})
-    what = (f"gradient aggregation on {max(m.threads)} thread(s) of ids whose rows repeat "
-            f"{'/'.join(map(str, reps))} times in batches of {'/'.join(map(str, sizes))} "
-            "lookups, least squares seconds = fixed + (")
+    share = [a[2] / a[1] for a in m.aggregate if a[1] > 0]
+    sizes = [int(a[1]) for a in m.aggregate]
+    what = (f"gradient aggregation on {max(m.threads)} thread(s) of {len(m.aggregate)} "
+            f"generated batches ({min(sizes)}-{max(sizes)} lookups, {min(share):.2f}-"
+            f"{max(share):.2f} unique rows per lookup, after warm-up batches), least squares "
+            "seconds = fixed + (")
     if all(f is not None for f in onchip.values()):
         miss = [(rb, max(0.0, onchip[rb][0] - rb / op)) for rb in rbs]
         hit = [(rb, max(0.0, onchip[rb][1] - rb / op)) for rb in rbs]
