@@ -45,6 +45,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 MAX_CHUNK_BATCHES = 1 << 16
 _IN_MEMORY_NEXT_USE = 1 << 26
 _PF_NEXT_USE = 48  # prefetch distance of the next-use pass, in accesses
+_NO_NEXT_USE_ARG = np.zeros(0, np.int64)  # `_count_chunk`'s next uses when there are none
 
 
 @dataclass(frozen=True)
@@ -138,16 +139,17 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
         if next_use is not None:
             nu = np.asarray(next_use[chunk.first_access : chunk.first_access + n])
         policy.process(chunk, nu, outcome, events)
+        nu_arg = _NO_NEXT_USE_ARG if nu is None else nu
         if totals is None:
             counts = np.zeros((nbat, NUM_COUNTERS), np.int64)
             _count_chunk(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch,
                          outcome, events, seen.slots, seen.shift, counts, 1, tables,
-                         per_table is not None)
+                         per_table is not None, nu_arg, chunk.first_access, nu is not None)
             yield chunk.first_batch, counts
         else:
             _count_chunk(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch,
                          outcome, events, seen.slots, seen.shift, totals, 0, tables,
-                         per_table is not None)
+                         per_table is not None, nu_arg, chunk.first_access, nu is not None)
             yield chunk.first_batch, totals
     policy.finish()
 
@@ -326,12 +328,18 @@ def _count_singles(outcome, events, counts):
 
 @nb.njit(cache=True)
 def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, shift, counts,
-                 stride, per_table, do_tables):
+                 stride, per_table, do_tables, next_use, base, has_nu):
     """One pass over a chunk's outcomes adding every counter of batch b to `counts[b * stride]`
     (stride 1: per batch; stride 0: totals only, summed in locals and added once: the
     compiler cannot keep `counts` in registers across the loop, and at batch size 1 nine
     read-modify-writes per access were half this pass), and per-table counts if
-    `do_tables`. Clears the events it has read: the engine reuses the buffer."""
+    `do_tables`. Clears the events it has read: the engine reuses the buffer.
+
+    With next uses (`has_nu`: belady, scratchpipe, bagpipe), a batch's unique rows are its
+    accesses whose next use lies past the batch (each row's last access), which needs no
+    per-access set (~10 ns an access at batch size 4096: the set's store-to-load chains);
+    the set is walked only for a batch with an UNPLACED outcome (unique_unplaced needs each
+    row's first access) and without next uses."""
     if stride == 0 and not do_tables and _all_single(batch_ptr):
         _count_singles(outcome, events, counts)
         return
@@ -351,26 +359,35 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
             unpl = o == 2
             uniq_unpl = unpl
         else:
-            stamp = first_batch + b
-            for j in range(lo, hi):  # branch-free counting: outcomes are unpredictable
-                o = outcome[j]
-                # is row r new in this batch (see `_SeenSet`)? Branch free: a duplicate is
-                # as unpredictable as an outcome; with the set 4x the batch, a probe past
-                # the home position is rare. A stamp per row (shift < 0): slots[r].
-                r = ids[j]
-                if shift < 0:
-                    i = r
-                else:
-                    i = np.int64((np.uint64(r) * _GOLDEN) >> np.uint64(shift))
-                    while slots[i, 1] == stamp and slots[i, 0] != r:
-                        i = (i + 1) & mask
-                first = slots[i, 1] != stamp
-                slots[i, 0] = r
-                slots[i, 1] = stamp
-                uniq += first
-                hits += o == 0
-                unpl += o == 2
-                uniq_unpl += first & (o == 2)
+            if has_nu:  # a row's last access in the batch is the one whose next use lies
+                end = base + hi  # past it: unique rows = those accesses (no set needed)
+                for j in range(lo, hi):
+                    o = outcome[j]
+                    uniq += next_use[j] >= end
+                    hits += o == 0
+                    unpl += o == 2
+            if not has_nu or unpl > 0:  # unique_unplaced needs each row's first access
+                uniq = hits = unpl = 0
+                stamp = first_batch + b
+                for j in range(lo, hi):  # branch-free counting: outcomes are unpredictable
+                    o = outcome[j]
+                    # is row r new in this batch (see `_SeenSet`)? Branch free: a duplicate is
+                    # as unpredictable as an outcome; with the set 4x the batch, a probe past
+                    # the home position is rare. A stamp per row (shift < 0): slots[r].
+                    r = ids[j]
+                    if shift < 0:
+                        i = r
+                    else:
+                        i = np.int64((np.uint64(r) * _GOLDEN) >> np.uint64(shift))
+                        while slots[i, 1] == stamp and slots[i, 0] != r:
+                            i = (i + 1) & mask
+                    first = slots[i, 1] != stamp
+                    slots[i, 0] = r
+                    slots[i, 1] = stamp
+                    uniq += first
+                    hits += o == 0
+                    unpl += o == 2
+                    uniq_unpl += first & (o == 2)
         if do_tables:
             for j in range(lo, hi):
                 t = tables[j]
