@@ -269,7 +269,7 @@ class _SeenSet:
     """
 
     def __init__(self, trace: Trace, ptr: np.ndarray):
-        biggest = _largest_batch(ptr)
+        biggest = trace.largest_batch(ptr)
         bits = max(3, (4 * max(biggest, 1) - 1).bit_length())
         if (1 << bits) >= trace.total_rows:
             self.slots = np.full((trace.total_rows, 2), -1, np.int64)
@@ -277,14 +277,6 @@ class _SeenSet:
         else:
             self.slots = np.full((1 << bits, 2), -1, np.int64)
             self.shift = 64 - bits
-
-
-@nb.njit(cache=True)
-def _largest_batch(ptr):
-    m = 1
-    for b in range(len(ptr) - 1):
-        m = max(m, ptr[b + 1] - ptr[b])
-    return m
 
 
 @nb.njit(cache=True)

@@ -119,6 +119,15 @@ class Trace:
             return ptr
         return np.asarray(self.offsets[np.asarray(self.batch_bounds)], dtype=np.int64)
 
+    def largest_batch(self, ptr: np.ndarray | None = None) -> int:
+        """Most accesses in one batch (at least 1); `ptr`: `batch_access_ptr()`, if at hand.
+        Kept: the engine and a policy may both ask (a pass over one int64 a batch)."""
+        m = self._memo.get("largest")
+        if m is None:
+            m = int(largest_batch(self.batch_access_ptr() if ptr is None else ptr))
+            self._memo["largest"] = m
+        return m
+
     # -- access ----------------------------------------------------------------------------
     def batch(self, k: int) -> Batch:
         lo, hi = int(self.batch_bounds[k]), int(self.batch_bounds[k + 1])
@@ -352,6 +361,15 @@ def _linearize_into(raw, offs, bounds, table_offsets, num_tables, ids, tables):
             for j in range(lo, hi):
                 ids[j] = raw[j] + base
                 tables[j] = t
+
+
+@nb.njit(cache=True)
+def largest_batch(ptr):
+    """Most accesses in one batch (at least 1), from `Trace.batch_access_ptr()`."""
+    m = 1
+    for b in range(len(ptr) - 1):
+        m = max(m, ptr[b + 1] - ptr[b])
+    return m
 
 
 @nb.njit(cache=True)
