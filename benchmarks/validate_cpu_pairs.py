@@ -32,7 +32,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 #: constants reported per pair (curves at 256 B rows)
 CONSTANTS = ("core_dram_GBps", "core_llc_GBps", "core_window_rows", "llc_MiB",
-             "embedding_op_GBps", "aggregate_ns_per_lookup", "aggregate_ns_per_row",
+             "embedding_op_GBps", "aggregate_ns_per_lookup", "aggregate_onchip_ns_per_lookup",
+             "aggregate_ns_per_row",
              "plan_ns_per_id", "plan_ns_per_eviction")
 
 
