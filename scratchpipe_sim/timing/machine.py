@@ -279,11 +279,11 @@ def aggregate_core_ns(cpu, lookups: float, unique_rows: float, r: float,
     gradient row are a random access into the batch's working set; once that spills the
     LLC a repeated row costs ~4x a resident one (one thread here: 24-35 ns per lookup at
     5-20 uses per row in 16k-lookup batches, 150-165 in 256k ones; docs/validation.md)."""
-    h = min(max(onchip_fraction, 0.0), 1.0)
-    miss = cpu.aggregate_ns_per_lookup
-    hit = cpu.aggregate_onchip_ns_per_lookup
-    hit = miss if hit is None else hit
-    return (lookups * (r / cpu.embedding_op_GBps + miss * (1.0 - h) + hit * h)
+    per_lookup = cpu.aggregate_ns_per_lookup
+    if cpu.aggregate_onchip_ns_per_lookup is not None:
+        h = min(max(onchip_fraction, 0.0), 1.0)
+        per_lookup = per_lookup * (1.0 - h) + cpu.aggregate_onchip_ns_per_lookup * h
+    return (lookups * (r / cpu.embedding_op_GBps + per_lookup)
             + unique_rows * cpu.aggregate_ns_per_row)
 
 
