@@ -88,15 +88,20 @@ def e2e_seconds(trace: Trace, name: str, capacity: int):
 
 
 def kernel_seconds(trace: Trace, name: str, capacity: int, chunks, next_use) -> float:
+    """`prepare` + `process` of every chunk + `finish`. The outcome and events buffers are
+    reused across chunks, as the engine does (fresh zeroed events per chunk cost page faults:
+    ~1.5 ns an access at batch size 1, charged to the policy before 2026-12-03 18:00)."""
     policy = make_policy(name, capacity, trace.total_rows)
+    out_buf = np.empty(max(len(c.ids) for c in chunks), np.uint8)
+    events_buf = np.zeros((max(c.num_batches for c in chunks), 3), np.int64)
     start = clock()
     policy.prepare(trace)
     for c in chunks:
         n = len(c.ids)
-        out = np.empty(n, np.uint8)
-        events = np.zeros((c.num_batches, 3), np.int64)
+        events = events_buf[: c.num_batches]
+        events.fill(0)
         nu = next_use[c.first_access : c.first_access + n] if policy.needs_next_use else None
-        policy.process(c, nu, out, events)
+        policy.process(c, nu, out_buf[:n], events)
     policy.finish()
     return clock() - start
 
