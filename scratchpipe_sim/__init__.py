@@ -4,11 +4,20 @@ Importing the package points Numba's on-disk cache (`@njit(cache=True)`) at a us
 folder before any submodule imports Numba. Numba's default is a `__pycache__` beside each
 source file: inside an installed package that writes files pip does not record, which
 survive an uninstall and then shadow a later editable install of the same package.
+
+The folder is one per state of the package's sources (`source_key`): Numba revalidates a
+cached kernel only against the file that defines it, so an edit of a helper it inlines
+from another file (policies/_hashmap.py) or of a module constant it froze would otherwise
+leave the old compiled code in use — silently wrong counts. Checked: a kernel calling an
+inlined `f(x) = x + 1` from another file still returned x + 1 after `f` became x + 2.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -24,12 +33,58 @@ def cache_dir() -> Path:
     return Path(base) / "scratchpipe_sim"
 
 
+#: subpackages that compile nothing: editing them never makes a cached kernel stale
+NOT_COMPILED = ("cli", "experiments")
+#: source states whose compiled kernels are kept (the most recently used ones)
+KEEP_SOURCE_STATES = 4
+_KEY = re.compile(r"^[0-9a-f]{16}$")
+
+
+def source_key(root: Path | None = None) -> str:
+    """16 hex digits naming the state of the package's sources: the path, size and
+    modification time of every .py file outside NOT_COMPILED (stat only: ~1 ms). Any edit
+    gives a new key, hence a fresh compile cache; an installed package keeps its key."""
+    root = Path(__file__).parent if root is None else root
+    h = hashlib.sha1()
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root)
+        if rel.parts[0] in NOT_COMPILED:
+            continue
+        st = p.stat()
+        h.update(f"{rel.as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def prune_source_states(folder: Path, keep: int = KEEP_SOURCE_STATES) -> None:
+    """Delete all but the `keep` most recently used source-state folders under `folder`
+    (best effort: another process may be using or deleting one too)."""
+    try:
+        states = [p for p in folder.iterdir() if p.is_dir() and _KEY.match(p.name)]
+        states.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for old in states[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def _set_numba_cache_dir() -> None:
-    """NUMBA_CACHE_DIR = <cache_dir>/numba unless the user chose one. Numba reads it when it
-    is imported; if it already was (imported before us), set its live config too."""
+    """NUMBA_CACHE_DIR = <cache_dir>/numba/<source_key> unless the user chose one (then
+    staleness across files is theirs to manage). Numba reads it when it is imported; if it
+    already was (imported before us), set its live config too. The folder's time is
+    renewed on every use, so pruning keeps the states in use."""
     if os.environ.get("NUMBA_CACHE_DIR"):
         return
-    folder = str(cache_dir() / "numba")
+    base = cache_dir() / "numba"
+    path = base / source_key()
+    try:
+        if path.is_dir():
+            os.utime(path)
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            prune_source_states(base)
+    except OSError:
+        pass  # an unwritable cache: Numba then compiles without caching
+    folder = str(path)
     os.environ["NUMBA_CACHE_DIR"] = folder
     numba_config = sys.modules.get("numba.core.config")
     if numba_config is not None:
