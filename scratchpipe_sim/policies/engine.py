@@ -46,6 +46,12 @@ MAX_CHUNK_BATCHES = 1 << 16
 _IN_MEMORY_NEXT_USE = 1 << 26
 _PF_NEXT_USE = 48  # prefetch distance of the next-use pass, in accesses
 _NO_NEXT_USE_ARG = np.zeros(0, np.int64)  # `_count_chunk`'s next uses when there are none
+#: the unique-row set's entries: (batch stamp << _SEEN_KEY_BITS) | row; -1 (sign bit set) is
+#: never a valid entry
+_SEEN_KEY_BITS = 48
+_SEEN_STAMP_BITS = 15
+_SEEN_KEY_MASK = (1 << _SEEN_KEY_BITS) - 1
+_SEEN_STAMP_MASK = (1 << _SEEN_STAMP_BITS) - 1
 
 
 @dataclass(frozen=True)
@@ -143,12 +149,12 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
         if totals is None:
             counts = np.zeros((nbat, NUM_COUNTERS), np.int64)
             _count_chunk(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch,
-                         outcome, events, seen.slots, seen.shift, counts, 1, tables,
+                         outcome, events, seen.slots, seen.shift, seen.epoch, counts, 1, tables,
                          per_table is not None, nu_arg, chunk.first_access, nu is not None)
             yield chunk.first_batch, counts
         else:
             _count_chunk(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch,
-                         outcome, events, seen.slots, seen.shift, totals, 0, tables,
+                         outcome, events, seen.slots, seen.shift, seen.epoch, totals, 0, tables,
                          per_table is not None, nu_arg, chunk.first_access, nu is not None)
             yield chunk.first_batch, totals
     policy.finish()
@@ -258,25 +264,29 @@ class _SeenSet:
 
     Why a per-batch hash set: a stamp per row (`seen[row] = batch`) costs one random DRAM
     access per access once the rows outgrow the last-level cache (as much as the LRU kernel
-    itself); a set sized to the largest batch (>= 4x its accesses, a power of two) stays in
-    L1/L2 and needs no clearing (entries carry their batch stamp). 4x the batch, not 2x:
-    fewer probes past the home position, and `_count_chunk` tests membership without a
-    branch on the result (the set's pass at batch size 4096: 12.8 -> 10.5 ns an access,
-    alone over 10M accesses; what remains is the store-to-load dependence of duplicates).
-    Key and stamp sit side by side (`slots[i] = (row, batch)`: one cache line a probe).
-    Batches comparable to the table size fall back to a stamp per row (`shift` < 0:
-    `slots[row]`, no hashing).
+    itself); a set sized to the largest batch (>= 8x its accesses, a power of two: probes
+    past the home position are rare) stays in L2 and needs no clearing per batch. One int64
+    an entry, the batch's stamp and the row packed (`_SEEN_STAMP_BITS` bits of the global
+    batch index above `_SEEN_KEY_BITS` bits of row), so a test is one load and a new row one
+    store: with key and stamp in two words the set's pass took 8-9 ns an access at batch
+    size 4096 (alone over 10M accesses), packed 3.7. Stamps repeat every 2^15 batches, so
+    the set is cleared when a batch is 2^15 or more after the last clear (`epoch`).
+    Batches comparable to the table size use a stamp per row (`shift` < 0: entry = row).
     """
 
     def __init__(self, trace: Trace, ptr: np.ndarray):
+        if trace.total_rows > _SEEN_KEY_MASK:
+            raise ValueError(f"{trace.total_rows} rows: the unique-row set packs row ids "
+                             f"in {_SEEN_KEY_BITS} bits")
         biggest = trace.largest_batch(ptr)
-        bits = max(3, (4 * max(biggest, 1) - 1).bit_length())
+        bits = max(3, (8 * max(biggest, 1) - 1).bit_length())
         if (1 << bits) >= trace.total_rows:
-            self.slots = np.full((trace.total_rows, 2), -1, np.int64)
+            self.slots = np.full(trace.total_rows, -1, np.int64)
             self.shift = -1
         else:
-            self.slots = np.full((1 << bits, 2), -1, np.int64)
+            self.slots = np.full(1 << bits, -1, np.int64)
             self.shift = 64 - bits
+        self.epoch = np.zeros(1, np.int64)  # batch of the last clear
 
 
 @nb.njit(cache=True)
@@ -319,8 +329,8 @@ def _count_singles(outcome, events, counts):
 
 
 @nb.njit(cache=True)
-def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, shift, counts,
-                 stride, per_table, do_tables, next_use, base, has_nu):
+def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, shift, epoch,
+                 counts, stride, per_table, do_tables, next_use, base, has_nu):
     """One pass over a chunk's outcomes adding every counter of batch b to `counts[b * stride]`
     (stride 1: per batch; stride 0: totals only, summed in locals and added once: the
     compiler cannot keep `counts` in registers across the loop, and at batch size 1 nine
@@ -361,21 +371,27 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
             if not has_nu or unpl > 0:  # unique_unplaced needs each row's first access
                 uniq = hits = unpl = 0
                 stamp = first_batch + b
+                if stamp - epoch[0] > _SEEN_STAMP_MASK:  # stamps would repeat: clear
+                    slots[:] = -1
+                    epoch[0] = stamp
+                low = stamp & _SEEN_STAMP_MASK
+                tag = low << _SEEN_KEY_BITS
                 for j in range(lo, hi):  # branch-free counting: outcomes are unpredictable
                     o = outcome[j]
                     # is row r new in this batch (see `_SeenSet`)? Branch free: a duplicate is
-                    # as unpredictable as an outcome; with the set 4x the batch, a probe past
+                    # as unpredictable as an outcome; with the set 8x the batch, a probe past
                     # the home position is rare. A stamp per row (shift < 0): slots[r].
                     r = ids[j]
+                    want = tag | r
                     if shift < 0:
                         i = r
                     else:
                         i = np.int64((np.uint64(r) * _GOLDEN) >> np.uint64(shift))
-                        while slots[i, 1] == stamp and slots[i, 0] != r:
+                        # past entries of this batch holding other rows
+                        while (slots[i] != want) & ((slots[i] >> _SEEN_KEY_BITS) == low):
                             i = (i + 1) & mask
-                    first = slots[i, 1] != stamp
-                    slots[i, 0] = r
-                    slots[i, 1] = stamp
+                    first = slots[i] != want
+                    slots[i] = want
                     uniq += first
                     hits += o == 0
                     unpl += o == 2
