@@ -18,7 +18,8 @@ The planner runs on one thread, so predictions use cache.plan_threads = 1. A pas
 stage's batches in trace order (the LLC holds what the previous batch left, as in
 training); passes are interleaved — pass k of every stage, then pass k + 1, `reps` in all —
 so a slow minute of a shared host lands on every stage alike; a batch's time is its median
-(or, with statistic="best", its best) over the passes. On one thread the clock is the thread's CPU time (cpu/measure.py).
+(or, with statistic="best", its best) over the passes. On one thread the clock is the
+thread's CPU time (cpu/measure.py).
 Victim ids are not reported by the policy: write-back scatters, per batch, the policy's
 count of rows taken oldest-fill-first from the rows it filled.
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from typing import NamedTuple
 
 import numba as nb
 import numpy as np
@@ -131,6 +133,35 @@ def _batch_ids(trace: Trace, k: int) -> tuple[np.ndarray, np.ndarray]:
     return ch.ids, offs - offs[0]
 
 
+class _Stage(NamedTuple):
+    design: str
+    stage: str
+    one_pass: Callable[[], np.ndarray]  # one timed pass: seconds per measured batch
+    predicted_ns: np.ndarray  # the model's price per measured batch
+
+
+@dataclass
+class _Run:
+    """What every stage of one validation shares: the config, its trace and replays, the
+    measured batches (their ids and bag offsets) and the row store in DRAM."""
+
+    cfg: Config
+    trace: Trace
+    replays: Replays
+    measured: list[int]
+    store: np.ndarray
+    threads: int
+    batch_data: dict[int, tuple[np.ndarray, np.ndarray]]
+
+    def predicted(self, part: Callable[[Machine, int], simpy.Event | None]) -> np.ndarray:
+        """The model's time of `part` per measured batch, priced alone (price_alone)."""
+        return price_alone(self.cfg, self.cfg.model.num_batches, part, self.measured)
+
+    def per_batch(self, fn: Callable[[int], float]) -> Callable[[], np.ndarray]:
+        """One pass of `fn` over the measured batches, in trace order."""
+        return lambda: np.array([fn(b) for b in self.measured])
+
+
 def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
                  log: Callable[[str], None] = print, statistic: str = "median"
                  ) -> list[StageResult]:
@@ -142,165 +173,167 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
     threads = max(1, min(cfg.hardware.cpu.cores, nb.config.NUMBA_NUM_THREADS))
     nb.set_num_threads(threads)
     replays = Replays(cfg, trace, cached="scratchpipe" in names)
-    prefix = replays.prefix
     measured = list(range(m.warmup_batches, m.num_batches))
     if max_batches is not None:
         measured = measured[:max_batches]
-    dim, R = m.tables.dim, m.moved_row_bytes
-    cols = R // 4
-    store = np.full((trace.total_rows, cols), 0.01, np.float32)
-    out: list[StageResult] = []
+    store = np.full((trace.total_rows, m.moved_row_bytes // 4), 0.01, np.float32)
+    run = _Run(cfg, trace, replays, measured, store, threads,
+               {b: _batch_ids(trace, replays.prefix + b) for b in measured})
+    probe = _Probe(store, m.tables.dim, min(PROBE_LOOKUPS, trace.total_rows),
+                   seed=len(measured))
+    stages = ((_hybrid_stages(run) if "hybrid" in names else [])
+              + (_scratchpipe_stages(run) if "scratchpipe" in names else []))
+    # interleaved: pass k of every stage, then pass k + 1; the probe before each stage's
+    # pass. A slow minute of the host then lands on every stage and on the probe alike.
+    times: list[list[np.ndarray]] = [[] for _ in stages]
+    for _ in range(max(1, reps)):
+        for st, t in zip(stages, times, strict=True):
+            probe.sample()
+            t.append(st.one_pass())
 
-    def predicted(part: Callable[[Machine, int], simpy.Event | None]) -> np.ndarray:
-        """The model's time of `part` per measured batch, priced alone (price_alone)."""
-        return price_alone(cfg, m.num_batches, part, measured)
-
-    def result(design: str, stage: str, p: np.ndarray, best: np.ndarray, med: np.ndarray
-               ) -> StageResult:
+    def result(design: str, stage: str, p: np.ndarray, t: np.ndarray) -> StageResult:
+        best, med = t.min(axis=0), np.median(t, axis=0)
         pm = float(p.mean())
         mm = float((med if statistic == "median" else best).mean()) * 1e9
         busy = best > 0
         spread = (float(np.mean((med[busy] - best[busy]) / best[busy])) * 100
                   if busy.any() else 0.0)
         err = (pm - mm) / mm * 100 if mm > 0 else (0.0 if pm == 0 else float("inf"))
-        r = StageResult(design, stage, pm, mm, err, len(best), spread)
         log(f"validate --cpu: {design}.{stage} measured {mm / 1e3:.0f} us, predicted "
             f"{pm / 1e3:.0f} us")
-        return r
+        return StageResult(design, stage, pm, mm, err, len(best), spread)
 
-    probe = _Probe(store, dim, min(PROBE_LOOKUPS, trace.total_rows), seed=len(measured))
-    #: (design, stage, one timed pass -> seconds per measured batch, predicted ns per batch)
-    stages: list[tuple[str, str, Callable[[], np.ndarray], np.ndarray]] = []
-
-    def per_batch(fn: Callable[[int], float]) -> Callable[[], np.ndarray]:
-        return lambda: np.array([fn(b) for b in measured])
-
-    batch_data = {b: _batch_ids(trace, prefix + b) for b in measured}
-    if "hybrid" in names:
-        hybrid = DESIGNS.get("hybrid")(cfg)
-        c = hybrid.columns(replays.get(hybrid.workload_key())[0])
-        r = m.row_bytes
-        maxbags = max(len(bp) - 1 for _, bp in batch_data.values())
-        pooled = np.empty((maxbags, dim), np.float32)
-        grads = np.full((maxbags, dim), 1e-4, np.float32)
-        maxa = max(len(ids) for ids, _ in batch_data.values())
-        bw = K.Backward(trace.total_rows, dim, maxa, threads)
-        bag_of = {b: K.bag_of_lookups(bp) for b, (_, bp) in batch_data.items()}
-
-        def gather(b: int) -> float:
-            ids, bp = batch_data[b]
-            return _timed(lambda: K.bag_pool(store, dim, ids, bp, pooled))
-
-        state = {"n": 0}
-
-        def backward(b: int) -> float:
-            ids, _ = batch_data[b]
-
-            def work() -> None:
-                state["n"] = bw.aggregate(ids, bag_of[b], grads)
-                K.apply(m.optimizer, store, bw.uniq, bw.grad_rows, state["n"])
-
-            t = _timed(work)
-            K.reset_slots(bw.slot, bw.uniq, state["n"])
-            return t
-
-        for stage, fn, part in (
-                ("gather_pool", gather,
-                 lambda mm, b: mm.cpu_gather(c.accesses[b], r, b, "gather", c.llc[b])),
-                ("aggregate_update", backward,
-                 lambda mm, b: mm.cpu_backward(b, c.accesses[b], c.unique[b],
-                                               c.llc_update[b], lookup_onchip=c.llc[b]))):
-            for b in measured[:2]:  # compile (and touch) before timing
-                fn(b)
-            stages.append(("hybrid", stage, per_batch(fn), predicted(part)))
-    if "scratchpipe" in names:
-        sp = DESIGNS.get("scratchpipe")(cfg)
-        w = replays.get(sp.workload_key())[0]
-        c = sp.columns(w)
-        run_trace = trace.slice(prefix - replays.warm, trace.num_batches)
-
-        def plan_run(keep_fills: bool = False):
-            return run_planner(run_trace, cfg.capacity_rows(), cfg.cache.lookahead,
-                               keep_fills=keep_fills, on_overflow=cfg.cache.on_overflow)
-
-        first = plan_run(keep_fills=True)  # untimed: compiles, and gives the fill rows
-        skip = replays.warm
-        fi, wi = COUNTERS.index("fills"), COUNTERS.index("writebacks")
-        fills = first.counts[skip:, fi] if first.counts is not None else None
-        if fills is None or not np.array_equal(fills, np.asarray(w.cols["fills"])):
-            raise RuntimeError("the timed planner's fills differ from the simulator's replay")
-
-        def plan_pass() -> np.ndarray:
-            """One timed planner run: per batch its seconds and its share of the next-use
-            pass (by accesses)."""
-            p = plan_run()
-            share = p.next_use_s / max(float(p.accesses.sum()), 1.0)
-            return np.array([p.seconds[skip + b] + share * p.accesses[skip + b]
-                             for b in measured])
-
-        stages.append(("scratchpipe", "plan", plan_pass,
-                       predicted(lambda mm, b: mm.plan(b, c.accesses[b], c.evictions[b]))))
-        fill_rows = first.fills
-        maxf = max(1, max(len(f) for f in fill_rows))
-        staging = np.zeros((maxf, cols), np.float32)
-        victims: dict[int, np.ndarray] = {}
-        queue: deque[np.ndarray] = deque()
-        for k, f in enumerate(fill_rows):  # oldest fill first, the policy's count per batch
-            b = k - skip
-            nwb = int(first.counts[k, wi])
-            take, need = [], nwb
-            while need > 0 and queue:
-                head = queue[0]
-                if len(head) <= need:
-                    take.append(queue.popleft())
-                    need -= len(head)
-                else:
-                    take.append(head[:need])
-                    queue[0] = head[need:]
-                    need = 0
-            if b in batch_data:
-                victims[b] = (np.concatenate(take) if take else np.zeros(0, np.int64))
-            queue.append(f)
-        fills_of = {b: fill_rows[skip + b] for b in measured}
-
-        # a batch with nothing to move skips the stage (the model charges it nothing too)
-        def collect(b: int) -> float:
-            rows = fills_of[b]
-            return _timed(lambda: host.gather_rows(store, rows, staging)) if len(rows) else 0.0
-
-        def write_back(b: int) -> float:
-            rows = victims[b]
-            return (_timed(lambda: host.scatter_rows(store, rows, staging)) if len(rows)
-                    else 0.0)
-
-        R_ = R
-        for stage, fn, part in (
-                ("collect", collect,
-                 lambda mm, b: mm.collect(b, c.fills[b], R_)),
-                ("write_back", write_back,
-                 lambda mm, b: mm.write_back(b, c.writebacks[b], R_))):
-            for b in measured:
-                if fn(b) > 0:  # compile once on a batch with work
-                    break
-            stages.append(("scratchpipe", stage, per_batch(fn), predicted(part)))
-    # interleaved: pass k of every stage, then pass k + 1; the probe before each stage's
-    # pass. A slow minute of the host then lands on every stage and on the probe alike.
-    times: list[list[np.ndarray]] = [[] for _ in stages]
-    for _ in range(max(1, reps)):
-        for (_d, _s, one_pass, _p), t in zip(stages, times, strict=True):
-            probe.sample()
-            t.append(one_pass())
-    for (design, stage, _f, pred), t in zip(stages, times, strict=True):
-        a = np.array(t)
-        out.append(result(design, stage, pred, a.min(axis=0), np.median(a, axis=0)))
-    t = np.array(probe.seconds)
+    out = [result(st.design, st.stage, st.predicted_ns, np.array(t))
+           for st, t in zip(stages, times, strict=True)]
     n, r = probe.lookups, m.row_bytes
     drift = result("host", "uniform_gather",
-                   predicted(lambda mm, b: mm.cpu_gather(n, r, b, "probe"))[:1],
-                   t.min(keepdims=True), np.median(t, keepdims=True))
+                   run.predicted(lambda mm, b: mm.cpu_gather(n, r, b, "probe"))[:1],
+                   np.array(probe.seconds)[:, None])
     scale = 1.0 + drift.error_pct / 100
     return [replace(x, drift_adjusted_pct=((1 + x.error_pct / 100) / scale - 1) * 100)
             for x in out] + [drift]
+
+
+def _hybrid_stages(run: _Run) -> list[_Stage]:
+    """hybrid's gather_pool (embedding-bag gather + pool) and aggregate_update (the
+    aggregation, then the config's optimizer on the unique rows)."""
+    cfg, store, measured, data = run.cfg, run.store, run.measured, run.batch_data
+    m = cfg.model
+    dim = m.tables.dim
+    hybrid = DESIGNS.get("hybrid")(cfg)
+    c = hybrid.columns(run.replays.get(hybrid.workload_key())[0])
+    r = m.row_bytes
+    maxbags = max(len(bp) - 1 for _, bp in data.values())
+    pooled = np.empty((maxbags, dim), np.float32)
+    grads = np.full((maxbags, dim), 1e-4, np.float32)
+    bw = K.Backward(run.trace.total_rows, dim, max(len(ids) for ids, _ in data.values()),
+                    run.threads)
+    bag_of = {b: K.bag_of_lookups(bp) for b, (_, bp) in data.items()}
+
+    def gather(b: int) -> float:
+        ids, bp = data[b]
+        return _timed(lambda: K.bag_pool(store, dim, ids, bp, pooled))
+
+    state = {"n": 0}
+
+    def backward(b: int) -> float:
+        ids, _ = data[b]
+
+        def work() -> None:
+            state["n"] = bw.aggregate(ids, bag_of[b], grads)
+            K.apply(m.optimizer, store, bw.uniq, bw.grad_rows, state["n"])
+
+        t = _timed(work)
+        K.reset_slots(bw.slot, bw.uniq, state["n"])
+        return t
+
+    out = []
+    for stage, fn, part in (
+            ("gather_pool", gather,
+             lambda mm, b: mm.cpu_gather(c.accesses[b], r, b, "gather", c.llc[b])),
+            ("aggregate_update", backward,
+             lambda mm, b: mm.cpu_backward(b, c.accesses[b], c.unique[b],
+                                           c.llc_update[b], lookup_onchip=c.llc[b]))):
+        for b in measured[:2]:  # compile (and touch) before timing
+            fn(b)
+        out.append(_Stage("hybrid", stage, run.per_batch(fn), run.predicted(part)))
+    return out
+
+
+def _scratchpipe_stages(run: _Run) -> list[_Stage]:
+    """scratchpipe's plan (the policy kernel, timed per batch), collect (the fill rows into
+    a staging buffer) and write_back (the batch's write-back count scattered back)."""
+    cfg, store, measured, replays = run.cfg, run.store, run.measured, run.replays
+    R = cfg.model.moved_row_bytes
+    sp = DESIGNS.get("scratchpipe")(cfg)
+    w = replays.get(sp.workload_key())[0]
+    c = sp.columns(w)
+    run_trace = run.trace.slice(replays.prefix - replays.warm, run.trace.num_batches)
+
+    def plan_run(keep_fills: bool = False):
+        return run_planner(run_trace, cfg.capacity_rows(), cfg.cache.lookahead,
+                           keep_fills=keep_fills, on_overflow=cfg.cache.on_overflow)
+
+    first = plan_run(keep_fills=True)  # untimed: compiles, and gives the fill rows
+    skip = replays.warm
+    fills = first.counts[skip:, COUNTERS.index("fills")] if first.counts is not None else None
+    if fills is None or not np.array_equal(fills, np.asarray(w.cols["fills"])):
+        raise RuntimeError("the timed planner's fills differ from the simulator's replay")
+
+    def plan_pass() -> np.ndarray:
+        """One timed planner run: per batch its seconds and its share of the next-use
+        pass (by accesses)."""
+        p = plan_run()
+        share = p.next_use_s / max(float(p.accesses.sum()), 1.0)
+        return np.array([p.seconds[skip + b] + share * p.accesses[skip + b]
+                         for b in measured])
+
+    out = [_Stage("scratchpipe", "plan", plan_pass,
+                  run.predicted(lambda mm, b: mm.plan(b, c.accesses[b], c.evictions[b])))]
+    staging = np.zeros((max(1, max(len(f) for f in first.fills)), R // 4), np.float32)
+    victims = _victims(first, skip, set(measured))
+    fills_of = {b: first.fills[skip + b] for b in measured}
+
+    # a batch with nothing to move skips the stage (the model charges it nothing too)
+    def collect(b: int) -> float:
+        rows = fills_of[b]
+        return _timed(lambda: host.gather_rows(store, rows, staging)) if len(rows) else 0.0
+
+    def write_back(b: int) -> float:
+        rows = victims[b]
+        return _timed(lambda: host.scatter_rows(store, rows, staging)) if len(rows) else 0.0
+
+    for stage, fn, part in (
+            ("collect", collect, lambda mm, b: mm.collect(b, c.fills[b], R)),
+            ("write_back", write_back, lambda mm, b: mm.write_back(b, c.writebacks[b], R))):
+        for b in measured:
+            if fn(b) > 0:  # compile once on a batch with work
+                break
+        out.append(_Stage("scratchpipe", stage, run.per_batch(fn), run.predicted(part)))
+    return out
+
+
+def _victims(plan, skip: int, batches: set[int]) -> dict[int, np.ndarray]:
+    """Per measured batch, the rows written back: the policy's count per batch, taken
+    oldest fill first from the rows it filled (the policy does not report victim ids)."""
+    wi = COUNTERS.index("writebacks")
+    victims: dict[int, np.ndarray] = {}
+    queue: deque[np.ndarray] = deque()
+    for k, f in enumerate(plan.fills):
+        take, need = [], int(plan.counts[k, wi])
+        while need > 0 and queue:
+            head = queue[0]
+            if len(head) <= need:
+                take.append(queue.popleft())
+                need -= len(head)
+            else:
+                take.append(head[:need])
+                queue[0] = head[need:]
+                need = 0
+        if k - skip in batches:
+            victims[k - skip] = np.concatenate(take) if take else np.zeros(0, np.int64)
+        queue.append(f)
+    return victims
 
 
 class _Probe:
