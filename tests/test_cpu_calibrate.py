@@ -165,6 +165,18 @@ def test_aggregation_without_varied_hits_fits_one_cost_per_lookup():
     assert v["aggregate_ns_per_lookup"] > 0 and v["aggregate_ns_per_row"] >= 0
 
 
+def test_a_row_size_without_a_split_is_left_out_not_the_split():
+    # 64 B rows: every point as on chip as the next (no split there); the other sizes'
+    # exact split is still written, and says which size was left out
+    m = synthetic()
+    m.aggregate = [(rb, a, u, t, [[4.0, 0.3 * a]] if rb == 64.0 else h)
+                   for rb, a, u, t, h in m.aggregate]
+    cal = fit_cpu(m, llc=(32.0, 16))
+    assert cal.values["aggregate_ns_per_lookup"] == pytest.approx(AGG_LOOKUP, abs=0.006)
+    assert cal.values["aggregate_onchip_ns_per_lookup"] == pytest.approx(AGG_HIT, abs=0.006)
+    assert "no split at 64 B" in cal.how["aggregate_ns_per_lookup"]
+
+
 def test_fit_aggregate_onchip_recovers_its_coefficients_or_declines():
     pts = [(n, n / k, h, 3e-6 + (n * (1 - h) * 140.0 + n * h * 20.0 + n / k * 30.0) / 2.0
             * 1e-9) for n, shrink in ((1e4, 1.0), (1e5, 0.5), (3e5, 0.2))

@@ -19,9 +19,10 @@ CPU and GPU halves are fitted the same way. How each key follows from the sample
     aggregate_ns_per_row    (T x parallel efficiency), on chip = the hit fraction by the
                             model's LLC simulator at llc_MiB, coefficients >= 0; per lookup
                             a less the r / embedding_op_GBps the model charges for the
-                            gradient row's op; medians over row sizes. Where the hits do
-                            not vary or a hit fits dearer than a miss: one a for every
-                            lookup (a x lookups + c x unique rows), the on-chip key unset
+                            gradient row's op; medians over the row sizes that fit. Where
+                            no row size fits (hits not varied, or a hit dearer than a
+                            miss): one a for every lookup (a x lookups + c x unique rows),
+                            the on-chip key unset
     plan_ns_per_id          the scratchpipe policy kernel (one thread), least squares over
     plan_ns_per_eviction    its steady batches that evict, scratchpads of 3.5-8% of rows:
                             seconds (next-use pass included) = a x ids + c x evictions
@@ -303,13 +304,18 @@ def _fit_aggregates(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str
             f"generated batches ({min(sizes)}-{max(sizes)} lookups, {min(share):.2f}-"
             f"{max(share):.2f} unique rows per lookup, after warm-up batches), least squares "
             "seconds = fixed + (")
-    if all(f is not None for f in onchip.values()):
-        miss = [(rb, max(0.0, onchip[rb][0] - rb / op)) for rb in rbs]
-        hit = [(rb, max(0.0, onchip[rb][1] - rb / op)) for rb in rbs]
-        row = [(rb, onchip[rb][2]) for rb in rbs]
+    fitted = [rb for rb in rbs if onchip[rb] is not None]
+    if fitted:
+        miss = [(rb, max(0.0, onchip[rb][0] - rb / op)) for rb in fitted]
+        hit = [(rb, max(0.0, onchip[rb][1] - rb / op)) for rb in fitted]
+        row = [(rb, onchip[rb][2]) for rb in fitted]
         what += (f"a_miss x lookups off chip + a_hit x lookups on chip + c x unique rows) / "
                  f"(threads x parallel_efficiency), on chip by the model's LLC simulator at "
                  f"{label:g} MiB, coefficients >= 0")
+        if len(fitted) < len(rbs):
+            what += ("; no split at " + ", ".join(f"{int(rb)} B" for rb in rbs
+                                                  if rb not in fitted)
+                     + " (a hit fitted dearer than a miss): the other sizes'")
         vals["aggregate_onchip_ns_per_lookup"] = round(float(np.median([v for _, v in hit])),
                                                        2)
         how["aggregate_onchip_ns_per_lookup"] = (
