@@ -1,7 +1,8 @@
-"""scratchpipe's row -> slot map is sized in `prepare` from the largest batch (issue 15: at
-batch size 1 it holds the resident rows plus a handful of ghosts, not twice the capacity).
-The bound it relies on: while batch j is planned the ghosts are the victims of batches
-j-W+1..j, at most W x the largest batch; the map must stay at most half full."""
+"""scratchpipe's ghosts (victims kept in the row -> slot map for W batches) stay within
+W x the largest batch, and the map, sized for 2 x capacity keys, stays at most 1/4 full.
+(Issue 15 tried a map sized in `prepare` for capacity + W x the largest batch - 32 instead
+of 64 MiB at 10% of 10M rows at batch size 1 - but at load 1/2 the kernel was ~6 ns an
+access slower at 10% b1 in an interleaved A/B, 59-60 -> 65-66 ns; it was reverted.)"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from scratchpipe_sim.traces.trace import Trace
 
 
 @pytest.mark.parametrize("batch,lookahead", [(1, 2), (1, 4), (3, 3), (16, 2), (64, 4)])
-def test_ghosts_stay_within_the_bound_the_map_is_sized_for(zipf_ids, batch, lookahead):
+def test_ghosts_stay_within_w_times_the_largest_batch(zipf_ids, batch, lookahead):
     ids = zipf_ids(6000, 900, 1.1, batch)
     trace = Trace.single_table(ids, 900, batch)
     cap = 300
@@ -27,7 +28,7 @@ def test_ghosts_stay_within_the_bound_the_map_is_sized_for(zipf_ids, batch, look
         ghosts = int(np.sum(keys & (pol.table[:, 1] < 0)))
         most_ghosts = max(most_ghosts, ghosts)
         assert int(np.sum(keys)) <= bound
-        assert 2 * bound <= len(pol.table)  # load factor <= 1/2 for the largest batch
+        assert 4 * int(np.sum(keys)) <= len(pol.table)  # load factor <= 1/4
     assert 0 < most_ghosts <= lookahead * batch  # victims happen, within the bound
     # the same counts whatever the chunking (and so whatever the map's history)
     one = run_cache(trace, "scratchpipe", cap, lookahead=lookahead)
@@ -35,10 +36,3 @@ def test_ghosts_stay_within_the_bound_the_map_is_sized_for(zipf_ids, batch, look
                     lookahead=lookahead)
     drop = {"wall_s": 0, "accesses_per_s": 0}
     assert one.to_dict() | drop == cut.to_dict() | drop
-
-
-def test_without_ghosts_the_map_is_sized_for_the_capacity():
-    pol = make_policy("scratchpipe", 100, 10_000, lookahead=1)
-    assert len(pol.table) == 256  # the smallest power of two >= 2 x 100
-    pol.prepare(Trace.single_table(np.arange(50), 10_000, 5))
-    assert len(pol.table) == 256

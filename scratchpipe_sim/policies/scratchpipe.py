@@ -417,9 +417,7 @@ class ScratchPipe(Policy):
         # refetch tracking (W >= 2): victims of the last W-1 batches stay in the map as
         # ghosts. Rows filled in batches j-W+1..j are distinct and resident, so those batches
         # have at most `cap` victims: the map holds <= 2 cap keys, the ring <= cap victims.
-        # With ghosts the map is sized in `prepare`, which knows the largest batch.
-        self.table, self.mask, self.shift = new_pair_map(1 if track else cap)
-        self._map_sized = not track
+        self.table, self.mask, self.shift = new_pair_map(2 * cap if track else cap)
         # the row in each slot; slots are handed out in order 0, 1, ... until all are used
         self.slot_row = np.full(cap, EMPTY, np.int64)
         q = _pow2(2 * cap + 2)  # ring sizes: powers of two (index by mask)
@@ -462,15 +460,6 @@ class ScratchPipe(Policy):
                                              self.num_batches))
 
     def prepare(self, trace: Trace) -> None:
-        if not self._map_sized:
-            # while batch j is planned the ghosts are the victims of batches j-W+1..j: at
-            # most W x the largest batch (a victim per fill) as well as at most `cap` (at
-            # batch size 1: two, not a million: the map at 10% of 10M rows is 32 MiB, not
-            # 64, and filling it costs half)
-            cap = len(self.slot_row)
-            ghosts = min(cap, self.lookahead * trace.largest_batch())
-            self.table, self.mask, self.shift = new_pair_map(cap + ghosts)
-            self._map_sized = True
         self._trace = trace
         self.num_batches = trace.num_batches
         self.refetch = np.zeros((trace.num_batches, max(self.lookahead - 1, 1)), np.int64)
