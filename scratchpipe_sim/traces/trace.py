@@ -82,6 +82,10 @@ class Trace:
     #: it is `batch_bounds` itself), "zeros" (the table ids of a one-table chunk). Read only.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
+    def __getstate__(self) -> dict:
+        """Pickled (a worker's copy) without `_memo`: derived arrays, rebuilt on demand."""
+        return {**self.__dict__, "_memo": {}}
+
     # -- shape ---------------------------------------------------------------------------
     @property
     def num_tables(self) -> int:
