@@ -317,15 +317,21 @@ def _count_singles(outcome, events, counts):
         evict += events[b, 1]
         wb += events[b, 2]
     events[:] = 0
-    counts[0, 0] += n
-    counts[0, 1] += n
+    _add_totals(counts, n, n, hits, fill, evict, wb, unpl, unpl)
+
+
+@nb.njit(cache=True)
+def _add_totals(counts, acc, uniq, hits, fill, evict, wb, unpl, uniq_unpl):
+    """A chunk's totals into counts[0] (once per chunk, in COUNTERS order)."""
+    counts[0, 0] += acc
+    counts[0, 1] += uniq
     counts[0, 2] += hits
-    counts[0, 3] += n - hits
+    counts[0, 3] += acc - hits
     counts[0, 4] += fill
     counts[0, 5] += evict
     counts[0, 6] += wb
     counts[0, 7] += unpl
-    counts[0, 8] += unpl
+    counts[0, 8] += uniq_unpl
 
 
 @nb.njit(cache=True)
@@ -427,15 +433,7 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
         events[b, 1] = 0
         events[b, 2] = 0
     if stride == 0:
-        counts[0, 0] += t_acc
-        counts[0, 1] += t_uniq
-        counts[0, 2] += t_hits
-        counts[0, 3] += t_acc - t_hits
-        counts[0, 4] += t_fill
-        counts[0, 5] += t_evict
-        counts[0, 6] += t_wb
-        counts[0, 7] += t_unpl
-        counts[0, 8] += t_uu
+        _add_totals(counts, t_acc, t_uniq, t_hits, t_fill, t_evict, t_wb, t_unpl, t_uu)
 
 
 assert (A_HIT, A_MISS, A_FILL, A_UNPL, A_UNIQ_UNPL) == (2, 3, 4, 7, 8)
