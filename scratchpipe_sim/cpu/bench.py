@@ -441,10 +441,10 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes) -> None:
     hit in a hot-set benchmark (the misses' lines evict the hot rows' lines and TLB
     entries from the core's own caches: measured here 25-33 ns vs 13-17 ns per 256 B
     row), so `fit_cpu` fits a hit's and a miss's core cost to these streams, with hits as
-    the model counts them. Repetitions interleave the traces (a noisy moment of a shared
-    host then moves every point alike) and relabel the rows by a fresh random offset each
-    time (no repetition finds the previous one's rows on chip; hits do not change: the
-    simulator's set index is a hash)."""
+    the model counts them. Repetitions interleave the traces and the row sizes (a noisy
+    moment of a shared host then moves every point alike) and relabel the rows by a fresh
+    random offset each time (no repetition finds the previous one's rows on chip; hits do
+    not change: the simulator's set index is a hash)."""
     from scratchpipe_sim.traces.generators import generate_trace  # noqa: PLC0415
     from scratchpipe_sim.traces.trace import Trace  # noqa: PLC0415
 
@@ -463,10 +463,10 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes) -> None:
                                              z.mix_batch, total, z.pooling, 101 + k,
                                              **params)))
     buf = np.ones(most * min(z.row_bytes) // 4, np.float32)
+    blocks = []  # per row size: (store, dim, rows, streams, out); the stores share buf
     for rb in z.row_bytes:
         dim = rb // 4
         rows = max(z.mix_table_bytes // rb, 1024)
-        store = buf[: rows * dim].reshape(rows, dim)
         streams = []
         for alpha, tr0 in traces:
             tr = Trace(np.array([rows], np.int64), np.asarray(tr0.indices) % rows,
@@ -481,16 +481,22 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes) -> None:
             timed_ptr = offs[lo:] - offs[lo]
             streams.append((alpha, ch.ids, split, timed_n, warm_ptr, timed_ptr, hits))
         nbags = max(len(s[4]) for s in streams) + max(len(s[5]) for s in streams)
-        out = np.empty((nbags, dim), np.float32)
-        times: list[list[float]] = [[] for _ in streams]
-        for _ in range(max(1, z.reps)):
+        blocks.append((buf[: rows * dim].reshape(rows, dim), dim, rows, streams,
+                       np.empty((nbags, dim), np.float32)))
+    # every (row size, trace) once a repetition: a fast or slow few seconds of the host
+    # then land on every row size alike (one block per row size let a fast moment tilt
+    # one size's curve: 4.64 GB/s at 256 B between 1.80 at 128 and 3.50 at 512)
+    times = [[[] for _ in streams] for *_x, streams, _o in blocks]
+    for _ in range(max(1, z.reps)):
+        for (store, dim, rows, streams, out), block_times in zip(blocks, times, strict=True):
             for i, (_a, ids, split, _n, warm_ptr, timed_ptr, _h) in enumerate(streams):
                 shifted = (ids + rng.integers(0, rows)) % rows
                 K.bag_pool(store, dim, shifted[:split], warm_ptr, out)
                 tail = shifted[split:]
-                times[i].append(timed(lambda st=store, d=dim, t=tail, p=timed_ptr,
-                                      o=out: K.bag_pool(st, d, t, p, o)))
-        for (alpha, _i, _s, n, _w, _t, hits), t in zip(streams, times, strict=True):
+                block_times[i].append(timed(lambda st=store, d=dim, t=tail, p=timed_ptr,
+                                            o=out: K.bag_pool(st, d, t, p, o)))
+    for rb, (*_x, streams, _o), block_times in zip(z.row_bytes, blocks, times, strict=True):
+        for (alpha, _i, _s, n, _w, _t, hits), t in zip(streams, block_times, strict=True):
             m.mix.append((float(rb), float(alpha), float(n), _note(m, Timing.of(t)), hits))
     nb.set_num_threads(max(m.threads))
 
