@@ -29,7 +29,6 @@ from scratchpipe_sim.cpu.bench import CpuBenchSizes, _aggregate_streams
 from scratchpipe_sim.cpu.fit import fit_aggregate_onchip
 from scratchpipe_sim.cpu.measure import timed
 from scratchpipe_sim.cpu.planner import run_planner
-from scratchpipe_sim.cpu.validate import _batch_ids
 from scratchpipe_sim.cuda import host
 from scratchpipe_sim.timing.onchip import onchip_hits
 from scratchpipe_sim.timing.runner import Replays, build_trace
@@ -49,7 +48,7 @@ def aggregate(rounds: int, llc: list[float]) -> None:
     cfg, trace, _rep, qb = _quickstart(6)
     dim = cfg.model.tables.dim
     rb = dim * 4
-    q = [_batch_ids(trace, b) for b in qb]
+    q = [trace.linear_batch(b) for b in qb]
     q_hits = {mib: onchip_hits(trace, int(mib * 2**20) // rb, 16).lookup_hits[qb]
               for mib in llc}
     q_bags = [(K.bag_of_lookups(bp), np.full((len(bp) - 1, dim), 1e-4, np.float32))

@@ -317,15 +317,12 @@ def _aggregate_streams(z: CpuBenchSizes, rb: int, rows: int
         params = {"alpha": alpha} if alpha > 0 else {}
         tr = generate_trace("zipf" if alpha > 0 else "uniform", [rows], batch, total,
                             z.pooling, 301 + k, **params)
-        ch = tr.chunk(0, total)
-        ids = [np.asarray(ch.ids[ch.batch_ptr[i] : ch.batch_ptr[i + 1]], np.int64)
-               for i in range(total)]
-        offs = np.asarray(tr.offsets, np.int64)
-        bags = []
+        ids, bags = [], []
         for i in range(total):
-            lo, hi = int(tr.batch_bounds[i]), int(tr.batch_bounds[i + 1])
-            bag_of = K.bag_of_lookups(offs[lo : hi + 1] - offs[lo])
-            bags.append((bag_of, np.full((hi - lo, dim), 1e-3, np.float32)))
+            batch_ids, bag_ptr = tr.linear_batch(i)
+            ids.append(batch_ids)
+            bags.append((K.bag_of_lookups(bag_ptr),
+                         np.full((len(bag_ptr) - 1, dim), 1e-3, np.float32)))
         out.append((ids, bags, _hits(tr, rb, hot_set_sizes(z), rows,
                                      z.aggregate_warm_batches)))
     return out

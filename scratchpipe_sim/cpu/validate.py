@@ -125,14 +125,6 @@ def check_size(cfg: Config, available: int | None = None) -> None:
             source=cfg.source, field="model.tables.rows")
 
 
-def _batch_ids(trace: Trace, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Linearized ids of batch k and its bags' offsets (rebased to 0)."""
-    ch = trace.chunk(k, k + 1)
-    lo, hi = int(trace.batch_bounds[k]), int(trace.batch_bounds[k + 1])
-    offs = np.asarray(trace.offsets[lo : hi + 1], np.int64)
-    return ch.ids, offs - offs[0]
-
-
 class _Stage(NamedTuple):
     design: str
     stage: str
@@ -178,7 +170,7 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
         measured = measured[:max_batches]
     store = np.full((trace.total_rows, m.moved_row_bytes // 4), 0.01, np.float32)
     run = _Run(cfg, trace, replays, measured, store, threads,
-               {b: _batch_ids(trace, replays.prefix + b) for b in measured})
+               {b: trace.linear_batch(replays.prefix + b) for b in measured})
     probe = _Probe(store, m.tables.dim, min(PROBE_LOOKUPS, trace.total_rows),
                    seed=len(measured))
     stages = ((_hybrid_stages(run) if "hybrid" in names else [])
