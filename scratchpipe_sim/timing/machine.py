@@ -277,8 +277,9 @@ def aggregate_core_ns(cpu, lookups: float, unique_rows: float, r: float,
     + a_hit x h) + unique rows x aggregate_ns_per_row, a_miss = aggregate_ns_per_lookup,
     a_hit = aggregate_onchip_ns_per_lookup (unset: a_miss). Why: a lookup's slot and
     gradient row are a random access into the batch's working set; once that spills the
-    LLC a repeated row costs ~4x a resident one (one thread here: 24-35 ns per lookup at
-    5-20 uses per row in 16k-lookup batches, 150-165 in 256k ones; docs/validation.md)."""
+    LLC a repeated row costs several times a resident one (one thread here, rows used 5
+    times each: 47 ns per lookup in 16k-lookup batches, 133-159 in 262k-524k ones;
+    docs/validation.md)."""
     per_lookup = cpu.aggregate_ns_per_lookup
     if cpu.aggregate_onchip_ns_per_lookup is not None:
         h = min(max(onchip_fraction, 0.0), 1.0)
