@@ -182,12 +182,7 @@ class Trace:
         base = int(ptr[k])
         bptr = ptr[k : end + 1] - base
         if self.num_tables == 1:
-            # one table: linear ids are the indices themselves, whatever the bags (a view
-            # when they are already int64: kernels only read chunk ids)
-            raw = self.indices[base : base + int(bptr[-1])]
-            ids = np.asarray(raw)
-            if ids.dtype != np.int64 or not ids.flags.writeable or not ids.flags.c_contiguous:
-                ids = np.array(raw, dtype=np.int64)  # one array type: one compiled kernel
+            ids = self._one_table_ids(base, base + int(bptr[-1]))
             return Chunk(k, base, ids, self._zero_tables(len(ids)), bptr)
         offs = np.asarray(self.offsets[lo : hi + 1], dtype=np.int64)
         bounds = np.asarray(self.batch_bounds[k : end + 1], dtype=np.int64) - lo
@@ -204,13 +199,19 @@ class Trace:
         if self.num_tables == 1:
             ptr = self.batch_access_ptr() if ptr is None else ptr
             base = int(ptr[k])
-            raw = self.indices[base : int(ptr[end])]
-            ids = np.asarray(raw)
-            if ids.dtype != np.int64 or not ids.flags.writeable or not ids.flags.c_contiguous:
-                ids = np.array(raw, dtype=np.int64)
-            return base, ids
+            return base, self._one_table_ids(base, int(ptr[end]))
         c = self.chunk(k, end, ptr)
         return c.first_access, c.ids
+
+    def _one_table_ids(self, lo: int, hi: int) -> np.ndarray:
+        """Accesses lo..hi-1 of a one-table trace as int64 ids: its linear ids are the
+        indices themselves, whatever the bags (a view when they are already int64: kernels
+        only read chunk ids; else a copy: one array type, one compiled kernel)."""
+        raw = self.indices[lo:hi]
+        ids = np.asarray(raw)
+        if ids.dtype != np.int64 or not ids.flags.writeable or not ids.flags.c_contiguous:
+            ids = np.array(raw, dtype=np.int64)
+        return ids
 
     def _zero_tables(self, n: int) -> np.ndarray:
         """n int32 zeros, the table ids of a one-table chunk: a view of one array kept on the
