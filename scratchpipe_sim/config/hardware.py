@@ -157,9 +157,13 @@ class PcieConfig:
         "H2D bandwidth while a D2H transfer runs (null: h2d_GBps)"))
     duplex_d2h_GBps: float | None = field(default=None, metadata=_pos(
         "D2H bandwidth while an H2D transfer runs (null: d2h_GBps)"))
-    uvm_efficiency: float = field(default=0.1, metadata={
-        "help": "fraction of link bandwidth for rows read/written in place (UVM)",
-        "gt": 0, "max": 1})
+    uvm_read_GBps: float = field(default=40.7, metadata=_pos(
+        "link rate of GPU loads that read host memory in place (UVM / MANAGED tables, "
+        "FBGEMM cache fills, optimizer state left in UVM): SM-issued reads, not copy-engine "
+        "DMA; bytes of rows read, rounded up to gpu.sector_bytes"))
+    uvm_write_GBps: float = field(default=52.8, metadata=_pos(
+        "link rate of GPU stores that write host memory in place (posted writes of rows "
+        "updated or evicted in UVM)"))
     dma_loads_dram: bool = field(default=True, metadata={
         "help": "copy-engine DMA also streams its bytes through CPU DRAM (reads for H2D, "
                 "writes for D2H)"})
@@ -182,6 +186,18 @@ class GpuConfig:
     cache_probe_bytes: float = field(default=256.0, metadata=_nonneg(
         "HBM bytes an on-demand cache's lookup kernel reads per unique id (a 32-way set "
         "of int64 tags)"))
+    sector_bytes: float = field(default=32.0, metadata=_pos(
+        "granularity of a GPU read of host memory: a row read in place moves its bytes "
+        "rounded up to whole sectors (32 B L2 sectors on every NVIDIA GPU since Volta)"))
+    uvm_translation_ns: float = field(default=19.7, metadata=_nonneg(
+        "GPU time per address translation that misses the GPU TLB on a host page (a page "
+        "walk), amortized over the walkers working at once: ns per walk for the whole GPU"))
+    tlb_reach_GiB: float = field(default=4.0, metadata=_pos(
+        "host memory the GPU TLBs map at once: a random row read of a UVM table larger than "
+        "this misses with probability 1 - reach / table bytes"))
+    uvm_page_bytes: float = field(default=2 * 1024 * 1024, metadata=_pos(
+        "page size of UVM host allocations (2 MiB large pages): rows read in sorted order "
+        "(the backward) walk once per distinct page they touch"))
     l2_MiB: float = field(default=40.0, metadata=_nonneg("GPU L2 cache (0: none)"))
     l2_ways: int = field(default=16, metadata={"help": "L2 associativity", "min": 1})
     l2_GBps: float = field(default=5000.0, metadata=_pos("L2 bandwidth for rows that hit"))

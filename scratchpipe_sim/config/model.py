@@ -18,7 +18,9 @@ from scratchpipe_sim.config.hardware import HardwareConfig
 from scratchpipe_sim.config.schema import build, to_plain
 from scratchpipe_sim.errors import UserError, closest
 
-OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad")
+OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad", "adam")
+#: designs with an FBGEMM managed cache (`cache.enforce_hbm` applies to them)
+FBGEMM_CACHE_DESIGNS = ("lru-cache", "lru-prefetch")
 GiB = 1 << 30
 #: scratchpipe's stages in data-flow order; `cache.pipeline` groups them.
 SCRATCHPIPE_STAGES = ("plan", "collect", "exchange", "insert", "train")
@@ -70,8 +72,10 @@ class ModelConfig:
         "help": "bytes per index and per offset copied to the GPU (4 = int32, 8 = int64, "
                 "DLRM's default)", "min": 4, "max": 8})
     optimizer: str = field(default="sgd", metadata={
-        "help": "sgd (no state), adagrad (fp32 state per element), rowwise-adagrad (one fp32 "
-                "per row); the state travels with its row", "choices": OPTIMIZERS})
+        "help": "sgd (no state), adagrad (one fp32 state per element), rowwise-adagrad (one "
+                "fp32 per row, FBGEMM's default), adam (two fp32 states per element); where "
+                "each design keeps the state: docs/timing.md, cache.enforce_hbm",
+        "choices": OPTIMIZERS})
     bottom_mlp: tuple[int, ...] = field(default=(13, 512, 256, 64), metadata={
         "help": "layer widths, input first", "min": 1})
     top_mlp: tuple[int, ...] = field(default=(512, 512, 256, 1), metadata={
@@ -103,8 +107,10 @@ class ModelConfig:
         return per_table(self.pooling, self.table_count, 20)
 
     def _state(self, dim: int) -> int:
-        """Optimizer state per row, moved with the row (FBGEMM keeps it beside the weights)."""
-        return {"sgd": 0, "adagrad": 4 * dim, "rowwise-adagrad": 4}[self.optimizer]
+        """Optimizer state bytes per row (FBGEMM's split_optimizer_states: momentum1 of D
+        fp32 for adagrad, of one fp32 for rowwise-adagrad; momentum1 + momentum2 for adam)."""
+        return {"sgd": 0, "adagrad": 4 * dim, "rowwise-adagrad": 4,
+                "adam": 8 * dim}[self.optimizer]
 
     @property
     def row_bytes_per_table(self) -> tuple[int, ...]:
@@ -217,6 +223,11 @@ class CacheConfig:
         "help": "batches replayed through each cache policy before the timed batches "
                 "(policy only, no timing): the cache warm-up; auto = until the prefix has "
                 "touched as many distinct rows as the cache holds, at most model.num_batches"})
+    enforce_hbm: bool = field(default=False, metadata={
+        "help": "lru-cache / lru-prefetch: keep the optimizer state in HBM beside the cache "
+                "(FBGEMM's enforce_hbm). false, FBGEMM's default: the state is allocated "
+                "cacheable=False, stays in UVM, and every update reads and writes it in "
+                "place over the link"})
     bagpipe_lookahead: int = field(default=200, metadata={
         "help": "bagpipe: batches its oracle cacher looks ahead (Bagpipe's default 200)",
         "min": 1})
@@ -309,6 +320,11 @@ class Config:
         if not self.designs:
             raise UserError("expected at least one design", source=src, field="designs")
         self._check_pipeline()
+        if self.cache.enforce_hbm and not set(self.designs) & set(FBGEMM_CACHE_DESIGNS):
+            raise UserError("enforce_hbm places the optimizer state of an FBGEMM managed "
+                            f"cache; none of the designs ({', '.join(self.designs)}) has one: "
+                            f"expected one of {', '.join(FBGEMM_CACHE_DESIGNS)} in designs, or "
+                            "enforce_hbm: false", source=src, field="cache.enforce_hbm")
         wb = self.cache.warmup_batches
         if isinstance(wb, str) and wb != "auto" or isinstance(wb, int) and wb < 0:
             raise UserError(f"expected a whole number of batches >= 0 or 'auto', got {wb!r}",

@@ -16,6 +16,8 @@ Resources (one `Server` each, processor sharing — see resources.py):
     hbm         GPU HBM; gathers at hbm_GBps x gather_efficiency(row)
     gpu_l2      rows that hit in the GPU L2 (l2_GBps)
     gpu_compute dense MLPs: tflops x 1e3 FLOP/ns; latency = kernels x kernel_launch_ns
+    gpu_mmu     address translations of host pages that miss the GPU TLB (UVM reads and
+                writes in place): uvm_translation_ns per walk, walks sharing the walkers
 
 Every design prices its work through the helpers below, so the same work costs the same
 in every design (docs/timing.md lists each formula and its source).
@@ -23,6 +25,7 @@ in every design (docs/timing.md lists each formula and its source).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Generator, Iterable
 
@@ -31,6 +34,7 @@ import simpy
 
 from scratchpipe_sim.config import Config, interpolate
 from scratchpipe_sim.config.hardware import rate_at
+from scratchpipe_sim.config.model import GiB
 from scratchpipe_sim.timing.resources import Memory, Pcie, Recorder, Server, Span
 
 
@@ -56,6 +60,8 @@ class Machine:
                           server("gpu_l2", gpu.l2_GBps, 0.0) if gpu.l2_MiB > 0 else None)
         self.pcie = Pcie(env, hw.pcie, num_batches, rec, dram=self.dram.server)
         self.compute = server("gpu_compute", gpu.tflops * 1e3, gpu.kernel_launch_ns)
+        # "bandwidth" in walks per ns: a transfer of `walks x uvm_translation_ns` at 1 per ns
+        self.mmu = server("gpu_mmu", 1.0, 0.0)
         # "bandwidth" in core-ns of work per ns
         self.cores = server("cpu_cores", cpu.cores * cpu.parallel_efficiency, 0.0)
         self.plan_share = plan_share(cfg.cache.plan_threads, cpu.cores,
@@ -72,6 +78,8 @@ class Machine:
         self.window_start_ns = 0.0
         self.busy_at_window_start = {s.name: 0.0 for s in self.servers}
         m = cfg.model
+        self.pooled_bytes = m.pooled_bytes
+        self.total_rows = cfg.total_rows
         self.r = m.row_bytes
         self.R = m.moved_row_bytes
         self.index_bytes = m.index_bytes
@@ -92,7 +100,7 @@ class Machine:
         out += [self.cores, *self.pcie.servers, self.hbm.server]
         if self.hbm.onchip is not None:
             out.append(self.hbm.onchip)
-        return out + [self.compute]
+        return out + [self.compute, self.mmu]
 
     # -- CPU work ----------------------------------------------------------------------------
     def cpu_work(self, core_ns: float, batch: int, label: str, max_share: float = 1.0
@@ -171,25 +179,107 @@ class Machine:
         n = lookups + samples * self.tables + 1
         return self.pcie.h2d(n * self.index_bytes, batch, "indices")
 
-    def gpu_forward(self, batch: int, lookups: float, onchip_fraction: float = 0.0,
-                    r: float | None = None) -> simpy.Event | None:
-        """Embedding-bag forward: gather `lookups` rows of r bytes from HBM (or L2)."""
+    def gpu_forward(self, batch: int, lookups: float, samples: float,
+                    onchip_fraction: float = 0.0, r: float | None = None
+                    ) -> simpy.Event | None:
+        """Embedding-bag forward: gather `lookups` rows of r bytes from HBM (or L2) and write
+        each sample's output rows (one per table: pooled_bytes per sample; with one lookup
+        per sample and table, as FBGEMM's PoolingMode.NONE, one row per lookup) to HBM as a
+        stream. Why the writes: unpooled, they are as many bytes as the reads (FBGEMM's H100
+        DEVICE forward, published point T1.2, is half output writes)."""
         r = self.r if r is None else r
-        return self.hbm.gather(lookups, r, batch, "gather", onchip_fraction)
+        return self.all_of([self.hbm.gather(lookups, r, batch, "gather", onchip_fraction),
+                            self.hbm.stream(samples * self.pooled_bytes, batch, "output")])
+
+    # -- UVM: the GPU reading and writing host memory in place ------------------------------
+    def uvm_walks(self, rows: float, table_bytes: float, sorted_ids: bool) -> float:
+        """Page walks of `rows` rows read or written in place in a host allocation of
+        `table_bytes`: a row misses the GPU TLB with probability 1 - reach / table bytes
+        (0 when the allocation fits the reach); in random order (a forward's lookups, a
+        cache's fills) every row is a new chance to miss, in sorted order (the backward's
+        unique ids) only each distinct page is: P x (1 - exp(-rows / P)) pages of
+        uvm_page_bytes among P (rows spread uniformly over the allocation)."""
+        gpu = self.cfg.hardware.gpu
+        if rows <= 0 or table_bytes <= 0:
+            return 0.0
+        miss = max(0.0, 1.0 - gpu.tlb_reach_GiB * GiB / table_bytes)
+        if not sorted_ids:
+            return rows * miss
+        pages = max(1.0, table_bytes / gpu.uvm_page_bytes)
+        return pages * -math.expm1(-rows / pages) * miss
+
+    def link_bytes(self, rows: float, row_bytes: float) -> float:
+        """Bytes a GPU load or store of `rows` rows moves over the link: whole sectors."""
+        sector = self.cfg.hardware.gpu.sector_bytes
+        return rows * math.ceil(row_bytes / sector) * sector
+
+    def uvm_read(self, batch: int, rows: float, row_bytes: float, label: str,
+                 sorted_ids: bool = False, table_bytes: float | None = None
+                 ) -> simpy.Event | None:
+        """GPU kernels reading `rows` host rows in place (UVM): the link at uvm_read_GBps
+        (SM loads, whole sectors) || the host's DRAM serving the rows (a gather) || the
+        page walks of rows that miss the GPU TLB (gpu_mmu). Duplicate ids of a batch are
+        read once (the caller passes distinct rows: the first load brings the row's sectors
+        into L2, the others hit them). `table_bytes`: the host allocation (default: every
+        table's rows at row_bytes)."""
+        if rows <= 0:
+            return None
+        tb = self.total_rows * row_bytes if table_bytes is None else table_bytes
+        walks = self.uvm_walks(rows, tb, sorted_ids)
+        return self.all_of([
+            self.pcie.h2d(self.link_bytes(rows, row_bytes), batch, label, uvm=True),
+            self.dram.gather(rows, row_bytes, batch, label),
+            self.mmu.transfer(walks * self.cfg.hardware.gpu.uvm_translation_ns, batch,
+                              label + " walks")])
+
+    def uvm_write(self, batch: int, rows: float, row_bytes: float, label: str,
+                  sorted_ids: bool = False, table_bytes: float | None = None
+                  ) -> simpy.Event | None:
+        """GPU stores of `rows` rows into host memory in place: the link at uvm_write_GBps
+        || the host's DRAM (a scatter, priced as a gather) || page walks, as uvm_read."""
+        if rows <= 0:
+            return None
+        tb = self.total_rows * row_bytes if table_bytes is None else table_bytes
+        walks = self.uvm_walks(rows, tb, sorted_ids)
+        return self.all_of([
+            self.pcie.d2h(self.link_bytes(rows, row_bytes), batch, label, uvm=True),
+            self.dram.gather(rows, row_bytes, batch, label),
+            self.mmu.transfer(walks * self.cfg.hardware.gpu.uvm_translation_ns, batch,
+                              label + " walks")])
+
+    def uvm_update(self, batch: int, rows: float, row_bytes: float, label: str,
+                   table_bytes: float | None = None) -> simpy.Event | None:
+        """The backward's read-modify-write of `rows` unique rows (weights and/or optimizer
+        state, `row_bytes` each) kept in host memory: sorted ids, each row read then
+        written in place; the reads and the writes of different rows overlap (two link
+        directions), their page walks once per distinct page."""
+        if rows <= 0:
+            return None
+        return self.all_of([self.uvm_read(batch, rows, row_bytes, label, sorted_ids=True,
+                                          table_bytes=table_bytes),
+                            self.pcie.d2h(self.link_bytes(rows, row_bytes), batch, label,
+                                          uvm=True),
+                            self.dram.gather(rows, row_bytes, batch, label + " write")])
 
     def gpu_backward(self, batch: int, lookups: float, unique_rows: float,
                      onchip_fraction: float = 0.0, r: float | None = None,
-                     R: float | None = None) -> simpy.Process:
+                     R: float | None = None,
+                     host: Callable[[], Iterable[simpy.Event | None]] | None = None
+                     ) -> simpy.Process:
         """FBGEMM-style backward: sort the lookups' ids and segment-reduce their gradients
         (lookups x (r + 2 index_bytes) at aggregate_efficiency), then update each unique row
-        with its state (2U x R gathers)."""
+        with its state (2U x R gathers) || `host()`: the same kernel's updates of rows or
+        optimizer state kept in host memory (UVM: `uvm_update`), which start after the sort
+        too and overlap the HBM updates."""
         gpu = self.cfg.hardware.gpu
         r = self.r if r is None else r
         R = self.R if R is None else R
         agg = lookups * (r + 2 * self.index_bytes)
         return self.seq(
             lambda: self.hbm.stream(agg, batch, "sort+reduce", gpu.aggregate_efficiency),
-            lambda: self.hbm.gather(2 * unique_rows, R, batch, "update", onchip_fraction))
+            lambda: self.all_of([
+                self.hbm.gather(2 * unique_rows, R, batch, "update", onchip_fraction),
+                *(host() if host is not None else ())]))
 
     def cache_lookup(self, batch: int, unique_rows: float, fills: float
                      ) -> simpy.Process | None:

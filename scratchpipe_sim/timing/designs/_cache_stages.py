@@ -1,17 +1,22 @@
-"""Stages shared by `lru-cache` and `lru-prefetch` (an FBGEMM-style on-demand cache).
+"""Stages shared by `lru-cache` and `lru-prefetch` (an FBGEMM-style on-demand cache), whose
+forward and backward ScratchPipe and Bagpipe reuse.
 
 fetch:    the cache's bookkeeping kernels (probe a tag set per unique id and per fill), then
           evictions written back and misses filled (FBGEMM's lxu_cache_insert), streamed:
-          fill = {CPU DRAM gather || H2D || HBM write} of F rows; write-back = {HBM read ||
-          D2H || CPU DRAM write} of W rows — all concurrent (one streaming kernel that pulls
-          rows from pinned host memory, so its DRAM gather is the DMA's host side).
-forward:  HBM (or L2) gather of the cached accesses || UVM reads of the P unplaced
-          (conflict-miss) accesses: CPU DRAM gather || H2D at pcie.uvm_efficiency.
-backward: sort + segment-reduce of all A gradient contributions and the update of the
-          unique cached rows in HBM || UVM read-modify-write in host memory of the unique
-          unplaced rows (H2D and D2H at uvm_efficiency, DRAM 2 rows each).
-Rows carry their optimizer state whenever they move or are updated (R bytes); lookups read
-weights only (r bytes).
+          fill = the F missed rows read in place from the UVM table (`Machine.uvm_read`,
+          sorted: they come out of the lookup's unique) || written to HBM; write-back = W
+          victims read from HBM || stored in place into host memory (`Machine.uvm_write`,
+          in set order) — all concurrent.
+forward:  HBM (or L2) gather of the cached accesses and the output rows || UVM reads of
+          the uu distinct rows the cache could not place (conflict misses).
+backward: sort + segment-reduce of all A gradient contributions, then the update of the
+          unique cached rows in HBM || UVM read-modify-write of the unique unplaced rows.
+Optimizer state (`state_in_uvm`): FBGEMM allocates a managed-caching table's state with
+cacheable=False, so it stays in UVM: fills and write-backs move the weights alone and the
+backward reads and writes every updated row's state in place over the link (published H100
+points T1.3/T1.4: Adam's backward 11.0 ms against SGD's 0.79). `cache.enforce_hbm` (and
+ScratchPipe / Bagpipe, whose scratchpad holds the row with its state) keep it with the row:
+R bytes move and are updated. Lookups read weights only (r bytes).
 """
 
 from __future__ import annotations
@@ -20,40 +25,51 @@ from scratchpipe_sim.timing.designs.base import Columns, Design, WorkloadKey
 
 
 class CacheStages:
-    def __init__(self, design: Design, c: Columns):
+    def __init__(self, design: Design, c: Columns, state_in_uvm: bool = False):
         self.d = design
         self.c = c
+        m = design.cfg.model
+        #: share of a moved row that is optimizer state left in UVM (0: state with the row)
+        self.uvm_state_share = (m.state_bytes / m.moved_row_bytes
+                                if state_in_uvm and m.moved_row_bytes > 0 else 0.0)
+        #: the host allocation of the state alone (every row's state)
+        self.state_table_bytes = design.cfg.total_rows * m.state_bytes
 
     def fetch(self, m, b):
         """One process: lookup kernels, then fills and write-backs streamed together."""
         c = self.c
-        R = c.R_fill[b]
+        R = c.R_fill[b] * (1.0 - self.uvm_state_share)
         F, W = c.fills[b], c.writebacks[b]
         return m.seq(
             lambda: m.cache_lookup(b, c.unique[b], F),
             lambda: m.all_of([
-                m.dram.gather(F, R, b, "fill read"), m.pcie.h2d(F * R, b, "fill", dma=False),
+                m.uvm_read(b, F, R, "fill", sorted_ids=True),
                 m.hbm.gather(F, R, b, "fill write"),
                 m.hbm.gather(W, R, b, "victim read"),
-                m.pcie.d2h(W * R, b, "writeback", dma=False),
-                m.dram.gather(W, R, b, "writeback write")]))
+                m.uvm_write(b, W, R, "writeback")]))
 
     def forward(self, m, b):
         c = self.c
         P, r = c.unplaced[b], c.r_host[b]
         hit_bytes = c.accesses[b] * c.r[b] - P * r
-        return [m.gpu_forward(b, c.accesses[b] - P, c.l2[b],
+        return [m.gpu_forward(b, c.accesses[b] - P, c.samples[b], c.l2[b],
                               hit_bytes / (c.accesses[b] - P) if c.accesses[b] > P else r),
-                m.dram.gather(P, r, b, "uvm gather"), m.pcie.h2d(P * r, b, "uvm", uvm=True)]
+                m.uvm_read(b, c.unique_unplaced[b], r, "uvm gather")]
 
     def backward(self, m, b):
         c = self.c
-        uu, R = c.unique_unplaced[b], c.R_host[b]
-        return [m.gpu_backward(b, c.accesses[b], c.unique[b] - uu, c.l2_update[b], c.r[b],
-                               c.R[b]),
-                m.dram.gather(2 * uu, R, b, "uvm update"),
-                m.pcie.h2d(uu * R, b, "uvm update", uvm=True),
-                m.pcie.d2h(uu * R, b, "uvm update", uvm=True)]
+        uu, R_host = c.unique_unplaced[b], c.R_host[b]
+        share = self.uvm_state_share
+        cached = c.unique[b] - uu
+        state = c.R[b] * share  # state bytes of a cached row, kept in UVM
+
+        def host():
+            return [m.uvm_update(b, uu, R_host, "uvm update"),
+                    m.uvm_update(b, cached, state, "uvm state",
+                                 table_bytes=self.state_table_bytes) if state > 0 else None]
+
+        return [m.gpu_backward(b, c.accesses[b], cached, c.l2_update[b], c.r[b],
+                               c.R[b] * (1.0 - share), host=host)]
 
 
 def cache_key(design: Design) -> WorkloadKey:

@@ -29,7 +29,8 @@ class GpuOnly(Design):
         inputs = InputCopies(m, c, w.num_batches)
         for b in range(w.num_batches):
             yield from inputs.wait(b)
-            yield from m.stage("gpu_gather", b, [m.gpu_forward(b, c.accesses[b], c.l2[b], c.r[b])])
+            yield from m.stage("gpu_gather", b, [
+                m.gpu_forward(b, c.accesses[b], c.samples[b], c.l2[b], c.r[b])])
             yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
             yield from m.stage("gpu_update", b, [
                 m.gpu_backward(b, c.accesses[b], c.unique[b], c.l2_update[b], c.r[b], c.R[b])])

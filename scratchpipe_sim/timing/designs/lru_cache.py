@@ -26,7 +26,7 @@ class LruCache(Design):
         return cache_key(self)
 
     def run(self, m, w):
-        s = CacheStages(self, self.columns(w))
+        s = CacheStages(self, self.columns(w), state_in_uvm=not self.cfg.cache.enforce_hbm)
         inputs = InputCopies(m, s.c, w.num_batches)
         for b in range(w.num_batches):
             yield from inputs.wait(b)

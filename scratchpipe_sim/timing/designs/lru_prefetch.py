@@ -30,7 +30,7 @@ class LruPrefetch(Design):
         return cache_key(self)
 
     def run(self, m, w):
-        s = CacheStages(self, self.columns(w))
+        s = CacheStages(self, self.columns(w), state_in_uvm=not self.cfg.cache.enforce_hbm)
         env = m.env
         n = w.num_batches
         inputs = InputCopies(m, s.c, n)

@@ -256,7 +256,8 @@ class MultiGpu(Design):
             start(b)
             yield from m.stage("input_wait", b, [inputs.pop(b)])
             start(b + 1)
-            yield from m.stage("emb_forward", b, [m.gpu_forward(b, s * A, c.l2[b], c.r[b])])
+            yield from m.stage("emb_forward", b, [
+                m.gpu_forward(b, s * A, s * c.samples[b], c.l2[b], c.r[b])])
             send, recv = self.sharding.alltoall_bytes(B, self.r_t)
             a2a_per_batch.append(max(send, recv))
             yield from m.stage("output_dist", b, [

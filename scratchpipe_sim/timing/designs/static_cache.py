@@ -50,7 +50,7 @@ class StaticCache(Design):
             yield from inputs.wait(b)
             gpu_fwd = m.seq(lambda b=b: m.cache_lookup(b, c.unique[b], 0),
                             lambda b=b, A=A, host=host, r_g=r_g: m.gpu_forward(
-                                b, A - host, c.l2[b], r_g))
+                                b, A - host, c.samples[b], c.l2[b], r_g))
             cpu_fwd = m.seq(lambda b=b, host=host, r_h=r_h: m.cpu_gather(host, r_h, b,
                                                                          "gather"),
                             lambda b=b, part=part: m.pcie.h2d(part, b, "pooled"))

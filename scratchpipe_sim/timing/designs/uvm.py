@@ -2,13 +2,15 @@
 memory and the GPU kernels read and update them in place over UVM.
 
 Per batch: input_wait (indices and offsets, copied while the previous batch ran) ->
-forward = every lookup's row read from host memory (CPU DRAM gather of A rows of r bytes
-|| H2D of A x r at pcie.uvm_efficiency) -> mlp -> backward = sort + segment-reduce of the A
-gradient contributions in HBM (as every GPU design) || the U unique rows updated in place
-with their state (DRAM 2U x R || H2D and D2H of U x R at uvm_efficiency), exactly as
-lru-cache prices its unplaced rows. Nothing is cached,
-so nothing is filled or written back; the GPU L2 is not credited for host rows (a lookup's
-row bytes all cross the link: the closed form the tests check).
+forward = the batch's U distinct rows read in place (`Machine.uvm_read`: the link at
+uvm_read_GBps in whole sectors || the host DRAM gather || one GPU page walk per row that
+misses the TLB, in the lookups' random order; a duplicate id hits the sectors its first
+load brought into L2) || the output rows written to HBM -> mlp -> backward = sort +
+segment-reduce of the A gradient contributions in HBM (as every GPU design), then the U
+unique rows read, updated and written back in place with their optimizer state
+(`Machine.uvm_update`: sorted ids, so one walk per distinct page; FBGEMM keeps a MANAGED
+table's state in UVM too). Nothing is cached, so nothing is filled or written back.
+Published check: FBGEMM MANAGED on H100, points T1.7-T1.10 (docs/validation.md).
 """
 
 from __future__ import annotations
@@ -30,14 +32,10 @@ class Uvm(Design):
         for b in range(w.num_batches):
             A, U, r, R = c.accesses[b], c.unique[b], c.r[b], c.R[b]
             yield from inputs.wait(b)
-            yield from m.stage("forward", b, [m.dram.gather(A, r, b, "uvm gather"),
-                                              m.pcie.h2d(A * r, b, "uvm", uvm=True)])
+            yield from m.stage("forward", b, [m.uvm_read(b, U, r, "uvm gather"),
+                                              m.gpu_forward(b, 0, c.samples[b])])
             yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
-            # as lru-cache's unplaced rows: the sort + segment-reduce on the GPU || the
-            # read-modify-write of each unique row in host memory
-            yield from m.stage("backward", b, [
-                m.gpu_backward(b, A, 0, 0.0, r, R),
-                m.dram.gather(2 * U, R, b, "uvm update"),
-                m.pcie.h2d(U * R, b, "uvm update", uvm=True),
-                m.pcie.d2h(U * R, b, "uvm update", uvm=True)])
+            yield from m.stage("backward", b, [m.gpu_backward(
+                b, A, 0, 0.0, r, R,
+                host=lambda b=b, U=U, R=R: [m.uvm_update(b, U, R, "uvm update")])])
             m.batch_done(b)
