@@ -302,7 +302,7 @@ def test_gpu_only_is_never_slower(preset):
         assert res["gpu-only"]["iter_ns_mean"] <= res[d]["iter_ns_mean"] * (1 + 1e-12), d
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rowwise-adagrad"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rowwise-adagrad", "adam"])
 def test_pcie_bytes_are_fills_and_writebacks_times_row_bytes(optimizer):
     """FBGEMM's managed cache leaves the optimizer state in UVM (cacheable=False): fills and
     write-backs move the weights (r), and each updated row's state (S, in whole 32 B

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -148,6 +149,12 @@ class CpuConfig:
 
 @dataclass(frozen=True)
 class PcieConfig:
+    #: keys a model change replaced, with what replaces them (schema.build's error)
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {
+        "uvm_efficiency": "UVM traffic is priced by pcie.uvm_read_GBps and uvm_write_GBps "
+                          "(the link rates of in-place GPU loads and stores) and "
+                          "gpu.uvm_translation_ns (page walks); set those instead"}
+
     h2d_GBps: float = field(default=25.0, metadata=_pos("host-to-device bandwidth"))
     d2h_GBps: float = field(default=25.0, metadata=_pos("device-to-host bandwidth"))
     latency_ns: float = field(default=10_000.0, metadata=_nonneg("cost of one transfer"))

@@ -145,6 +145,10 @@ def build(cls: type, data: Mapping[str, Any], source: str | None, prefix: str = 
     for key in data:
         if key not in fields:
             where = f"{prefix}.{key}" if prefix else str(key)
+            renamed = getattr(cls, "RENAMED_KEYS", {})
+            if key in renamed:  # a key a model change replaced: say by what, never alias it
+                raise UserError(f"'{key}' was removed: {renamed[key]}", source=source,
+                                field=where)
             raise UserError(f"unknown key '{key}'{closest(str(key), fields)}; expected one of: "
                             f"{', '.join(fields)}", source=source, field=where)
     kwargs = {}

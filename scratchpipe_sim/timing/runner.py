@@ -10,6 +10,7 @@ deterministic; nothing depends on wall time except the `wall_s` fields.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,14 +44,43 @@ from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.traces.trace import Trace
 
+#: `cache.warmup_batches: auto` on a generated trace lengthens its warm-up prefix (doubling
+#: it from model.num_batches) until the cache would be full or the timed batches' rate of
+#: never-seen rows is steady, but never past this many accesses in the whole trace (about
+#: 8 bytes each in memory, 0.8 GB at the cap): the documented bound on auto's time and memory.
+AUTO_WARMUP_MAX_ACCESSES = 100_000_000
+#: `steady`'s tolerance: the second half's rate within this share of the first half's
+STEADY_TOL = 0.1
 
-def prefix_cap(cfg: Config) -> int:
-    """Most warm-up batches a trace is built with (auto: up to model.num_batches)."""
+
+
+def prefix_cap(cfg: Config, prefix_batches: int | None = None) -> int:
+    """Most warm-up batches a trace is built with (auto: `prefix_batches` when `simulate`
+    lengthened it, else model.num_batches)."""
     wb = cfg.cache.warmup_batches
-    return cfg.model.num_batches if wb == "auto" else int(wb)
+    if wb != "auto":
+        return int(wb)
+    return cfg.model.num_batches if prefix_batches is None else prefix_batches
 
 
-def build_trace(cfg: Config, cache: bool = True) -> Trace:
+def build_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = None) -> Trace:
+    """The config's trace (`config_trace`); with `cache.warmup_batches: auto`, a generated
+    trace and a cache design among the config's designs, its warm-up prefix lengthened until
+    the cache warms (`auto_warmup_trace`)."""
+    if (prefix_batches is None and cfg.cache.warmup_batches == "auto"
+            and cfg.trace.path is None and _has_cache(cfg)):
+        return auto_warmup_trace(cfg, cache)
+    return config_trace(cfg, cache, prefix_batches)
+
+
+def _has_cache(cfg: Config) -> bool:
+    """Whether any of the config's designs replays a cache policy (needs a warm-up)."""
+    return any(DESIGNS.get(n)(cfg).workload_key().policy is not None for n in cfg.designs
+               if n in DESIGNS)
+
+
+def config_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = None
+                    ) -> Trace:
     """The config's trace: read `trace.path` or generate it, checked against model.tables.
 
     It holds the cache warm-up prefix (at most `prefix_cap` batches) followed by the
@@ -90,7 +120,8 @@ def build_trace(cfg: Config, cache: bool = True) -> Trace:
         if t.alpha is not None and "alpha" in getattr(factory, "PARAMS", {}):
             params.setdefault("alpha", t.alpha)
         return generate_trace(t.distribution, list(m.rows_per_table), m.batch_size,
-                              prefix_cap(cfg) + m.num_batches, list(m.poolings), seed,
+                              prefix_cap(cfg, prefix_batches) + m.num_batches,
+                              list(m.poolings), seed,
                               reuse=t.reuse, source=cfg.source,
                               field_prefix="trace.params.", **params)
 
@@ -98,7 +129,8 @@ def build_trace(cfg: Config, cache: bool = True) -> Trace:
     # entry: it fails in generate() with its usual message)
     key = {"kind": "generated-trace", "distribution": t.distribution, "alpha": t.alpha,
            "params": dict(t.params), "rows": list(m.rows_per_table),
-           "batch_size": m.batch_size, "num_batches": prefix_cap(cfg) + m.num_batches,
+           "batch_size": m.batch_size,
+           "num_batches": prefix_cap(cfg, prefix_batches) + m.num_batches,
            "pooling": list(m.poolings), "seed": seed, "reuse": t.reuse}
     return cached_trace(key, generate, enabled=cache)
 
@@ -171,7 +203,8 @@ def fit_trace(trace: Trace, cfg: Config) -> Trace:
         raise UserError(f"the trace has {trace.num_batches} batches but model.num_batches is "
                         f"{m.num_batches}: expected at most {trace.num_batches}", source=src,
                         field="model.num_batches")
-    prefix = min(trace.num_batches - m.num_batches, prefix_cap(cfg))
+    prefix = min(trace.num_batches - m.num_batches,
+                 prefix_cap(cfg, trace.meta.get(AUTO_PREFIX)))
     wb = cfg.cache.warmup_batches
     if wb != "auto" and prefix < int(wb):
         raise UserError(f"cache.warmup_batches = {wb} needs {int(wb) + m.num_batches} batches "
@@ -396,6 +429,9 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
             progress("design", name, len(rows), len(names))
         if timeline_dir is not None:
             write_timeline(Path(timeline_dir) / f"timeline_{name}.json", name, m)
+    for r in rows:  # never silently: a cache still filling prices its cold start
+        if r.get("steady_state") is False:
+            print(f"scratchpipe-sim: {steady_state_warning(cfg, r)}", file=sys.stderr)
     base_name = baseline_design()  # the column keeps its stable name speedup_vs_hybrid
     base = next((r for r in rows if r["design"] == base_name), None)
     for r in rows:
@@ -404,15 +440,59 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     return rows
 
 
-def steady(fills: np.ndarray, tol: float = 0.1) -> tuple[bool, float]:
+#: Trace.meta key: the warm-up prefix `auto_warmup_trace` built the trace with
+AUTO_PREFIX = "auto_warmup_prefix"
+
+
+def auto_warmup_trace(cfg: Config, replay_cache: bool) -> Trace:
+    """The config's trace; with `cache.warmup_batches: auto`, a generated trace and a cache
+    design, its warm-up prefix doubled from model.num_batches until the prefix touches as
+    many distinct rows as the cache holds, or the timed batches' never-seen rows (a cache's
+    compulsory misses) arrive at a steady rate (`steady`), within AUTO_WARMUP_MAX_ACCESSES.
+    The trace's meta records the prefix (AUTO_PREFIX) for `fit_trace`."""
+    m = cfg.model
+    per_batch = m.batch_size * sum(m.poolings)
+    capacity = cfg.capacity_rows()
+    prefix = m.num_batches
+    while True:
+        trace = config_trace(cfg, cache=replay_cache, prefix_batches=prefix)
+        new = first_touches(trace)[prefix + m.warmup_batches:]
+        _, unique = access_unique(slice_trace(trace, prefix + m.warmup_batches,
+                                              trace.num_batches))
+        if (warmup_length(trace, prefix, capacity) < prefix or steady(new, unique)[0]
+                or (2 * prefix + m.num_batches) * per_batch > AUTO_WARMUP_MAX_ACCESSES):
+            return dataclasses.replace(trace, meta={**trace.meta, AUTO_PREFIX: prefix})
+        prefix *= 2
+
+
+def steady_state_warning(cfg: Config, row: dict[str, Any]) -> str:
+    """One line: a design whose fill rate still drifts over the measured batches."""
+    wb = cfg.cache.warmup_batches
+    need = ("cache.warmup_batches: auto lengthens the warm-up up to "
+            f"{AUTO_WARMUP_MAX_ACCESSES:,} accesses" if wb != "auto" else
+            f"auto stopped at its cap of {AUTO_WARMUP_MAX_ACCESSES:,} accesses")
+    return (f"{row['design']} did not reach steady state: its fill rate drifts "
+            f"{row['fill_rate_drift']:+.0%} over the measured batches, cold-miss share "
+            f"{row['cold_miss_share']:.2f} after a warm-up of {row['cache_warmup_batches']} "
+            f"batches; a longer warm-up is needed (more batches than the "
+            f"{row['cache_warmup_batches']} replayed: {need}; or more model.num_batches)")
+
+
+def steady(fills: np.ndarray, unique: np.ndarray | None = None, tol: float = STEADY_TOL
+           ) -> tuple[bool, float]:
     """Whether the fill rate converged over the measured batches: the mean of the second
-    half within `tol` of the first half's (relative drift returned too)."""
+    half within `tol` of the first half's, or (given the batches' unique rows) the change
+    at most `tol` x the mean unique rows of a batch — a cache holding every row it has
+    seen fills only never-seen rows, whose rate decays without end, but once the decay is a
+    small share of each batch's rows it no longer moves the time (relative drift
+    returned)."""
     n = len(fills)
     if n < 4:
         return True, 0.0
     a, b = float(fills[: n // 2].mean()), float(fills[n // 2 :].mean())
     drift = (a - b) / max(a, b) if max(a, b) > 0 else 0.0
-    return abs(drift) <= tol, drift
+    small = unique is not None and abs(a - b) <= tol * float(np.mean(unique))
+    return abs(drift) <= tol or small, drift
 
 
 def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]:
@@ -469,7 +549,7 @@ def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]
     if "first_touches" in w.cols:  # a cache design: how much of the result is cold start
         misses = w.total("misses", wu)
         row["cold_miss_share"] = w.total("first_touches", wu) / misses if misses else 0.0
-        ok, drift = steady(w.cols["fills"][wu:])
+        ok, drift = steady(w.cols["fills"][wu:], w.cols["unique"][wu:])
         row["steady_state"] = ok
         row["fill_rate_drift"] = drift
     return row
