@@ -116,7 +116,7 @@ def test_derived_quantities():
     ({"model": {"batch_size": 2.5}}, "model.batch_size", "expected an integer"),
     ({"model": {"batch_size": True}}, "model.batch_size", "expected an integer"),
     ({"hardware": {"pcie": {"full_duplex": 1}}}, "hardware.pcie.full_duplex", "true or false"),
-    ({"model": {"optimizer": "adam"}}, "model.optimizer", "did you mean 'adagrad'"),
+    ({"model": {"optimizer": "adamw"}}, "model.optimizer", "did you mean 'adam'"),
     ({"cache": {"capacity_rows": 400_000_000}}, "cache.capacity_rows", "fits in HBM"),
     ({"cache": {"load_factor": 1.0}, "hardware": {"gpu": {"hbm_capacity_GiB": 1}}},
      "cache.load_factor", "fits in HBM"),

@@ -144,7 +144,7 @@ def test_zero_gpus_and_a_table_too_large_are_one_line_exit_2(tmp_path, capsys):
 # -- uvm ---------------------------------------------------------------------------------------
 def test_uvm_reads_each_distinct_row_once_at_the_in_place_rate():
     """Closed form of the UVM forward: each batch's U distinct rows cross the link once
-    (duplicates hit the sectors the first load brought into L2) at uvm_read_GBps; the
+    (duplicates hit the sectors the first load brought into L2) at uvm_read_share x h2d_GBps; the
     backward reads and writes each distinct row with its state. The tables fit the TLB
     reach here: no page walks."""
     cfg = cfg_of({"hardware": {"cpu": {"dram_GBps": 1e9}}})
@@ -158,11 +158,12 @@ def test_uvm_reads_each_distinct_row_once_at_the_in_place_rate():
     assert row["pcie_h2d_bytes"] == pytest.approx((U * r + U * R + idx)[wu:].sum(), rel=1e-12)
     assert row["pcie_d2h_bytes"] == pytest.approx((U * R)[wu:].sum(), rel=1e-12)
     assert row["busy_gpu_mmu"] == 0.0
-    # forward: the link at uvm_read_GBps, shared (processor sharing) with the next batch's
-    # index copy issued at the same instant (at h2d_GBps); DRAM is made too fast to matter.
+    # forward: the link at uvm_read_share x h2d_GBps, shared (processor sharing) with the
+    # next batch's index copy issued at the same instant (at h2d_GBps); DRAM is made too fast
+    # to matter.
     # The output rows' HBM writes end long before.
     nxt = np.append(idx[1:], 0.0)
-    t_rows, t_idx = U * r / p.uvm_read_GBps, nxt / p.h2d_GBps
+    t_rows, t_idx = U * r / (p.uvm_read_share * p.h2d_GBps), nxt / p.h2d_GBps
     # PS: both progress at half speed until the shorter ends; the stage waits for the rows
     fwd = p.latency_ns + np.where(t_rows >= t_idx, t_rows + t_idx, 2 * t_rows)
     assert row["stage_forward_ns"] == pytest.approx(fwd[wu:].mean(), rel=1e-6)

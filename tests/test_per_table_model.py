@@ -79,7 +79,10 @@ def test_bad_per_table_lists(bad, field):
 def test_heterogeneous_dims_add_up_table_by_table():
     trace = two_table_trace()
     dims = (16, 48)
-    cfg = cfg_of({"tables": {"dim": list(dims)}, "optimizer": "adagrad"})
+    # enforce_hbm: the adagrad state moves with each filled row (FBGEMM's default would
+    # leave it in UVM: tests/test_timing_uvm_optimizers.py)
+    cfg = cfg_of({"tables": {"dim": list(dims)}, "optimizer": "adagrad"},
+                 {"enforce_hbm": True})
     r_t = [d * 4 for d in dims]
     R_t = [d * 4 + 4 * d for d in dims]
     res = {r["design"]: r for r in simulate(cfg, ["hybrid", "gpu-only", "lru-cache"],
@@ -106,7 +109,8 @@ def test_heterogeneous_dims_add_up_table_by_table():
         uniq += sum(int(((u >= off[t]) & (u < off[t] + ROWS[t])).sum()) * R_t[t]
                     for t in range(2))
     sort = 12 * 32 * 2 * 2 * 8 + lookup  # lookups x (r + 2 index bytes)
-    assert g["hbm_bytes"] == pytest.approx(lookup + sort + 2 * uniq, rel=1e-12)
+    out = 12 * 32 * sum(r_t)  # the forward's output rows: one per sample and table
+    assert g["hbm_bytes"] == pytest.approx(lookup + out + sort + 2 * uniq, rel=1e-12)
 
 
 def test_run_cli_takes_sizes_from_a_trace_file(tmp_path):

@@ -86,7 +86,7 @@ def test_every_resource_unloaded_latency_and_peak_bandwidth(preset):
         "pcie_d2h": (lambda env, n: Machine(env, cfg, 1).pcie.d2h(n, 0, "x"),
                      hw.pcie.latency_ns, hw.pcie.d2h_GBps),
         "pcie_uvm": (lambda env, n: Machine(env, cfg, 1).pcie.h2d(n, 0, "x", uvm=True),
-                     hw.pcie.latency_ns, hw.pcie.uvm_read_GBps),
+                     hw.pcie.latency_ns, hw.pcie.h2d_GBps * hw.pcie.uvm_read_share),
         "hbm_gather": (lambda env, n: Machine(env, cfg, 1).hbm.gather(n / rb, rb, 0, "x"),
                        hw.gpu.hbm_latency_ns,
                        hw.gpu.hbm_GBps * interpolate(hw.gpu.gather_efficiency, rb)),

@@ -64,11 +64,14 @@ def test_uvm_link_bytes_at_the_extremes_of_duplication(case):
 
 
 def test_a_row_moves_in_whole_sectors():
-    env = simpy.Environment()
-    m = Machine(env, cfg_of(), 1)
+    """rowwise-adagrad's 132 B rows (128 B weights + one fp32) cross as 160 B; its 4 B state
+    alone as one 32 B sector. Rows of whole sectors move exactly their bytes."""
+    m = Machine(simpy.Environment(), cfg_of({"model": {"optimizer": "rowwise-adagrad"}}), 1)
     assert m.link_bytes(10, 4) == 10 * 32
     assert m.link_bytes(3, 132) == 3 * 160
     assert m.link_bytes(2, 512) == 1024
+    aligned = Machine(simpy.Environment(), cfg_of(), 1)
+    assert aligned.link_bytes(3, 128) == 384
 
 
 def test_page_walks_closed_form():
@@ -90,7 +93,7 @@ def test_page_walks_closed_form():
 
 def test_page_walks_price_a_uvm_read_when_they_bind():
     """uvm_read = max(link, walks x uvm_translation_ns): a 1 TB allocation read randomly."""
-    cfg = cfg_of({"hardware": {"cpu": {"dram_GBps": 1e9}, "pcie": {"uvm_read_GBps": 1e6,
+    cfg = cfg_of({"hardware": {"cpu": {"dram_GBps": 1e9}, "pcie": {"h2d_GBps": 1e6,
                                                                     "latency_ns": 0}}})
     env = simpy.Environment()
     m = Machine(env, cfg, 1)
@@ -144,7 +147,7 @@ def test_removed_uvm_efficiency_names_its_replacement(tmp_path, capsys):
     p.write_text(yaml.safe_dump(deep_merge(BASE, {"hardware": {"pcie": {"uvm_efficiency": 0.1}}})))
     assert main(["config", "show", str(p)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "uvm_read_GBps" in err
+    assert len(err.splitlines()) == 1 and "uvm_read_share" in err
     assert "hardware.pcie.uvm_efficiency" in err
 
 

@@ -151,8 +151,9 @@ class CpuConfig:
 class PcieConfig:
     #: keys a model change replaced, with what replaces them (schema.build's error)
     RENAMED_KEYS: ClassVar[dict[str, str]] = {
-        "uvm_efficiency": "UVM traffic is priced by pcie.uvm_read_GBps and uvm_write_GBps "
-                          "(the link rates of in-place GPU loads and stores) and "
+        "uvm_efficiency": "UVM traffic is priced by pcie.uvm_read_share and "
+                          "uvm_write_share (the link share in-place GPU loads and stores "
+                          "reach, of distinct rows in whole sectors) and "
                           "gpu.uvm_translation_ns (page walks); set those instead"}
 
     h2d_GBps: float = field(default=25.0, metadata=_pos("host-to-device bandwidth"))
@@ -164,13 +165,15 @@ class PcieConfig:
         "H2D bandwidth while a D2H transfer runs (null: h2d_GBps)"))
     duplex_d2h_GBps: float | None = field(default=None, metadata=_pos(
         "D2H bandwidth while an H2D transfer runs (null: d2h_GBps)"))
-    uvm_read_GBps: float = field(default=40.7, metadata=_pos(
-        "link rate of GPU loads that read host memory in place (UVM / MANAGED tables, "
-        "FBGEMM cache fills, optimizer state left in UVM): SM-issued reads, not copy-engine "
-        "DMA; bytes of rows read, rounded up to gpu.sector_bytes"))
-    uvm_write_GBps: float = field(default=52.8, metadata=_pos(
-        "link rate of GPU stores that write host memory in place (posted writes of rows "
-        "updated or evicted in UVM)"))
+    uvm_read_share: float = field(default=0.768, metadata={
+        "help": "GPU loads that read host memory in place (UVM / MANAGED tables, FBGEMM "
+                "cache fills, optimizer state left in UVM; SM-issued reads, not copy-engine "
+                "DMA) reach this share of h2d_GBps (bytes of rows in whole gpu.sector_bytes; "
+                "a faster link reads faster: GH200's C2C SM copy reaches 0.99 of its copy "
+                "engine, nvbandwidth issue 23)", "gt": 0, "max": 1})
+    uvm_write_share: float = field(default=0.996, metadata={
+        "help": "GPU stores that write host memory in place reach this share of d2h_GBps",
+        "gt": 0, "max": 1})
     dma_loads_dram: bool = field(default=True, metadata={
         "help": "copy-engine DMA also streams its bytes through CPU DRAM (reads for H2D, "
                 "writes for D2H)"})

@@ -79,6 +79,9 @@ class Machine:
         self.busy_at_window_start = {s.name: 0.0 for s in self.servers}
         m = cfg.model
         self.pooled_bytes = m.pooled_bytes
+        sector = gpu.sector_bytes
+        self.sector_aligned = all(
+            x % sector == 0 for x in (*m.row_bytes_per_table, *m.moved_row_bytes_per_table))
         self.total_rows = cfg.total_rows
         self.r = m.row_bytes
         self.R = m.moved_row_bytes
@@ -209,15 +212,19 @@ class Machine:
         return pages * -math.expm1(-rows / pages) * miss
 
     def link_bytes(self, rows: float, row_bytes: float) -> float:
-        """Bytes a GPU load or store of `rows` rows moves over the link: whole sectors."""
+        """Bytes a GPU load or store of `rows` rows moves over the link: whole sectors. With
+        tables of several row sizes `row_bytes` is a mean: when every table's sizes are
+        whole sectors it is exact, else the mean is rounded up (an approximation)."""
+        if self.sector_aligned:
+            return rows * row_bytes
         sector = self.cfg.hardware.gpu.sector_bytes
         return rows * math.ceil(row_bytes / sector) * sector
 
     def uvm_read(self, batch: int, rows: float, row_bytes: float, label: str,
                  sorted_ids: bool = False, table_bytes: float | None = None
                  ) -> simpy.Event | None:
-        """GPU kernels reading `rows` host rows in place (UVM): the link at uvm_read_GBps
-        (SM loads, whole sectors) || the host's DRAM serving the rows (a gather) || the
+        """GPU kernels reading `rows` host rows in place (UVM): the link at uvm_read_share x
+        h2d_GBps (SM loads, whole sectors) || the host's DRAM serving the rows (a gather) || the
         page walks of rows that miss the GPU TLB (gpu_mmu). Duplicate ids of a batch are
         read once (the caller passes distinct rows: the first load brings the row's sectors
         into L2, the others hit them). `table_bytes`: the host allocation (default: every
@@ -235,8 +242,8 @@ class Machine:
     def uvm_write(self, batch: int, rows: float, row_bytes: float, label: str,
                   sorted_ids: bool = False, table_bytes: float | None = None
                   ) -> simpy.Event | None:
-        """GPU stores of `rows` rows into host memory in place: the link at uvm_write_GBps
-        || the host's DRAM (a scatter, priced as a gather) || page walks, as uvm_read."""
+        """GPU stores of `rows` rows into host memory in place: the link at uvm_write_share x
+        d2h_GBps || the host's DRAM (a scatter, priced as a gather) || page walks, as uvm_read."""
         if rows <= 0:
             return None
         tb = self.total_rows * row_bytes if table_bytes is None else table_bytes

@@ -311,8 +311,8 @@ class Pcie:
             return None
         self.h2d_bytes[batch] += nbytes
         link = self.h2d_server.transfer(nbytes, batch, "h2d " + label,
-                                        GBps=self.cfg.uvm_read_GBps if uvm
-                                        else self.cfg.h2d_GBps)
+                                        efficiency=self.cfg.uvm_read_share if uvm else 1.0,
+                                        GBps=self.cfg.h2d_GBps)
         return self._with_dma(link, nbytes, batch, "dma read " + label, uvm or not dma)
 
     def d2h(self, nbytes: float, batch: int, label: str, uvm: bool = False, dma: bool = True
@@ -321,8 +321,8 @@ class Pcie:
             return None
         self.d2h_bytes[batch] += nbytes
         link = self.d2h_server.transfer(nbytes, batch, "d2h " + label,
-                                        GBps=self.cfg.uvm_write_GBps if uvm
-                                        else self.cfg.d2h_GBps)
+                                        efficiency=self.cfg.uvm_write_share if uvm else 1.0,
+                                        GBps=self.cfg.d2h_GBps)
         return self._with_dma(link, nbytes, batch, "dma write " + label, uvm or not dma)
 
     def _with_dma(self, link: simpy.Process, nbytes: float, batch: int, label: str,

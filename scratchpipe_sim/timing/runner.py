@@ -259,6 +259,7 @@ def workload(trace: Trace, key: WorkloadKey, cfg: Config, memo: dict | None = No
 #: code behind the trace passes `Replays` caches (see `replay_cache.code_digest`)
 _COUNTS_SOURCES = ("timing/counts.py", "traces/trace.py")
 _ONCHIP_SOURCES = ("timing/onchip.py", "traces/trace.py")
+_AUTO_SOURCES = ("timing/counts.py", "timing/runner.py", "traces/trace.py")
 
 
 class Replays:
@@ -456,10 +457,22 @@ def auto_warmup_trace(cfg: Config, replay_cache: bool) -> Trace:
     prefix = m.num_batches
     while True:
         trace = config_trace(cfg, cache=replay_cache, prefix_batches=prefix)
-        new = first_touches(trace)[prefix + m.warmup_batches:]
-        _, unique = access_unique(slice_trace(trace, prefix + m.warmup_batches,
-                                              trace.num_batches))
-        if (warmup_length(trace, prefix, capacity) < prefix or steady(new, unique)[0]
+
+        def compute(trace=trace, prefix=prefix):
+            new = first_touches(trace)[prefix + m.warmup_batches:]
+            _, unique = access_unique(slice_trace(trace, prefix + m.warmup_batches,
+                                                  trace.num_batches))
+            full = warmup_length(trace, prefix, capacity) < prefix
+            return {}, {"warm": int(full or steady(new, unique)[0])}
+
+        if replay_cache:  # a warm run decides from the on-disk cache, as for replays
+            _, extra = cached_columns(
+                {"kind": "auto-warmup", "trace": trace_fingerprint(trace), "prefix": prefix,
+                 "capacity": int(capacity), "warmup_batches": m.warmup_batches,
+                 "tol": STEADY_TOL}, compute, True, sources=_AUTO_SOURCES)
+        else:
+            _, extra = compute()
+        if (extra["warm"]
                 or (2 * prefix + m.num_batches) * per_batch > AUTO_WARMUP_MAX_ACCESSES):
             return dataclasses.replace(trace, meta={**trace.meta, AUTO_PREFIX: prefix})
         prefix *= 2

@@ -3,7 +3,7 @@ memory and the GPU kernels read and update them in place over UVM.
 
 Per batch: input_wait (indices and offsets, copied while the previous batch ran) ->
 forward = the batch's U distinct rows read in place (`Machine.uvm_read`: the link at
-uvm_read_GBps in whole sectors || the host DRAM gather || one GPU page walk per row that
+uvm_read_share x h2d_GBps in whole sectors || the host DRAM gather || one GPU page walk per row that
 misses the TLB, in the lookups' random order; a duplicate id hits the sectors its first
 load brought into L2) || the output rows written to HBM -> mlp -> backward = sort +
 segment-reduce of the A gradient contributions in HBM (as every GPU design), then the U
