@@ -14,7 +14,7 @@ from scratchpipe_sim.config import interpolate, load_config
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.resources import Server
 
-PRESETS = ("v100-gen3", "a100-gen4", "h100-gen5", "h200-gen5")
+PRESETS = ("v100-gen3", "a100-gen4", "h100-gen5", "h200-gen5", "mi250-gen4")
 
 
 def lone(make, bytes_):
