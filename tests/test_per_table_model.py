@@ -143,7 +143,7 @@ def test_model_presets_load(preset):
     assert m.table_count == len(m.rows_per_table) >= 1
     if preset == "criteo-terabyte":
         assert m.table_count == 26 and cfg.total_rows == 187_767_399
-        assert m.pooled_bytes == 26 * 128 * 4
+        assert m.sample_output_bytes == 26 * 128 * 4
 
 
 def test_scaled_down_criteo_terabyte_runs_every_design():

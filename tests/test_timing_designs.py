@@ -110,7 +110,7 @@ def gpu_only_expect(cfg, acc, uniq):
                                                       * hw.gpu.aggregate_efficiency)
     # the forward's output rows (one pooled vector per sample and table) stream to HBM beside
     # the gather, on the same server: their times add
-    out = m.batch_size * m.pooled_bytes / hw.gpu.hbm_GBps
+    out = m.batch_size * m.sample_output_bytes / hw.gpu.hbm_GBps
     return (3 * hw.gpu.hbm_latency_ns + acc * m.row_bytes / bw(m.row_bytes) + out + mlp + sort
             + 2 * uniq * m.moved_row_bytes / bw(m.moved_row_bytes))
 

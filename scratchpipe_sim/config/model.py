@@ -19,6 +19,9 @@ from scratchpipe_sim.config.schema import build, to_plain
 from scratchpipe_sim.errors import UserError, closest
 
 OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad", "adam")
+#: per table: sum / mean reduce a bag to one vector (TorchRec's EmbeddingBagCollection),
+#: none keeps one row per lookup (EmbeddingCollection: sequence embeddings)
+POOLING_MODES = ("sum", "mean", "none")
 #: designs with an FBGEMM managed cache (`cache.enforce_hbm` applies to them)
 FBGEMM_CACHE_DESIGNS = ("lru-cache", "lru-prefetch")
 GiB = 1 << 30
@@ -67,6 +70,10 @@ class ModelConfig:
     pooling: PerTable = field(default=20, metadata={
         "help": "lookups per sample per table: one value or a list, one per table (a trace "
                 "file's own bag lengths win)", "min": 1})
+    pooling_mode: str | tuple[str, ...] = field(default="sum", metadata={
+        "help": "sum, mean (a bag reduced to one vector per sample and table: TorchRec's "
+                "EmbeddingBagCollection) or none (one output row per lookup: its "
+                "EmbeddingCollection, sequence embeddings); one value or a list, one per table"})
     batch_size: int = field(default=2048, metadata={"help": "samples per mini-batch", "min": 1})
     index_bytes: int = field(default=8, metadata={
         "help": "bytes per index and per offset copied to the GPU (4 = int32, 8 = int64, "
@@ -105,6 +112,19 @@ class ModelConfig:
     @property
     def poolings(self) -> tuple[int, ...]:
         return per_table(self.pooling, self.table_count, 20)
+
+    @property
+    def pooling_modes(self) -> tuple[str, ...]:
+        v = self.pooling_mode
+        return tuple(v) if isinstance(v, tuple) else (v,) * self.table_count
+
+    @property
+    def output_rows_per_table(self) -> tuple[int, ...]:
+        """Embedding output rows of one sample, per table: 1 pooled vector, or (unpooled)
+        one per lookup at the table's pooling factor (a trace file's own bag lengths are
+        priced at the config's factor)."""
+        return tuple(p if mode == "none" else 1
+                     for p, mode in zip(self.poolings, self.pooling_modes, strict=True))
 
     def _state(self, dim: int) -> int:
         """Optimizer state bytes per row (FBGEMM's split_optimizer_states: momentum1 of D
@@ -148,9 +168,12 @@ class ModelConfig:
         return self.moved_row_bytes - self.row_bytes
 
     @property
-    def pooled_bytes(self) -> int:
-        """Pooled embedding vectors of one sample (one per table)."""
-        return sum(self.row_bytes_per_table)
+    def sample_output_bytes(self) -> int:
+        """Embedding outputs of one sample: a pooled vector per table, or one row per lookup
+        of an unpooled table (what the forward writes, the backward's gradients read, and
+        hybrid and multi-gpu send)."""
+        return sum(r * n for r, n in zip(self.row_bytes_per_table, self.output_rows_per_table,
+                                         strict=True))
 
     @functools.cached_property
     def mlp_flops(self) -> float:
@@ -352,7 +375,7 @@ class Config:
         n = m.table_count
         for key, v in (("model.tables.count", m.tables.count), ("model.tables.rows",
                        m.tables.rows), ("model.tables.dim", m.tables.dim),
-                       ("model.pooling", m.pooling)):
+                       ("model.pooling", m.pooling), ("model.pooling_mode", m.pooling_mode)):
             size = v if key.endswith("count") else (len(v) if isinstance(v, tuple) else None)
             if size is not None and size != n:
                 raise UserError(f"{size} tables here but {n} elsewhere in model (a per-table "
@@ -360,6 +383,13 @@ class Config:
                                 source=src, field=key)
             if isinstance(v, tuple) and not v:
                 raise UserError("expected at least one table", source=src, field=key)
+        for i, mode in enumerate(m.pooling_modes):
+            if mode not in POOLING_MODES:
+                where = ("model.pooling_mode" if isinstance(m.pooling_mode, str)
+                         else f"model.pooling_mode[{i}]")
+                raise UserError(f"unknown value {mode!r}{closest(str(mode), POOLING_MODES)}; "
+                                f"expected one of: {', '.join(POOLING_MODES)}", source=src,
+                                field=where)
 
     def _check_pipeline(self) -> None:
         """Every scratchpipe stage once, in data-flow order; the window covers the depth."""

@@ -78,7 +78,7 @@ class Machine:
         self.window_start_ns = 0.0
         self.busy_at_window_start = {s.name: 0.0 for s in self.servers}
         m = cfg.model
-        self.pooled_bytes = m.pooled_bytes
+        self.sample_output_bytes = m.sample_output_bytes
         sector = gpu.sector_bytes
         self.sector_aligned = all(
             x % sector == 0 for x in (*m.row_bytes_per_table, *m.moved_row_bytes_per_table))
@@ -186,13 +186,14 @@ class Machine:
                     onchip_fraction: float = 0.0, r: float | None = None
                     ) -> simpy.Event | None:
         """Embedding-bag forward: gather `lookups` rows of r bytes from HBM (or L2) and write
-        each sample's output rows (one per table: pooled_bytes per sample; with one lookup
-        per sample and table, as FBGEMM's PoolingMode.NONE, one row per lookup) to HBM as a
-        stream. Why the writes: unpooled, they are as many bytes as the reads (FBGEMM's H100
-        DEVICE forward, published point T1.2, is half output writes)."""
+        each sample's outputs (sample_output_bytes: a pooled vector per table, one row per
+        lookup of an unpooled table, `model.pooling_mode: none`) to HBM as a stream. Why
+        the writes: unpooled, they are as many bytes as the reads (FBGEMM's H100 DEVICE
+        forward, published point T1.2, is half output writes)."""
         r = self.r if r is None else r
         return self.all_of([self.hbm.gather(lookups, r, batch, "gather", onchip_fraction),
-                            self.hbm.stream(samples * self.pooled_bytes, batch, "output")])
+                            self.hbm.stream(samples * self.sample_output_bytes, batch,
+                                            "output")])
 
     # -- UVM: the GPU reading and writing host memory in place ------------------------------
     def uvm_walks(self, rows: float, table_bytes: float, sorted_ids: bool) -> float:

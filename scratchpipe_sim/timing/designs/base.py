@@ -58,7 +58,8 @@ class Design(ABC):
         m = cfg.model
         self.r = m.row_bytes  # bytes read per lookup (weights only)
         self.R = m.moved_row_bytes  # bytes per row moved or updated (weights + state)
-        self.pooled = m.pooled_bytes  # pooled vectors of one sample, every table
+        self.sample_out = m.sample_output_bytes  # a sample's embedding outputs, every table
+        self.sample_out_rows = sum(m.output_rows_per_table)
 
     def columns(self, w: Workload) -> Columns:
         return Columns(w, self.r, self.R)

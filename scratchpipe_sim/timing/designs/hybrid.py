@@ -26,7 +26,7 @@ class Hybrid(Design):
     def run(self, m, w):
         c = self.columns(w)
         for b in range(w.num_batches):
-            pooled = c.samples[b] * self.pooled
+            pooled = c.samples[b] * self.sample_out
             yield from m.stage("cpu_gather", b, [m.cpu_gather(c.accesses[b], c.r[b], b,
                                                               "gather", c.llc[b])])
             yield from m.stage("h2d_pooled", b, [m.pcie.h2d(pooled, b, "pooled")])

@@ -15,7 +15,8 @@ the largest receive over the GPUs. Per batch:
                  then the indices all-to-all to the shards' owners — both issued when the
                  previous batch starts (TorchRec's TrainPipelineSparseDist)
     emb_forward  gpu_forward(s x A) from its own HBM
-    output_dist  pooled vectors all-to-all: a table-wise table's owner sends B x r_t x
+    output_dist  pooled vectors all-to-all (an unpooled table's: a row per lookup, so r_t
+                 below is its row bytes x pooling): a table-wise table's owner sends B x r_t x
                  (N-1)/N and each other GPU receives (B/N) x r_t of it; a row-wise table is
                  reduce-scattered: every GPU sends and receives B x r_t x (N-1)/N. With every
                  table row-wise that is B x T x dim x bytes x (N-1)/N per GPU each way.
@@ -220,6 +221,9 @@ class MultiGpu(Design):
         self.r_t = tuple(float(r) for r in m.row_bytes_per_table)
         weights = tuple(p * r for p, r in zip(m.poolings, self.r_t, strict=True))
         self.share = self.sharding.lookup_share(weights)
+        #: each table's embedding outputs per sample: what the all-to-alls move
+        self.out_t = tuple(r * k for r, k in zip(self.r_t, m.output_rows_per_table,
+                                                  strict=True))
 
     def workload_key(self) -> WorkloadKey:
         return WorkloadKey(None, where="device")
@@ -258,7 +262,7 @@ class MultiGpu(Design):
             start(b + 1)
             yield from m.stage("emb_forward", b, [
                 m.gpu_forward(b, s * A, s * c.samples[b], c.l2[b], c.r[b])])
-            send, recv = self.sharding.alltoall_bytes(B, self.r_t)
+            send, recv = self.sharding.alltoall_bytes(B, self.out_t)
             a2a_per_batch.append(max(send, recv))
             yield from m.stage("output_dist", b, [
                 nvlink_collective(m, link, b, send, recv, "pooled")])

@@ -10,7 +10,8 @@ of their partial pooled vectors}; mlp; backward = {sort + segment-reduce of the 
 contributions, update of the unique pinned rows} || {D2H of the partial gradients -> CPU
 aggregation of the P host contributions and update of the unique host rows}.
 Partial pooled vectors: one per bag holding at least one host row, bounded by
-min(P, B x T) bags (an upper bound: the counts do not say how host rows spread over bags).
+min(P, B x T) bags (an upper bound: the counts do not say how host rows spread over bags;
+an unpooled table's host lookups each send their own row: B x its pooling output rows).
 """
 
 from __future__ import annotations
@@ -37,12 +38,12 @@ class StaticCache(Design):
 
     def run(self, m, w):
         c = self.columns(w)
-        T = self.cfg.model.table_count
-        vec = self.pooled / T  # bytes of one pooled vector (the mean over tables)
+        n_out = self.sample_out_rows  # output rows of a sample (T when every table pools)
+        vec = self.sample_out / n_out  # bytes of one output row (the mean over tables)
         inputs = InputCopies(m, c, w.num_batches)
         for b in range(w.num_batches):
             A, host, uh = c.accesses[b], c.unplaced[b], c.unique_unplaced[b]
-            part = min(host, c.samples[b] * T) * vec
+            part = min(host, c.samples[b] * n_out) * vec
             r_h, R_h = c.r_host[b], c.R_host[b]
             r_g = (A * c.r[b] - host * r_h) / (A - host) if A > host else c.r[b]
             R_g = ((c.unique[b] * c.R[b] - uh * R_h) / (c.unique[b] - uh)
