@@ -424,12 +424,14 @@ def format_table(results: Sequence[PhaseResult]) -> str:
     out = [table(rows, ["id", "gpu", "design", "optimizer", "phase", "predicted_ms",
                         "measured_ms", "factor", "role"])]
     out.append("factor = predicted / measured (> 1: the model is slower than the GPU)")
-    seen: set[str] = set()
+    by_reason: dict[str, list[str]] = {}
     for r in results:
-        if r.skipped and r.point.id not in seen:
-            seen.add(r.point.id)
-            out.append(f"skipped {r.point.id}: {r.skipped}")
-    seen.clear()
+        ids = by_reason.setdefault(r.skipped, []) if r.skipped else []
+        if r.skipped and r.point.id not in ids:
+            ids.append(r.point.id)
+    for reason, ids in by_reason.items():
+        out.append(f"skipped {', '.join(ids)}: {reason}")
+    seen: set[str] = set()
     for r in results:
         pub = r.point.trace.distinct_ids_per_iter
         if r.distinct_generated is not None and pub and r.point.id not in seen:
