@@ -76,12 +76,15 @@ def test_bad_data_file_is_one_line_naming_file_and_key(change, field, tmp_path, 
     assert str(path) in err and field in err, err
 
 
-def test_unknown_only_id_and_config_with_published_are_one_line(capsys):
+def test_unknown_only_id_config_with_published_and_missing_data_are_one_line(capsys):
     assert main(["validate", "--published", "--only", "T9.9"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--only" in err and "T9.9" in err and len(err.splitlines()) == 1
     assert main(["validate", "--published", "configs/quickstart.yaml"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert main(["validate", "--published", "--data", "no/such/points.yaml"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no/such/points.yaml" in err and len(err.splitlines()) == 1
 
 
 def test_published_only_t12_json_end_to_end(capsys):

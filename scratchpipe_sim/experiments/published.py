@@ -35,12 +35,15 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from scratchpipe_sim.config.loader import CONFIGS_DIR, read_yaml
 from scratchpipe_sim.errors import UserError, closest
+
+if TYPE_CHECKING:
+    from scratchpipe_sim.traces.trace import Trace
 
 #: the shipped data file
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "published_points.yaml"
@@ -323,7 +326,7 @@ def config_dict(p: PublishedPoint, *, num_batches: int, warmup_batches: int,
     return d
 
 
-def distinct_rows(trace: Any) -> int:
+def distinct_rows(trace: Trace) -> int:
     """Distinct (table, row) pairs over every batch of a trace (a bitmap over its rows)."""
     seen = np.zeros(trace.total_rows, np.bool_)
     for k in range(trace.num_batches):
@@ -332,7 +335,7 @@ def distinct_rows(trace: Any) -> int:
     return int(np.count_nonzero(seen))
 
 
-def second_pass(run: Any, timed: int) -> Any:
+def second_pass(run: Trace, timed: int) -> Trace:
     """The run's batches followed by its first `timed` batches again (the harness's timed
     pass over batches it has already trained on)."""
     head = run.slice(0, timed)
@@ -358,7 +361,7 @@ def _skipped(p: PublishedPoint, reason: str) -> list[PhaseResult]:
     return [PhaseResult(p, ph, None, ms, skipped=reason) for ph, ms in p.measured_ms.items()]
 
 
-def run_point(p: PublishedPoint, run_cache: dict | None = None,
+def run_point(p: PublishedPoint, run_cache: dict[Any, tuple[Trace, int]] | None = None,
               replay_cache: bool = True) -> list[PhaseResult]:
     """Predict one point's phases (skipped, with the reason, when the model refuses it)."""
     from scratchpipe_sim.config import load_config
@@ -401,7 +404,7 @@ def run_points(points: Sequence[PublishedPoint], replay_cache: bool = True,
                log: Callable[[str], None] | None = None) -> list[PhaseResult]:
     """Every point's phases, in order (a shared trace for caching points of one run)."""
     out: list[PhaseResult] = []
-    run_cache: dict = {}
+    run_cache: dict[Any, tuple[Trace, int]] = {}
     for p in points:
         if log is not None:
             log(f"{p.id}: {p.design} on {p.preset or '(no preset)'}")
