@@ -32,7 +32,7 @@ COMMANDS: dict[str, str] = {
     "compare": "speedup of every design over a baseline, per point",
     "calibrate": "measure PCIe, HBM, DRAM and GEMM speed; write a hardware preset",
     "validate": "compare the timing model with the GPU reference pipeline (--cpu: the "
-                "CPU stages run for real)",
+                "CPU stages run for real; --published: published FBGEMM GPU runs)",
     "sensitivity": "vary the unmeasured hardware constants (hardware.ranges)",
     "plan": "smallest cache / lookahead / PCIe / GPUs that reach a target fraction of "
             "gpu-only throughput, with a cost per sample",

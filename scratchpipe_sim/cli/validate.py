@@ -10,6 +10,11 @@ Without a GPU (and no --measured): one line, exit status 2.
 trace (real tables in DRAM) and are compared, stage by stage, with the timing model's price
 of the same per-batch counts (see scratchpipe_sim/cpu/validate.py). `--rows N` scales every
 table to N rows when the full size does not fit in memory.
+
+`--published` (any machine, no CONFIG): published, measured FBGEMM TBE runs on named GPUs
+(scratchpipe_sim/data/published_points.yaml) predicted with the matching design and hardware
+preset, printed as predicted vs measured per phase (see
+scratchpipe_sim/experiments/published.py).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "validate", help=COMMANDS["validate"],
         description="Run a config on the GPU (ScratchPipe reference pipeline) and in the "
                     "simulator; print predicted vs measured per stage and end to end.")
-    p.add_argument("config", metavar="CONFIG", help="YAML config")
+    p.add_argument("config", metavar="CONFIG", nargs="?", help="YAML config (not with "
+                   "--published)")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="override a config value (repeatable), e.g. "
                    "--set hardware.preset=configs/hardware/measured-h200.yaml")
@@ -49,7 +55,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--statistic", choices=("median", "best"), default="median",
                    help="--cpu: a batch's time over the passes (default median, as "
                         "calibrate --cpu)")
+    p.add_argument("--published", action="store_true",
+                   help="predict published, measured FBGEMM TBE runs (no GPU, no CONFIG) "
+                        "and print predicted vs measured per phase")
+    p.add_argument("--only", nargs="+", metavar="ID",
+                   help="--published: only these points (e.g. T1.2 T1.10)")
+    p.add_argument("--data", type=Path, metavar="FILE",
+                   help="--published: the points file (default: the one shipped, "
+                        "scratchpipe_sim/data/published_points.yaml)")
     p.set_defaults(func=handle)
+
+
+def handle_published(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    from scratchpipe_sim.errors import UserError
+    from scratchpipe_sim.experiments import published
+
+    if args.config is not None:
+        raise UserError("--published takes no CONFIG (the points carry their configs)",
+                        field="CONFIG")
+    points = published.select(published.load_points(args.data or published.DATA_FILE),
+                              args.only)
+    log = None if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
+    results = published.run_points(points, log=log)
+    if args.json:
+        print(json.dumps(published.as_json(results), indent=1))
+        return 0
+    print(f"validate --published: {len(points)} points, {published.TIMED_BATCHES} batches "
+          f"each ({published.FILL_BATCHES} to fill the pipeline), TBE stages only")
+    print(published.format_table(results))
+    return 0
 
 
 def handle_cpu(args: argparse.Namespace) -> int:
@@ -91,6 +128,15 @@ def handle_cpu(args: argparse.Namespace) -> int:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from scratchpipe_sim.errors import UserError
+
+    if args.published:
+        return handle_published(args)
+    for flag in ("only", "data"):
+        if getattr(args, flag) is not None:
+            raise UserError("only with --published", field=f"--{flag}")
+    if args.config is None:
+        raise UserError("expected a CONFIG (or --published)", field="CONFIG")
     if args.cpu:
         return handle_cpu(args)
     from scratchpipe_sim.cuda.compare import compare, format_table, write_csv
@@ -100,7 +146,6 @@ def handle(args: argparse.Namespace) -> int:
         save_measured,
         workload_of,
     )
-    from scratchpipe_sim.errors import UserError
     from scratchpipe_sim.timing import build_trace, simulate
 
     cfg = load_config(args.config, args.overrides)

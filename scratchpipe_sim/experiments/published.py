@@ -1,0 +1,468 @@
+"""`validate --published`: the timing model against published, measured FBGEMM TBE runs.
+
+The points (`scratchpipe_sim/data/published_points.yaml`, shipped with the package) are
+real runs on named GPUs with their full configuration. Each becomes a config on its
+hardware preset and runs through `timing.simulate` with the design of its placement; the
+design's stages are summed into the two phases the sources time (TBE only: the MLP and the
+input copies are left out, because the published timings hold only the embedding op):
+
+* `DEVICE` -> `gpu-only`: forward = `gpu_gather`, backward = `gpu_update`.
+* `MANAGED` -> `uvm`: forward = `forward`, backward = `backward`.
+* `MANAGED_CACHING` -> `lru-cache`: forward = `fetch` + `forward` (FBGEMM's caching forward
+  runs the cache prefetch in the forward call: lookup kernels, evictions written back,
+  misses filled, then the gather), backward = `backward` (sort + segment-reduce, fused
+  optimizer update of cached rows, UVM read-modify-write of unplaced ones).
+
+Each phase is the mean over the measured batches of its stages' `stage_<name>_ns` columns.
+
+Traces: `pow-law` (NVIDIA recsys-examples' generator: the floor of a continuous power law
+x^-alpha on [1, rows), per table, not permuted) is the `burst` generator with no repeats, not
+permuted, and `head_scale` = 0.5 / rows: P(rank r) ∝ (r + 0.5)^-alpha is the midpoint rule
+of the harness's ∫_r^{r+1} x^-alpha dx. Plain `zipf` (P ∝ r^-alpha) gives 4% fewer distinct
+ids per batch than the harness published; this one 0.3% more (docs/validation.md).
+
+Caching points: the harness sizes FBGEMM's cache at run time as (distinct ids over the
+run x cfr) / rows and times a second pass over the run's batches. Here the run's
+`iterations` batches are generated, their distinct (table, row) pairs counted, the cache set
+to ceil(distinct x cfr) rows (`cache.capacity_rows`), and the trace replayed as that whole
+run (the cache warm-up, policy only) followed by its first `TIMED_BATCHES` batches again
+(the timed ones): the harness's second pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from scratchpipe_sim.config.loader import CONFIGS_DIR, read_yaml
+from scratchpipe_sim.errors import UserError, closest
+
+if TYPE_CHECKING:
+    from scratchpipe_sim.traces.trace import Trace
+
+#: the shipped data file
+DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "published_points.yaml"
+
+PLACEMENT_DESIGNS: dict[str, str] = {
+    "DEVICE": "gpu-only", "MANAGED": "uvm", "MANAGED_CACHING": "lru-cache"}
+#: design -> phase -> the stages summed into it (mlp and input_wait left out)
+PHASE_STAGES: dict[str, dict[str, tuple[str, ...]]] = {
+    "gpu-only": {"forward": ("gpu_gather",), "backward": ("gpu_update",)},
+    "uvm": {"forward": ("forward",), "backward": ("backward",)},
+    "lru-cache": {"forward": ("fetch", "forward"), "backward": ("backward",)},
+}
+PHASES = ("forward", "backward")
+#: optimizers a point may name (FBGEMM's, as model.optimizer spells them); one the config
+#: schema does not accept yet is reported as skipped, with the schema's reason
+KNOWN_OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad", "adam")
+GENERATORS = ("pow-law", "zipf", "uniform")
+ROLES = ("fit", "check")
+#: batches simulated per point: one to fill the pipeline, then the measured ones
+TIMED_BATCHES = 5
+FILL_BATCHES = 1
+
+_TOP_KEYS = ("id", "source", "gpu", "preset", "placement", "design", "policy", "optimizer",
+             "model", "trace", "cache", "measured_ms", "role", "note", "skip_reason")
+_MODEL_KEYS = ("tables", "rows_per_table", "dim", "bytes_per_element", "batch_size",
+               "pooling")
+_TRACE_KEYS = ("generator", "alpha", "seed", "iterations", "distinct_ids_per_iter")
+_CACHE_KEYS = ("cfr",)
+
+
+@dataclass(frozen=True)
+class PublishedModel:
+    tables: int
+    rows_per_table: int
+    dim: int
+    bytes_per_element: int
+    batch_size: int
+    pooling: int
+
+
+@dataclass(frozen=True)
+class PublishedTrace:
+    generator: str
+    alpha: float
+    seed: int | None
+    iterations: int | None
+    distinct_ids_per_iter: float | None
+
+
+@dataclass(frozen=True)
+class PublishedPoint:
+    """One published measurement with the configuration it was taken under."""
+
+    id: str
+    source: str
+    gpu: str
+    preset: str | None
+    placement: str
+    design: str
+    policy: str | None
+    optimizer: str | None
+    model: PublishedModel
+    trace: PublishedTrace
+    cfr: float | None
+    measured_ms: dict[str, float]
+    role: str
+    note: str
+    skip_reason: str | None
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """Predicted vs measured for one phase of one point (predicted None: skipped)."""
+
+    point: PublishedPoint
+    phase: str
+    predicted_ms: float | None
+    measured_ms: float
+    skipped: str | None = None
+    distinct_generated: float | None = None
+
+    @property
+    def factor(self) -> float | None:
+        """predicted / measured (> 1: the model is slower than the measurement)."""
+        if self.predicted_ms is None:
+            return None
+        return self.predicted_ms / self.measured_ms
+
+    def as_json(self) -> dict[str, Any]:
+        p = self.point
+        return {"id": p.id, "gpu": p.gpu, "preset": p.preset, "placement": p.placement,
+                "design": p.design, "optimizer": p.optimizer, "phase": self.phase,
+                "predicted_ms": self.predicted_ms, "measured_ms": self.measured_ms,
+                "factor": self.factor, "role": p.role,
+                "status": "skipped" if self.skipped else "ok", "skip_reason": self.skipped,
+                "distinct_ids_per_iter_published": p.trace.distinct_ids_per_iter,
+                "distinct_ids_per_iter_generated": self.distinct_generated,
+                "source": p.source}
+
+
+# -- loading ---------------------------------------------------------------------------------
+def _section(d: Any, keys: Sequence[str], src: str, where: str) -> dict[str, Any]:
+    if not isinstance(d, Mapping):
+        raise UserError(f"expected a mapping with keys {', '.join(keys)}, got "
+                        f"{type(d).__name__}", source=src, field=where)
+    for k in d:
+        if k not in keys:
+            raise UserError(f"unknown key '{k}'{closest(str(k), keys)}; expected one of: "
+                            f"{', '.join(keys)}", source=src, field=f"{where}.{k}")
+    for k in keys:
+        if k not in d:
+            raise UserError("required key missing (null where the source gives nothing)",
+                            source=src, field=f"{where}.{k}")
+    return dict(d)
+
+
+def _num(v: Any, src: str, where: str, *, whole: bool = False, nullable: bool = False,
+         positive: bool = True) -> Any:
+    if v is None and nullable:
+        return None
+    ok = isinstance(v, int) if whole else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok or not math.isfinite(v) or (positive and v <= 0):
+        kind = "a whole number" if whole else "a number"
+        raise UserError(f"expected {kind}{' > 0' if positive else ''}, got {v!r}", source=src,
+                        field=where)
+    return v if whole else float(v)
+
+
+def _text(v: Any, src: str, where: str, *, nullable: bool = False,
+          choices: Sequence[str] | None = None) -> str | None:
+    if v is None and nullable:
+        return None
+    if not isinstance(v, str) or not v.strip():
+        raise UserError(f"expected a non-empty text, got {v!r}", source=src, field=where)
+    if choices is not None and v not in choices:
+        raise UserError(f"unknown value '{v}'{closest(v, choices)}; expected one of: "
+                        f"{', '.join(choices)}", source=src, field=where)
+    return v
+
+
+def known_presets() -> list[str]:
+    return sorted(p.stem for p in (CONFIGS_DIR / "hardware").glob("*.yaml"))
+
+
+def _point(d: Any, src: str, where: str) -> PublishedPoint:
+    d = _section(d, _TOP_KEYS, src, where)
+    pid = _text(d["id"], src, f"{where}.id")
+    preset = _text(d["preset"], src, f"{where}.preset", nullable=True)
+    if preset is not None and preset not in known_presets():
+        names = known_presets()
+        raise UserError(f"no hardware preset '{preset}'{closest(preset, names)}; expected "
+                        f"one of: {', '.join(names)} (or null with a skip_reason)",
+                        source=src, field=f"{where}.preset")
+    placement = _text(d["placement"], src, f"{where}.placement",
+                      choices=tuple(PLACEMENT_DESIGNS))
+    design = _text(d["design"], src, f"{where}.design")
+    if design != PLACEMENT_DESIGNS[placement]:
+        raise UserError(f"placement {placement} runs as design '{PLACEMENT_DESIGNS[placement]}'"
+                        f", got '{design}'", source=src, field=f"{where}.design")
+    policy = _text(d["policy"], src, f"{where}.policy", nullable=True)
+    if (policy is None) != (design != "lru-cache"):
+        raise UserError("expected a cache policy (e.g. lru) for MANAGED_CACHING and null "
+                        f"otherwise, got {policy!r}", source=src, field=f"{where}.policy")
+    opt = _text(d["optimizer"], src, f"{where}.optimizer", nullable=True,
+                choices=KNOWN_OPTIMIZERS)
+    m = _section(d["model"], _MODEL_KEYS, src, f"{where}.model")
+    model = PublishedModel(**{k: _num(m[k], src, f"{where}.model.{k}", whole=True)
+                              for k in _MODEL_KEYS})
+    t = _section(d["trace"], _TRACE_KEYS, src, f"{where}.trace")
+    trace = PublishedTrace(
+        generator=_text(t["generator"], src, f"{where}.trace.generator", choices=GENERATORS),
+        alpha=_num(t["alpha"], src, f"{where}.trace.alpha"),
+        seed=_num(t["seed"], src, f"{where}.trace.seed", whole=True, nullable=True,
+                  positive=False),
+        iterations=_num(t["iterations"], src, f"{where}.trace.iterations", whole=True,
+                        nullable=True),
+        distinct_ids_per_iter=_num(t["distinct_ids_per_iter"], src,
+                                   f"{where}.trace.distinct_ids_per_iter", nullable=True))
+    c = _section(d["cache"], _CACHE_KEYS, src, f"{where}.cache")
+    cfr = _num(c["cfr"], src, f"{where}.cache.cfr", nullable=True)
+    if design == "lru-cache" and (cfr is None or trace.iterations is None):
+        raise UserError("a MANAGED_CACHING point needs cache.cfr and trace.iterations (its "
+                        "cache is distinct ids over the run x cfr)", source=src,
+                        field=f"{where}.cache.cfr" if cfr is None
+                        else f"{where}.trace.iterations")
+    if design == "lru-cache" and trace.iterations < TIMED_BATCHES:
+        raise UserError(f"expected at least {TIMED_BATCHES} batches in the run (the timed "
+                        f"pass repeats its first {TIMED_BATCHES}), got {trace.iterations}",
+                        source=src, field=f"{where}.trace.iterations")
+    meas = d["measured_ms"]
+    if not isinstance(meas, Mapping) or not meas:
+        raise UserError("expected a mapping of phase -> ms (forward, backward)", source=src,
+                        field=f"{where}.measured_ms")
+    measured = {}
+    for k, v in meas.items():
+        _text(k, src, f"{where}.measured_ms", choices=PHASES)
+        measured[k] = _num(v, src, f"{where}.measured_ms.{k}")
+    if opt is None and "backward" in measured:
+        raise UserError("a backward phase needs an optimizer (null is for inference)",
+                        source=src, field=f"{where}.optimizer")
+    skip = _text(d["skip_reason"], src, f"{where}.skip_reason", nullable=True)
+    if preset is None and skip is None:
+        raise UserError("a point without a hardware preset needs a skip_reason", source=src,
+                        field=f"{where}.skip_reason")
+    return PublishedPoint(
+        id=pid, source=_text(d["source"], src, f"{where}.source"),
+        gpu=_text(d["gpu"], src, f"{where}.gpu"), preset=preset, placement=placement,
+        design=design, policy=policy, optimizer=opt, model=model, trace=trace, cfr=cfr,
+        measured_ms={k: measured[k] for k in PHASES if k in measured},
+        role=_text(d["role"], src, f"{where}.role", choices=ROLES),
+        note=_text(d["note"], src, f"{where}.note"), skip_reason=skip)
+
+
+def load_points(path: str | Path = DATA_FILE) -> list[PublishedPoint]:
+    """Every point of a data file, validated (a bad one: UserError naming file and key)."""
+    src = str(path)
+    data = read_yaml(path, "published-points file")
+    if set(data) != {"points"}:
+        extra = sorted(set(data) - {"points"})
+        raise UserError(f"expected one top-level key 'points', got "
+                        f"{', '.join(map(str, extra or data))}", source=src,
+                        field=str(extra[0]) if extra else "points")
+    rows = data["points"]
+    if not isinstance(rows, list) or not rows:
+        raise UserError("expected a non-empty list of points", source=src, field="points")
+    points = [_point(r, src, f"points[{i}]") for i, r in enumerate(rows)]
+    seen: set[str] = set()
+    for i, p in enumerate(points):
+        if p.id in seen:
+            raise UserError(f"id '{p.id}' given twice; expected each id once", source=src,
+                            field=f"points[{i}].id")
+        seen.add(p.id)
+    return points
+
+
+def select(points: list[PublishedPoint], only: Sequence[str] | None) -> list[PublishedPoint]:
+    """The points named by `--only` (all when None), in the file's order."""
+    if not only:
+        return points
+    ids = [p.id for p in points]
+    for name in only:
+        if name not in ids:
+            raise UserError(f"no point '{name}'{closest(name, ids)}; expected one of: "
+                            f"{', '.join(ids)}", field="--only")
+    return [p for p in points if p.id in set(only)]
+
+
+# -- configs and traces ----------------------------------------------------------------------
+def trace_section(p: PublishedPoint) -> dict[str, Any]:
+    """The config's `trace:` for a point's generator (see the module docstring)."""
+    rows = p.model.rows_per_table
+    if p.trace.generator == "pow-law":
+        return {"distribution": "burst", "alpha": p.trace.alpha,
+                "params": {"head_scale": 0.5 / rows, "permute": False}}
+    if p.trace.generator == "zipf":
+        return {"distribution": "zipf", "alpha": p.trace.alpha}
+    return {"distribution": "uniform", "alpha": None}
+
+
+def config_dict(p: PublishedPoint, *, num_batches: int, warmup_batches: int,
+                cache_warmup: int = 0, capacity_rows: int | None = None) -> dict[str, Any]:
+    """A `run` config for a point (what `config show` would print before defaults)."""
+    m = p.model
+    d: dict[str, Any] = {
+        "name": f"published-{p.id}", "seed": p.trace.seed or 0,
+        "hardware": {"preset": p.preset},
+        "model": {"tables": {"count": m.tables, "rows": m.rows_per_table, "dim": m.dim,
+                             "bytes_per_element": m.bytes_per_element},
+                  "pooling": m.pooling, "batch_size": m.batch_size,
+                  "optimizer": p.optimizer or "sgd", "num_batches": num_batches,
+                  "warmup_batches": warmup_batches},
+        "trace": trace_section(p),
+        "cache": {"warmup_batches": cache_warmup},
+        "designs": [p.design],
+    }
+    if p.policy is not None:
+        d["cache"]["policy"] = p.policy
+    if capacity_rows is not None:
+        d["cache"].update(capacity_rows=capacity_rows, load_factor=None)
+    return d
+
+
+def distinct_rows(trace: Trace) -> int:
+    """Distinct (table, row) pairs over every batch of a trace (a bitmap over its rows)."""
+    seen = np.zeros(trace.total_rows, np.bool_)
+    for k in range(trace.num_batches):
+        ids, _ = trace.linear_batch(k)
+        seen[ids] = True
+    return int(np.count_nonzero(seen))
+
+
+def second_pass(run: Trace, timed: int) -> Trace:
+    """The run's batches followed by its first `timed` batches again (the harness's timed
+    pass over batches it has already trained on)."""
+    head = run.slice(0, timed)
+    n_acc, n_bags = int(run.offsets[-1]), int(run.batch_bounds[-1])
+    indices = np.concatenate([np.asarray(run.indices), np.asarray(head.indices)])
+    offsets = np.concatenate([np.asarray(run.offsets, np.int64),
+                              np.asarray(head.offsets[1:], np.int64) + n_acc])
+    bounds = np.concatenate([np.asarray(run.batch_bounds, np.int64),
+                             np.asarray(head.batch_bounds[1:], np.int64) + n_bags])
+    return type(run)(run.table_rows, indices, offsets, bounds, run.batch_size,
+                     {"published_second_pass": timed}, f"{run.source} (second pass)")
+
+
+# -- running ---------------------------------------------------------------------------------
+def _phases(p: PublishedPoint, row: Mapping[str, Any]) -> dict[str, float]:
+    out = {}
+    for phase, stages in PHASE_STAGES[p.design].items():
+        out[phase] = sum(float(row.get(f"stage_{s}_ns", 0.0)) for s in stages) / 1e6
+    return out
+
+
+def _skipped(p: PublishedPoint, reason: str) -> list[PhaseResult]:
+    return [PhaseResult(p, ph, None, ms, skipped=reason) for ph, ms in p.measured_ms.items()]
+
+
+def run_point(p: PublishedPoint, run_cache: dict[Any, tuple[Trace, int]] | None = None,
+              replay_cache: bool = True) -> list[PhaseResult]:
+    """Predict one point's phases (skipped, with the reason, when the model refuses it)."""
+    from scratchpipe_sim.config import load_config
+    from scratchpipe_sim.timing import build_trace, simulate
+
+    if p.skip_reason is not None:
+        return _skipped(p, p.skip_reason)
+    try:  # the config first: a refusal (e.g. an optimizer not modelled yet) is a skip
+        cfg = load_config(config_dict(p, num_batches=TIMED_BATCHES,
+                                      warmup_batches=FILL_BATCHES))
+    except UserError as e:
+        return _skipped(p, f"{e.field}: {e.message}" if e.field else e.message)
+    if p.design != "lru-cache":
+        row = simulate(cfg, [p.design], replay_cache=replay_cache)[0]
+    else:
+        run_cache = {} if run_cache is None else run_cache
+        iters = int(p.trace.iterations or 0)
+        run_cfg = load_config(config_dict(p, num_batches=iters, warmup_batches=0))
+        key = (p.model, p.trace)
+        if key not in run_cache:
+            run_cache.clear()  # one run's trace at a time: they are large
+            # not through the on-disk trace cache: a run of 100 batches of 1M ids is ~1.7 GB,
+            # most of that cache's budget; generating it costs ~10 s
+            run = build_trace(run_cfg, cache=False)
+            run_cache[key] = (second_pass(run, TIMED_BATCHES), distinct_rows(run))
+            del run
+        trace, distinct = run_cache[key]
+        capacity = max(1, math.ceil(distinct * float(p.cfr or 0.0)))
+        cfg = load_config(config_dict(p, num_batches=TIMED_BATCHES,
+                                      warmup_batches=FILL_BATCHES, cache_warmup=iters,
+                                      capacity_rows=capacity))
+        row = simulate(cfg, [p.design], trace=trace, replay_cache=replay_cache)[0]
+    phases = _phases(p, row)
+    distinct_gen = float(row["unique"]) / max(int(row["measured_batches"]), 1)
+    return [PhaseResult(p, ph, phases[ph], ms, distinct_generated=distinct_gen)
+            for ph, ms in p.measured_ms.items()]
+
+
+def run_points(points: Sequence[PublishedPoint], replay_cache: bool = True,
+               log: Callable[[str], None] | None = None) -> list[PhaseResult]:
+    """Every point's phases, in order (a shared trace for caching points of one run)."""
+    out: list[PhaseResult] = []
+    run_cache: dict[Any, tuple[Trace, int]] = {}
+    for p in points:
+        if log is not None:
+            log(f"{p.id}: {p.design} on {p.preset or '(no preset)'}")
+        out += run_point(p, run_cache, replay_cache)
+    return out
+
+
+# -- reporting -------------------------------------------------------------------------------
+def _f(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def format_table(results: Sequence[PhaseResult]) -> str:
+    from scratchpipe_sim.cli.run import table
+
+    rows = [[r.point.id, r.point.gpu, r.point.design, r.point.optimizer or "-", r.phase,
+             _f(r.predicted_ms), _f(r.measured_ms), _f(r.factor, 2),
+             r.point.role if not r.skipped else f"{r.point.role} (skipped)"]
+            for r in results]
+    out = [table(rows, ["id", "gpu", "design", "optimizer", "phase", "predicted_ms",
+                        "measured_ms", "factor", "role"])]
+    out.append("factor = predicted / measured (> 1: the model is slower than the GPU)")
+    by_reason: dict[str, list[str]] = {}
+    for r in results:
+        ids = by_reason.setdefault(r.skipped, []) if r.skipped else []
+        if r.skipped and r.point.id not in ids:
+            ids.append(r.point.id)
+    for reason, ids in by_reason.items():
+        out.append(f"skipped {', '.join(ids)}: {reason}")
+    seen: set[str] = set()
+    for r in results:
+        pub = r.point.trace.distinct_ids_per_iter
+        if r.distinct_generated is not None and pub and r.point.id not in seen:
+            seen.add(r.point.id)
+            out.append(f"{r.point.id}: distinct ids per batch, generated "
+                       f"{r.distinct_generated:,.0f} vs published {pub:,.2f} "
+                       f"({(r.distinct_generated / pub - 1) * 100:+.1f}%)")
+    out += summary_lines(results)
+    return "\n".join(out)
+
+
+def summary_lines(results: Sequence[PhaseResult]) -> list[str]:
+    """Per role: the geometric mean of |log factor| (as a factor) and the worst factor."""
+    lines = []
+    for role in ROLES:
+        rs = [r for r in results if r.point.role == role and r.factor is not None]
+        if not rs:
+            continue
+        logs = [abs(math.log(r.factor)) for r in rs]
+        worst = max(rs, key=lambda r: abs(math.log(r.factor)))
+        typical = math.exp(sum(logs) / len(logs))
+        lines.append(f"{role}: {len(rs)} phases, typical factor {typical:.2f}x (geometric "
+                     f"mean of |log factor|), worst {worst.factor:.2f} ({worst.point.id} "
+                     f"{worst.phase})")
+    return lines
+
+
+def as_json(results: Sequence[PhaseResult]) -> list[dict[str, Any]]:
+    return [r.as_json() for r in results]
+
+

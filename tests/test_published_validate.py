@@ -1,0 +1,158 @@
+"""`validate --published`: the shipped data file, its bad-input errors, the command end to
+end on a small subset, and a regression guard on today's predictions (no timing bounds:
+this is a shared machine)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from scratchpipe_sim.cli import main
+from scratchpipe_sim.config.model import OPTIMIZERS
+from scratchpipe_sim.experiments import published as P
+
+REQUIRED = {"id", "source", "gpu", "preset", "placement", "design", "policy", "optimizer",
+            "model", "trace", "cache", "measured_ms", "role", "note", "skip_reason"}
+
+
+def _raw() -> dict:
+    return yaml.safe_load(P.DATA_FILE.read_text(encoding="utf-8"))
+
+
+def test_data_file_loads_and_every_row_has_every_field():
+    raw = _raw()["points"]
+    for row in raw:
+        assert set(row) == REQUIRED, row.get("id")
+        assert set(row["model"]) == set(P._MODEL_KEYS)
+        assert set(row["trace"]) == set(P._TRACE_KEYS)
+        assert set(row["cache"]) == set(P._CACHE_KEYS)
+        assert row["source"].startswith("https://")
+    points = P.load_points()
+    assert [p.id for p in points] == [r["id"] for r in raw]
+    roles = {p.id: p.role for p in points}
+    assert {k for k, v in roles.items() if v == "fit"} == {"T1.2", "T1.6", "T1.10"}
+    for pid in ("T1.1", "T1.3", "T1.4", "T1.5", "T1.7", "T1.8", "T1.9"):
+        assert roles[pid] == "check"
+    for p in points:
+        assert p.design == P.PLACEMENT_DESIGNS[p.placement]
+        assert p.preset is not None or p.skip_reason
+
+
+def _write(tmp_path, points: list[dict]):
+    path = tmp_path / "points.yaml"
+    path.write_text(yaml.safe_dump({"points": points}, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _t12() -> dict:
+    return copy.deepcopy(next(r for r in _raw()["points"] if r["id"] == "T1.2"))
+
+
+def _without(d: dict, key: str) -> dict:
+    d = copy.deepcopy(d)
+    del d[key]
+    return d
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda r: _without(r, "gpu"), "points[0].gpu"),
+    (lambda r: {**r, "model": _without(r["model"], "dim")}, "points[0].model.dim"),
+    (lambda r: {**r, "preset": "h100-gen9"}, "points[0].preset"),
+    (lambda r: {**r, "placement": "HOST"}, "points[0].placement"),
+    (lambda r: {**r, "optimizer": "sgdd"}, "points[0].optimizer"),
+    (lambda r: {**r, "measured_ms": {"forward": -1.0}}, "points[0].measured_ms.forward"),
+    (lambda r: {**r, "design": "uvm"}, "points[0].design"),
+])
+def test_bad_data_file_is_one_line_naming_file_and_key(change, field, tmp_path, capsys):
+    path = _write(tmp_path, [change(_t12())])
+    assert main(["validate", "--published", "--data", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert str(path) in err and field in err, err
+
+
+def test_unknown_only_id_config_with_published_and_missing_data_are_one_line(capsys):
+    assert main(["validate", "--published", "--only", "T9.9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--only" in err and "T9.9" in err and len(err.splitlines()) == 1
+    assert main(["validate", "--published", "configs/quickstart.yaml"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert main(["validate", "--published", "--data", "no/such/points.yaml"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no/such/points.yaml" in err and len(err.splitlines()) == 1
+
+
+def test_published_only_t12_json_end_to_end(capsys):
+    assert main(["validate", "--published", "--only", "T1.2", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["phase"] for r in rows] == ["forward", "backward"]
+    for r in rows:
+        for k in ("id", "gpu", "phase", "predicted_ms", "measured_ms", "factor", "role",
+                  "design", "optimizer"):
+            assert k in r
+        assert r["id"] == "T1.2" and r["design"] == "gpu-only" and r["role"] == "fit"
+        assert math.isfinite(r["predicted_ms"]) and r["predicted_ms"] > 0
+        assert math.isfinite(r["measured_ms"]) and r["measured_ms"] > 0
+        assert r["factor"] == pytest.approx(r["predicted_ms"] / r["measured_ms"])
+
+
+def test_refused_optimizer_and_missing_preset_are_skipped_not_errors(tmp_path, capsys):
+    adam = {**_t12(), "id": "X.adam", "optimizer": "adam"}
+    nopreset = {**_t12(), "id": "X.none", "preset": None, "skip_reason": "no preset yet"}
+    path = _write(tmp_path, [adam, nopreset])
+    res = P.run_points(P.load_points(path))
+    assert len(res) == 4 and res[2].skipped == "no preset yet"
+    assert res[2].predicted_ms is None and res[2].factor is None
+    if "adam" not in OPTIMIZERS:  # today; once adam is modelled the point simply runs
+        assert "model.optimizer" in res[0].skipped and res[0].predicted_ms is None
+    assert main(["validate", "--published", "--data", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped X.none: no preset yet" in out
+
+
+def test_second_pass_repeats_the_run_head_and_distinct_counts_rows():
+    from scratchpipe_sim.traces.generators import generate_trace
+
+    run = generate_trace("zipf", [300, 500], 40, 8, [1, 1], 3, alpha=1.05)
+    sp = P.second_pass(run, 3)
+    assert sp.num_batches == 11
+    for k in range(3):
+        a, b = sp.linear_batch(8 + k), run.linear_batch(k)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    ids = np.concatenate([run.linear_batch(k)[0] for k in range(8)])
+    assert P.distinct_rows(run) == len(np.unique(ids))
+
+
+def _tiny_caching(cfr: float) -> dict:
+    r = _t12()
+    r.update(id=f"tiny-{cfr}", placement="MANAGED_CACHING", design="lru-cache", policy="lru",
+             cache={"cfr": cfr})
+    r["model"].update(tables=2, rows_per_table=20000, batch_size=500)
+    r["trace"].update(iterations=12, distinct_ids_per_iter=None)
+    return r
+
+
+def test_caching_point_runs_and_a_smaller_cache_costs_more_forward(tmp_path):
+    path = _write(tmp_path, [_tiny_caching(1.0), _tiny_caching(0.2)])
+    full, small = [r for r in P.run_points(P.load_points(path)) if r.phase == "forward"]
+    assert math.isfinite(full.predicted_ms) and full.predicted_ms > 0
+    # cfr 1.0 holds the whole run (lru: no misses on the second pass); 0.2 misses
+    assert small.predicted_ms > full.predicted_ms
+
+
+GUARD_BAND = (1 / 20, 20.0)
+
+
+@pytest.mark.parametrize("pid", ["T1.2", "T1.10"])
+def test_regression_guard_predictions_within_a_generous_band(pid):
+    """A guard, not the goal: today's model is off by up to ~13x on these points (the goal
+    of issue 24 is 1.25x); this only catches a prediction that moves far off."""
+    res = P.run_points(P.select(P.load_points(), [pid]))
+    assert len(res) == 2
+    for r in res:
+        assert GUARD_BAND[0] <= r.factor <= GUARD_BAND[1], (r.phase, r.factor)
