@@ -145,13 +145,16 @@ def test_caching_point_runs_and_a_smaller_cache_costs_more_forward(tmp_path):
     assert small.predicted_ms > full.predicted_ms
 
 
-GUARD_BAND = (1 / 20, 20.0)
+#: the factor each guarded point's phases reach with today's model (docs/validation.md):
+#: fit points T1.2 (DEVICE) and T1.10 (MANAGED); check points T1.1 (DEVICE, Adam), T1.9
+#: (MANAGED, Adam: the state in UVM), FK.1 and FK.3 (one table, a later results file).
+GUARD_BAND = (1 / 1.25, 1.25)
 
 
-@pytest.mark.parametrize("pid", ["T1.2", "T1.10"])
-def test_regression_guard_predictions_within_a_generous_band(pid):
-    """A guard, not the goal: today's model is off by up to ~13x on these points (the goal
-    of issue 24 is 1.25x); this only catches a prediction that moves far off."""
+@pytest.mark.parametrize("pid", ["T1.2", "T1.10", "T1.1", "T1.9", "FK.1", "FK.3"])
+def test_regression_guard_predictions_within_the_factor_reached(pid):
+    """A regression guard at the factor the model reaches on these points (issue 24's goal,
+    1.25x): a model change that moves one of them off fails here."""
     res = P.run_points(P.select(P.load_points(), [pid]))
     assert len(res) == 2
     for r in res:

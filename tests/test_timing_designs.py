@@ -143,7 +143,10 @@ def test_static_cache_with_every_row_pinned_is_gpu_only_plus_its_lookup_kernel()
     s, g = res["static-cache"], res["gpu-only"]
     assert s["fills"] == 0 and s["unplaced"] == 0 and s["hit_ratio"] == 1.0
     hw, wu = cfg.hardware, cfg.model.warmup_batches
-    lookup = hw.gpu.hbm_latency_ns + uniq * hw.gpu.cache_probe_bytes / hw.gpu.hbm_GBps
+    # the lookup kernel probes every lookup's slot: a gather of cache_probe_bytes rows
+    probe = hw.gpu.cache_probe_bytes
+    eff = interpolate(hw.gpu.gather_efficiency, probe)
+    lookup = hw.gpu.hbm_latency_ns + acc * probe / (hw.gpu.hbm_GBps * eff)
     assert s["iter_ns_mean"] == pytest.approx(g["iter_ns_mean"] + lookup[wu:].mean(), rel=1e-10)
     assert s["pcie_h2d_bytes"] == g["pcie_h2d_bytes"] and s["pcie_d2h_bytes"] == 0
 

@@ -3,8 +3,9 @@ forward and backward ScratchPipe and Bagpipe reuse.
 
 fetch:    the cache's bookkeeping kernels (probe a tag set per unique id and per fill), then
           evictions written back and misses filled (FBGEMM's lxu_cache_insert), streamed:
-          fill = the F missed rows read in place from the UVM table (`Machine.uvm_read`,
-          sorted: they come out of the lookup's unique) || written to HBM; write-back = W
+          fill = the F missed rows read in place from the UVM table (`Machine.uvm_read`, in
+          random order: FBGEMM radix-sorts the missed ids by their hashed cache set, so the
+          insert kernel visits host pages in no order) || written to HBM; write-back = W
           victims read from HBM || stored in place into host memory (`Machine.uvm_write`,
           in set order) — all concurrent.
 forward:  HBM (or L2) gather of the cached accesses and the output rows || UVM reads of
@@ -41,9 +42,9 @@ class CacheStages:
         R = c.R_fill[b] * (1.0 - self.uvm_state_share)
         F, W = c.fills[b], c.writebacks[b]
         return m.seq(
-            lambda: m.cache_lookup(b, c.unique[b], F),
+            lambda: m.cache_lookup(b, c.accesses[b], c.unique[b], F),
             lambda: m.all_of([
-                m.uvm_read(b, F, R, "fill", sorted_ids=True),
+                m.uvm_read(b, F, R, "fill"),
                 m.hbm.gather(F, R, b, "fill write"),
                 m.hbm.gather(W, R, b, "victim read"),
                 m.uvm_write(b, W, R, "writeback")]))
@@ -54,7 +55,7 @@ class CacheStages:
         hit_bytes = c.accesses[b] * c.r[b] - P * r
         return [m.gpu_forward(b, c.accesses[b] - P, c.samples[b], c.l2[b],
                               hit_bytes / (c.accesses[b] - P) if c.accesses[b] > P else r),
-                m.uvm_read(b, c.unique_unplaced[b], r, "uvm gather")]
+                m.uvm_read(b, c.unique_unplaced[b], r, "uvm gather", accesses=P)]
 
     def backward(self, m, b):
         c = self.c

@@ -3,9 +3,9 @@ memory and the GPU kernels read and update them in place over UVM.
 
 Per batch: input_wait (indices and offsets, copied while the previous batch ran) ->
 forward = the batch's U distinct rows read in place (`Machine.uvm_read`: the link at
-uvm_read_share x h2d_GBps in whole sectors || the host DRAM gather || one GPU page walk per row that
-misses the TLB, in the lookups' random order; a duplicate id hits the sectors its first
-load brought into L2) || the output rows written to HBM -> mlp -> backward = sort +
+uvm_read_share x h2d_GBps in whole sectors || the host DRAM gather || a GPU page walk per
+lookup that misses the TLB, in the lookups' random order; a duplicate id hits the sectors
+its first load brought into L2 but is translated again) || the output rows written to HBM -> mlp -> backward = sort +
 segment-reduce of the A gradient contributions in HBM (as every GPU design), then the U
 unique rows read, updated and written back in place with their optimizer state
 (`Machine.uvm_update`: sorted ids, so one walk per distinct page; FBGEMM keeps a MANAGED
@@ -32,7 +32,7 @@ class Uvm(Design):
         for b in range(w.num_batches):
             A, U, r, R = c.accesses[b], c.unique[b], c.r[b], c.R[b]
             yield from inputs.wait(b)
-            yield from m.stage("forward", b, [m.uvm_read(b, U, r, "uvm gather"),
+            yield from m.stage("forward", b, [m.uvm_read(b, U, r, "uvm gather", accesses=A),
                                               m.gpu_forward(b, 0, c.samples[b])])
             yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
             yield from m.stage("backward", b, [m.gpu_backward(
