@@ -49,7 +49,7 @@ class StaticCache(Design):
             R_g = ((c.unique[b] * c.R[b] - uh * R_h) / (c.unique[b] - uh)
                    if c.unique[b] > uh else c.R[b])
             yield from inputs.wait(b)
-            gpu_fwd = m.seq(lambda b=b: m.cache_lookup(b, A, 0, 0),
+            gpu_fwd = m.seq(lambda b=b, A=A: m.cache_lookup(b, A, 0, 0),
                             lambda b=b, A=A, host=host, r_g=r_g: m.gpu_forward(
                                 b, A - host, c.samples[b], c.l2[b], r_g))
             cpu_fwd = m.seq(lambda b=b, host=host, r_h=r_h: m.cpu_gather(host, r_h, b,

@@ -5,8 +5,8 @@ Per batch: input_wait (indices and offsets, copied while the previous batch ran)
 forward = the batch's U distinct rows read in place (`Machine.uvm_read`: the link at
 uvm_read_share x h2d_GBps in whole sectors || the host DRAM gather || a GPU page walk per
 lookup that misses the TLB, in the lookups' random order; a duplicate id hits the sectors
-its first load brought into L2 but is translated again) || the output rows written to HBM -> mlp -> backward = sort +
-segment-reduce of the A gradient contributions in HBM (as every GPU design), then the U
+its first load brought into L2 but is translated again) || the output rows written to HBM
+-> mlp -> backward = sort + segment-reduce of the A gradient contributions in HBM (as every GPU design), then the U
 unique rows read, updated and written back in place with their optimizer state
 (`Machine.uvm_update`: sorted ids, so one walk per distinct page; FBGEMM keeps a MANAGED
 table's state in UVM too). Nothing is cached, so nothing is filled or written back.
