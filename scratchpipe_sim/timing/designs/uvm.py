@@ -7,7 +7,8 @@ uvm_read_share x h2d_GBps in whole sectors || the host DRAM gather || a GPU page
 lookup that misses the TLB, in the lookups' random order; a duplicate id hits the sectors
 its first load brought into L2 but is translated again) || the output rows written to HBM
 -> mlp -> backward = sort + segment-reduce of the A gradient contributions in HBM (as every
-GPU design), then the U unique rows read, updated and written back in place with their optimizer state
+GPU design), then the U unique rows read, updated and written back in place with their
+optimizer state
 (`Machine.uvm_update`: sorted ids, so one walk per distinct page; FBGEMM keeps a MANAGED
 table's state in UVM too). Nothing is cached, so nothing is filled or written back.
 Published check: FBGEMM MANAGED on H100, points T1.7-T1.10 (docs/validation.md).
