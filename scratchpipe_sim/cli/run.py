@@ -15,6 +15,7 @@ import json
 import math
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,16 +97,24 @@ LEGEND = (
 )
 
 
-def render(results: list[dict]) -> str:
+@dataclass(frozen=True)
+class Table:
+    """One of the tables `run` prints (the report draws the same ones as HTML): a title line
+    above it, the header, the formatted cells and the legend lines under it."""
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    legend: list[str]
+
+
+def run_tables(results: list[dict]) -> list[Table]:
+    """The comparison, busy-fraction and stage-time tables of a run's result rows."""
     main = [[r["design"], _fmt(r["iter_ns_mean"] / 1e3, 1), _fmt(r["iter_ns_p50"] / 1e3, 1),
              _fmt(r["iter_ns_p99"] / 1e3, 1), _fmt(r["samples_per_s"], 0),
              _fmt(r["speedup_vs_hybrid"], 2), _fmt(r["hit_ratio"], 3),
              _fmt(r["pcie_h2d_bytes_per_sample"], 1), _fmt(r["pcie_d2h_bytes_per_sample"], 1),
              _fmt(r["dram_bytes"] / 1e6, 1), _fmt(r["hbm_bytes"] / 1e6, 1)]
             for r in results]
-    out = [table(main, ["design", "iter_us", "p50_us", "p99_us", "samples/s",
-                        "speedup_vs_hybrid", "hit", "H2D_B/smp", "D2H_B/smp", "DRAM_MB_tot",
-                        "HBM_MB_tot"])]
     measured = {r.get("measured_batches") for r in results} - {None}
     legend = list(LEGEND)
     if len(measured) == 1:
@@ -114,19 +123,31 @@ def render(results: list[dict]) -> str:
     if not any(r["design"] == base for r in results):
         legend[2] = (f"speedup_vs_hybrid: '-' because {base} did not run (add --design "
                      f"{base} for speedups)")
-    out[0] += "\n" + "\n".join(f"  {line}" for line in legend)
+    tables = [Table("", ["design", "iter_us", "p50_us", "p99_us", "samples/s",
+                         "speedup_vs_hybrid", "hit", "H2D_B/smp", "D2H_B/smp", "DRAM_MB_tot",
+                         "HBM_MB_tot"], main, legend)]
     busy_keys = sorted({k for r in results for k in r if k.startswith("busy_")})
     busy = [[r["design"]] + [_fmt(r.get(k, 0.0), 3) for k in busy_keys] for r in results]
-    out.append("busy fraction: share of the measured time each resource was serving work "
-               "(0 = idle, 1 = always busy)\n"
-               + table(busy, ["design"] + [k[5:] for k in busy_keys]))
+    tables.append(Table("busy fraction: share of the measured time each resource was serving "
+                        "work (0 = idle, 1 = always busy)",
+                        ["design"] + [k[5:] for k in busy_keys], busy, []))
     stages = []
     for r in results:
         for k, v in r.items():
             if k.startswith("stage_"):
                 stages.append([r["design"], k[6:-3], _fmt(v / 1e3, 2)])
-    out.append("mean stage time per batch (stages overlap in pipelined designs)\n"
-               + table(stages, ["design", "stage", "us"]))
+    tables.append(Table("mean stage time per batch (stages overlap in pipelined designs)",
+                        ["design", "stage", "us"], stages, []))
+    return tables
+
+
+def render(results: list[dict]) -> str:
+    out = []
+    for t in run_tables(results):
+        text = table(t.rows, t.header)
+        if t.legend:
+            text += "\n" + "\n".join(f"  {line}" for line in t.legend)
+        out.append(f"{t.title}\n{text}" if t.title else text)
     return "\n\n".join(out)
 
 
