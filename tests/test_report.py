@@ -139,6 +139,21 @@ def test_an_existing_report_is_kept_unless_forced(run_folder, tmp_path, capsys):
     assert out.read_text().startswith("<!DOCTYPE html>")
 
 
+def test_bands_embeds_a_sensitivity_figure(run_folder, tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({**SMALL, "designs": ["hybrid", "gpu-only"]}))
+    sens = tmp_path / "sens"
+    assert main(["sensitivity", str(config), "--samples", "4", "--out", str(sens)]) == 0
+    out = tmp_path / "with-bands.html"
+    assert main(["report", str(run_folder), "--out", str(out), "--bands", str(sens)]) == 0
+    page = check_self_contained(out)
+    assert sum(t == "img" for t, _ in page.tags) == 2 and "tornado" in out.read_text()
+    capsys.readouterr()
+    assert main(["report", str(run_folder), "--out", str(tmp_path / "no.html"), "--bands",
+                 str(run_folder)]) == 2
+    assert "--bands" in capsys.readouterr().err and not (tmp_path / "no.html").exists()
+
+
 @pytest.mark.parametrize("make", ["missing", "empty", "not-results"])
 def test_bad_results_path_is_one_line_exit_2(tmp_path, capsys, make):
     target = tmp_path / "x"

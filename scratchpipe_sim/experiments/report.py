@@ -301,23 +301,31 @@ def _figures(f: Folder) -> str:
     return "".join(out)
 
 
-def _bands(path: Path) -> str:
-    """The figure of a `sensitivity --out` folder: bands (a sweep's) or tornado (a
-    config's)."""
-    from scratchpipe_sim.experiments.bands import BANDS_JSON, load_bands
-    from scratchpipe_sim.experiments.sensitivity import SENSITIVITY_JSON, load_sensitivity
+def sensitivity_kind(path: Path) -> str:
+    """Which figure a `sensitivity --out` folder holds: "bands" (a sweep's) or "tornado"
+    (a config's); any other path is a UserError."""
+    from scratchpipe_sim.experiments.bands import BANDS_JSON
+    from scratchpipe_sim.experiments.sensitivity import SENSITIVITY_JSON
 
     if (path / BANDS_JSON).is_file():
+        return "bands"
+    if (path / SENSITIVITY_JSON).is_file():
+        return "tornado"
+    raise UserError(f"no {BANDS_JSON} or {SENSITIVITY_JSON}; expected a `sensitivity --out` "
+                    "folder", source=str(path), field="--bands")
+
+
+def _bands(path: Path) -> str:
+    """The figure of a `sensitivity --out` folder, as `plot` draws it."""
+    if sensitivity_kind(path) == "bands":
         from scratchpipe_sim.experiments.band_plots import band_figure
+        from scratchpipe_sim.experiments.bands import load_bands
 
         fig, what = band_figure(load_bands(path)), "bands over the unmeasured constants"
-    elif (path / SENSITIVITY_JSON).is_file():
-        from scratchpipe_sim.experiments.sensitivity import tornado_figure
+    else:
+        from scratchpipe_sim.experiments.sensitivity import load_sensitivity, tornado_figure
 
         fig, what = tornado_figure(load_sensitivity(path)), "sensitivity (tornado)"
-    else:
-        raise UserError(f"no {BANDS_JSON} or {SENSITIVITY_JSON}; expected a `sensitivity "
-                        "--out` folder", source=str(path), field="--bands")
     return (f"<h2>Sensitivity</h2>{_note(f'{what}, from {path}')}<figure>{_png(fig)}"
             f"<figcaption>{html.escape(what)}</figcaption></figure>")
 
@@ -366,6 +374,8 @@ def write(results: str | Path, out: str | Path | None = None, *, force: bool = F
     """Write the report of `results` to `out` (default RESULTS/report.html). An existing
     file is replaced only with `force`: otherwise a UserError, nothing written."""
     f = open_folder(results)
+    if bands is not None:
+        sensitivity_kind(Path(bands))  # a wrong folder fails before any figure is drawn
     target = Path(out) if out is not None else f.path / REPORT_NAME
     if target.is_dir():
         target = target / REPORT_NAME
