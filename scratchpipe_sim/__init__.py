@@ -99,8 +99,9 @@ _set_numba_cache_dir()
 API = ("simulate", "sweep", "resolve")
 
 
-def __getattr__(name: str):
-    """`scratchpipe_sim.simulate` and the rest of `API`; `scratchpipe_sim.errors`."""
+def __getattr__(name: str) -> object:
+    """`scratchpipe_sim.simulate` and the rest of `API` (docs/api.md), loaded on first use;
+    `scratchpipe_sim.errors` (for `scratchpipe_sim.errors.UserError`)."""
     if name in API:
         from scratchpipe_sim import api
 
