@@ -194,7 +194,8 @@ def _run_rows(f: Folder) -> list[dict[str, Any]]:
     except (OSError, ValueError):
         pass
     frame = f.results.frame
-    keep = [c for c in frame.columns if not c.startswith("cfg.")]
+    added = ("point", "index", "status")  # load_results' columns for a one-point table
+    keep = [c for c in frame.columns if not c.startswith("cfg.") and c not in added]
     return [{k: (None if isinstance(v, float) and math.isnan(v) else v)
              for k, v in r.items()} for r in frame[keep].to_dict(orient="records")]
 
