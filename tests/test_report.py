@@ -181,3 +181,15 @@ def test_page_loads_in_a_headless_browser(run_folder, tmp_path):
                           "--dump-dom", out.as_uri()], capture_output=True, text=True,
                          timeout=120, check=True).stdout
     assert "<img" in dom and "data:image/png;base64," in dom and "Speedups" in dom
+
+
+def test_a_run_folder_without_results_json_reports_from_its_csv(run_folder, tmp_path, capsys):
+    copy = tmp_path / "old-run"
+    shutil.copytree(run_folder, copy)
+    (copy / "results.json").unlink()
+    (copy / "report.html").unlink(missing_ok=True)
+    assert main(["report", str(copy)]) == 0
+    page = check_self_contained(copy / "report.html")
+    rows = json.loads((run_folder / "results.json").read_text())
+    for r in rows:
+        assert r["design"] in page.cells and cell(r["iter_ns_mean"]) in page.cells

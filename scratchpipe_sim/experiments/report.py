@@ -193,11 +193,19 @@ def _run_rows(f: Folder) -> list[dict[str, Any]]:
             return rows
     except (OSError, ValueError):
         pass
+    from scratchpipe_sim.experiments.figures import SPEEDUP
+
     frame = f.results.frame
     added = ("point", "index", "status")  # load_results' columns for a one-point table
     keep = [c for c in frame.columns if not c.startswith("cfg.") and c not in added]
-    return [{k: (None if isinstance(v, float) and math.isnan(v) else v)
-             for k, v in r.items()} for r in frame[keep].to_dict(orient="records")]
+    rows = []
+    for r in frame[keep].to_dict(orient="records"):
+        # an empty cell is a column this design does not report (its stages): drop it, as
+        # results.json would; a speedup without the baseline is None there
+        row = {k: v for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))}
+        row.setdefault(SPEEDUP, None)
+        rows.append(row)
+    return rows
 
 
 def _results_run(f: Folder) -> str:
