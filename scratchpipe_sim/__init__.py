@@ -92,3 +92,22 @@ def _set_numba_cache_dir() -> None:
 
 
 _set_numba_cache_dir()
+
+
+#: the Python API (scratchpipe_sim.api), imported on first use: `import scratchpipe_sim`
+#: stays cheap (no pandas, numba or SimPy until a function runs)
+API = ("simulate", "sweep", "resolve")
+
+
+def __getattr__(name: str) -> object:
+    """`scratchpipe_sim.simulate` and the rest of `API` (docs/api.md), loaded on first use;
+    `scratchpipe_sim.errors` (for `scratchpipe_sim.errors.UserError`)."""
+    if name in API:
+        from scratchpipe_sim import api
+
+        return getattr(api, name)
+    if name == "errors":
+        import scratchpipe_sim.errors as errors
+
+        return errors
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "run an experiment YAML (resumable, parallel)",
     "plot": "draw a figure from sweep results (PNG + PDF)",
     "compare": "speedup of every design over a baseline, per point",
+    "report": "one self-contained HTML page for a run or sweep results folder",
     "calibrate": "measure PCIe, HBM, DRAM and GEMM speed; write a hardware preset",
     "validate": "compare the timing model with the GPU reference pipeline (--cpu: the "
                 "CPU stages run for real; --published: published FBGEMM GPU runs)",

@@ -3,33 +3,35 @@
 Prints the comparison table and writes, into a fresh results folder: results.csv (one row
 per design, config values as `cfg.*` columns), results.json, resolved_config.yaml,
 trace.sha256, metadata.json and timeline_<design>.json (Chrome Trace Event, for Perfetto).
-A results folder is never overwritten: when `--out DIR` exists, DIR-1, DIR-2, ... is used
-and the folder actually written is printed.
+The steps are the Python API's (`scratchpipe_sim.api`: `simulate` is the same run as a
+DataFrame, without the folder). A results folder is never overwritten: when `--out DIR`
+exists, DIR-1, DIR-2, ... is used and the folder actually written is printed.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
-import platform
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scratchpipe_sim import __version__, memory_guard
+from scratchpipe_sim.api import (
+    DEFAULT_RESULTS,
+    check_run,
+    make_results_dir,
+    run_designs,
+    run_trace,
+    write_run,
+)
 from scratchpipe_sim.cli import COMMANDS
-from scratchpipe_sim.config import dump_yaml, flatten, load_config
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.progress import Progress
-from scratchpipe_sim.replay_cache import trace_sha256
-from scratchpipe_sim.timing import DESIGNS, build_trace, simulate
+from scratchpipe_sim.timing import DESIGNS
 from scratchpipe_sim.timing.designs import baseline_design
-from scratchpipe_sim.timing.runner import check_designs
-
-DEFAULT_OUT = Path("results")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,16 +62,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="no progress on stderr (default: a bar on a terminal, else a line "
                         "every $SCRATCHPIPE_PROGRESS_S seconds, 30 by default)")
     p.set_defaults(func=handle)
-
-
-def fresh_dir(path: Path) -> Path:
-    """`path` if it does not exist, else the first free `path-1`, `path-2`, ..."""
-    if not path.exists():
-        return path
-    k = 1
-    while (cand := path.with_name(f"{path.name}-{k}")).exists():
-        k += 1
-    return cand
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
@@ -105,16 +97,24 @@ LEGEND = (
 )
 
 
-def render(results: list[dict]) -> str:
+@dataclass(frozen=True)
+class Table:
+    """One of the tables `run` prints (the report draws the same ones as HTML): a title line
+    above it, the header, the formatted cells and the legend lines under it."""
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    legend: list[str]
+
+
+def run_tables(results: list[dict]) -> list[Table]:
+    """The comparison, busy-fraction and stage-time tables of a run's result rows."""
     main = [[r["design"], _fmt(r["iter_ns_mean"] / 1e3, 1), _fmt(r["iter_ns_p50"] / 1e3, 1),
              _fmt(r["iter_ns_p99"] / 1e3, 1), _fmt(r["samples_per_s"], 0),
              _fmt(r["speedup_vs_hybrid"], 2), _fmt(r["hit_ratio"], 3),
              _fmt(r["pcie_h2d_bytes_per_sample"], 1), _fmt(r["pcie_d2h_bytes_per_sample"], 1),
              _fmt(r["dram_bytes"] / 1e6, 1), _fmt(r["hbm_bytes"] / 1e6, 1)]
             for r in results]
-    out = [table(main, ["design", "iter_us", "p50_us", "p99_us", "samples/s",
-                        "speedup_vs_hybrid", "hit", "H2D_B/smp", "D2H_B/smp", "DRAM_MB_tot",
-                        "HBM_MB_tot"])]
     measured = {r.get("measured_batches") for r in results} - {None}
     legend = list(LEGEND)
     if len(measured) == 1:
@@ -123,63 +123,32 @@ def render(results: list[dict]) -> str:
     if not any(r["design"] == base for r in results):
         legend[2] = (f"speedup_vs_hybrid: '-' because {base} did not run (add --design "
                      f"{base} for speedups)")
-    out[0] += "\n" + "\n".join(f"  {line}" for line in legend)
+    tables = [Table("", ["design", "iter_us", "p50_us", "p99_us", "samples/s",
+                         "speedup_vs_hybrid", "hit", "H2D_B/smp", "D2H_B/smp", "DRAM_MB_tot",
+                         "HBM_MB_tot"], main, legend)]
     busy_keys = sorted({k for r in results for k in r if k.startswith("busy_")})
     busy = [[r["design"]] + [_fmt(r.get(k, 0.0), 3) for k in busy_keys] for r in results]
-    out.append("busy fraction: share of the measured time each resource was serving work "
-               "(0 = idle, 1 = always busy)\n"
-               + table(busy, ["design"] + [k[5:] for k in busy_keys]))
+    tables.append(Table("busy fraction: share of the measured time each resource was serving "
+                        "work (0 = idle, 1 = always busy)",
+                        ["design"] + [k[5:] for k in busy_keys], busy, []))
     stages = []
     for r in results:
         for k, v in r.items():
             if k.startswith("stage_"):
                 stages.append([r["design"], k[6:-3], _fmt(v / 1e3, 2)])
-    out.append("mean stage time per batch (stages overlap in pipelined designs)\n"
-               + table(stages, ["design", "stage", "us"]))
+    tables.append(Table("mean stage time per batch (stages overlap in pipelined designs)",
+                        ["design", "stage", "us"], stages, []))
+    return tables
+
+
+def render(results: list[dict]) -> str:
+    out = []
+    for t in run_tables(results):
+        text = table(t.rows, t.header)
+        if t.legend:
+            text += "\n" + "\n".join(f"  {line}" for line in t.legend)
+        out.append(f"{t.title}\n{text}" if t.title else text)
     return "\n\n".join(out)
-
-
-def write_results(out: Path, results: list[dict], resolved: dict, checksum: str,
-                  argv_config: str, overrides: list[str]) -> None:
-    flat_cfg = {f"cfg.{k}": (json.dumps(v) if isinstance(v, (list, dict)) else v)
-                for k, v in flatten(resolved).items()}
-    keys: list[str] = []
-    for r in results:
-        keys += [k for k in r if k not in keys]
-    with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=keys + list(flat_cfg))
-        w.writeheader()
-        for r in results:
-            w.writerow({**r, **flat_cfg})
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "resolved_config.yaml").write_text(dump_yaml(resolved))
-    (out / "trace.sha256").write_text(checksum + "\n")
-    meta = {"config": argv_config, "overrides": overrides, "trace_sha256": checksum,
-            "scratchpipe_sim": __version__, "python": platform.python_version(),
-            "designs": [r["design"] for r in results]}
-    (out / "metadata.json").write_text(json.dumps(meta, indent=1))
-
-
-def _check_unique(names: list[str], source: str | None, field: str) -> None:
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise UserError(f"design '{dup[0]}' given twice; expected each design once",
-                        source=source, field=field)
-
-
-def _make_out(path: Path) -> Path:
-    """A fresh results folder (a numbered sibling when `path` exists); an unwritable place
-    is a UserError before anything is simulated."""
-    out = fresh_dir(path)
-    try:
-        out.mkdir(parents=True)
-        probe = out / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise UserError(f"cannot create the results folder: {os_reason(e)}; expected a "
-                        "writable folder path", source=str(out), field="--out") from None
-    return out
 
 
 def progress_callback(bar: Progress):
@@ -193,25 +162,18 @@ def progress_callback(bar: Progress):
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.designs:
-        _check_unique(list(args.designs), None, "--design")
-    cfg = load_config(args.config, args.overrides)
-    names = check_designs(cfg, args.designs)
-    if not args.designs:
-        _check_unique(names, cfg.source, "designs")
-    memory_guard.check_config(cfg, source=cfg.source)  # a trace file: checked once read
-    out = _make_out(args.out if args.out is not None
-                    else DEFAULT_OUT / Path(args.config).stem)
+    cfg, names = check_run(args.config, args.designs, texts=args.overrides,
+                           designs_field="--design")
+    out = make_results_dir(args.out if args.out is not None
+                           else DEFAULT_RESULTS / Path(args.config).stem)
     try:
-        trace = build_trace(cfg, cache=not args.no_cache)
-        memory_guard.check_run(trace.total_rows, trace.num_accesses, source=cfg.source,
-                               field="trace.path")
+        trace = run_trace(cfg, replay_cache=not args.no_cache)
         with Progress(len(names), "run", "design", quiet=args.quiet) as bar:
-            results = simulate(cfg, names, timeline_dir=None if args.no_timeline else out,
-                               trace=trace, progress=progress_callback(bar),
-                               replay_cache=not args.no_cache)
-        write_results(out, results, cfg.to_dict(), trace_sha256(trace), str(args.config),
-                      list(args.overrides))
+            outcome = run_designs(cfg, names, trace,
+                                  timeline_dir=None if args.no_timeline else out,
+                                  progress=progress_callback(bar),
+                                  replay_cache=not args.no_cache)
+        write_run(out, outcome, str(args.config), list(args.overrides))
     except OSError as e:
         shutil.rmtree(out, ignore_errors=True)
         if not str(getattr(e, "filename", "") or "").startswith(str(out)):
@@ -222,8 +184,8 @@ def handle(args: argparse.Namespace) -> int:
         shutil.rmtree(out, ignore_errors=True)  # ours, just made: leave no half result
         raise
     if args.json:
-        print(json.dumps(results))
+        print(json.dumps(outcome.rows))
     else:
-        print(render(results))
+        print(render(outcome.rows))
         print(f"\nresults: {out}", file=sys.stdout)
     return 0

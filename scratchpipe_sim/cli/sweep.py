@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from scratchpipe_sim.cli import COMMANDS
 
@@ -48,30 +47,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from scratchpipe_sim.errors import UserError
-    from scratchpipe_sim.experiments.runner import run_sweep
+    from scratchpipe_sim.api import SweepOptions, run_experiment, summary_dict
     from scratchpipe_sim.experiments.spec import expand_points, load_experiment
 
     spec = load_experiment(args.experiment)
-    if args.scheduler and args.executor not in (None, "dask"):
-        raise UserError("--scheduler needs --executor dask", field="--scheduler")
-    executor = args.executor or ("dask" if args.scheduler else None)
+    options = SweepOptions(jobs=args.jobs, executor=args.executor, scheduler=args.scheduler,
+                           retry_failed=args.retry_failed, replay_cache=not args.no_cache,
+                           quiet=args.quiet)
     if args.dry_run:
         for p in expand_points(spec):
             vals = ", ".join(f"{k}={v}" for k, v in p.values.items())
             print(f"{p.index:4d} {p.key} {vals}")
         return 0
-    out = Path(args.out) if args.out else Path("results") / spec.name
-    summary = run_sweep(spec, out, jobs=args.jobs, executor=executor,
-                        scheduler=args.scheduler, quiet=args.quiet,
-                        retry_failed=args.retry_failed, replay_cache=not args.no_cache)
+    summary = run_experiment(spec, args.out, options)
     if args.json:
-        print(json.dumps({"name": summary.name, "out": str(summary.out),
-                          "points": summary.points, "designs": summary.designs,
-                          "ran": summary.ran, "skipped": summary.skipped,
-                          "failed": summary.failed, "infeasible": summary.infeasible,
-                          "errors": [{"index": i, "values": v, "design": d, "error": r}
-                                     for i, v, d, r in summary.errors]}))
+        print(json.dumps(summary_dict(summary)))
     else:
         print(summary.line())
     if summary.errors:

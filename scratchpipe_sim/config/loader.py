@@ -279,20 +279,25 @@ def _raw(path_or_dict: str | os.PathLike | Mapping[str, Any]
 
 
 def load_config(path: str | os.PathLike | Mapping[str, Any],
-                overrides: Sequence[str] = ()) -> Config:
-    """A validated `Config` from a YAML file (or a dict), with `--set` overrides applied."""
+                overrides: Sequence[str] = (),
+                values: Mapping[str, Any] | None = None) -> Config:
+    """A validated `Config` from a YAML file (or a dict), with `--set` overrides applied,
+    then `values` (dotted key -> a Python value, used as given: the Python API's form)."""
     raw, source, base_dir = _raw(path)
     for text in overrides:
         key, value = parse_override(text)
         set_dotted(raw, key, value)
+    for key, value in (values or {}).items():
+        set_dotted(raw, key, value, source="overrides")
     expanded = expand_presets(raw, base_dir, source)
     return Config.from_dict(expanded, source=source)
 
 
 def resolve(path_or_dict: str | os.PathLike | Mapping[str, Any],
-            overrides: Sequence[str] = ()) -> dict[str, Any]:
+            overrides: Sequence[str] = (),
+            values: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The fully resolved plain dict: presets expanded, overrides applied, defaults filled."""
-    return load_config(path_or_dict, overrides).to_dict()
+    return load_config(path_or_dict, overrides, values).to_dict()
 
 
 class _Dumper(yaml.SafeDumper):

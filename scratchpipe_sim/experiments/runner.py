@@ -11,11 +11,13 @@ import copy
 import functools
 import math
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from scratchpipe_sim import __version__
+from scratchpipe_sim.api import versions
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.experiments.executors import Outcome, PointFn, execute
 from scratchpipe_sim.experiments.hashing import config_hash
@@ -284,7 +286,8 @@ def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
         "experiment_hash": experiment_hash(spec, points, metrics, designs),
         "axes": spec.axes, "designs": list(designs), "metrics": list(metrics),
         "columns": columns_for(spec.axes, metrics), "figures": spec.figures,
-        "points": len(points), "scratchpipe_sim": __version__,
+        "points": len(points), "scratchpipe_sim": __version__, "versions": versions(),
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if real and points:
         # a metric typo fails here, before any point runs and before the folder is made
