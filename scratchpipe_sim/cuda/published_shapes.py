@@ -382,11 +382,10 @@ def allocate_table(rows: int, dim: int, placement: str, alloc: str = "managed",
         raise ValueError(f"unknown placement {placement!r}")
     if alloc not in ("managed", "mapped"):
         raise ValueError(f"unknown MANAGED allocation {alloc!r}")
-    if is_simulator():  # no driver to advise; the kernels see a plain array either way
-        t = c.managed_array((rows, dim), np.float32) if alloc == "managed" else \
-            c.mapped_array((rows, dim), np.float32)
+    if is_simulator():  # no driver to advise, and the simulator has no managed_array
+        t = c.mapped_array((rows, dim), np.float32)
         fill_pattern(t, 0.0, value)
-        return t, f"{alloc} memory under the CUDA simulator (no advice, no PCIe)"
+        return t, f"CUDA simulator: a mapped array stands for {alloc} memory (no PCIe)"
     why = "mapped pinned host memory requested (--managed-alloc mapped)"
     if alloc == "managed":
         t = c.managed_array((rows, dim), np.float32)
