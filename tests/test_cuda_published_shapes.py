@@ -4,6 +4,7 @@ No timing is checked: the simulator gives none."""
 
 import dataclasses
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -166,3 +167,29 @@ def test_cli_without_gpu_exits_2_with_one_line(tmp_path):
         assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
         assert "no usable GPU" in r.stderr
         assert not (tmp_path / "o").exists()
+
+
+def test_cli_end_to_end_under_the_simulator(tmp_path, monkeypatch, capsys):
+    """main() with the GPU check passed: JSON rows and the markdown table are written; the
+    simulator measures nothing, so measured_ms is null and the prediction is there."""
+    monkeypatch.setattr(P, "gpu_status", lambda: runtime.GpuStatus(True, "simulated GPU"))
+    rc = P.main(["--out", str(tmp_path), "--scale", "1e-5", "--iters", "2",
+                 "--warmup-iters", "0", "--id-batches", "2", "--device-tables", "2",
+                 "--placements", "DEVICE"])
+    assert rc == 0
+    doc = json.loads((tmp_path / "published_shapes.json").read_text())
+    assert doc["scale"] == 1e-5 and doc["device"] == "simulated GPU"
+    assert [(r["placement"], r["phase"]) for r in doc["rows"]] == [("DEVICE", "forward"),
+                                                                   ("DEVICE", "backward")]
+    assert all(r["measured_ms"] is None and r["predicted_ms"] > 0 for r in doc["rows"])
+    assert doc["rows"][0]["lookups"] == 2 and doc["rows"][0]["rows_per_table"] == 17
+    md = (tmp_path / "published_shapes.md").read_text()
+    assert "| T1.2-like | DEVICE | backward |" in md and md.strip() in capsys.readouterr().out
+
+
+def test_cli_rejects_bad_arguments(capsys):
+    for argv in (["--out", "x", "--scale", "2"], ["--out", "x", "--iters", "0"]):
+        with pytest.raises(SystemExit) as e:
+            P.main(argv)
+        assert e.value.code == 2
+    assert "expected" in capsys.readouterr().err
