@@ -428,6 +428,8 @@ def measure(shape: RunShape, batches: list[np.ndarray], iters: int, warmup_iters
     The ids, the sorted-ids plans and the gradient are on the GPU before timing (FBGEMM's
     harness also times kernels only); each phase has its own event pair per iteration.
     """
+    if shape.tables * shape.rows_per_table >= 2**31:
+        raise ValueError("linear ids must fit int32: fewer tables or rows")
     c = cuda()
     s = c.stream()
     dim = shape.base.dim
