@@ -397,6 +397,7 @@ def allocate_table(rows: int, dim: int, placement: str, alloc: str = "managed",
                        "PreferredLocation=CPU and AccessedBy=GPU (FBGEMM's new_managed_tensor), "
                        "filled on the host: the GPU reads it in place over PCIe")
         del t
+        _release_gpu_memory()  # the unadvised managed table, before the mapped one
     t = c.mapped_array((rows, dim), np.float32)
     _host_fill(t, value)
     return t, ("mapped pinned host memory (cuda.mapped_array): the GPU reads it in place over "
