@@ -193,3 +193,8 @@ def test_cli_rejects_bad_arguments(capsys):
             P.main(argv)
         assert e.value.code == 2
     assert "expected" in capsys.readouterr().err
+
+
+@pytest.mark.skipif("runtime._driver_present()", reason="checks the no-driver fallback")
+def test_advice_without_a_driver_says_why():
+    assert "not found" in P._advise_host_resident(0, 0, 0)
