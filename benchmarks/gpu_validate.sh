@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Calibrate this GPU machine and validate the timing model against it (about 5-8 minutes).
+# Calibrate this GPU machine and validate the timing model against it (about 6-9 minutes:
+# steps 1-4 about 5-8, step 5 about one, capped at 180 s).
 #
 #   benchmarks/gpu_validate.sh            # writes into $OUT (the device tool's folder) or
 #                                         # results/gpu_validate/
+#   ONLY_PUBLISHED=1 benchmarks/gpu_validate.sh   # step 5 alone (about a minute)
+#   PUBLISHED_ARGS="--scale 0.1" ...      # extra arguments of step 5
 # Needs: an NVIDIA GPU, this package installed with the [cuda] extra (numba-cuda and CUDA
 # bindings matching the driver). The device machine has no network: bring the environment.
 # This workplace's H200 image already holds numba, numba-cuda, numpy, pandas, pyyaml, tqdm
@@ -16,6 +19,10 @@
 #      told that planning is one thread at the measured ns per id
 #   3. the same measured stage times against the stock preset (no GPU rerun)
 #   4. a markdown table for docs/validation.md
+#   5. the published FBGEMM TBE shapes (T1.2 DEVICE, T1.10 MANAGED with 2 of its 10 tables,
+#      which fit this machine's host memory) measured with this project's numba-cuda
+#      kernels, next to the model's prediction for the same ids (h200-gen5):
+#      published_shapes.json / .md, the table appended to validation_table.md
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -34,6 +41,27 @@ unset NUMBA_ENABLE_CUDASIM
 "$PY" -c "from scratchpipe_sim.cuda.runtime import gpu_status as g; s = g(); print(s.reason)
 raise SystemExit(0 if s.usable else 2)" || { echo "gpu_validate: no usable GPU" >&2; exit 2; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$DEST/gpu.txt"
+
+published_shapes() {
+    log "published shapes (timeout 180 s)"
+    # shellcheck disable=SC2086  # PUBLISHED_ARGS is a list of words
+    timeout 180 "$PY" -m scratchpipe_sim.cuda.published_shapes --out "$DEST" \
+        ${PUBLISHED_ARGS:-} 2>"$DEST/published_shapes.log" > "$DEST/published_shapes.txt"
+    local rc=$?
+    tail -n 3 "$DEST/published_shapes.log" >&2
+    [ $rc -eq 0 ] || echo "gpu_validate: published shapes exit $rc" \
+        "(see $DEST/published_shapes.log)" >&2
+    if [ -s "$DEST/published_shapes.md" ]; then
+        { echo; cat "$DEST/published_shapes.md"; } | tee -a "$DEST/validation_table.md"
+    fi
+    return $rc
+}
+if [ -n "${ONLY_PUBLISHED:-}" ]; then
+    published_shapes
+    rc=$?
+    log "done: $DEST"
+    exit $rc
+fi
 
 PRESET=configs/hardware/measured-$NAME.yaml
 log "calibrate"
@@ -80,4 +108,5 @@ for stage, r in rows.items():
                   if x else ["-", "-"])
     print("| " + " | ".join(cells) + " |")
 PYEOF
+published_shapes
 log "done: $DEST"
