@@ -213,7 +213,8 @@ def experiment_hash(spec: ExperimentSpec, points: list[Point], metrics: tuple[st
                         "axes": spec.axes}, length=32)
 
 
-def _designs_of(points: list[Point], spec: ExperimentSpec) -> tuple[str, ...]:
+def sweep_designs(points: list[Point], spec: ExperimentSpec) -> tuple[str, ...]:
+    """The designs a sweep runs: the experiment's list, else its base config's."""
     if spec.designs:
         return spec.designs
     d = points[0].config.get("designs") if points else None
@@ -227,8 +228,10 @@ def _designs_of(points: list[Point], spec: ExperimentSpec) -> tuple[str, ...]:
     return tuple(d)
 
 
-def _rows(point: Point, outcome: Outcome, designs: tuple[str, ...],
-          metrics: tuple[str, ...], spec: ExperimentSpec) -> list[dict[str, Any]]:
+def point_rows(point: Point, outcome: Outcome, designs: tuple[str, ...],
+               metrics: tuple[str, ...], spec: ExperimentSpec) -> list[dict[str, Any]]:
+    """The results-table rows of one point's outcome, one per design (public: the golden
+    regression in tests/golden/ builds a sweep's rows the way `run_sweep` stores them)."""
     base = {"point": point.key, "index": point.index, **point.values}
     if outcome.error is not None:
         return [{**base, "design": d, "status": ERROR, "error": outcome.error}
@@ -277,7 +280,7 @@ def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
                      else functools.partial(simulate_point, replay_cache=False))
     stream = stream or sys.stderr
     points = expand_points(spec, resolver)
-    designs = _designs_of(points, spec)
+    designs = sweep_designs(points, spec)
     metrics = spec.metrics or DEFAULT_METRICS
     manifest = {
         "name": spec.name, "experiment": spec.source,
@@ -303,7 +306,7 @@ def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
                       quiet=quiet, stream=stream) as bar:
             tasks = [(p.key, p.config, designs) for p in todo]
             for outcome in execute(executor, run_point, tasks, jobs, scheduler):
-                rows = _rows(by_key[outcome.key], outcome, designs, metrics, spec)
+                rows = point_rows(by_key[outcome.key], outcome, designs, metrics, spec)
                 store.append_point(rows)
                 ran += 1
                 bad = sum(r["status"] != OK for r in rows)
