@@ -14,12 +14,12 @@ from typing import Any
 
 import yaml
 
-from scratchpipe_sim import memory_guard
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config.loader import UniqueKeyLoader
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies import POLICIES
 from scratchpipe_sim.policies.engine import CacheResult, run_cache
+from scratchpipe_sim.timing import memory_guard
 from scratchpipe_sim.traces.io import formats, open_trace
 
 

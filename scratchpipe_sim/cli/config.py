@@ -35,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle_show(args: argparse.Namespace) -> int:
-    d = resolve(args.config, args.overrides)
+    from scratchpipe_sim.timing.designs import with_default_designs
+
+    d = with_default_designs(resolve(args.config, args.overrides))
     if args.json:
         print(json.dumps(d, indent=1))
     elif args.flat:

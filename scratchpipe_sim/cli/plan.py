@@ -16,7 +16,7 @@ from scratchpipe_sim.cli import COMMANDS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from scratchpipe_sim.planner import AXES
+    from scratchpipe_sim.experiments.capacity_search import AXES
 
     p = sub.add_parser("plan", help=COMMANDS["plan"],
                        description="Search each axis (one at a time, the others as "
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from scratchpipe_sim.config import load_config
-    from scratchpipe_sim.planner import AXES, check_target, format_plan, plan
+    from scratchpipe_sim.experiments.capacity_search import AXES, check_target, format_plan, plan
 
     check_target(args.target)
     cfg = load_config(args.config, args.overrides)

@@ -19,14 +19,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scratchpipe_sim import __version__, memory_guard
+from scratchpipe_sim import __version__
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config import dump_yaml, flatten, load_config
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.progress import Progress
-from scratchpipe_sim.replay_cache import trace_sha256
-from scratchpipe_sim.timing import DESIGNS, build_trace, simulate
-from scratchpipe_sim.timing.designs import baseline_design
+from scratchpipe_sim.policies.replay_cache import trace_sha256
+from scratchpipe_sim.timing import DESIGNS, build_trace, memory_guard, simulate
+from scratchpipe_sim.timing.designs import baseline_design, with_default_designs
 from scratchpipe_sim.timing.runner import check_designs
 
 DEFAULT_OUT = Path("results")
@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="recompute every policy replay (and generate the trace) instead of "
                         "reading the on-disk replay and trace caches "
-                        "(scratchpipe_sim.replay_cache; results are identical)")
+                        "(scratchpipe_sim.policies.replay_cache; results are identical)")
     p.add_argument("--json", action="store_true",
                    help="print the result rows as one JSON array instead of tables")
     p.add_argument("--quiet", "-q", action="store_true",
@@ -210,8 +210,8 @@ def handle(args: argparse.Namespace) -> int:
             results = simulate(cfg, names, timeline_dir=None if args.no_timeline else out,
                                trace=trace, progress=progress_callback(bar),
                                replay_cache=not args.no_cache)
-        write_results(out, results, cfg.to_dict(), trace_sha256(trace), str(args.config),
-                      list(args.overrides))
+        write_results(out, results, with_default_designs(cfg.to_dict()), trace_sha256(trace),
+                      str(args.config), list(args.overrides))
     except OSError as e:
         shutil.rmtree(out, ignore_errors=True)
         if not str(getattr(e, "filename", "") or "").startswith(str(out)):

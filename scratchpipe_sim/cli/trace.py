@@ -381,6 +381,7 @@ def _register_fit(sub: argparse._SubParsersAction) -> None:
 def handle_fit(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from scratchpipe_sim.policies.fit_check import check_fit
     from scratchpipe_sim.traces import fit as ft
 
     outs = [Path(args.out)] + ([Path(args.preset)] if args.preset else [])
@@ -393,7 +394,7 @@ def handle_fit(args: argparse.Namespace) -> int:
                        fmt=args.fmt)
     fit = ft.fit_trace(trace, args.max_accesses or ft.DEFAULT_MAX_ACCESSES)
     if args.check:
-        fit = dataclasses.replace(fit, check=ft.check_fit(trace, fit))
+        fit = dataclasses.replace(fit, check=check_fit(trace, fit))
     try:
         ft.write_fit(fit, args.out)
         if args.preset:

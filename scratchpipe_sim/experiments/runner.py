@@ -57,13 +57,12 @@ def point_trace(config: dict, cfg: Any, cache: bool = True) -> Any:
     """The trace of a sweep point, built once per worker process (after a memory estimate)
     and reused by later points with the same trace-determining keys (`cache=False`: a
     generated trace is not read from or written to the on-disk trace cache)."""
-    from scratchpipe_sim import memory_guard
-    from scratchpipe_sim.timing import build_trace
+    from scratchpipe_sim.timing import build_trace, memory_guard
 
     key = _trace_key(config)
     trace = _TRACE_CACHE.get(key)
     if trace is None:
-        from scratchpipe_sim.replay_cache import forget_slices
+        from scratchpipe_sim.policies.replay_cache import forget_slices
 
         _TRACE_CACHE.clear()  # the previous trace (and its slices) freed before building
         forget_slices()
@@ -124,9 +123,8 @@ def reported_metrics(config: dict, designs: tuple[str, ...],
                      replay_cache: bool = True) -> set[str] | None:
     """The metric names the simulator reports for `config`, from a few-batch run of each
     design (seconds, not the point's full run); None when no design could run that way."""
-    from scratchpipe_sim import memory_guard
     from scratchpipe_sim.config import Config
-    from scratchpipe_sim.timing import simulate
+    from scratchpipe_sim.timing import memory_guard, simulate
 
     short = copy.deepcopy(config)
     model = short.setdefault("model", {})

@@ -84,9 +84,10 @@ class ExperimentSpec:
 def default_resolver(raw: dict, base_dir: Path | None, source: str) -> dict:
     """Presets expanded and every default filled, validated as the simulator will see it."""
     from scratchpipe_sim.config import Config, expand_presets
+    from scratchpipe_sim.timing.designs import with_default_designs
 
     expanded = expand_presets(raw, base_dir, source)
-    resolved = Config.from_dict(expanded, source=source).to_dict()
+    resolved = with_default_designs(Config.from_dict(expanded, source=source).to_dict())
     # a relative trace file is relative to the config that names it; points run elsewhere
     # (another process, a Dask worker), so make it absolute here
     path = (resolved.get("trace") or {}).get("path")

@@ -389,28 +389,6 @@ def preset_yaml(fit: Fit, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_fit(trace: Trace, fit: Fit, fractions: Sequence[float] = (0.01, 0.02, 0.05, 0.1, 0.2),
-              seed: int = 0) -> dict[str, Any]:
-    """LRU and static hit ratios over the whole trace, source vs a trace generated from the
-    fit with the source's shape (tables, rows, batch size, batches, bag lengths)."""
-    from scratchpipe_sim.policies.engine import run_cache
-    from scratchpipe_sim.traces.generators import trace_from_spec
-    from scratchpipe_sim.traces.stats import lru_miss_ratio_curve
-
-    spec = spec_from_fit(fit, trace.num_batches, seed)
-    synth = trace_from_spec(spec)
-    out: dict[str, Any] = {"capacity_fraction": list(fractions)}
-    for name, tr in (("source", trace), ("fitted", synth)):
-        caps = [max(1, int(round(f * tr.total_rows))) for f in fractions]
-        curve = lru_miss_ratio_curve(tr, caps)
-        out[f"{name}_lru_hit"] = [1.0 - curve.miss_ratio(c) for c in caps]
-        out[f"{name}_static_hit"] = [run_cache(tr, "static", c).hits / tr.num_accesses
-                                     for c in caps]
-    out["max_lru_gap"] = max(abs(a - b) for a, b in zip(out["source_lru_hit"],
-                                                        out["fitted_lru_hit"], strict=True))
-    return out
-
-
 def spec_from_fit(fit: Fit, num_batches: int, seed: int,
                   rows: Sequence[int] | None = None, batch_size: int | None = None,
                   source: str | None = None):

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 import simpy
 
 from scratchpipe_sim.config import Config
+from scratchpipe_sim.config.cost import usd_per_million
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.planner import usd_per_million
 from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
 from scratchpipe_sim.timing.resources import Server
 
