@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scratchpipe_sim.errors import UserError, closest
-from scratchpipe_sim.experiments.dotted import (
+from scratchpipe_sim.config.loader import (
     deep_merge,
     get_dotted,
     has_dotted,
     leaf_keys,
-    put_dotted,
+    set_dotted,
 )
+from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.experiments.figures import check_figures
 from scratchpipe_sim.experiments.hashing import config_hash
 
@@ -252,7 +252,7 @@ def expand_points(spec: ExperimentSpec, resolver: Resolver | None = None) -> lis
             values.update(part)
         raw = copy.deepcopy(base)
         for key, v in values.items():
-            put_dotted(raw, key, v, source=spec.source, field=f"sweep.{key}")
+            set_dotted(raw, key, v, source=spec.source, field=f"sweep.{key}")
         try:
             cfg = resolver(raw, spec.base_dir, spec.base_source)
         except UserError as e:

@@ -437,7 +437,6 @@ class _FbgemmCache(Policy):
         if isinstance(ways, bool) or int(ways) != ways or ways < 1:
             raise UserError(f"ways must be a whole number >= 1, got {ways}", field="ways")
         self.ways = int(ways)
-        self.requested_capacity = self.capacity
         self.sets = -(-self.capacity // self.ways)
         self.capacity = self.sets * self.ways  # effective: FBGEMM rounds up to whole sets
         self.slot_row = _aligned(self.capacity, np.int64, EMPTY)

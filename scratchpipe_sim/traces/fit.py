@@ -14,8 +14,8 @@ Cost: about 2 x 150 synthetic streams per table of at most `max_accesses` access
 trace's first ones); a table's curves are O(n log n) in Numba.
 
 The result is a YAML file (`write_fit`) with a comment on every key; `load_fit` reads it
-back for `trace gen --from-fit`, and `preset_dict` turns it into a `configs/traces/`
-preset.
+back for `trace gen --from-fit`, and `preset_yaml` writes it as a `configs/traces/` preset
+(`trace fit --preset`).
 """
 
 from __future__ import annotations
@@ -359,11 +359,6 @@ def load_fit(path: str | os.PathLike) -> Fit:
             rms_error=num(t.get("rms_error", 0.0), f"{k}.rms_error", 0, 1)))
     return Fit(str(d.get("source", "")), batch_size, num_batches, accesses, tuple(tables),
                dict(d.get("check") or {}))
-
-
-def preset_dict(fit: Fit) -> dict[str, Any]:
-    """The `configs/traces/` preset form (`trace: {preset: NAME}`), per-table lists."""
-    return {"distribution": "burst", "alpha": None, "reuse": 0.0, "params": fit.params()}
 
 
 def preset_yaml(fit: Fit, name: str) -> str:

@@ -31,7 +31,8 @@ share; the L2 hit fraction is the single-GPU stream's (each GPU has its own L2 o
 slice, so this understates hits).
 
 `nvlink_collective` below is the one new kind of cost; it belongs on the Machine (a helper
-beside pcie.h2d) and lives here until the registry work moves it.
+beside pcie.h2d, so every design prices collectives alike) and still lives here: moving it
+is open in issue 23.
 """
 
 from __future__ import annotations
