@@ -122,3 +122,9 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     assert _package_of("scratchpipe_sim") == "(root)"
     lines = dict(_imports(PKG / "config" / "cost.py"))
     assert set(lines.values()) == {"scratchpipe_sim.config.model"}
+
+
+def test_the_architecture_doc_names_every_layer_package():
+    doc = (PKG.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [p for p in LEVEL if not p.startswith("(") and f"`scratchpipe_sim/{p}/`" not in doc]
+    assert not missing, f"docs/architecture.md's layer table lacks {missing}"
