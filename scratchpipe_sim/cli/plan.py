@@ -13,6 +13,7 @@ import json
 import sys
 
 from scratchpipe_sim.cli import COMMANDS
+from scratchpipe_sim.cli._options import add_config, add_json, add_overrides, load_config_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,28 +24,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "configured) by bisection on a fixed grid for the smallest value at "
                        "which each design reaches the target; price each answer from "
                        "hardware.prices. Exit 2 when nothing reaches the target.")
-    p.add_argument("config", metavar="CONFIG", help="YAML config (see configs/)")
+    add_config(p)
     p.add_argument("--target", type=float, default=0.95, metavar="FRACTION",
                    help="fraction of gpu-only samples/s to reach, in (0, 1] (default 0.95)")
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="KEY=VALUE", help="override a config value by dotted path "
-                   "(repeatable)")
+    add_overrides(p)
     p.add_argument("--design", dest="designs", action="append", metavar="NAME",
                    help="plan only this design (repeatable; default: the config's cache "
                         "designs, bagpipe and multi-gpu)")
     p.add_argument("--axis", dest="axes", action="append", choices=AXES,
                    help="search only this axis (repeatable; default: all)")
-    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    add_json(p, "the plan as one JSON object")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     p.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    from scratchpipe_sim.config import load_config
     from scratchpipe_sim.experiments.capacity_search import AXES, check_target, format_plan, plan
 
     check_target(args.target)
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config_of(args)
 
     def progress(msg: str) -> None:
         if not args.quiet:

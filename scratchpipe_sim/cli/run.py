@@ -21,7 +21,8 @@ from typing import Any
 
 from scratchpipe_sim import __version__
 from scratchpipe_sim.cli import COMMANDS
-from scratchpipe_sim.config import dump_yaml, flatten, load_config
+from scratchpipe_sim.cli._options import add_config, add_json, add_overrides, load_config_of
+from scratchpipe_sim.config import dump_yaml, flatten
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.progress import Progress
 from scratchpipe_sim.policies.replay_cache import trace_sha256
@@ -38,10 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run each design on the same trace and print iteration time, "
                     "throughput, hit ratio, bytes moved, resource utilisation and stage "
                     "times; write CSV, JSON, timelines and the resolved config.")
-    p.add_argument("config", metavar="CONFIG", help="YAML config (see configs/)")
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="KEY=VALUE", help="override a config value by dotted path "
-                   "(repeatable), e.g. --set hardware.pcie.h2d_GBps=22")
+    add_config(p)
+    add_overrides(p, example="hardware.pcie.h2d_GBps=22")
     p.add_argument("--design", dest="designs", action="append", metavar="NAME",
                    help="run only this design (repeatable, each name once; default: the "
                         f"config's designs): {', '.join(DESIGNS.names())}")
@@ -54,8 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="recompute every policy replay (and generate the trace) instead of "
                         "reading the on-disk replay and trace caches "
                         "(scratchpipe_sim.policies.replay_cache; results are identical)")
-    p.add_argument("--json", action="store_true",
-                   help="print the result rows as one JSON array instead of tables")
+    add_json(p, "the result rows as one JSON array instead of tables")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress on stderr (default: a bar on a terminal, else a line "
                         "every $SCRATCHPIPE_PROGRESS_S seconds, 30 by default)")
@@ -195,7 +193,7 @@ def progress_callback(bar: Progress):
 def handle(args: argparse.Namespace) -> int:
     if args.designs:
         _check_unique(list(args.designs), None, "--design")
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config_of(args)
     names = check_designs(cfg, args.designs)
     if not args.designs:
         _check_unique(names, cfg.source, "designs")

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from scratchpipe_sim.cli import COMMANDS
+from scratchpipe_sim.cli._options import add_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress on stderr (default: a bar on a terminal, else a line "
                         "every $SCRATCHPIPE_PROGRESS_S seconds, 30 by default)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_json(p, "the summary as JSON")
     p.set_defaults(func=handle)
 
 
