@@ -3,7 +3,7 @@
 For the config's trace and hardware: the smallest cache (rows and GiB), lookahead and PCIe
 bandwidth at which each cache design reaches `--target` of gpu-only throughput, the GPUs
 multi-gpu needs for it, and a cost per million samples (hardware.prices). Bisection over
-each axis's grid (scratchpipe_sim/planner.py).
+each axis's grid (the capacity search: scratchpipe_sim/experiments/capacity_search.py).
 """
 
 from __future__ import annotations
