@@ -90,7 +90,7 @@ def main() -> None:
 
 def replay_cache_times(trace, rows, cfg) -> dict[str, tuple[float, float, int]]:
     """(replay s, cached read s, entry bytes) of each policy, in a private cache folder."""
-    from scratchpipe_sim import replay_cache as rc
+    from scratchpipe_sim.policies import replay_cache as rc
 
     out = {}
     t0 = time.perf_counter()

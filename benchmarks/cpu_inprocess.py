@@ -29,7 +29,7 @@ from scratchpipe_sim.cpu.bench import CpuBenchSizes, _aggregate_streams
 from scratchpipe_sim.cpu.fit import fit_aggregate_onchip
 from scratchpipe_sim.cpu.measure import timed
 from scratchpipe_sim.cpu.planner import run_planner
-from scratchpipe_sim.cuda import host
+from scratchpipe_sim.measure import host
 from scratchpipe_sim.timing.onchip import onchip_hits
 from scratchpipe_sim.timing.runner import Replays, build_trace
 

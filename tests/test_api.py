@@ -79,8 +79,11 @@ def test_overrides_in_both_forms_and_designs_select(cfg_file):
 def test_resolve_matches_config_show_and_takes_python_values(cfg_file):
     from scratchpipe_sim.config import resolve as resolve_texts
 
+    from scratchpipe_sim.timing.designs import with_default_designs
+
     got = scratchpipe_sim.resolve(cfg_file, {"cache.lookahead": 7}, seed=9)
-    assert got == resolve_texts(cfg_file, ["cache.lookahead=7", "seed=9"])
+    # config show's dict: the default designs filled in
+    assert got == with_default_designs(resolve_texts(cfg_file, ["cache.lookahead=7", "seed=9"]))
     # a Python value is used as given: the text "7" is not parsed into a number
     with pytest.raises(UserError, match="cache.lookahead"):
         scratchpipe_sim.resolve(cfg_file, {"cache.lookahead": "seven"})

@@ -23,7 +23,7 @@ from scratchpipe_sim.cpu.fit import (
     fit_planner,
     llc_from_sysfs,
 )
-from scratchpipe_sim.cuda.fit import fit_latency_bandwidth
+from scratchpipe_sim.measure.fitting import fit_latency_bandwidth
 
 # known truth: every sample is exactly latency + bytes / rate (stream: bytes read)
 DRAM_GBPS, LAT_NS = 40.0, 2000.0

@@ -19,17 +19,12 @@ from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.config.hardware import HardwareConfig
 from scratchpipe_sim.cuda.compare import Row, compare, format_table, measured_stages
-from scratchpipe_sim.cuda.fit import (
-    Measurements,
-    build_preset,
-    efficiency_curve,
-    fit_latency_bandwidth,
-    preset_yaml,
-    write_preset,
-)
+from scratchpipe_sim.cuda.fit import Measurements, build_preset, preset_yaml
 from scratchpipe_sim.cuda.plan import ScratchpadState
 from scratchpipe_sim.cuda.runtime import gpu_status
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.measure.fitting import efficiency_curve, fit_latency_bandwidth
+from scratchpipe_sim.measure.presets import write_preset
 from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy
 from scratchpipe_sim.policies.scratchpipe import min_scratchpipe_capacity
 from scratchpipe_sim.timing import build_trace, simulate

@@ -10,11 +10,11 @@ import pytest
 import simpy
 
 from scratchpipe_sim.cli import main
-from scratchpipe_sim.config import deep_merge, default_designs, load_config
+from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing import build_trace, simulate
 from scratchpipe_sim.timing.counts import Workload, policy_counts, uncached_counts
-from scratchpipe_sim.timing.designs import DESIGNS
+from scratchpipe_sim.timing.designs import DESIGNS, default_designs
 from scratchpipe_sim.timing.designs.multi_gpu import gpus_to_hold, shard
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.runner import fit_trace, sized_config

@@ -10,7 +10,8 @@ import yaml
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import deep_merge, load_config
-from scratchpipe_sim.planner import _rate, grid, plan, usd_per_million
+from scratchpipe_sim.config.cost import usd_per_million
+from scratchpipe_sim.experiments.capacity_search import _rate, grid, plan
 from scratchpipe_sim.timing import build_trace, simulate
 from scratchpipe_sim.timing.runner import sized_config
 

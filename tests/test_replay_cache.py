@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scratchpipe_sim import replay_cache as rc
+from scratchpipe_sim.policies import replay_cache as rc
 from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy
 from scratchpipe_sim.traces.trace import Trace
 

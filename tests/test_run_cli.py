@@ -12,6 +12,7 @@ import yaml
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import load_config, resolve
 from scratchpipe_sim.timing import simulate
+from scratchpipe_sim.timing.designs import with_default_designs
 
 SMALL = {
     "hardware": {"preset": "a100-gen4"},
@@ -57,7 +58,7 @@ def test_run_writes_every_artifact(cfg_file, tmp_path, capsys):
     assert all(r["cfg.model.pooling"] == "4" for r in rows)
     assert rows[0]["cfg.hardware.gpu.hbm_GBps"] == "2039.0"
     resolved = yaml.safe_load((out / "resolved_config.yaml").read_text())
-    assert resolved == resolve(cfg_file, ["model.pooling=4"])
+    assert resolved == with_default_designs(resolve(cfg_file, ["model.pooling=4"]))
     sha = (out / "trace.sha256").read_text().strip()
     assert len(sha) == 64 and json.loads((out / "metadata.json").read_text())[
         "trace_sha256"] == sha

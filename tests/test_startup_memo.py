@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import yaml
 
-from scratchpipe_sim import replay_cache as rc
 from scratchpipe_sim.config import hardware, load_config, loader, read_yaml
 from scratchpipe_sim.config.hardware import CpuConfig, interpolate
 from scratchpipe_sim.config.schema import build
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.policies import replay_cache as rc
 from scratchpipe_sim.traces.trace import Trace
 
 

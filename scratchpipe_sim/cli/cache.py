@@ -14,12 +14,13 @@ from typing import Any
 
 import yaml
 
-from scratchpipe_sim import memory_guard
 from scratchpipe_sim.cli import COMMANDS
+from scratchpipe_sim.cli._options import add_json
 from scratchpipe_sim.config.loader import UniqueKeyLoader
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies import POLICIES
 from scratchpipe_sim.policies.engine import CacheResult, run_cache
+from scratchpipe_sim.timing import memory_guard
 from scratchpipe_sim.traces.io import formats, open_trace
 
 
@@ -47,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="fbgemm-*: associativity (their `ways` parameter)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="a policy parameter (repeatable), e.g. profile_fraction=0.1")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json(p, "one JSON object")
     p.set_defaults(func=handle)
 
 

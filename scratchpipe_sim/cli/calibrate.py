@@ -100,7 +100,7 @@ def _base_ref(name: str | None) -> str | None:
 def handle_cpu(args: argparse.Namespace) -> int:
     from scratchpipe_sim.cpu import bench
     from scratchpipe_sim.cpu.fit import cpu_preset_yaml, fit_cpu, llc_from_sysfs
-    from scratchpipe_sim.cuda.fit import check_writable, write_preset
+    from scratchpipe_sim.measure.presets import check_writable, write_preset
 
     if args.from_json is not None:
         raise UserError("--from-json rebuilds a GPU preset; --cpu measures this host",
@@ -127,7 +127,8 @@ def handle_cpu(args: argparse.Namespace) -> int:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from scratchpipe_sim.cuda.fit import Measurements, build_preset, preset_yaml, write_preset
+    from scratchpipe_sim.cuda.fit import Measurements, build_preset, preset_yaml
+    from scratchpipe_sim.measure.presets import write_preset
 
     if args.cpu:
         return handle_cpu(args)

@@ -10,6 +10,7 @@ import argparse
 import json
 
 from scratchpipe_sim.cli import COMMANDS
+from scratchpipe_sim.cli._options import add_config, add_json, add_overrides
 from scratchpipe_sim.config import dump_yaml, flatten, resolve
 
 
@@ -25,17 +26,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                       "--set overrides applied, every default filled; "
                                       "exactly what `run` simulates and saves as "
                                       "resolved_config.yaml.")
-    show.add_argument("config", metavar="CONFIG", help="YAML config (see configs/)")
-    show.add_argument("--set", dest="overrides", action="append", default=[],
-                      metavar="KEY=VALUE", help="override by dotted path (repeatable)")
+    add_config(show)
+    add_overrides(show)
     fmt = show.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    add_json(fmt, "JSON instead of YAML")
     fmt.add_argument("--flat", action="store_true", help="print one dotted key=value a line")
     show.set_defaults(func=handle_show)
 
 
 def handle_show(args: argparse.Namespace) -> int:
-    d = resolve(args.config, args.overrides)
+    from scratchpipe_sim.timing.designs import with_default_designs
+
+    d = with_default_designs(resolve(args.config, args.overrides))
     if args.json:
         print(json.dumps(d, indent=1))
     elif args.flat:

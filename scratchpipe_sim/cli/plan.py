@@ -3,7 +3,7 @@
 For the config's trace and hardware: the smallest cache (rows and GiB), lookahead and PCIe
 bandwidth at which each cache design reaches `--target` of gpu-only throughput, the GPUs
 multi-gpu needs for it, and a cost per million samples (hardware.prices). Bisection over
-each axis's grid (scratchpipe_sim/planner.py).
+each axis's grid (the capacity search: scratchpipe_sim/experiments/capacity_search.py).
 """
 
 from __future__ import annotations
@@ -13,38 +13,36 @@ import json
 import sys
 
 from scratchpipe_sim.cli import COMMANDS
+from scratchpipe_sim.cli._options import add_config, add_json, add_overrides, load_config_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from scratchpipe_sim.planner import AXES
+    from scratchpipe_sim.experiments.capacity_search import AXES
 
     p = sub.add_parser("plan", help=COMMANDS["plan"],
                        description="Search each axis (one at a time, the others as "
                        "configured) by bisection on a fixed grid for the smallest value at "
                        "which each design reaches the target; price each answer from "
                        "hardware.prices. Exit 2 when nothing reaches the target.")
-    p.add_argument("config", metavar="CONFIG", help="YAML config (see configs/)")
+    add_config(p)
     p.add_argument("--target", type=float, default=0.95, metavar="FRACTION",
                    help="fraction of gpu-only samples/s to reach, in (0, 1] (default 0.95)")
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="KEY=VALUE", help="override a config value by dotted path "
-                   "(repeatable)")
+    add_overrides(p)
     p.add_argument("--design", dest="designs", action="append", metavar="NAME",
                    help="plan only this design (repeatable; default: the config's cache "
                         "designs, bagpipe and multi-gpu)")
     p.add_argument("--axis", dest="axes", action="append", choices=AXES,
                    help="search only this axis (repeatable; default: all)")
-    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    add_json(p, "the plan as one JSON object")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     p.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    from scratchpipe_sim.config import load_config
-    from scratchpipe_sim.planner import AXES, check_target, format_plan, plan
+    from scratchpipe_sim.experiments.capacity_search import AXES, check_target, format_plan, plan
 
     check_target(args.target)
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config_of(args)
 
     def progress(msg: str) -> None:
         if not args.quiet:

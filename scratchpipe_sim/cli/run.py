@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from scratchpipe_sim.api import (
     DEFAULT_RESULTS,
@@ -28,10 +25,11 @@ from scratchpipe_sim.api import (
     write_run,
 )
 from scratchpipe_sim.cli import COMMANDS
+from scratchpipe_sim.cli._options import add_config, add_json, add_overrides
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.progress import Progress
+from scratchpipe_sim.experiments.run_tables import render
 from scratchpipe_sim.timing import DESIGNS
-from scratchpipe_sim.timing.designs import baseline_design
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,10 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run each design on the same trace and print iteration time, "
                     "throughput, hit ratio, bytes moved, resource utilisation and stage "
                     "times; write CSV, JSON, timelines and the resolved config.")
-    p.add_argument("config", metavar="CONFIG", help="YAML config (see configs/)")
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="KEY=VALUE", help="override a config value by dotted path "
-                   "(repeatable), e.g. --set hardware.pcie.h2d_GBps=22")
+    add_config(p)
+    add_overrides(p, example="hardware.pcie.h2d_GBps=22")
     p.add_argument("--design", dest="designs", action="append", metavar="NAME",
                    help="run only this design (repeatable, each name once; default: the "
                         f"config's designs): {', '.join(DESIGNS.names())}")
@@ -55,100 +51,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="recompute every policy replay (and generate the trace) instead of "
                         "reading the on-disk replay and trace caches "
-                        "(scratchpipe_sim.replay_cache; results are identical)")
-    p.add_argument("--json", action="store_true",
-                   help="print the result rows as one JSON array instead of tables")
+                        "(scratchpipe_sim.policies.replay_cache; results are identical)")
+    add_json(p, "the result rows as one JSON array instead of tables")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress on stderr (default: a bar on a terminal, else a line "
                         "every $SCRATCHPIPE_PROGRESS_S seconds, 30 by default)")
     p.set_defaults(func=handle)
-
-
-def _fmt(v: Any, digits: int = 3) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        if math.isinf(v) or math.isnan(v):
-            return str(v)
-        if abs(v) >= 1e5:
-            return f"{v:.4g}"
-        return f"{v:.{digits}f}".rstrip("0").rstrip(".") if v else "0"
-    return str(v)
-
-
-def table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(  # noqa: E731
-        c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths,
-                                                                             strict=True)))
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
-
-
-#: what each column of the main table means (printed under it).
-LEGEND = (
-    "iter_us, p50_us, p99_us: time per training iteration (mean, median, 99th percentile), "
-    "microseconds",
-    "samples/s: training samples per second",
-    "speedup_vs_hybrid: hybrid's mean iteration time / this design's (higher is faster)",
-    "hit: fraction of embedding lookups served from GPU memory (gpu-only 1, hybrid 0)",
-    "H2D_B/smp, D2H_B/smp: PCIe bytes per sample, host-to-device and device-to-host",
-    "DRAM_MB_tot, HBM_MB_tot: MB moved in CPU DRAM and GPU HBM, totals over the measured "
-    "batches (not per sample)",
-)
-
-
-@dataclass(frozen=True)
-class Table:
-    """One of the tables `run` prints (the report draws the same ones as HTML): a title line
-    above it, the header, the formatted cells and the legend lines under it."""
-    title: str
-    header: list[str]
-    rows: list[list[str]]
-    legend: list[str]
-
-
-def run_tables(results: list[dict]) -> list[Table]:
-    """The comparison, busy-fraction and stage-time tables of a run's result rows."""
-    main = [[r["design"], _fmt(r["iter_ns_mean"] / 1e3, 1), _fmt(r["iter_ns_p50"] / 1e3, 1),
-             _fmt(r["iter_ns_p99"] / 1e3, 1), _fmt(r["samples_per_s"], 0),
-             _fmt(r["speedup_vs_hybrid"], 2), _fmt(r["hit_ratio"], 3),
-             _fmt(r["pcie_h2d_bytes_per_sample"], 1), _fmt(r["pcie_d2h_bytes_per_sample"], 1),
-             _fmt(r["dram_bytes"] / 1e6, 1), _fmt(r["hbm_bytes"] / 1e6, 1)]
-            for r in results]
-    measured = {r.get("measured_batches") for r in results} - {None}
-    legend = list(LEGEND)
-    if len(measured) == 1:
-        legend[-1] += f"; {measured.pop()} measured batches"
-    base = baseline_design()
-    if not any(r["design"] == base for r in results):
-        legend[2] = (f"speedup_vs_hybrid: '-' because {base} did not run (add --design "
-                     f"{base} for speedups)")
-    tables = [Table("", ["design", "iter_us", "p50_us", "p99_us", "samples/s",
-                         "speedup_vs_hybrid", "hit", "H2D_B/smp", "D2H_B/smp", "DRAM_MB_tot",
-                         "HBM_MB_tot"], main, legend)]
-    busy_keys = sorted({k for r in results for k in r if k.startswith("busy_")})
-    busy = [[r["design"]] + [_fmt(r.get(k, 0.0), 3) for k in busy_keys] for r in results]
-    tables.append(Table("busy fraction: share of the measured time each resource was serving "
-                        "work (0 = idle, 1 = always busy)",
-                        ["design"] + [k[5:] for k in busy_keys], busy, []))
-    stages = []
-    for r in results:
-        for k, v in r.items():
-            if k.startswith("stage_"):
-                stages.append([r["design"], k[6:-3], _fmt(v / 1e3, 2)])
-    tables.append(Table("mean stage time per batch (stages overlap in pipelined designs)",
-                        ["design", "stage", "us"], stages, []))
-    return tables
-
-
-def render(results: list[dict]) -> str:
-    out = []
-    for t in run_tables(results):
-        text = table(t.rows, t.header)
-        if t.legend:
-            text += "\n" + "\n".join(f"  {line}" for line in t.legend)
-        out.append(f"{t.title}\n{text}" if t.title else text)
-    return "\n\n".join(out)
 
 
 def progress_callback(bar: Progress):

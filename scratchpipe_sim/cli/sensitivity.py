@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from scratchpipe_sim.cli import COMMANDS
-from scratchpipe_sim.config import load_config
+from scratchpipe_sim.cli._options import add_config, add_json, add_overrides, load_config_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,11 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Speedup range of every design over the plausible ranges of the "
                     "constants in hardware.ranges, one at a time and by Latin hypercube, "
                     "for one config or for every point of a sweep.")
-    p.add_argument("config", metavar="CONFIG", help="YAML config, or an experiment YAML "
-                   "(experiments/*.yaml: every point of its sweep)")
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="KEY=VALUE", help="override a config value (repeatable; a "
-                   "config only)")
+    add_config(p, help="YAML config, or an experiment YAML (experiments/*.yaml: every point "
+                       "of its sweep)")
+    add_overrides(p, note="a config only")
     p.add_argument("--design", dest="designs", action="append", metavar="NAME",
                    help="only these designs (repeatable; hybrid is always priced)")
     p.add_argument("--samples", type=int, default=32, metavar="N",
@@ -59,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "here; a sweep (required): a new folder for bands.csv and bands.json")
     p.add_argument("--plot", action="store_true",
                    help="a sweep only: also draw bands.png / bands.pdf into DIR")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_json(p, "the result as JSON")
     p.set_defaults(func=handle)
 
 
@@ -90,7 +88,7 @@ def _handle_config(args: argparse.Namespace) -> int:
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise UserError("exists and is not a folder: expected a folder for the outputs",
                         source=str(args.out), field="--out")
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config_of(args)
 
     def log(s: str) -> None:
         print(s, file=sys.stderr)

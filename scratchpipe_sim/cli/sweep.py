@@ -12,6 +12,7 @@ import json
 import sys
 
 from scratchpipe_sim.cli import COMMANDS
+from scratchpipe_sim.cli._options import add_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,13 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="recompute every policy replay (and generate the traces) instead of "
                         "reading the on-disk replay and trace caches "
-                        "(scratchpipe_sim.replay_cache; results are identical)")
+                        "(scratchpipe_sim.policies.replay_cache; results are identical)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the points (hash and axis values) and exit")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress on stderr (default: a bar on a terminal, else a line "
                         "every $SCRATCHPIPE_PROGRESS_S seconds, 30 by default)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_json(p, "the summary as JSON")
     p.set_defaults(func=handle)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from scratchpipe_sim.cli import COMMANDS
+from scratchpipe_sim.cli._options import add_json
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces import generators as gen
 from scratchpipe_sim.traces import stats as st
@@ -258,7 +259,7 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--rows", type=int, metavar="N",
                    help="table rows for flat id streams (default max id + 1)")
     s.add_argument("--format", dest="fmt", metavar="FMT", help="override format detection")
-    s.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json(s, "one JSON object")
     s.add_argument("--mrc", action=argparse.BooleanOptionalAction, default=True,
                    help="compute the LRU miss-ratio curve (default on; --no-mrc skips it)")
     s.add_argument("--capacities", metavar="C[,C...]",
@@ -381,6 +382,7 @@ def _register_fit(sub: argparse._SubParsersAction) -> None:
 def handle_fit(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from scratchpipe_sim.policies.fit_check import check_fit
     from scratchpipe_sim.traces import fit as ft
 
     outs = [Path(args.out)] + ([Path(args.preset)] if args.preset else [])
@@ -393,7 +395,7 @@ def handle_fit(args: argparse.Namespace) -> int:
                        fmt=args.fmt)
     fit = ft.fit_trace(trace, args.max_accesses or ft.DEFAULT_MAX_ACCESSES)
     if args.check:
-        fit = dataclasses.replace(fit, check=ft.check_fit(trace, fit))
+        fit = dataclasses.replace(fit, check=check_fit(trace, fit))
     try:
         ft.write_fit(fit, args.out)
         if args.preset:

@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 
+from scratchpipe_sim.cli._options import add_json
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces import convert as cv
 
@@ -57,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--rows", type=int, metavar="N", help="for flat id streams")
     q.add_argument("--max-distance", type=float, metavar="D",
                    help="exit with status 1 when the distance exceeds D")
-    q.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json(q, "one JSON object")
     q.set_defaults(func=handle_locality)
 
 

@@ -23,6 +23,7 @@ import argparse
 from pathlib import Path
 
 from scratchpipe_sim.cli import COMMANDS
+from scratchpipe_sim.cli._options import add_json, add_overrides, load_config_of
 from scratchpipe_sim.config import load_config
 
 
@@ -33,18 +34,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "simulator; print predicted vs measured per stage and end to end.")
     p.add_argument("config", metavar="CONFIG", nargs="?", help="YAML config (not with "
                    "--published)")
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="KEY=VALUE", help="override a config value (repeatable), e.g. "
-                   "--set hardware.preset=configs/hardware/measured-h200.yaml")
+    add_overrides(p, example="hardware.preset=configs/hardware/measured-h200.yaml")
     p.add_argument("--out", type=Path, metavar="CSV",
                    help="comparison CSV (default results/validate-<config name>.csv)")
     p.add_argument("--measured", type=Path, metavar="JSON",
                    help="compare with stage times saved by an earlier GPU run (no GPU)")
     p.add_argument("--cpu", action="store_true",
                    help="run the CPU stages for real (no GPU needed) and compare them")
-    p.add_argument("--json", action="store_true",
-                   help="--cpu: print a JSON list of {stage, predicted_ns, measured_ns, "
-                        "error_pct}")
+    add_json(p, "(--cpu) a JSON list of {stage, predicted_ns, measured_ns, error_pct}")
     p.add_argument("--rows", type=int, metavar="N",
                    help="--cpu: rows per table (scales model.tables.rows to fit memory)")
     p.add_argument("--batches", type=int, metavar="N",
@@ -148,7 +145,7 @@ def handle(args: argparse.Namespace) -> int:
     )
     from scratchpipe_sim.timing import build_trace, simulate
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config_of(args)
     workload_of(cfg)  # config errors first, GPU or not
     name = cfg.name or Path(args.config).stem
     out = args.out or Path("results") / f"validate-{name}.csv"

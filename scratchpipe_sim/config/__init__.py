@@ -1,7 +1,9 @@
 """Config layer: frozen dataclasses, a YAML loader with presets and dotted overrides.
 
     load_config(path, overrides) -> Config      validated, frozen
-    resolve(path_or_dict, overrides) -> dict    the resolved plain dict (`config show`)
+    resolve(path_or_dict, overrides) -> dict    the resolved plain dict (`config show`
+                                                fills `designs: null` with the defaults:
+                                                timing.designs.with_default_designs)
     Config.from_dict(d, source=...)             validate an in-memory dict (sweeps)
 """
 
@@ -31,14 +33,13 @@ from scratchpipe_sim.config.model import (
     TablesConfig,
     TraceConfig,
     config_to_dict,
-    default_designs,
 )
 from scratchpipe_sim.config.schema import flatten
 
 __all__ = [
     "CONFIGS_DIR", "OPTIMIZERS", "CacheConfig", "Config", "CpuConfig",
     "GpuConfig", "HardwareConfig", "ModelConfig", "PcieConfig", "TablesConfig", "TraceConfig",
-    "config_to_dict", "deep_merge", "default_designs", "dump_yaml", "expand_presets", "flatten",
+    "config_to_dict", "deep_merge", "dump_yaml", "expand_presets", "flatten",
     "interpolate",
     "load_config", "parse_override", "read_yaml", "resolve", "set_dotted",
 ]

@@ -142,7 +142,7 @@ def parse_override(text: str, source: str = "--set") -> tuple[str, Any]:
 
 
 # -- dotted-key access to plain nested dicts (`cache.capacity_rows`) -----------------------
-# The one implementation: --set overrides here and sweep axes (experiments.dotted) use it.
+# The one implementation: --set overrides here and sweep axes (experiments/spec.py) use it.
 
 _MISSING = object()
 

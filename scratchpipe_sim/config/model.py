@@ -29,14 +29,6 @@ GiB = 1 << 30
 SCRATCHPIPE_STAGES = ("plan", "collect", "exchange", "insert", "train")
 
 
-def default_designs() -> tuple[str, ...]:
-    """The designs a config runs when it lists none: derived from the design registry (each
-    class's `default` and `order`). Imported at call time: config sits below timing."""
-    from scratchpipe_sim.timing.designs.base import default_designs as registered
-
-    return registered()
-
-
 #: rows per table when neither the config nor a trace file gives them
 DEFAULT_ROWS = 1_000_000
 DEFAULT_TABLES = 8
@@ -281,9 +273,9 @@ class Config:
     trace: TraceConfig = field(default_factory=TraceConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     multi_gpu: MultiGpuConfig = field(default_factory=MultiGpuConfig)
-    designs: tuple[str, ...] = field(default_factory=default_designs, metadata={
-        "help": "designs to run (names in scratchpipe_sim.timing.DESIGNS; default: every "
-                "design whose class sets `default = True`)"})
+    designs: tuple[str, ...] | None = field(default=None, metadata={
+        "help": "designs to run (names in scratchpipe_sim.timing.DESIGNS; null: every "
+                "design whose class sets `default = True`, resolved by the timing layer)"})
     seed: int = field(default=0, metadata={"help": "seed of every random choice", "min": 0})
     name: str = field(default="", metadata={"help": "label for results"})
     _source: str | None = field(default=None, compare=False, repr=False)
@@ -340,10 +332,12 @@ class Config:
             raise UserError("an MLP needs at least an input and an output width", source=src,
                             field="model.bottom_mlp" if len(m.bottom_mlp) < 2
                             else "model.top_mlp")
-        if not self.designs:
+        if self.designs is not None and not self.designs:
             raise UserError("expected at least one design", source=src, field="designs")
         self._check_pipeline()
-        if self.cache.enforce_hbm and not set(self.designs) & set(FBGEMM_CACHE_DESIGNS):
+        # designs null: the defaults, which include lru-cache
+        if (self.cache.enforce_hbm and self.designs is not None
+                and not set(self.designs) & set(FBGEMM_CACHE_DESIGNS)):
             raise UserError("enforce_hbm places the optimizer state of an FBGEMM managed "
                             f"cache; none of the designs ({', '.join(self.designs)}) has one: "
                             f"expected one of {', '.join(FBGEMM_CACHE_DESIGNS)} in designs, or "
@@ -409,7 +403,9 @@ class Config:
                             f"in that order, got {', '.join(flat)}", source=src,
                             field="cache.pipeline")
         depth = len(c.pipeline)
-        if "scratchpipe" in self.designs and c.lookahead < depth:
+        # designs None: the registry's defaults, scratchpipe among them (config sits below
+        # timing, so it cannot ask the registry; tests/test_registry.py pins that it is one)
+        if (self.designs is None or "scratchpipe" in self.designs) and c.lookahead < depth:
             raise UserError(f"the pipeline has {depth} stage groups, so {depth} batches are in "
                             f"flight: expected cache.lookahead >= {depth}, got {c.lookahead} "
                             "(or fuse stages, e.g. cache.pipeline: [[plan], [collect, "

@@ -40,7 +40,7 @@ import numpy as np
 
 from scratchpipe_sim.cpu import kernels as K
 from scratchpipe_sim.cpu.measure import Timing, best_of, summarize, timed
-from scratchpipe_sim.cuda import host
+from scratchpipe_sim.measure import host
 from scratchpipe_sim.policies.engine import COUNTERS
 
 

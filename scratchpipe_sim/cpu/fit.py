@@ -1,6 +1,6 @@
 """Pure logic of `calibrate --cpu`: the CPU micro-benchmarks' samples -> hardware.cpu keys.
 
-Fits reuse `cuda.fit` (least-squares latency + bytes / bandwidth, efficiency curves), so the
+Fits reuse `measure.fitting` (least-squares latency + bytes / bandwidth, efficiency curves), so the
 CPU and GPU halves are fitted the same way. How each key follows from the samples:
 
     dram_GBps               slope of a parallel read (bytes) vs time: gathers are reads
@@ -55,7 +55,7 @@ import numpy as np
 from scratchpipe_sim.config.hardware import CpuConfig
 from scratchpipe_sim.config.schema import build, to_plain
 from scratchpipe_sim.cpu.bench import CpuMeasurements
-from scratchpipe_sim.cuda.fit import efficiency_curve, fit_latency_bandwidth
+from scratchpipe_sim.measure.fitting import efficiency_curve, fit_latency_bandwidth
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ optimizer apply (SGD, Adagrad, row-wise Adagrad).
 
 `calibrate --cpu` times them on synthetic ids (micro-benchmarks) and `validate --cpu` on a
 config's trace; the collect and write-back of ScratchPipe are the reference path's
-`cuda.host.gather_rows` / `scatter_rows`. Every loop over lookups or rows is here, compiled
+`measure.host.gather_rows` / `scatter_rows`. Every loop over lookups or rows is here, compiled
 and parallel over the cores Numba is allowed (`numba.set_num_threads`).
 
 Row store: one float32 array (rows, R/4) per run; the first `dim` columns are the embedding,

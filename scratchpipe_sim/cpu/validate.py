@@ -44,15 +44,15 @@ import numba as nb
 import numpy as np
 import simpy
 
-from scratchpipe_sim import memory_guard
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.cpu import kernels as K
 from scratchpipe_sim.cpu.measure import summarize
 from scratchpipe_sim.cpu.measure import timed as _timed
 from scratchpipe_sim.cpu.planner import run_planner
-from scratchpipe_sim.cuda import host
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.measure import host
 from scratchpipe_sim.policies.engine import COUNTERS
+from scratchpipe_sim.timing import memory_guard
 from scratchpipe_sim.timing.designs import DESIGNS
 from scratchpipe_sim.timing.machine import Machine, price_alone
 from scratchpipe_sim.timing.runner import Replays, build_trace

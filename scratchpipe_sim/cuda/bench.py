@@ -17,9 +17,9 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.cuda import host
 from scratchpipe_sim.cuda.fit import Measurements
 from scratchpipe_sim.cuda.runtime import EventTimer, cuda, gpu_status
+from scratchpipe_sim.measure import host
 
 
 @dataclass(frozen=True)

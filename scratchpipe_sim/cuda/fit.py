@@ -1,8 +1,7 @@
-"""Pure logic of `calibrate`: fits of raw measurements, and the hardware preset they make.
+"""Pure logic of `calibrate`: the GPU measurements, their fits and the hardware preset they
+make (the fits themselves, shared with `calibrate --cpu`, are measure/fitting.py).
 
 Kept apart from the GPU measurement (bench.py) so it is tested on CPU with synthetic samples.
-A transfer of `s` bytes is modelled as `latency + s / bandwidth` — the same affine cost the
-timing model charges per PCIe transfer — so the fit is ordinary least squares on (s, t).
 """
 
 from __future__ import annotations
@@ -10,9 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,57 +17,7 @@ import numpy as np
 from scratchpipe_sim.config.hardware import HardwareConfig
 from scratchpipe_sim.config.schema import to_plain
 from scratchpipe_sim.errors import UserError
-
-
-@dataclass(frozen=True)
-class LinkFit:
-    """t = latency_ns + bytes / (GBps * 1e9) * 1e9, fitted to (bytes, seconds) samples."""
-
-    latency_ns: float
-    GBps: float
-    r2: float
-    #: per sample: (bytes, measured_s, predicted_s, error_pct)
-    residuals: tuple[tuple[float, float, float, float], ...] = ()
-
-    def predict_s(self, nbytes: float) -> float:
-        return self.latency_ns * 1e-9 + nbytes / (self.GBps * 1e9)
-
-
-def fit_latency_bandwidth(nbytes: np.ndarray, seconds: np.ndarray, what: str = "link"
-                          ) -> LinkFit:
-    """Least-squares latency + bandwidth; the latency is clamped at 0 (never negative)."""
-    x = np.asarray(nbytes, float)
-    y = np.asarray(seconds, float)
-    if len(x) < 2 or len(np.unique(x)) < 2:
-        raise UserError(f"{what}: expected samples at two or more sizes, got {len(x)}")
-    A = np.stack([np.ones_like(x), x], axis=1)
-    (a, b), *_ = np.linalg.lstsq(A, y, rcond=None)
-    if b <= 0:
-        raise UserError(f"{what}: time does not grow with size (slope {b:.3g} s/B); "
-                        "expected larger transfers to take longer")
-    if a < 0:  # refit through the origin: bandwidth only
-        a, b = 0.0, float(np.dot(x, y) / np.dot(x, x))
-    pred = a + b * x
-    ss_res = float(np.sum((y - pred) ** 2))
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-    res = tuple((float(s), float(t), float(p), float((p - t) / t * 100.0))
-                for s, t, p in zip(x, y, pred, strict=True))
-    return LinkFit(float(a) * 1e9, 1.0 / float(b) / 1e9, r2, res)
-
-
-def efficiency_curve(row_bytes: np.ndarray, achieved_GBps: np.ndarray, peak_GBps: float
-                     ) -> tuple[tuple[float, float], ...]:
-    """[row_bytes, achieved/peak] points, sorted, clamped into (0, 1] as the schema needs."""
-    rb = np.asarray(row_bytes, float)
-    eff = np.asarray(achieved_GBps, float) / float(peak_GBps)
-    order = np.argsort(rb)
-    pts = []
-    for i in order:
-        if pts and rb[i] == pts[-1][0]:
-            continue
-        pts.append((float(rb[i]), float(min(max(eff[i], 1e-3), 1.0))))
-    return tuple(pts)
+from scratchpipe_sim.measure.fitting import LinkFit, efficiency_curve, fit_latency_bandwidth
 
 
 @dataclass
@@ -196,32 +143,3 @@ def preset_yaml(cal: Calibration, m: Measurements, base_name: str) -> str:
         head.append(f"# Reference planner: {m.plan_ns_per_id:.1f} ns per id on one thread "
                     "(use as cache.plan_ns_per_id with cache.plan_threads 1).")
     return "\n".join(head) + "\n" + dump_yaml(cal.preset)
-
-
-def write_preset(path: Path, text: str) -> None:
-    """Write atomically (a temp file renamed into place); a folder that cannot be created or
-    written is one UserError line (calibrate --cpu and the GPU calibrate share this)."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError as e:
-        if tmp.parent.is_dir():
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
-        raise UserError(f"cannot write the preset: {e.strerror or e}; expected a writable "
-                        "folder (--out)", source=str(path)) from None
-
-
-def check_writable(path: Path) -> None:
-    """Fail before measuring (minutes) when `path`'s folder cannot be written."""
-    folder = path.parent
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise UserError(f"cannot write into {folder}: expected a writable folder (--out)",
-                        source=str(path))

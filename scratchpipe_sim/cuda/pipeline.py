@@ -43,7 +43,6 @@ from typing import Any
 import numpy as np
 
 from scratchpipe_sim.cuda import kernels as K
-from scratchpipe_sim.cuda.host import gather_rows, scatter_rows
 from scratchpipe_sim.cuda.plan import Plan, ScratchpadState
 from scratchpipe_sim.cuda.runtime import EventTimer, cuda
 from scratchpipe_sim.cuda.training import (
@@ -54,6 +53,7 @@ from scratchpipe_sim.cuda.training import (
     trace_batches,
 )
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.measure.host import gather_rows, scatter_rows
 from scratchpipe_sim.traces.trace import Trace
 
 #: stages timed per batch (seconds; None where timing is not available)

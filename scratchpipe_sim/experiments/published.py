@@ -418,7 +418,7 @@ def _f(v: float | None, digits: int = 3) -> str:
 
 
 def format_table(results: Sequence[PhaseResult]) -> str:
-    from scratchpipe_sim.cli.run import table
+    from scratchpipe_sim.experiments.run_tables import table
 
     rows = [[r.point.id, r.point.gpu, r.point.design, r.point.optimizer or "-", r.phase,
              _f(r.predicted_ms), _f(r.measured_ms), _f(r.factor, 2),

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scratchpipe_sim.api import (
+from scratchpipe_sim.errors import UserError, os_reason
+from scratchpipe_sim.experiments.results import Results, load_results
+from scratchpipe_sim.experiments.run_folder import (
     RUN_CONFIG,
     RUN_JSON,
     RUN_METADATA,
@@ -30,8 +32,6 @@ from scratchpipe_sim.api import (
     WALL_COLUMNS,
     versions,
 )
-from scratchpipe_sim.errors import UserError, os_reason
-from scratchpipe_sim.experiments.results import Results, load_results
 from scratchpipe_sim.experiments.store import POINTS, atomic_write
 
 #: the report's file name inside the results folder when no --out is given
@@ -209,7 +209,7 @@ def _run_rows(f: Folder) -> list[dict[str, Any]]:
 
 
 def _results_run(f: Folder) -> str:
-    from scratchpipe_sim.cli.run import run_tables
+    from scratchpipe_sim.experiments.run_tables import run_tables
 
     rows = _run_rows(f)
     try:

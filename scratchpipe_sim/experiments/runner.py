@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from scratchpipe_sim import __version__
-from scratchpipe_sim.api import versions
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.experiments.executors import Outcome, PointFn, execute
 from scratchpipe_sim.experiments.hashing import config_hash
 from scratchpipe_sim.experiments.progress import Progress
+from scratchpipe_sim.experiments.run_folder import versions
 from scratchpipe_sim.experiments.spec import ExperimentSpec, Point, Resolver, expand_points
 from scratchpipe_sim.experiments.store import (
     ERROR,
@@ -59,13 +59,12 @@ def point_trace(config: dict, cfg: Any, cache: bool = True) -> Any:
     """The trace of a sweep point, built once per worker process (after a memory estimate)
     and reused by later points with the same trace-determining keys (`cache=False`: a
     generated trace is not read from or written to the on-disk trace cache)."""
-    from scratchpipe_sim import memory_guard
-    from scratchpipe_sim.timing import build_trace
+    from scratchpipe_sim.timing import build_trace, memory_guard
 
     key = _trace_key(config)
     trace = _TRACE_CACHE.get(key)
     if trace is None:
-        from scratchpipe_sim.replay_cache import forget_slices
+        from scratchpipe_sim.policies.replay_cache import forget_slices
 
         _TRACE_CACHE.clear()  # the previous trace (and its slices) freed before building
         forget_slices()
@@ -126,9 +125,8 @@ def reported_metrics(config: dict, designs: tuple[str, ...],
                      replay_cache: bool = True) -> set[str] | None:
     """The metric names the simulator reports for `config`, from a few-batch run of each
     design (seconds, not the point's full run); None when no design could run that way."""
-    from scratchpipe_sim import memory_guard
     from scratchpipe_sim.config import Config
-    from scratchpipe_sim.timing import simulate
+    from scratchpipe_sim.timing import memory_guard, simulate
 
     short = copy.deepcopy(config)
     model = short.setdefault("model", {})
@@ -215,7 +213,8 @@ def experiment_hash(spec: ExperimentSpec, points: list[Point], metrics: tuple[st
                         "axes": spec.axes}, length=32)
 
 
-def _designs_of(points: list[Point], spec: ExperimentSpec) -> tuple[str, ...]:
+def sweep_designs(points: list[Point], spec: ExperimentSpec) -> tuple[str, ...]:
+    """The designs a sweep runs: the experiment's list, else its base config's."""
     if spec.designs:
         return spec.designs
     d = points[0].config.get("designs") if points else None
@@ -229,8 +228,10 @@ def _designs_of(points: list[Point], spec: ExperimentSpec) -> tuple[str, ...]:
     return tuple(d)
 
 
-def _rows(point: Point, outcome: Outcome, designs: tuple[str, ...],
-          metrics: tuple[str, ...], spec: ExperimentSpec) -> list[dict[str, Any]]:
+def point_rows(point: Point, outcome: Outcome, designs: tuple[str, ...],
+               metrics: tuple[str, ...], spec: ExperimentSpec) -> list[dict[str, Any]]:
+    """The results-table rows of one point's outcome, one per design (public: the golden
+    regression in tests/golden/ builds a sweep's rows the way `run_sweep` stores them)."""
     base = {"point": point.key, "index": point.index, **point.values}
     if outcome.error is not None:
         return [{**base, "design": d, "status": ERROR, "error": outcome.error}
@@ -279,7 +280,7 @@ def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
                      else functools.partial(simulate_point, replay_cache=False))
     stream = stream or sys.stderr
     points = expand_points(spec, resolver)
-    designs = _designs_of(points, spec)
+    designs = sweep_designs(points, spec)
     metrics = spec.metrics or DEFAULT_METRICS
     manifest = {
         "name": spec.name, "experiment": spec.source,
@@ -306,7 +307,7 @@ def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
                       quiet=quiet, stream=stream) as bar:
             tasks = [(p.key, p.config, designs) for p in todo]
             for outcome in execute(executor, run_point, tasks, jobs, scheduler):
-                rows = _rows(by_key[outcome.key], outcome, designs, metrics, spec)
+                rows = point_rows(by_key[outcome.key], outcome, designs, metrics, spec)
                 store.append_point(rows)
                 ran += 1
                 bad = sum(r["status"] != OK for r in rows)

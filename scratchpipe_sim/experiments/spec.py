@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scratchpipe_sim.errors import UserError, closest
-from scratchpipe_sim.experiments.dotted import (
+from scratchpipe_sim.config.loader import (
     deep_merge,
     get_dotted,
     has_dotted,
     leaf_keys,
-    put_dotted,
+    set_dotted,
 )
+from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.experiments.figures import check_figures
 from scratchpipe_sim.experiments.hashing import config_hash
 
@@ -84,9 +84,10 @@ class ExperimentSpec:
 def default_resolver(raw: dict, base_dir: Path | None, source: str) -> dict:
     """Presets expanded and every default filled, validated as the simulator will see it."""
     from scratchpipe_sim.config import Config, expand_presets
+    from scratchpipe_sim.timing.designs import with_default_designs
 
     expanded = expand_presets(raw, base_dir, source)
-    resolved = Config.from_dict(expanded, source=source).to_dict()
+    resolved = with_default_designs(Config.from_dict(expanded, source=source).to_dict())
     # a relative trace file is relative to the config that names it; points run elsewhere
     # (another process, a Dask worker), so make it absolute here
     path = (resolved.get("trace") or {}).get("path")
@@ -251,7 +252,7 @@ def expand_points(spec: ExperimentSpec, resolver: Resolver | None = None) -> lis
             values.update(part)
         raw = copy.deepcopy(base)
         for key, v in values.items():
-            put_dotted(raw, key, v, source=spec.source, field=f"sweep.{key}")
+            set_dotted(raw, key, v, source=spec.source, field=f"sweep.{key}")
         try:
             cfg = resolver(raw, spec.base_dir, spec.base_source)
         except UserError as e:

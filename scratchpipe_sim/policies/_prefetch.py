@@ -8,15 +8,19 @@ few positions ahead (and, one stage later, the slot it maps to). A prefetch is o
 it never faults and never changes a result, so a stale guess costs nothing but bandwidth.
 
 `i` indexes the array's flat C-order buffer (no bounds check: callers pass an index inside
-the array). Compiles to LLVM's `llvm.prefetch` (read, high locality, data cache).
+the array). Compiles to LLVM's `llvm.prefetch` (read, high locality, data cache). Called from
+pure Python (`NUMBA_DISABLE_JIT=1`, to step through a kernel in a debugger) it does nothing:
+a hint has no result to reproduce.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 #: prefetch distances in accesses used by the map-based kernels (lru, belady, lfu): the map
 #: bucket of access j + PF_FAR, then (read from the bucket, by then in cache) the slot's own
@@ -24,9 +28,25 @@ from numba.extending import intrinsic
 PF_FAR, PF_MID, PF_NEAR = 24, 12, 4
 
 
+def prefetch(arr: Any, idx: int) -> None:
+    """Hint the CPU to bring `arr.flat[idx]` into cache (C-contiguous arrays only).
+
+    This body runs only in pure Python, where there is nothing to hint; compiled kernels get
+    the `overload` below, which emits the LLVM intrinsic."""
+
+
+@overload(prefetch, inline="always")
+def _prefetch_compiled(arr, idx):
+    if isinstance(arr, types.Array) and arr.layout == "C" and isinstance(idx, types.Integer):
+        def impl(arr, idx):
+            _llvm_prefetch(arr, idx)
+        return impl
+    return None
+
+
 @intrinsic
-def prefetch(typingctx, arr, idx):
-    """Hint the CPU to bring `arr.flat[idx]` into cache (C-contiguous arrays only)."""
+def _llvm_prefetch(typingctx, arr, idx):
+    """`llvm.prefetch` of `arr.flat[idx]` (read, high locality, data cache)."""
     if not (isinstance(arr, types.Array) and arr.layout == "C"
             and isinstance(idx, types.Integer)):
         return None

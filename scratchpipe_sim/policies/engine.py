@@ -195,7 +195,7 @@ def replay_columns(trace: Trace, policy: Policy,
     (int64, one entry per batch of the trace) and its `extra_totals()`; `per_table`, if
     given, accumulates accesses, hits, misses, unplaced per table as in `iter_cache`.
 
-    This is what the replay cache stores (`scratchpipe_sim.replay_cache`).
+    This is what the replay cache stores (`scratchpipe_sim.policies.replay_cache`).
     """
     out = np.zeros((NUM_COUNTERS, trace.num_batches), np.int64)
     for first, counts in _replay(trace, policy, chunk_accesses, per_table, per_batch=True):

@@ -32,7 +32,9 @@ from typing import Any, ClassVar
 
 import numba as nb
 import numpy as np
-from numba.cpython.unsafe.numbers import trailing_zeros
+from numba import types
+from numba.cpython.unsafe.numbers import trailing_zeros as _llvm_cttz
+from numba.extending import overload
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies._prefetch import prefetch
@@ -135,6 +137,24 @@ def _set_key(r, usets, ways):
 @nb.njit(cache=True)
 def _key_tag(key):
     return np.uint8((key >> 56) & 255)
+
+
+def trailing_zeros(x: Any) -> int:
+    """Trailing zero bits of `x`, its bit width when `x` is 0 (LLVM's `cttz`). This body runs
+    only in pure Python (`NUMBA_DISABLE_JIT=1`); compiled kernels get the intrinsic."""
+    v = int(x)
+    if v == 0:
+        return 8 * np.dtype(type(x)).itemsize if isinstance(x, np.integer) else 64
+    return (v & -v).bit_length() - 1
+
+
+@overload(trailing_zeros, inline="always")
+def _trailing_zeros_compiled(x):
+    if isinstance(x, types.Integer):
+        def impl(x):
+            return _llvm_cttz(x)
+        return impl
+    return None
 
 
 @nb.njit(cache=True, inline="always")
@@ -437,7 +457,6 @@ class _FbgemmCache(Policy):
         if isinstance(ways, bool) or int(ways) != ways or ways < 1:
             raise UserError(f"ways must be a whole number >= 1, got {ways}", field="ways")
         self.ways = int(ways)
-        self.requested_capacity = self.capacity
         self.sets = -(-self.capacity // self.ways)
         self.capacity = self.sets * self.ways  # effective: FBGEMM rounds up to whole sets
         self.slot_row = _aligned(self.capacity, np.int64, EMPTY)

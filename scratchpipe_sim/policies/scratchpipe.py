@@ -530,10 +530,6 @@ class ScratchPipe(Policy):
         t = self.table
         return np.sort(t[(t[:, 0] != EMPTY) & (t[:, 1] >= 0), 0])
 
-    def slot_rows(self) -> np.ndarray:
-        """Row held by each slot (EMPTY where none): the scratchpad's directory."""
-        return self.slot_row
-
     def extra_totals(self) -> dict[str, int]:
         return {"train_misses": int(self.st[_TRAIN_MISSES]), "stalls": int(self.st[_STALLS])}
 

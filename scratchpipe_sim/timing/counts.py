@@ -66,7 +66,7 @@ def policy_counts(trace: Trace, policy: str, capacity: int, *, replay_cache: boo
     the engine's counters, the policy's own per-batch columns (e.g. refetch distances) and
     samples per batch. Replays come from the on-disk replay cache when it has them (keyed
     by the trace's content, the policy, its capacity and parameters)."""
-    from scratchpipe_sim.replay_cache import cached_columns, policy_key
+    from scratchpipe_sim.policies.replay_cache import cached_columns, policy_key
 
     def compute() -> tuple[dict[str, np.ndarray], dict[str, int]]:
         return replay_columns(trace, make_policy(policy, capacity, trace.total_rows, **params))

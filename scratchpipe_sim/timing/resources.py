@@ -53,7 +53,7 @@ class Recorder:
 class Server:
     """A processor-sharing resource with a per-transfer latency.
 
-    `transfer(nbytes, ...)` returns a SimPy process (an event to yield on). Bytes are
+    `transfer(nbytes, ...)` returns a SimPy event to yield on (no process per transfer). Bytes are
     counted per mini-batch (`bytes_by_batch`) so designs can be checked byte for byte;
     busy time (at least one transfer in service) is integrated for utilisation.
     """
@@ -69,9 +69,9 @@ class Server:
         self.rate = 1.0
         self.recorder = recorder or Recorder()
         self.bytes_by_batch = np.zeros(num_batches, np.float64)
-        self.transfers = 0
         self.busy_ns = 0.0
-        self._active: dict[int, list] = {}  # id -> [remaining work ns, event]
+        # id -> [remaining work ns, completion event, share cap, span or None]
+        self._active: dict[int, list] = {}
         self._next_id = 0
         self._last = 0.0
         self._gen = 0
@@ -82,7 +82,7 @@ class Server:
     # -- public ------------------------------------------------------------------------------
     def transfer(self, nbytes: float, batch: int, label: str = "", efficiency: float = 1.0,
                  GBps: float | None = None, latency_ns: float | None = None,
-                 max_share: float = 1.0) -> simpy.Process | None:
+                 max_share: float = 1.0) -> simpy.Event | None:
         """Move `nbytes` at `GBps x efficiency` (default: this server's bandwidth).
 
         `max_share` caps the fraction of the server this transfer can use even when alone
@@ -120,7 +120,6 @@ class Server:
     def _begin(self, nbytes: float, batch: int, label: str, efficiency: float,
                GBps: float | None, latency_ns: float | None, max_share: float,
                end: simpy.Event) -> None:
-        self.transfers += 1
         self.bytes_by_batch[batch] += nbytes
         lat = self.latency_ns if latency_ns is None else latency_ns
         work = nbytes / ((GBps or self.GBps) * efficiency)
@@ -258,7 +257,7 @@ class Memory:
         return evs[0] if len(evs) == 1 else self.server.env.all_of(evs)
 
     def stream(self, nbytes: float, batch: int, label: str, efficiency: float = 1.0
-               ) -> simpy.Process | None:
+               ) -> simpy.Event | None:
         """Sequential traffic (DMA of a staging buffer, a sort pass) at `efficiency`."""
         return self.server.transfer(nbytes, batch, label, efficiency=efficiency)
 
@@ -325,7 +324,7 @@ class Pcie:
                                         GBps=self.cfg.d2h_GBps)
         return self._with_dma(link, nbytes, batch, "dma write " + label, uvm or not dma)
 
-    def _with_dma(self, link: simpy.Process, nbytes: float, batch: int, label: str,
+    def _with_dma(self, link: simpy.Event, nbytes: float, batch: int, label: str,
                   skip: bool) -> simpy.Event:
         if self.dram is None or skip:
             return link

@@ -22,7 +22,7 @@ import simpy
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.model import DEFAULT_ROWS, per_table
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.replay_cache import (
+from scratchpipe_sim.policies.replay_cache import (
     cached_columns,
     cached_trace,
     slice_trace,
@@ -39,7 +39,7 @@ from scratchpipe_sim.timing.counts import (
     warmup_length,
 )
 from scratchpipe_sim.timing.designs import DESIGNS, WorkloadKey
-from scratchpipe_sim.timing.designs.base import baseline_design
+from scratchpipe_sim.timing.designs.base import baseline_design, config_designs
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.traces.trace import Trace
@@ -75,8 +75,8 @@ def build_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = No
 
 def _has_cache(cfg: Config) -> bool:
     """Whether any of the config's designs replays a cache policy (needs a warm-up)."""
-    return any(DESIGNS.get(n)(cfg).workload_key().policy is not None for n in cfg.designs
-               if n in DESIGNS)
+    return any(DESIGNS.get(n)(cfg).workload_key().policy is not None
+               for n in config_designs(cfg) if n in DESIGNS)
 
 
 def config_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = None
@@ -219,7 +219,7 @@ def fit_trace(trace: Trace, cfg: Config) -> Trace:
 
 
 def check_designs(cfg: Config, designs: Sequence[str] | None) -> list[str]:
-    names = list(cfg.designs if designs is None else designs)
+    names = list(config_designs(cfg) if designs is None else designs)
     for n in names:
         DESIGNS.get(n, source=cfg.source, field="designs")
     return names
@@ -398,7 +398,7 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     """Run `designs` (default: cfg.designs) on one trace; one flat metrics dict per design.
 
     `replay_cache=False` recomputes every policy replay (and generates the trace) instead
-    of reading the on-disk caches (`scratchpipe_sim.replay_cache`)."""
+    of reading the on-disk caches (`scratchpipe_sim.policies.replay_cache`)."""
     names = check_designs(cfg, designs)
     trace = build_trace(cfg, cache=replay_cache) if trace is None else trace
     cfg = sized_config(cfg, trace)
@@ -551,7 +551,7 @@ def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]
     for k, v in m.counters.items():
         row[k] = v
     if "usd_per_million_samples" not in row:  # what a million samples cost on this hardware
-        from scratchpipe_sim.planner import usd_per_million
+        from scratchpipe_sim.config.cost import usd_per_million
 
         row["usd_per_million_samples"] = usd_per_million(cfg, row["samples_per_s"],
                                                          int(m.counters.get("gpus", 1)))

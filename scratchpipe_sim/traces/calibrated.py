@@ -299,8 +299,3 @@ def calibrated(rows: int, seed: np.random.SeedSequence, target: str = "",
                         field="accesses")
     return CalibratedSampler(rows, seed, tgt, accesses)
 
-
-def histogram_distance(a: LocalityStats, target: Target) -> float:
-    """Max absolute per-bucket difference, over row shares and access shares."""
-    return float(max(np.abs(np.asarray(a.row_share) - target.row_share).max(),
-                     np.abs(np.asarray(a.access_share) - target.access_share).max()))

@@ -14,8 +14,8 @@ Cost: about 2 x 150 synthetic streams per table of at most `max_accesses` access
 trace's first ones); a table's curves are O(n log n) in Numba.
 
 The result is a YAML file (`write_fit`) with a comment on every key; `load_fit` reads it
-back for `trace gen --from-fit`, and `preset_dict` turns it into a `configs/traces/`
-preset.
+back for `trace gen --from-fit`, and `preset_yaml` writes it as a `configs/traces/` preset
+(`trace fit --preset`).
 """
 
 from __future__ import annotations
@@ -361,11 +361,6 @@ def load_fit(path: str | os.PathLike) -> Fit:
                dict(d.get("check") or {}))
 
 
-def preset_dict(fit: Fit) -> dict[str, Any]:
-    """The `configs/traces/` preset form (`trace: {preset: NAME}`), per-table lists."""
-    return {"distribution": "burst", "alpha": None, "reuse": 0.0, "params": fit.params()}
-
-
 def preset_yaml(fit: Fit, name: str) -> str:
     p = fit.params()
     rows = ", ".join(str(r) for r in fit.table_rows)
@@ -387,28 +382,6 @@ def preset_yaml(fit: Fit, name: str) -> str:
     for k, v in p.items():
         lines.append(f"  {k}: {json_list(v)}   # {comments[k]}")
     return "\n".join(lines) + "\n"
-
-
-def check_fit(trace: Trace, fit: Fit, fractions: Sequence[float] = (0.01, 0.02, 0.05, 0.1, 0.2),
-              seed: int = 0) -> dict[str, Any]:
-    """LRU and static hit ratios over the whole trace, source vs a trace generated from the
-    fit with the source's shape (tables, rows, batch size, batches, bag lengths)."""
-    from scratchpipe_sim.policies.engine import run_cache
-    from scratchpipe_sim.traces.generators import trace_from_spec
-    from scratchpipe_sim.traces.stats import lru_miss_ratio_curve
-
-    spec = spec_from_fit(fit, trace.num_batches, seed)
-    synth = trace_from_spec(spec)
-    out: dict[str, Any] = {"capacity_fraction": list(fractions)}
-    for name, tr in (("source", trace), ("fitted", synth)):
-        caps = [max(1, int(round(f * tr.total_rows))) for f in fractions]
-        curve = lru_miss_ratio_curve(tr, caps)
-        out[f"{name}_lru_hit"] = [1.0 - curve.miss_ratio(c) for c in caps]
-        out[f"{name}_static_hit"] = [run_cache(tr, "static", c).hits / tr.num_accesses
-                                     for c in caps]
-    out["max_lru_gap"] = max(abs(a - b) for a, b in zip(out["source_lru_hit"],
-                                                        out["fitted_lru_hit"], strict=True))
-    return out
 
 
 def spec_from_fit(fit: Fit, num_batches: int, seed: int,

@@ -78,8 +78,9 @@ class Trace:
     meta: dict = field(default_factory=dict)
     source: str = "<memory>"
     #: arrays derived from the others, kept because rebuilding them per call or per chunk
-    #: costs a pass over the trace: "ptr" (`batch_access_ptr`, set by `single_table`, where
-    #: it is `batch_bounds` itself), "zeros" (the table ids of a one-table chunk). Read only.
+    #: costs a pass over the trace: "ptr" (`batch_access_ptr`; `single_table` sets it to
+    #: `batch_bounds` itself), "largest" (`largest_batch`), "zeros" (the table ids of a
+    #: one-table chunk). Read only.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict:

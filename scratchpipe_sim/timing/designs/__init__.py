@@ -8,9 +8,11 @@ from scratchpipe_sim.timing.designs.base import (
     Design,
     WorkloadKey,
     baseline_design,
+    config_designs,
     default_designs,
     design_order,
+    with_default_designs,
 )
 
-__all__ = ["DESIGNS", "Design", "WorkloadKey", "baseline_design", "default_designs",
-           "design_order"]
+__all__ = ["DESIGNS", "Design", "WorkloadKey", "baseline_design", "config_designs",
+           "default_designs", "design_order", "with_default_designs"]

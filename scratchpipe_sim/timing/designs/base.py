@@ -86,6 +86,20 @@ def default_designs() -> tuple[str, ...]:
     return tuple(n for n in design_order() if DESIGNS.get(n).default)
 
 
+def config_designs(cfg: Config) -> tuple[str, ...]:
+    """The designs `cfg` runs: its `designs`, else (null) `default_designs()`. Resolved here,
+    not in config, because config sits below the design registry."""
+    return tuple(cfg.designs) if cfg.designs is not None else default_designs()
+
+
+def with_default_designs(resolved: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config dict with `designs: null` replaced by the default designs, as
+    `config show`, a run's resolved_config.yaml and a sweep point's hash show them."""
+    if resolved.get("designs") is None:
+        resolved["designs"] = list(default_designs())
+    return resolved
+
+
 def baseline_design() -> str:
     """The design speedups are measured against (`baseline = True`; hybrid)."""
     names = [n for n in design_order() if DESIGNS.get(n).baseline]

@@ -32,7 +32,8 @@ share; the L2 hit fraction is the single-GPU stream's (each GPU has its own L2 o
 slice, so this understates hits).
 
 `nvlink_collective` below is the one new kind of cost; it belongs on the Machine (a helper
-beside pcie.h2d) and lives here until the registry work moves it.
+beside pcie.h2d, so every design prices collectives alike) and still lives here: moving it
+is open in issue 23.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from dataclasses import dataclass
 import simpy
 
 from scratchpipe_sim.config import Config
+from scratchpipe_sim.config.cost import usd_per_million
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.planner import usd_per_million
 from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
 from scratchpipe_sim.timing.resources import Server
 

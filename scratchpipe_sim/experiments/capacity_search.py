@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from scratchpipe_sim.config import Config
+from scratchpipe_sim.config.cost import usd_per_million
 from scratchpipe_sim.errors import UserError
 
 GiB = 1 << 30
@@ -63,15 +64,6 @@ class Plan:
         d = asdict(self)
         d["answers"] = [asdict(a) for a in self.answers]
         return d
-
-
-def usd_per_million(cfg: Config, samples_per_s: float, gpus: int = 1) -> float | None:
-    """Price of a million samples: (gpus x gpu_usd_per_hour + host_usd_per_hour) / rate."""
-    p = cfg.hardware.prices
-    per_hour = gpus * p.gpu_usd_per_hour + p.host_usd_per_hour
-    if samples_per_s <= 0 or not math.isfinite(samples_per_s):
-        return None
-    return per_hour / (samples_per_s * 3600.0) * 1e6
 
 
 def check_target(target: float, source: str | None = None) -> float:

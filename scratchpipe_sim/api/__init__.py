@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,33 +34,21 @@ if TYPE_CHECKING:
     from scratchpipe_sim.experiments.spec import ExperimentSpec
     from scratchpipe_sim.traces.trace import Trace
 
-#: where results folders go when no --out / out= is given: results/<config or experiment>
-DEFAULT_RESULTS = Path("results")
-#: files of a `run` results folder (read back by `report`)
-RUN_CSV = "results.csv"
-RUN_JSON = "results.json"
-RUN_CONFIG = "resolved_config.yaml"
-RUN_TRACE_SHA = "trace.sha256"
-RUN_METADATA = "metadata.json"
-#: distributions whose versions a results folder records (read from installed metadata,
-#: without importing them)
-VERSIONED = ("numpy", "numba", "simpy", "pandas", "matplotlib", "pyyaml")
-#: the wall-clock columns of a result row: measured, so they differ between two runs
-WALL_COLUMNS = ("policy_wall_s", "simpy_wall_s")
+# re-exported: the run folder's files and versions, written once in experiments.run_folder
+from scratchpipe_sim.experiments.run_folder import (  # noqa: E402, F401
+    DEFAULT_RESULTS,
+    RUN_CONFIG,
+    RUN_CSV,
+    RUN_JSON,
+    RUN_METADATA,
+    RUN_TRACE_SHA,
+    VERSIONED,
+    WALL_COLUMNS,
+    versions,
+)
 
 ConfigInput = str | os.PathLike | Mapping[str, Any]
 DesignProgress = Callable[[str, str, int, int], None]
-
-
-def versions() -> dict[str, str]:
-    """Python's and the main libraries' versions (without importing the libraries)."""
-    out = {"scratchpipe_sim": __version__, "python": platform.python_version()}
-    for name in VERSIONED:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
 
 
 def _values(overrides: Mapping[str, Any] | None, dotted: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,7 +77,9 @@ def resolve(config: ConfigInput, overrides: Mapping[str, Any] | None = None,
             **dotted: Any) -> dict[str, Any]:
     """The fully resolved config as a plain dict (presets expanded, defaults filled): what
     `config show` prints and a results folder's resolved_config.yaml holds."""
-    return load(config, overrides, **dotted).to_dict()
+    from scratchpipe_sim.timing.designs import with_default_designs
+
+    return with_default_designs(load(config, overrides, **dotted).to_dict())
 
 
 # -- one config, every design: `run` -------------------------------------------------------
@@ -118,8 +106,8 @@ def check_run(config: ConfigInput, designs: Sequence[str] | None = None, *,
     """Everything checkable before a trace is built: the config (with `--set` texts, then
     Python `values`), the design names (each once; `designs_field` names where they came
     from in messages) and a memory estimate. Returns the config and the designs to run."""
-    from scratchpipe_sim import memory_guard
     from scratchpipe_sim.config import load_config
+    from scratchpipe_sim.timing import memory_guard
     from scratchpipe_sim.timing.runner import check_designs
 
     if isinstance(designs, str):
@@ -138,8 +126,7 @@ def check_run(config: ConfigInput, designs: Sequence[str] | None = None, *,
 def run_trace(cfg: Config, replay_cache: bool = True) -> Trace:
     """The config's trace (generated or read; from the trace cache unless `replay_cache` is
     False), refused when simulating it would not fit in memory."""
-    from scratchpipe_sim import memory_guard
-    from scratchpipe_sim.timing import build_trace
+    from scratchpipe_sim.timing import build_trace, memory_guard
 
     trace = build_trace(cfg, cache=replay_cache)
     memory_guard.check_run(trace.total_rows, trace.num_accesses, source=cfg.source,
@@ -151,12 +138,14 @@ def run_designs(cfg: Config, names: Sequence[str], trace: Trace, *,
                 timeline_dir: Path | None = None, replay_cache: bool = True,
                 progress: DesignProgress | None = None) -> RunOutcome:
     """Every design of `names` on `trace` (timelines into `timeline_dir` when given)."""
-    from scratchpipe_sim.replay_cache import trace_sha256
+    from scratchpipe_sim.policies.replay_cache import trace_sha256
     from scratchpipe_sim.timing import simulate as simulate_designs
 
     rows = simulate_designs(cfg, list(names), timeline_dir=timeline_dir, trace=trace,
                             progress=progress, replay_cache=replay_cache)
-    return RunOutcome(rows, cfg.to_dict(), trace_sha256(trace))
+    from scratchpipe_sim.timing.designs import with_default_designs
+
+    return RunOutcome(rows, with_default_designs(cfg.to_dict()), trace_sha256(trace))
 
 
 def result_records(outcome: RunOutcome) -> tuple[list[str], list[dict[str, Any]]]:

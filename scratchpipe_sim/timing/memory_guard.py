@@ -2,11 +2,11 @@
 MemoryError or OverflowError traceback minutes later.
 
 Why an estimate is enough: the big allocations are per-row state arrays sized by the total
-number of rows (batch stamps, the policy's per-row arrays, next-use tables) and per-access
-arrays sized by the trace; both counts are known before anything is allocated. The
-constants below are the bytes those arrays take per row and per access at their peak
-(docs/architecture.md lists the arrays); the check refuses inputs whose estimate exceeds the
-memory available now, and says what to change.
+number of rows (unique-row stamps, the policy's per-row arrays, next-use tables) and
+per-access arrays sized by the trace; both counts are known before anything is allocated.
+The constants below are the bytes those arrays take per row and per access at their peak
+(each constant's comment lists its arrays); the check refuses inputs whose estimate exceeds
+the memory available now, and says what to change.
 
     SCRATCHPIPE_MEMORY_BYTES   caps the memory the check assumes available (bytes; tests use
                                it, and it lets a user keep a run below a budget)
@@ -19,12 +19,15 @@ from pathlib import Path
 
 from scratchpipe_sim.errors import UserError
 
-#: peak per-row state of a policy replay: the engine's batch stamps (int32, 4 B), the
-#: timing model's unique-row stamps (int64, 8 B), the policy's per-row array (scratchpipe's
-#: last use, LFU counts: int64, 8 B) and a next-use table for offline policies (int64, 8 B).
+#: peak per-row state of a policy replay: the engine's unique-row set (policies/engine.py
+#: `_SeenSet`: one int64 a row, 8 B, when a batch is comparable to the table, else a small
+#: per-batch set), the timing model's unique-row stamps (int32, 4 B: timing/counts.py), the
+#: policy's per-row array (scratchpipe's last use, LFU counts: int64, 8 B) and the next-use
+#: scan's last position per row for offline policies (int64, 8 B).
 RUN_BYTES_PER_ROW = 28
-#: `cache`: the engine's batch stamps (4 B) + the policy's per-row array (8 B) + next use
-#: for offline policies (8 B).
+#: `cache`: the policy's per-row array (8 B) + next use for offline policies (8 B) + 4 B for
+#: the engine's unique-row set, which is per batch unless a batch is comparable to the
+#: table (then 8 B a row: the estimate is 4 B a row short).
 CACHE_BYTES_PER_ROW = 20
 #: per access: the id (int64), its table (int32) and one int64 working array (next use, or
 #: the generator's draw).

@@ -7,7 +7,6 @@ ScratchPipe is exactly this gather; its speed is what `cpu.gather_efficiency` mo
 from __future__ import annotations
 
 import numba as nb
-import numpy as np
 
 
 @nb.njit(cache=True, parallel=True, nogil=True)
@@ -54,8 +53,3 @@ def stream_copy(src, dst):
         for i in range(lo, hi):
             dst[i] = src[i]
 
-
-def unique_with_inverse(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique ids of a batch and, per access, the position of its id among them."""
-    uniq, inv = np.unique(ids, return_inverse=True)
-    return uniq.astype(np.int64), inv.astype(np.int64)

@@ -88,7 +88,7 @@ def code_digest(sources: tuple[str, ...] = POLICY_SOURCES) -> str:
     """sha256 of the package sources (globs relative to the package) that produce an entry,
     so edited code never reads what its previous version computed."""
     if sources not in _CODE_DIGESTS:
-        root = Path(__file__).resolve().parent
+        root = Path(__file__).resolve().parents[1]  # the scratchpipe_sim package
         files = sorted({f for pattern in sources for f in root.glob(pattern)})
         h = hashlib.sha256()
         for f in files:
