@@ -78,7 +78,6 @@ def test_overrides_in_both_forms_and_designs_select(cfg_file):
 
 def test_resolve_matches_config_show_and_takes_python_values(cfg_file):
     from scratchpipe_sim.config import resolve as resolve_texts
-
     from scratchpipe_sim.timing.designs import with_default_designs
 
     got = scratchpipe_sim.resolve(cfg_file, {"cache.lookahead": 7}, seed=9)
