@@ -13,8 +13,8 @@ from scratchpipe_sim.experiments.spec import expand_points, load_experiment
 EXPERIMENTS = sorted((Path(__file__).resolve().parents[1] / "experiments").glob("fig*.yaml"))
 
 
-def test_seven_study_figures():
-    assert len(EXPERIMENTS) == 7
+def test_eight_study_figures():
+    assert len(EXPERIMENTS) == 8
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)

@@ -14,7 +14,8 @@ from scratchpipe_sim.config import interpolate, load_config
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.resources import Server
 
-PRESETS = ("v100-gen3", "a100-gen4", "h100-gen5", "h200-gen5", "mi250-gen4")
+PRESETS = ("v100-gen3", "a100-gen4", "h100-gen5", "h200-gen5", "mi250-gen4", "gh200-c2c",
+           "gb300-c2c")
 
 
 def lone(make, bytes_):
