@@ -225,37 +225,39 @@ class Machine:
                  sorted_ids: bool = False, table_bytes: float | None = None,
                  accesses: float | None = None) -> simpy.Event | None:
         """GPU kernels reading `rows` host rows in place (UVM): the link at uvm_read_share x
-        h2d_GBps (SM loads, whole sectors) || the host's DRAM serving the rows (a gather) || the
-        page walks of rows that miss the GPU TLB (gpu_mmu). Duplicate ids of a batch are
-        read once (the caller passes distinct rows: the first load brings the row's sectors
-        into L2, the others hit them), but in random order every access is translated
-        (`accesses`, default `rows`: a load is translated before it reaches the physically
-        addressed L2, so a duplicate id still misses the TLB): FBGEMM's MANAGED forward on
-        H100 costs the same 7.9 ms for 1.05M lookups over 435k (T1.10) or 368k (FK.3)
-        distinct rows of 137 GB. `table_bytes`: the host allocation (default: every table's
-        rows at row_bytes)."""
+        h2d_GBps (SM loads, whole sectors) || the host's DRAM serving the rows (a gather)
+        || the page walks of rows that miss the GPU TLB (gpu_mmu). Duplicate ids of a batch
+        are read once (the caller passes distinct rows: the first load brings the row's
+        sectors into L2, the others hit them), but in random order every access is
+        translated (`accesses`, default `rows`: a load is translated before it reaches the
+        physically addressed L2, so a duplicate id still misses the TLB): FBGEMM's MANAGED
+        forward on H100 costs the same 7.9 ms for 1.05M lookups over 435k (T1.10) or 368k
+        (FK.3) distinct rows of 137 GB. `table_bytes`: the host allocation (default: every
+        table's rows at row_bytes)."""
+        return self._in_place(self.pcie.h2d, batch, rows, row_bytes, label, sorted_ids,
+                              table_bytes, accesses)
+
+    def uvm_write(self, batch: int, rows: float, row_bytes: float, label: str,
+                  sorted_ids: bool = False, table_bytes: float | None = None
+                  ) -> simpy.Event | None:
+        """GPU stores of `rows` rows into host memory in place: the link at uvm_write_share
+        x d2h_GBps || the host's DRAM (a scatter, priced as a gather) || page walks, as
+        uvm_read."""
+        return self._in_place(self.pcie.d2h, batch, rows, row_bytes, label, sorted_ids,
+                              table_bytes, None)
+
+    def _in_place(self, link: Callable[..., simpy.Event | None], batch: int, rows: float,
+                  row_bytes: float, label: str, sorted_ids: bool, table_bytes: float | None,
+                  accesses: float | None) -> simpy.Event | None:
+        """One direction of in-place UVM traffic: `link` (pcie.h2d or d2h, at its in-place
+        share) || the host DRAM || the translations on gpu_mmu."""
         if rows <= 0:
             return None
         tb = self.total_rows * row_bytes if table_bytes is None else table_bytes
         n = rows if sorted_ids or accesses is None else max(rows, accesses)
         walks = self.uvm_walks(n, tb, sorted_ids)
         return self.all_of([
-            self.pcie.h2d(self.link_bytes(rows, row_bytes), batch, label, uvm=True),
-            self.dram.gather(rows, row_bytes, batch, label),
-            self.mmu.transfer(walks * self.cfg.hardware.gpu.uvm_translation_ns, batch,
-                              label + " walks")])
-
-    def uvm_write(self, batch: int, rows: float, row_bytes: float, label: str,
-                  sorted_ids: bool = False, table_bytes: float | None = None
-                  ) -> simpy.Event | None:
-        """GPU stores of `rows` rows into host memory in place: the link at uvm_write_share x
-        d2h_GBps || the host's DRAM (a scatter, priced as a gather) || page walks, as uvm_read."""
-        if rows <= 0:
-            return None
-        tb = self.total_rows * row_bytes if table_bytes is None else table_bytes
-        walks = self.uvm_walks(rows, tb, sorted_ids)
-        return self.all_of([
-            self.pcie.d2h(self.link_bytes(rows, row_bytes), batch, label, uvm=True),
+            link(self.link_bytes(rows, row_bytes), batch, label, uvm=True),
             self.dram.gather(rows, row_bytes, batch, label),
             self.mmu.transfer(walks * self.cfg.hardware.gpu.uvm_translation_ns, batch,
                               label + " walks")])
