@@ -196,6 +196,11 @@ class GpuConfig:
     cache_probe_bytes: float = field(default=256.0, metadata=_nonneg(
         "HBM bytes an on-demand cache's lookup kernel reads per unique id (a 32-way set "
         "of int64 tags)"))
+    hash_lookup_Gps: float = field(default=3.4, metadata=_pos(
+        "billion lookups per second of a GPU hash table of row -> slot (ScratchPipe's "
+        "planner on the GPU, cache.planner: gpu)"))
+    hash_insert_Gps: float = field(default=1.8, metadata=_pos(
+        "billion inserts with eviction per second of the same table"))
     sector_bytes: float = field(default=32.0, metadata=_pos(
         "granularity of a GPU read of host memory: a row read in place moves its bytes "
         "rounded up to whole sectors (32 B L2 sectors on every NVIDIA GPU since Volta)"))

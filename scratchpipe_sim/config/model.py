@@ -230,6 +230,16 @@ class CacheConfig:
         metadata={"help": "scratchpipe stage groups, in order; each group works on a "
                           "different batch, so the window must be at least the number of "
                           "groups; stages fused in one group stream concurrently"})
+    planner: str = field(default="cpu", metadata={
+        "help": "scratchpipe variant: where its planner runs — cpu (the paper: the policy on "
+                "the host cores) or gpu (a GPU hash table of the scratchpad's rows, priced "
+                "at hardware.gpu.hash_lookup_Gps / hash_insert_Gps on HBM; the batch's ids "
+                "cross PCIe before planning)", "choices": ("cpu", "gpu")})
+    collect: str = field(default="cpu", metadata={
+        "help": "scratchpipe variant: how missed rows reach the scratchpad — cpu (the paper: "
+                "host cores gather them into a pinned staging buffer, copied by DMA) or gpu "
+                "(GPU loads read them in place from host memory, victims stored back in "
+                "place: Machine.uvm_read / uvm_write)", "choices": ("cpu", "gpu")})
     refetch: str = field(default="wait", metadata={
         "help": "scratchpipe: a row evicted and needed again while its write-back is in "
                 "flight waits for the write-back (wait) or is copied from the victim "

@@ -169,6 +169,16 @@ class Machine:
                 self.dram.gather(lookups, r, batch, "aggregate", onchip_fraction)]),
             lambda: self.cpu_gather(2 * unique_rows, R, batch, "update", onchip_fraction))
 
+    def gpu_plan(self, batch: int, ids: float, evictions: float = 0.0
+                 ) -> simpy.Event | None:
+        """ScratchPipe's planner on the GPU: a hash table of row -> slot probed per id and
+        updated per eviction (hash_lookup_Gps, hash_insert_Gps: HierarchicalKV's measured
+        rates, memory-bound random accesses), priced as that time of HBM service, shared
+        with the HBM's other traffic."""
+        gpu = self.cfg.hardware.gpu
+        busy_ns = ids / gpu.hash_lookup_Gps + evictions / gpu.hash_insert_Gps
+        return self.hbm.server.transfer(busy_ns * gpu.hbm_GBps, batch, "gpu plan")
+
     def plan(self, batch: int, ids: float, evictions: float = 0.0) -> simpy.Process | None:
         """ScratchPipe's planner: ids x plan_ns_per_id + evictions x plan_ns_per_eviction
         core-ns on at most plan_threads cores, sharing the cores with collect and

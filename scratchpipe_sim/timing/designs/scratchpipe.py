@@ -29,6 +29,15 @@ the policy's pinned set (batches j-W+1..j) is then exactly what is resident or i
 W may exceed the number of groups (the planner then runs further ahead); it may not be
 smaller (Config.check names the minimum).
 
+**Variants** (issue 27: which of its parts decide its lead). `cache.planner: gpu` runs the
+planner as a GPU hash table (`Machine.gpu_plan`: HierarchicalKV's measured lookup and
+insert-with-eviction rates, on HBM), after the batch's indices cross PCIe (they no longer
+ride with exchange); the plan's decisions stay on the GPU, which drives collect.
+`cache.collect: gpu` replaces the CPU gather into a pinned staging buffer and its DMA with
+GPU loads of the missed rows in place (`Machine.uvm_read`, as FBGEMM's fills) and the
+victims' D2H + CPU scatter with GPU stores in place (`Machine.uvm_write`): exchange then
+moves nothing but the indices.
+
 **Refetch hazard.** plan(j) may evict a row that a later batch b (b - j = d < W) fills again
 (the policy's farthest-next-use victim, mostly at the capacity floor). Its newest value
 reaches the CPU table only when insert(j)'s write-back ends. The policy reports, per batch,
@@ -107,6 +116,9 @@ class ScratchPipe(Design):
                     out.append((counts[b], inserted[j]))
             return out
 
+        gpu_collect = cache.collect == "gpu"
+        gpu_plan = cache.planner == "gpu"
+
         def collect(b):
             R, F = c.R_fill[b], c.fills[b]
             waits = pending_writebacks(b)
@@ -115,8 +127,10 @@ class ScratchPipe(Design):
             if b >= m.warmup:
                 m.counters["refetch_hazards"] += hz
                 m.counters["refetch_rows"] += sum(col[b] for col in refetch)
-            parts = [m.collect(b, F - hz, R),
-                     m.hbm.gather(c.writebacks[b], R, b, "victim read")]
+            # the GPU variant loads the rows in place into the scratchpad (no staging copy)
+            rows_in = (m.uvm_read(b, F - hz, R, "collect in place") if gpu_collect
+                       else m.collect(b, F - hz, R))
+            parts = [rows_in, m.hbm.gather(c.writebacks[b], R, b, "victim read")]
             if hz and not forward:
                 parts.append(env.process(refetch_after_writeback(b, hz, waits)))
             return parts
@@ -125,21 +139,24 @@ class ScratchPipe(Design):
             start = env.now
             yield m.all_of([ev for _, ev in waits])
             m.end_stage("refetch_wait", b, start)
-            ev = m.collect(b, rows, c.R_fill[b], "refetch collect")
+            ev = (m.uvm_read(b, rows, c.R_fill[b], "refetch collect") if gpu_collect
+                  else m.collect(b, rows, c.R_fill[b], "refetch collect"))
             if ev is not None:
                 yield ev
 
         def exchange(b):
             R = c.R_fill[b]
             sent = c.fills[b] - (late[b] if forward else 0)
-            return [m.pcie.h2d(sent * R, b, "fill"),
-                    m.pcie.d2h(c.writebacks[b] * R, b, "victims"),
-                    m.index_h2d(b, c.accesses[b], c.samples[b])]
+            # the GPU variants moved the rows in collect / insert, the indices before plan
+            return [None if gpu_collect else m.pcie.h2d(sent * R, b, "fill"),
+                    None if gpu_collect else m.pcie.d2h(c.writebacks[b] * R, b, "victims"),
+                    None if gpu_plan else m.index_h2d(b, c.accesses[b], c.samples[b])]
 
         def insert(b):
             R = c.R_fill[b]
             parts = [m.hbm.gather(c.fills[b], R, b, "insert"),
-                     m.write_back(b, c.writebacks[b], R)]
+                     m.uvm_write(b, c.writebacks[b], R, "write back in place") if gpu_collect
+                     else m.write_back(b, c.writebacks[b], R)]
             if forward:
                 parts.append(m.hbm.gather(late[b], R, b, "forward from victims"))
             return parts
@@ -164,7 +181,11 @@ class ScratchPipe(Design):
                     yield tokens.get(1)  # plan(b) waits for train(b - W)
                 else:
                     b = yield queues[g - 1].get()
-                if "plan" in stages:
+                if "plan" in stages and gpu_plan:  # the ids first, then the GPU's planner
+                    yield from m.stage("plan", b, [m.seq(
+                        lambda b=b: m.index_h2d(b, c.accesses[b], c.samples[b]),
+                        lambda b=b: m.gpu_plan(b, c.accesses[b], c.evictions[b]))])
+                elif "plan" in stages:
                     yield from m.stage("plan", b, [m.plan(b, c.accesses[b],
                                                           c.evictions[b])])
                 if data:  # fused stages stream: all their transfers start together
