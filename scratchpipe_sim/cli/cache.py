@@ -12,11 +12,9 @@ import math
 import sys
 from typing import Any
 
-import yaml
-
 from scratchpipe_sim import memory_guard
 from scratchpipe_sim.cli import COMMANDS
-from scratchpipe_sim.config.loader import UniqueKeyLoader
+from scratchpipe_sim.config.loader import parse_yaml_value
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies import POLICIES
 from scratchpipe_sim.policies.engine import CacheResult, run_cache
@@ -62,10 +60,7 @@ def parse_params(items: list[str]) -> dict[str, Any]:
         if key in out:
             raise UserError(f"parameter '{key}' given twice; expected each once",
                             field="--param")
-        try:
-            out[key] = yaml.load(value, Loader=UniqueKeyLoader) if value.strip() else value
-        except yaml.YAMLError:
-            out[key] = value
+        out[key] = parse_yaml_value(value, "--param", key) if value.strip() else value
     return out
 
 

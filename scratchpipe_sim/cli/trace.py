@@ -14,9 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from scratchpipe_sim.cli import COMMANDS
+from scratchpipe_sim.config.loader import YamlRefused, load_yaml_text
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces import generators as gen
 from scratchpipe_sim.traces import stats as st
@@ -111,8 +110,10 @@ def _params(items: list[str]) -> dict[str, Any]:
         if "," in text and not text.startswith(("[", "{", "'", '"')):
             text = f"[{text}]"
         try:
-            out[key.strip()] = yaml.safe_load(text) if text else value
-        except yaml.YAMLError:
+            out[key.strip()] = load_yaml_text(text, None, "--param") if text else value
+        except YamlRefused:
+            raise
+        except UserError:
             raise UserError(f"cannot read the value of '{item}': expected a number, a word or "
                             "a list such as 0.3,0.7", field="--param") from None
     return out

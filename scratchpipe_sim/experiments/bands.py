@@ -44,12 +44,9 @@ def is_sweep_spec(path: str) -> bool:
 
 
 def _parse_value(text: str) -> Any:
-    import yaml  # noqa: PLC0415
+    from scratchpipe_sim.config.loader import parse_yaml_value  # noqa: PLC0415
 
-    try:
-        return yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        return text
+    return parse_yaml_value(text, "--points") if text.strip() else ""
 
 
 def select_points(points: Sequence[Any], axes: Sequence[str], selectors: Sequence[str],

@@ -1,0 +1,151 @@
+"""Issue 28, hostile and corrupt input: every case exits 2 with one line on stderr naming
+the file and/or key and what was expected (or 0 with finite output), never a traceback, in
+bounded time and memory. Cases that could hang or allocate without bound run as a
+subprocess under an address-space limit, with a timeout as the hang detector."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scratchpipe_sim.cli import main
+
+SMALL = {
+    "hardware": {"preset": "a100-gen4"},
+    "model": {"tables": {"count": 2, "rows": 400, "dim": 16}, "pooling": 3, "batch_size": 32,
+              "num_batches": 8, "warmup_batches": 2, "bottom_mlp": [13, 32, 16],
+              "top_mlp": [20, 16, 1]},
+    "trace": {"distribution": "zipf", "alpha": 1.1},
+    "cache": {"capacity_rows": 500, "lookahead": 5},
+    "seed": 5,
+}
+#: address-space limit of a subprocess case: a case that tries to allocate its way out dies
+#: with a MemoryError (a traceback, so the test fails) instead of swapping the machine.
+AS_LIMIT_BYTES = 8 << 30
+#: a hang detector, not a timing assertion: every case finishes in seconds.
+HANG_S = 120
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Path:
+    p = tmp_path / "small.yaml"
+    p.write_text(yaml.safe_dump(SMALL))
+    return p
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT_BYTES, AS_LIMIT_BYTES))
+
+
+def run_cli(argv: list[str], cwd: Path, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess:
+    """`scratchpipe-sim ARGV` in a subprocess (memory-limited, with a hang detector)."""
+    return subprocess.run([sys.executable, "-m", "scratchpipe_sim", *argv], cwd=cwd,
+                          capture_output=True, text=True, timeout=HANG_S,
+                          preexec_fn=_limit_memory, env={**os.environ, **(env or {})})
+
+
+def refused(argv: list[str], *words: str, cwd: Path, env: dict[str, str] | None = None,
+            subprocess_: bool = False, capsys=None) -> str:
+    """Run the CLI; assert exit 2 and one line on stderr holding every word."""
+    if subprocess_:
+        p = run_cli(argv, cwd, env)
+        code, err = p.returncode, p.stderr.strip()
+    else:
+        assert capsys is not None
+        old = {k: os.environ.get(k) for k in (env or {})}
+        os.environ.update(env or {})
+        try:
+            code = main(argv)
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        err = capsys.readouterr().err.strip()
+    assert code == 2, (code, err[-2000:])
+    assert "Traceback" not in err, err[-2000:]
+    assert len(err.splitlines()) == 1, err[-2000:]
+    for w in words:
+        assert w in err, (w, err)
+    return err
+
+
+# -- 1. YAML that expands without bound ---------------------------------------------------
+
+def _bomb(levels: int = 9, width: int = 10) -> str:
+    lines = [f"a0: &a0 [{', '.join(['x'] * width)}]"]
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]")
+    return "\n".join(lines) + f"\nmodel: {{pooling: *a{levels - 1}}}\n"
+
+
+YAML_CASES = {
+    "alias-bomb": (_bomb(), "aliases expand to more than"),
+    "alias-fan-out": ("a: &a [" + ", ".join(["1"] * 1000) + "]\nb: [" + ", ".join(["*a"] * 1000)
+                      + "]\n", "aliases expand to more than"),
+    "deep-flow-list": ("model: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    "deep-flow-map": ("model: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n",
+                      "nested too deeply"),
+    "deep-block-map": ("".join("  " * i + f"k{i}:\n" for i in range(300)) + "  " * 300 + "1\n",
+                       "nested too deeply"),
+    "deep-by-aliases": ("a0: &a0 [1]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n"
+                                                  for i in range(1, 200)),
+                        "aliases nest too deeply"),
+    "recursive-alias": ("a: &a [1, *a]\n", "refers to the node that contains it"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(YAML_CASES))
+@pytest.mark.parametrize("command", ["config-show", "run", "sweep"])
+def test_yaml_that_expands_without_bound_is_one_line(tmp_path, capsys, name, command):
+    text, words = YAML_CASES[name]
+    p = tmp_path / f"{name}.yaml"
+    if command == "sweep":
+        text = text.replace("model:", "base:", 1) if "model:" in text else text
+        text += "sweep: {grid: {seed: [1, 2]}}\n"
+    p.write_text(text)
+    argv = {"config-show": ["config", "show", str(p)],
+            "run": ["run", str(p), "--out", str(tmp_path / "o"), "-q"],
+            "sweep": ["sweep", str(p), "--dry-run"]}[command]
+    # the bomb in a memory-limited subprocess; the rest in-process (the same loader)
+    refused(argv, str(p), "YAML refused", words, cwd=tmp_path, capsys=capsys,
+            subprocess_=name == "alias-bomb")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value, words", [
+    ("[" * 500 + "]" * 500, "nested too deeply"),
+    ("{a: " * 300 + "1" + "}" * 300, "nested too deeply"),
+    ("&a [1, *a]", "refers to the node that contains it"),
+])
+def test_set_values_go_through_the_same_loader(cfg, tmp_path, capsys, value, words):
+    refused(["config", "show", str(cfg), "--set", f"model.pooling={value}"], "--set",
+            "model.pooling", words, cwd=tmp_path, capsys=capsys)
+
+
+def test_the_yaml_limits_can_be_raised(tmp_path, capsys):
+    p = tmp_path / "deep.yaml"
+    p.write_text("model: " + "[" * 150 + "]" * 150 + "\n")
+    refused(["config", "show", str(p)], "SCRATCHPIPE_MAX_YAML_DEPTH", cwd=tmp_path,
+            capsys=capsys)
+    # raised, the file is read and the schema names what is wrong with it
+    refused(["config", "show", str(p)], "model: expected a mapping", cwd=tmp_path,
+            env={"SCRATCHPIPE_MAX_YAML_DEPTH": "1000"}, capsys=capsys)
+
+
+@pytest.mark.parametrize("written, value", [("1e-3", 1e-3), ("1e300", 1e300), ("2E+2", 200.0),
+                                            ("-1.5e1", -15.0), ("1.0e-3", 1e-3)])
+def test_exponent_floats_are_numbers_everywhere(cfg, written, value):
+    from scratchpipe_sim.config.loader import load_yaml_text, parse_yaml_value
+
+    assert parse_yaml_value(written) == value
+    assert load_yaml_text(f"x: {written}\n", None) == {"x": value}
+    assert isinstance(parse_yaml_value("1e3x"), str)
