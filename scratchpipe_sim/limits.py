@@ -9,7 +9,7 @@ raised by its environment variable (docs/architecture.md lists them):
     SCRATCHPIPE_MAX_YAML_DEPTH     levels of nesting in a YAML file or --set value (100)
     SCRATCHPIPE_MAX_YAML_NODES     nodes of a YAML document once aliases are expanded
                                    (100,000)
-    SCRATCHPIPE_MAX_SWEEP_POINTS   points of one sweep (grid x zip) (100,000)
+    SCRATCHPIPE_MAX_SWEEP_POINTS   points of one sweep (grid x zip) (10,000)
     SCRATCHPIPE_MAX_FIGURE_PIXELS  pixels of one figure (width x height x dpi^2) (10**8)
 
 Every numeric environment value (these, SCRATCHPIPE_MEMORY_BYTES, ...) is read by
@@ -44,7 +44,7 @@ class Limit:
 
 YAML_DEPTH = Limit("SCRATCHPIPE_MAX_YAML_DEPTH", 100, "levels of nesting")
 YAML_NODES = Limit("SCRATCHPIPE_MAX_YAML_NODES", 100_000, "YAML nodes after alias expansion")
-SWEEP_POINTS = Limit("SCRATCHPIPE_MAX_SWEEP_POINTS", 100_000, "points per sweep")
+SWEEP_POINTS = Limit("SCRATCHPIPE_MAX_SWEEP_POINTS", 10_000, "points per sweep")
 FIGURE_PIXELS = Limit("SCRATCHPIPE_MAX_FIGURE_PIXELS", 10**8, "pixels per figure")
 
 

@@ -5,6 +5,7 @@ subprocess under an address-space limit, with a timeout as the hang detector."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
@@ -149,3 +150,66 @@ def test_exponent_floats_are_numbers_everywhere(cfg, written, value):
     assert parse_yaml_value(written) == value
     assert load_yaml_text(f"x: {written}\n", None) == {"x": value}
     assert isinstance(parse_yaml_value("1e3x"), str)
+
+
+# -- 3. huge sweep grids are counted before anything is expanded --------------------------
+
+def _exp(tmp_path: Path, sweep: dict | str, name: str = "exp") -> Path:
+    p = tmp_path / f"{name}.yaml"
+    sweep_text = sweep if isinstance(sweep, str) else json.dumps(sweep)
+    p.write_text(f"base: {json.dumps(SMALL)}\nsweep: {sweep_text}\n")
+    return p
+
+
+@pytest.mark.parametrize("sweep, count", [
+    ({"grid": {f"model.k{i}": list(range(10)) for i in range(6)}}, "1,000,000 points"),
+    ({"grid": {f"model.k{i}": list(range(100)) for i in range(40)}}, "points ("),
+    ({"grid": {"seed": list(range(200))},
+      "zip": [{"cache.lookahead": list(range(1, 201))}]}, "40,000 points (200 x 200)"),
+    ({"zip": [{"seed": list(range(150))}, {"cache.lookahead": list(range(1, 151))}]},
+     "22,500 points"),
+])
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_huge_sweep_is_refused_with_its_count(tmp_path, capsys, sweep, count, dry_run):
+    exp = _exp(tmp_path, sweep)
+    argv = ["sweep", str(exp), "--out", str(tmp_path / "o"), "-q"]
+    refused(argv + (["--dry-run"] if dry_run else []), str(exp), "sweep", count,
+            "SCRATCHPIPE_MAX_SWEEP_POINTS", cwd=tmp_path, capsys=capsys)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_sweep_limit_can_be_raised_and_dry_run_streams(tmp_path, capsys):
+    exp = _exp(tmp_path, {"grid": {"seed": list(range(30))}})
+    refused(["sweep", str(exp), "--dry-run"], "30 points", cwd=tmp_path,
+            env={"SCRATCHPIPE_MAX_SWEEP_POINTS": "20"}, capsys=capsys)
+    assert main(["sweep", str(exp), "--dry-run"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 30
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "inf", "nan", "many", "1.5"])
+def test_a_bad_limit_setting_is_one_line(tmp_path, capsys, value):
+    exp = _exp(tmp_path, {"grid": {"seed": [1, 2]}})
+    refused(["sweep", str(exp), "--dry-run"], "environment", "SCRATCHPIPE_MAX_SWEEP_POINTS",
+            "expected a whole number >= 1", cwd=tmp_path,
+            env={"SCRATCHPIPE_MAX_SWEEP_POINTS": value}, capsys=capsys)
+
+
+# -- 5. empty sweep parts are refused alike -----------------------------------------------
+
+@pytest.mark.parametrize("sweep, field", [
+    ("{grid: {}}", "sweep.grid"),
+    ("{zip: {}}", "sweep.zip"),
+    ("{zip: []}", "sweep.zip"),
+    ("{zip: [{}]}", "sweep.zip[0]"),
+    ("{grid: {seed: [1, 2]}, zip: []}", "sweep.zip"),
+    ("{grid: {seed: []}}", "sweep.grid.seed"),
+    ("{zip: {seed: [], cache.lookahead: []}}", "sweep.zip.seed"),
+    ("{grid: null}", "sweep.grid"),
+    ("{}", "sweep"),
+])
+def test_empty_sweep_parts_are_refused_alike(tmp_path, capsys, sweep, field):
+    exp = _exp(tmp_path, sweep)
+    for extra in (["--dry-run"], ["--out", str(tmp_path / "o"), "-q"]):
+        refused(["sweep", str(exp), *extra], str(exp), f"{field}: ", "expected",
+                cwd=tmp_path, capsys=capsys)
+    assert not (tmp_path / "o").exists()

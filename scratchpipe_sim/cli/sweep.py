@@ -50,14 +50,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from scratchpipe_sim.errors import UserError
     from scratchpipe_sim.experiments.runner import run_sweep
-    from scratchpipe_sim.experiments.spec import expand_points, load_experiment
+    from scratchpipe_sim.experiments.spec import iter_points, load_experiment
 
     spec = load_experiment(args.experiment)
     if args.scheduler and args.executor not in (None, "dask"):
         raise UserError("--scheduler needs --executor dask", field="--scheduler")
     executor = args.executor or ("dask" if args.scheduler else None)
     if args.dry_run:
-        for p in expand_points(spec):
+        for p in iter_points(spec):
             vals = ", ".join(f"{k}={v}" for k, v in p.values.items())
             print(f"{p.index:4d} {p.key} {vals}")
         return 0
