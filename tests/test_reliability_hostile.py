@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -213,3 +214,199 @@ def test_empty_sweep_parts_are_refused_alike(tmp_path, capsys, sweep, field):
         refused(["sweep", str(exp), *extra], str(exp), f"{field}: ", "expected",
                 cwd=tmp_path, capsys=capsys)
     assert not (tmp_path / "o").exists()
+
+
+# -- 6. corrupt .sptrace folders ----------------------------------------------------------
+
+@pytest.fixture
+def sptrace(tmp_path: Path) -> Path:
+    from scratchpipe_sim.traces.store import write_trace
+    from scratchpipe_sim.traces.trace import Trace
+
+    ids = np.arange(64, dtype=np.int64) % 13
+    return write_trace(Trace.single_table(ids, 13, 8), tmp_path / "t.sptrace")
+
+
+def _edit_manifest(p: Path, **changes) -> None:
+    m = json.loads((p / "manifest.json").read_text())
+    for k, v in changes.items():
+        if v is _DROP:
+            m.pop(k)
+        else:
+            m[k] = v
+    (p / "manifest.json").write_text(json.dumps(m))
+
+
+def _edit_array(p: Path, name: str, index: int, value: int) -> None:
+    a = np.fromfile(p / name, "<i8")
+    a[index] = value
+    a.tofile(p / name)
+
+
+_DROP = object()
+SPTRACE_CASES = {
+    "missing table_rows": (lambda p: _edit_manifest(p, table_rows=_DROP),
+                           "manifest.json.table_rows", "missing"),
+    "missing num_indices": (lambda p: _edit_manifest(p, num_indices=_DROP),
+                            "manifest.json.num_indices", "missing"),
+    "missing sha256": (lambda p: _edit_manifest(p, sha256=_DROP), "manifest.json.sha256",
+                       "missing"),
+    "float ids": (lambda p: _edit_manifest(p, index_dtype="<f8"), "manifest.json.index_dtype",
+                  "an integer dtype"),
+    "garbage dtype": (lambda p: _edit_manifest(p, index_dtype="[('a', 'O')]"),
+                      "manifest.json.index_dtype", "an integer dtype"),
+    "count as text": (lambda p: _edit_manifest(p, num_bags="64"), "manifest.json.num_bags",
+                      "an integer >= 0"),
+    "negative count": (lambda p: _edit_manifest(p, num_batches=-1),
+                       "manifest.json.num_batches", "an integer >= 0"),
+    "huge count": (lambda p: _edit_manifest(p, num_indices=10**30),
+                   "manifest.json.num_indices", "an integer >= 0"),
+    "rows as text": (lambda p: _edit_manifest(p, table_rows=["13"]), "manifest.json.table_rows",
+                     "row counts >= 1"),
+    "zero batch size": (lambda p: _edit_manifest(p, batch_size=0), "manifest.json.batch_size",
+                        "an integer >= 1"),
+    "other version": (lambda p: _edit_manifest(p, version=99), "version 99", "version 1"),
+    "not an object": (lambda p: (p / "manifest.json").write_text("[1, 2]"),
+                      "manifest.json holds list", "an object"),
+    "not JSON": (lambda p: (p / "manifest.json").write_text("{oops"), "not valid JSON", ""),
+    "deep JSON": (lambda p: (p / "manifest.json").write_text("[" * 100_000 + "]" * 100_000),
+                  "not valid JSON", ""),
+    "not UTF-8": (lambda p: (p / "manifest.json").write_bytes(b'{"a": "\xff"}'),
+                  "not valid JSON", ""),
+    "offsets past the data": (lambda p: _edit_array(p, "offsets.bin", -1, 10**12),
+                              "offsets.bin", "expected 0 to 64"),
+    "offsets decrease": (lambda p: _edit_array(p, "offsets.bin", 5, 60), "offsets.bin",
+                         "decreases at entry 6"),
+    "bounds past the bags": (lambda p: _edit_array(p, "batch_bounds.bin", -1, 10**9),
+                             "batch_bounds.bin", "expected 0 to 64"),
+    "bounds decrease": (lambda p: _edit_array(p, "batch_bounds.bin", 1, 100),
+                        "batch_bounds.bin", "decreases"),
+    "truncated ids": (lambda p: (p / "indices.bin").write_bytes(b"\0" * 10), "indices.bin",
+                      "truncated"),
+    "manifest is a FIFO": (lambda p: ((p / "manifest.json").unlink(),
+                                      os.mkfifo(p / "manifest.json")),
+                           "expected manifest.json", ""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPTRACE_CASES))
+def test_a_corrupt_sptrace_is_one_line_naming_it(sptrace, tmp_path, case):
+    corrupt, *words = SPTRACE_CASES[case]
+    corrupt(sptrace)
+    # a subprocess: a trusted bad offset would kill the process with SIGBUS/SIGSEGV
+    for argv in (["trace", "stats", str(sptrace)],
+                 ["cache", "--trace", str(sptrace), "--policy", "lru", "--capacity", "4"]):
+        refused(argv, str(sptrace), *[w for w in words if w], cwd=tmp_path, subprocess_=True)
+
+
+# -- 7. numbers beyond int64 in text traces -----------------------------------------------
+
+INT64_CASES = {
+    "ids.txt": ("1\n2\n99999999999999999999999\n", "line 3", "too large for int64"),
+    "ids.log": ("1, 2, 3, 18446744073709551616\n", "line 1", "too large for int64"),
+    "neg.txt": ("1\n-99999999999999999999999\n", "line 2", "too large for int64"),
+    "t.csv": ("sample,table,id\n0,0,1\n0,0,9223372036854775808\n", "t.csv:3",
+              "below 2**63, got '9223372036854775808'"),
+    "t.tsv": ("sample\ttable\tid\n0\t0\t1\n0\t0\t-99999999999999999999999\n", "t.tsv:3",
+              "below 2**63"),
+    "e.csv": ("sample,table,id\n0,0,1\n1e30,0,1\n", "e.csv:3", "sample: expected a "
+                                                                 "non-negative integer"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INT64_CASES))
+@pytest.mark.parametrize("command", ["stats", "convert"])
+def test_numbers_beyond_int64_name_the_file_and_line(tmp_path, capsys, name, command):
+    text, *words = INT64_CASES[name]
+    p = tmp_path / name
+    p.write_text(text)
+    argv = (["trace", "stats", str(p)] if command == "stats"
+            else ["trace", "convert", str(p), str(tmp_path / "o.sptrace")])
+    if command == "convert" and name.endswith((".txt",)):
+        argv += ["--format", "dlrm-log"]
+    err = refused(argv, str(p), *words, cwd=tmp_path, capsys=capsys)
+    assert "-922337" not in err  # never wrapped around to a negative number
+    assert not (tmp_path / "o.sptrace").exists()
+
+
+def test_a_ratings_log_with_an_id_beyond_int64_is_one_line(tmp_path, capsys):
+    p = tmp_path / "r.dat"
+    p.write_text("1 2 5 10\n1 99999999999999999999999 5 11\n")
+    refused(["trace", "convert", str(p), str(tmp_path / "o.sptrace"), "--format", "ratings"],
+            "r.dat:2: item", "below 2**63", cwd=tmp_path, capsys=capsys)
+
+
+# -- 8. a forced --format on a path of the wrong kind -------------------------------------
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "dlrm-bin", "npy", "text", "parquet", "criteo"])
+def test_a_forced_file_format_on_a_folder_is_one_line(tmp_path, capsys, fmt):
+    d = tmp_path / "folder.csv"
+    d.mkdir()
+    refused(["trace", "stats", str(d), "--format", fmt], str(d), "a folder",
+            f"format {fmt} expects a file", cwd=tmp_path, capsys=capsys)
+    refused(["cache", "--trace", str(d), "--format", fmt, "--policy", "lru",
+             "--capacity", "2"], str(d), "a folder", cwd=tmp_path, capsys=capsys)
+
+
+def test_forced_formats_of_the_wrong_kind_are_one_line(tmp_path, capsys, sptrace):
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.arange(10))
+    refused(["trace", "stats", str(ids), "--format", "sptrace"], str(ids),
+            "format sptrace expects a .sptrace folder", cwd=tmp_path, capsys=capsys)
+    refused(["trace", "stats", str(sptrace), "--format", "csv"], str(sptrace),
+            "format csv expects a file", cwd=tmp_path, capsys=capsys)
+    refused(["trace", "convert", str(sptrace), str(tmp_path / "o.sptrace"), "--format",
+             "csv"], str(sptrace), "a folder: expected an input file", cwd=tmp_path,
+            capsys=capsys)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    refused(["trace", "stats", str(plain), "--format", "sptrace"], str(plain),
+            "expected manifest.json", cwd=tmp_path, capsys=capsys)
+
+
+# -- 9. non-regular files -----------------------------------------------------------------
+
+def _fifo(tmp_path: Path, name: str) -> Path:
+    p = tmp_path / name
+    os.mkfifo(p)
+    return p
+
+
+@pytest.mark.parametrize("argv, name", [
+    (["trace", "stats", "{p}"], "ids.txt"),
+    (["trace", "stats", "{p}"], "noext"),
+    (["trace", "stats", "{p}", "--format", "text"], "x"),
+    (["cache", "--trace", "{p}", "--policy", "lru", "--capacity", "2"], "ids.npy"),
+    (["trace", "convert", "{p}", "{tmp}/o.sptrace"], "t.csv"),
+    (["trace", "fit", "{p}", "--out", "{tmp}/fit.yaml"], "ids.txt"),
+    (["config", "show", "{p}"], "c.yaml"),
+    (["run", "{p}", "--out", "{tmp}/o", "-q"], "c.yaml"),
+    (["sweep", "{p}", "--dry-run"], "e.yaml"),
+])
+def test_a_fifo_is_refused_before_it_is_opened(tmp_path, argv, name):
+    p = _fifo(tmp_path, name)
+    argv = [a.format(p=p, tmp=tmp_path) for a in argv]
+    refused(argv, str(p), "FIFO", "not a regular file", cwd=tmp_path, subprocess_=True)
+
+
+@pytest.mark.parametrize("argv", [
+    ["trace", "stats", "/dev/zero"],
+    ["trace", "stats", "/dev/null", "--format", "text"],
+    ["cache", "--trace", "/dev/zero", "--format", "dlrm-bin", "--policy", "lru",
+     "--capacity", "2"],
+    ["config", "show", "/dev/zero"],
+])
+def test_a_device_is_refused_before_it_is_read(tmp_path, argv):
+    refused(argv, "/dev/", "character device", cwd=tmp_path, subprocess_=True)
+
+
+def test_symlink_loops_and_broken_links_say_so(tmp_path, capsys):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "dangling.yaml").symlink_to(tmp_path / "nowhere.yaml")
+    refused(["trace", "stats", str(tmp_path / "a")], "a symlink loop", cwd=tmp_path,
+            capsys=capsys)
+    refused(["config", "show", str(tmp_path / "a")], "a symlink loop", cwd=tmp_path,
+            capsys=capsys)
+    refused(["config", "show", str(tmp_path / "dangling.yaml")], "a broken symlink",
+            cwd=tmp_path, capsys=capsys)

@@ -24,6 +24,7 @@ import yaml
 from scratchpipe_sim import limits
 from scratchpipe_sim.config.model import Config
 from scratchpipe_sim.errors import UserError, closest
+from scratchpipe_sim.paths import input_file
 
 
 def _configs_dir() -> Path:
@@ -187,8 +188,7 @@ def parse_yaml_value(text: str, source: str | None = None, field: str | None = N
 
 def read_text(path: Path, what: str = "config file") -> str:
     """A file's UTF-8 text; a missing, unreadable or non-UTF-8 file is a UserError."""
-    if not path.is_file():
-        raise UserError(f"no such {what}", source=str(path))
+    input_file(path, what)
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
