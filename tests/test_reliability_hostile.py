@@ -410,3 +410,62 @@ def test_symlink_loops_and_broken_links_say_so(tmp_path, capsys):
             capsys=capsys)
     refused(["config", "show", str(tmp_path / "dangling.yaml")], "a broken symlink",
             cwd=tmp_path, capsys=capsys)
+
+
+# -- 4. absurd values: refused by their unit's physical range; JSON is always strict ------
+
+@pytest.mark.parametrize("key, value, unit", [
+    ("hardware.pcie.h2d_GBps", "1e-300", "GB/s"),
+    ("hardware.gpu.hbm_GBps", "1.0e-300", "GB/s"),
+    ("hardware.cpu.dram_GBps", "1e300", "GB/s"),
+    ("hardware.gpu.tflops", "1e-300", "TFLOP/s"),
+    ("hardware.clock_GHz", "1e-300", "GHz"),
+    ("hardware.pcie.latency_ns", "1e300", "ns"),
+    ("hardware.cpu.plan_ns_per_id", "1e300", "ns"),
+    ("hardware.gpu.hbm_capacity_GiB", "1e300", "GiB"),
+    ("hardware.ranges", "{pcie.h2d_GBps: [1e-300, 10]}", "GB/s"),
+    ("hardware.cpu.core_llc_GBps", "[[64, 1e-300], [256, 10]]", "GB/s"),
+    ("cache.lookahead", "100000000000", "batches of lookahead"),
+    ("cache.queue_depth", "10000000", "batches"),
+])
+def test_physically_absurd_values_are_refused(cfg, tmp_path, capsys, key, value, unit):
+    refused(["run", str(cfg), "--set", f"{key}={value}", "--json", "-q", "--out",
+             str(tmp_path / "o")], str(cfg), key, "expected", unit, cwd=tmp_path,
+            capsys=capsys)
+    assert not (tmp_path / "o").exists()
+
+
+def _strict(text: str):
+    def no_constant(name: str):
+        raise AssertionError(f"non-JSON constant {name} in the output")
+    return json.loads(text, parse_constant=no_constant)
+
+
+def test_run_json_is_strict_and_finite_at_the_edges_of_the_ranges(cfg, tmp_path, capsys):
+    assert main(["run", str(cfg), "--json", "-q", "--no-timeline", "--out", str(tmp_path / "o"),
+                 "--set", "hardware.pcie.h2d_GBps=1e-3", "--set", "hardware.gpu.tflops=1e-6",
+                 "--set", "hardware.cpu.dram_GBps=1e6"]) == 0
+    rows = _strict(capsys.readouterr().out)
+    assert rows and all(v is None or np.isfinite(v) for r in rows for v in r.values()
+                        if isinstance(v, float))
+    _strict((tmp_path / "o" / "results.json").read_text())
+
+
+def test_the_json_writer_never_writes_nan_or_infinity():
+    from scratchpipe_sim.jsonout import dumps
+
+    text = dumps({"a": float("nan"), "b": [float("inf"), -float("inf"), 1.5],
+                  "c": np.float64("nan"), "d": (np.float64(2.0), "x")})
+    assert _strict(text) == {"a": None, "b": [None, None, 1.5], "c": None, "d": [2.0, "x"]}
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--policy", "scratchpipe", "--lookahead", "100000000000"], "--lookahead"),
+    (["--policy", "fbgemm-lru", "--ways", "100000000000"], "--ways"),
+    (["--policy", "scratchpipe", "--param", "lookahead=10000000"], "lookahead"),
+])
+def test_cache_windows_and_ways_have_a_documented_maximum(tmp_path, capsys, argv, flag):
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.arange(100) % 17)
+    refused(["cache", "--trace", str(ids), "--capacity", "10", *argv], flag, "expected 1 to 4096",
+            cwd=tmp_path, capsys=capsys)

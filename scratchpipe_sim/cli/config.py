@@ -7,8 +7,8 @@ saves as resolved_config.yaml beside its results.
 from __future__ import annotations
 
 import argparse
-import json
 
+from scratchpipe_sim import jsonout
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config import dump_yaml, flatten, resolve
 
@@ -37,10 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def handle_show(args: argparse.Namespace) -> int:
     d = resolve(args.config, args.overrides)
     if args.json:
-        print(json.dumps(d, indent=1))
+        print(jsonout.dumps(d, indent=1))
     elif args.flat:
         for k, v in flatten(d).items():
-            print(f"{k}={json.dumps(v)}")
+            print(f"{k}={jsonout.dumps(v)}")
     else:
         print(dump_yaml(d), end="")
     return 0

@@ -9,9 +9,9 @@ each axis's grid (scratchpipe_sim/planner.py).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from scratchpipe_sim import jsonout
 from scratchpipe_sim.cli import COMMANDS
 
 
@@ -51,5 +51,5 @@ def handle(args: argparse.Namespace) -> int:
             print(f"plan: {msg}", file=sys.stderr, flush=True)
 
     p = plan(cfg, args.target, args.designs, tuple(args.axes or AXES), progress)
-    print(json.dumps(p.to_dict()) if args.json else format_plan(p))
+    print(jsonout.dumps(p.to_dict()) if args.json else format_plan(p))
     return 0

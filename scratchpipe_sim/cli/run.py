@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scratchpipe_sim import __version__, memory_guard
+from scratchpipe_sim import __version__, jsonout, memory_guard
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config import dump_yaml, flatten, load_config
 from scratchpipe_sim.errors import UserError, os_reason
@@ -151,13 +151,13 @@ def write_results(out: Path, results: list[dict], resolved: dict, checksum: str,
         w.writeheader()
         for r in results:
             w.writerow({**r, **flat_cfg})
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "results.json").write_text(jsonout.dumps(results, indent=1))
     (out / "resolved_config.yaml").write_text(dump_yaml(resolved))
     (out / "trace.sha256").write_text(checksum + "\n")
     meta = {"config": argv_config, "overrides": overrides, "trace_sha256": checksum,
             "scratchpipe_sim": __version__, "python": platform.python_version(),
             "designs": [r["design"] for r in results]}
-    (out / "metadata.json").write_text(json.dumps(meta, indent=1))
+    (out / "metadata.json").write_text(jsonout.dumps(meta, indent=1))
 
 
 def _check_unique(names: list[str], source: str | None, field: str) -> None:
@@ -222,7 +222,7 @@ def handle(args: argparse.Namespace) -> int:
         shutil.rmtree(out, ignore_errors=True)  # ours, just made: leave no half result
         raise
     if args.json:
-        print(json.dumps(results))
+        print(jsonout.dumps(results))
     else:
         print(render(results))
         print(f"\nresults: {out}", file=sys.stdout)

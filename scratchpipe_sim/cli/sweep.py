@@ -8,10 +8,10 @@ with --retry-failed; 2 for a user mistake (bad experiment, folder busy or unwrit
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from scratchpipe_sim import jsonout
 from scratchpipe_sim.cli import COMMANDS
 
 
@@ -66,7 +66,7 @@ def handle(args: argparse.Namespace) -> int:
                         scheduler=args.scheduler, quiet=args.quiet,
                         retry_failed=args.retry_failed, replay_cache=not args.no_cache)
     if args.json:
-        print(json.dumps({"name": summary.name, "out": str(summary.out),
+        print(jsonout.dumps({"name": summary.name, "out": str(summary.out),
                           "points": summary.points, "designs": summary.designs,
                           "ran": summary.ran, "skipped": summary.skipped,
                           "failed": summary.failed, "infeasible": summary.infeasible,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+from scratchpipe_sim import jsonout
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config.loader import YamlRefused, load_yaml_text
 from scratchpipe_sim.errors import UserError
@@ -308,7 +308,7 @@ def handle_stats(args: argparse.Namespace) -> int:
         if curve is not None:
             d["lru_mrc"] = curve.points()
             d["cold_misses"] = curve.cold_misses
-        print(json.dumps(d))
+        print(jsonout.dumps(d))
         return 0
     print(report(summary, curve))
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scratchpipe_sim import jsonout
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config import load_config
 
@@ -53,7 +54,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle_cpu(args: argparse.Namespace) -> int:
-    import json
 
     from scratchpipe_sim.cpu.validate import cpu_designs, format_table, validate_cpu
     from scratchpipe_sim.errors import UserError
@@ -72,7 +72,7 @@ def handle_cpu(args: argparse.Namespace) -> int:
     results = validate_cpu(cfg, reps=args.reps, max_batches=args.batches, log=log,
                            statistic=args.statistic)
     if args.json:
-        print(json.dumps([r.as_json() for r in results], indent=1))
+        print(jsonout.dumps([r.as_json() for r in results], indent=1))
         return 0
     hw = cfg.hardware
     print(f"validate --cpu {cfg.name or Path(args.config).stem}: hardware "

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scratchpipe_sim import jsonout
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.experiments.sensitivity import run_sensitivity
@@ -274,7 +275,7 @@ def write_bands(bands: Bands, out: Path) -> list[Path]:
     try:
         atomic_write(paths[0], csv_bytes([cols, *([encode(r.get(c)) for c in cols]
                                                   for r in bands.rows)]))
-        atomic_write(paths[1], json.dumps(bands.to_json(), indent=1).encode("utf-8"))
+        atomic_write(paths[1], jsonout.dumps(bands.to_json(), indent=1).encode("utf-8"))
     except OSError as e:
         raise UserError(f"cannot write: {e.strerror or e}; expected a writable folder",
                         source=str(out), field="--out") from None

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from scratchpipe_sim import jsonout
 from scratchpipe_sim.config import Config, set_dotted
 from scratchpipe_sim.config.hardware import RATE_CURVE_KEYS
 from scratchpipe_sim.errors import UserError
@@ -429,7 +430,7 @@ def write_outputs(res: Sensitivity, out: Path) -> list[Path]:
     try:
         out.mkdir(parents=True, exist_ok=True)
         paths = [out / SENSITIVITY_JSON, out / "tornado.png", out / "tornado.pdf"]
-        paths[0].write_text(json.dumps(res.to_json(), indent=1), encoding="utf-8")
+        paths[0].write_text(jsonout.dumps(res.to_json(), indent=1), encoding="utf-8")
         fig = tornado_figure(res)
         fig.savefig(paths[1], dpi=150)
         fig.savefig(paths[2])
