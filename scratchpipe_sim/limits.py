@@ -38,8 +38,8 @@ class Limit:
         return int(env_number(self.env, self.default, minimum=1))
 
     def advice(self) -> str:
-        """How to raise it, for error messages."""
-        return f"the limit is {self.value():,} {self.what} (raise it with ${self.env})"
+        """What the limit is and how to raise it, for error messages."""
+        return f"the limit is {self.value():,} {self.what}; raise it with ${self.env}"
 
 
 YAML_DEPTH = Limit("SCRATCHPIPE_MAX_YAML_DEPTH", 100, "levels of nesting")

@@ -92,7 +92,8 @@ def check_run(rows: int, accesses: int, *, source: str | None = None,
           "convert IN OUT --dense-remap`)", source=source, field=field)
 
 
-def check_cache(rows: int, accesses: int, *, source: str | None = None) -> None:
+def check_cache(rows: int, accesses: int, *, source: str | None = None,
+                field: str = "--trace") -> None:
     """`cache`: the policy and the engine keep per-row arrays sized by the largest id."""
     check(estimate(rows, accesses, CACHE_BYTES_PER_ROW),
           f"replaying a trace with ids up to {max(int(rows) - 1, 0)} ({rows} rows of "
@@ -100,7 +101,40 @@ def check_cache(rows: int, accesses: int, *, source: str | None = None) -> None:
           "renumber sparse (hashed) ids densely to 0..distinct-1 (`scratchpipe-sim trace "
           "convert IN OUT --dense-remap` for a dataset file; numpy.unique(ids, "
           "return_inverse=True) for an id array) or use a smaller trace", source=source,
-          field="--trace")
+          field=field)
+
+
+#: trace generation, per bag of one batch: its drawn length and two working copies (int64).
+GEN_BYTES_PER_BAG = 24
+#: trace generation, per access of an RNG block: the id, its offset and the sampler's draws.
+GEN_BYTES_PER_ACCESS = 40
+
+
+def check_generator(tables: int, batch_size: int, accesses_per_batch: int, block_accesses: int,
+                    *, source: str | None = None, field: str = "batch_size") -> None:
+    """A generated trace is written block by block (at least one batch a block): refuse a
+    batch whose bags and ids alone exceed the memory available."""
+    need = (int(tables) * int(batch_size) * GEN_BYTES_PER_BAG
+            + max(int(accesses_per_batch), int(block_accesses)) * GEN_BYTES_PER_ACCESS)
+    check(need, f"generating batches of {batch_size} samples x {tables} table(s) "
+          f"({accesses_per_batch} ids a batch)",
+          "expected a smaller batch size, pooling or fewer tables", source=source, field=field)
+
+
+def check_disk(need: int, folder: str | os.PathLike, what: str, advice: str, *,
+               source: str | None = None, field: str | None = None) -> None:
+    """Refuse writing about `need` bytes into `folder` when its file system has less free
+    space (a 10**14-batch trace would otherwise run for days and fill the disk)."""
+    import shutil  # noqa: PLC0415
+
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return  # the write reports what is wrong with the folder
+    if need > free:
+        raise UserError(f"{what} needs about {human(need)} on disk, more than the "
+                        f"{human(free)} free in {folder}; {advice}", source=source,
+                        field=field)
 
 
 def config_accesses(cfg) -> int:
@@ -116,4 +150,11 @@ def check_config(cfg, source: str | None = None) -> None:
     """`check_run` for a config whose trace is generated (a trace file's sizes are known
     only once it is read: check the Trace then)."""
     if cfg.trace.path is None:
-        check_run(cfg.total_rows, config_accesses(cfg), source=source)
+        m = cfg.model
+        rows, accesses = cfg.total_rows, config_accesses(cfg)
+        field = "model.tables.rows"  # the key to blame: the larger term, its largest factor
+        if accesses * BYTES_PER_ACCESS > rows * RUN_BYTES_PER_ROW:
+            factors = {"model.num_batches": m.num_batches, "model.batch_size": m.batch_size,
+                       "model.pooling": max(m.poolings)}
+            field = max(factors, key=lambda k: factors[k])
+        check_run(rows, accesses, source=source, field=field)

@@ -469,3 +469,76 @@ def test_cache_windows_and_ways_have_a_documented_maximum(tmp_path, capsys, argv
     np.save(ids, np.arange(100) % 17)
     refused(["cache", "--trace", str(ids), "--capacity", "10", *argv], flag, "expected 1 to 4096",
             cwd=tmp_path, capsys=capsys)
+
+
+# -- 2. huge sizes are checked before anything is allocated -------------------------------
+
+GEN = ["trace", "gen", "--seed", "1", "--rows", "100", "--batch-size", "10", "--batches", "10"]
+BIG = "100000000000"
+
+
+def _with(argv: list[str], flag: str, value: str) -> list[str]:
+    out = list(argv)
+    if flag in out:
+        out[out.index(flag) + 1] = value
+    else:
+        out += [flag, value]
+    return out
+
+
+@pytest.mark.parametrize("flag, value, words", [
+    ("--batch-size", BIG, ("--batch-size", "of memory")),
+    ("--pooling", BIG, ("--pooling", "of memory")),
+    ("--pooling-sigma", "1e12", ("--pooling-sigma", "of memory")),
+    ("--tables", BIG, ("--tables", "expected 1 to 1,048,576 tables")),
+    ("--batches", "100000000000000", ("--batches", "on disk")),
+])
+def test_trace_gen_sizes_are_checked_before_allocating(tmp_path, flag, value, words):
+    out = tmp_path / "g.sptrace"
+    # a subprocess under an address-space limit: an unchecked size dies with MemoryError
+    refused(_with(GEN, flag, value) + ["--out", str(out)], *words, cwd=tmp_path,
+            subprocess_=True)
+    assert not out.exists() and not list(tmp_path.glob("g.sptrace.*"))
+
+
+@pytest.mark.parametrize("key, value, blamed", [
+    ("model.batch_size", BIG, "model.batch_size"),
+    ("model.pooling", BIG, "model.pooling"),
+    ("model.num_batches", BIG, "model.num_batches"),
+    ("model.tables.rows", "1" + "0" * 20, "model.tables.rows"),
+    ("model.tables.count", BIG, "expected 1 to 1,048,576 tables"),
+    ("cache.lookahead", BIG, "batches of lookahead"),
+])
+def test_run_sizes_name_the_key_that_is_too_big(cfg, tmp_path, key, value, blamed):
+    refused(["run", str(cfg), "--set", f"{key}={value}", "--out", str(tmp_path / "o"), "-q"],
+            str(cfg), key, blamed, cwd=tmp_path, subprocess_=True)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["trace", "stats", "{ids}", "--rows", "1" + "0" * 15], "--rows"),
+    (["trace", "fit", "{ids}", "--rows", "1" + "0" * 15, "--out", "{tmp}/f.yaml"], "--rows"),
+    (["cache", "--trace", "{big}", "--policy", "lru", "--capacity", "10"], "--trace"),
+])
+def test_trace_stats_fit_and_cache_check_their_per_row_state(tmp_path, argv, flag):
+    np.save(tmp_path / "ids.npy", np.arange(100) % 17)
+    big = np.arange(100, dtype=np.int64)
+    big[3] = 2**50
+    np.save(tmp_path / "big.npy", big)
+    argv = [a.format(ids=tmp_path / "ids.npy", big=tmp_path / "big.npy", tmp=tmp_path)
+            for a in argv]
+    refused(argv, flag, "of memory", cwd=tmp_path, subprocess_=True)
+
+
+@pytest.fixture
+def run_folder(cfg, tmp_path):
+    out = tmp_path / "res"
+    assert main(["run", str(cfg), "--out", str(out), "-q", "--no-timeline"]) == 0
+    return out
+
+
+@pytest.mark.parametrize("dpi", ["1000000", "1" + "0" * 25])
+def test_plot_resolution_is_bounded(run_folder, tmp_path, capsys, dpi):
+    refused(["plot", str(run_folder), "--dpi", dpi], "--dpi", "pixels",
+            "SCRATCHPIPE_MAX_FIGURE_PIXELS", cwd=tmp_path, capsys=capsys)
+    assert not (run_folder / "figures").exists()

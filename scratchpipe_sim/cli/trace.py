@@ -16,6 +16,7 @@ from typing import Any
 from scratchpipe_sim import jsonout
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config.loader import YamlRefused, load_yaml_text
+from scratchpipe_sim.config.schema import check_named
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces import generators as gen
 from scratchpipe_sim.traces import stats as st
@@ -146,6 +147,7 @@ def handle_gen(args: argparse.Namespace) -> int:
         if args.tables < 1:
             raise UserError(f"expected a positive number of tables, got {args.tables}",
                             field="--tables")
+        check_named("tables", args.tables, "--tables", None)
         if len(rows) == 1:
             rows = rows * args.tables
         elif len(rows) != args.tables:
@@ -294,9 +296,19 @@ def parse_capacities(text: str, total_rows: int) -> list[int]:
     return caps
 
 
+def _check_rows(trace, args: argparse.Namespace) -> None:
+    """Statistics keep per-row arrays sized by the rows (--rows, or the largest id + 1):
+    check their memory before computing."""
+    from scratchpipe_sim import memory_guard
+
+    memory_guard.check_cache(trace.total_rows, trace.num_accesses, source=str(args.path),
+                             field="--rows" if args.rows else "--trace")
+
+
 def handle_stats(args: argparse.Namespace) -> int:
     trace = open_trace(args.path, batch_size=args.batch_size, num_rows=args.rows,
                        fmt=args.fmt)
+    _check_rows(trace, args)
     caps = parse_capacities(args.capacities, trace.total_rows) if args.capacities else None
     summary = st.summarize(trace)
     if args.meta_format:
@@ -392,6 +404,7 @@ def handle_fit(args: argparse.Namespace) -> int:
                         field="--max-accesses")
     trace = open_trace(args.path, batch_size=args.batch_size, num_rows=args.rows,
                        fmt=args.fmt)
+    _check_rows(trace, args)
     fit = ft.fit_trace(trace, args.max_accesses or ft.DEFAULT_MAX_ACCESSES)
     if args.check:
         fit = dataclasses.replace(fit, check=ft.check_fit(trace, fit))

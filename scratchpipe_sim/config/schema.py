@@ -133,6 +133,8 @@ NAME_BOUNDS: tuple[tuple[str, float, float, str], ...] = (
     ("*_ttl_batches", 0, 2**40, "batches"),
     ("*ways", 1, 4096, "ways of associativity"),
     ("*_window_rows", 1, 2.0**50, "rows"),
+    ("count", 1, 2**20, "tables"),
+    ("tables", 1, 2**20, "tables"),
     ("cores", 1, 2**20, "cores"),
     ("gpus*", 1, 2**20, "GPUs"),
     ("plan_threads", 1, 2**20, "threads"),
@@ -170,9 +172,12 @@ def check_named(name: str, value: Any, field: str, source: str | None) -> None:
     bound = named_bound(name)
     if bound is not None and not bound[0] <= value <= bound[1]:
         lo, hi, unit = bound
-        got = f"{value:,}" if isinstance(value, int) else f"{value:g}"
-        raise UserError(f"expected {lo:g} to {hi:g} {unit}, got {got} (a typo?)",
-                        source=source, field=field)
+        raise UserError(f"expected {_num(lo)} to {_num(hi)} {unit}, got {_num(value)} (a "
+                        "typo?)", source=source, field=field)
+
+
+def _num(x: float) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
 def _check_bounds(meta: Mapping[str, Any], value: Any, field: str, source: str | None) -> None:

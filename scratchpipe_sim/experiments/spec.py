@@ -237,9 +237,9 @@ def check_point_count(spec: ExperimentSpec) -> None:
     if n > limit:
         sizes = " x ".join(str(len(a.values)) for a in spec.grid) or "1"
         zipped = "".join(f" x {len(g[0].values)}" for g in spec.zips)
-        raise UserError(f"the sweep has {n:,} points ({sizes}{zipped}), more than "
-                        f"{limits.SWEEP_POINTS.advice()}; expected fewer axis values",
-                        source=spec.source, field="sweep")
+        raise UserError(f"the sweep has {n:,} points ({sizes}{zipped}): expected fewer axis "
+                        f"values ({limits.SWEEP_POINTS.advice()})", source=spec.source,
+                        field="sweep")
 
 
 def _check_axis_key(key: str, resolved: dict, spec: ExperimentSpec) -> None:
