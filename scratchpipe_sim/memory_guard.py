@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.limits import env_number
 
 #: peak per-row state of a policy replay: the engine's batch stamps (int32, 4 B), the
 #: timing model's unique-row stamps (int64, 8 B), the policy's per-row array (scratchpipe's
@@ -35,12 +36,8 @@ ENV = "SCRATCHPIPE_MEMORY_BYTES"
 def available_bytes() -> int | None:
     """Memory this process can use now: $SCRATCHPIPE_MEMORY_BYTES, else Linux's
     MemAvailable, else physical memory; None when nothing says."""
-    if os.environ.get(ENV):
-        try:
-            return int(float(os.environ[ENV]))
-        except ValueError:
-            raise UserError(f"expected a number of bytes, got {os.environ[ENV]!r}",
-                            source="environment", field=ENV) from None
+    if os.environ.get(ENV, "").strip():
+        return int(env_number(ENV, 0, minimum=0))
     meminfo = Path("/proc/meminfo")
     try:
         for line in meminfo.read_text().splitlines():

@@ -542,3 +542,25 @@ def test_plot_resolution_is_bounded(run_folder, tmp_path, capsys, dpi):
     refused(["plot", str(run_folder), "--dpi", dpi], "--dpi", "pixels",
             "SCRATCHPIPE_MAX_FIGURE_PIXELS", cwd=tmp_path, capsys=capsys)
     assert not (run_folder / "figures").exists()
+
+
+# -- 11. numeric environment settings are validated ---------------------------------------
+
+@pytest.mark.parametrize("var", ["SCRATCHPIPE_MEMORY_BYTES", "SCRATCHPIPE_PROGRESS_S",
+                                 "SCRATCHPIPE_REPLAY_CACHE_MAX_BYTES"])
+@pytest.mark.parametrize("value", ["inf", "-5", "nan", "lots", "1e400"])
+def test_bad_environment_numbers_are_one_line(cfg, tmp_path, capsys, var, value):
+    refused(["run", str(cfg), "--design", "lru-cache", "--out", str(tmp_path / "o"),
+             "--no-timeline"], "environment", var, "expected", cwd=tmp_path,
+            env={var: value, "SCRATCHPIPE_CACHE_DIR": str(tmp_path / "cache")}, capsys=capsys)
+
+
+def test_environment_numbers_may_use_exponents(cfg, tmp_path, capsys):
+    assert main(["run", str(cfg), "--design", "gpu-only", "-q", "--no-timeline", "--out",
+                 str(tmp_path / "o")]) == 0
+    os.environ["SCRATCHPIPE_MEMORY_BYTES"] = "1e3"
+    try:
+        refused(["run", str(cfg), "--design", "gpu-only", "-q", "--out",
+                 str(tmp_path / "p")], "1e+03 B available", cwd=tmp_path, capsys=capsys)
+    finally:
+        del os.environ["SCRATCHPIPE_MEMORY_BYTES"]
