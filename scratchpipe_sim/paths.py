@@ -61,17 +61,22 @@ def input_file(path: str | os.PathLike, what: str = "file", field: str | None = 
     return Path(path)
 
 
-def output_error(e: OSError | ValueError, path: str | os.PathLike, what: str,
-                 field: str | None = None) -> UserError:
-    """The one-line error for a failed write of `what` to `path` (name too long, a NUL
-    byte, no permission, a file where a folder is needed, a full disk, ...)."""
-    if isinstance(e, ValueError):
-        reason = "the path holds a NUL byte"
-    elif e.errno == errno.ENAMETOOLONG:
-        reason = "a name in the path is too long"
+def os_error(e: OSError) -> UserError:
+    """The one-line error for an OSError on a named path that no caller handled (a name too
+    long, a read-only file system, a full disk, ...): the CLI's last word before a
+    traceback, so no write path can end in one."""
+    if e.errno == errno.ENAMETOOLONG:
+        reason = "a name in the path is too long (most file systems allow 255 bytes)"
+    elif e.errno == errno.ELOOP:
+        reason = "a symlink loop"
     else:
         reason = os_reason(e)
-    src = str(path).replace("\0", "\\0")
-    if len(src) > 300:
-        src = src[:150] + "..." + src[-100:]
-    return UserError(f"cannot write the {what} ({reason})", source=src, field=field)
+    where = e.filename if e.filename2 is None else e.filename2
+    return UserError(f"cannot read or write this path: {reason}", source=short_path(where))
+
+
+def short_path(path: object) -> str:
+    """A path for a one-line message: NUL bytes shown as \\0, a very long one shortened."""
+    src = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
+    src = src.replace("\0", "\\0")
+    return src if len(src) <= 200 else src[:100] + "..." + src[-60:]

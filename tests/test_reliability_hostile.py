@@ -564,3 +564,95 @@ def test_environment_numbers_may_use_exponents(cfg, tmp_path, capsys):
                  str(tmp_path / "p")], "1e+03 B available", cwd=tmp_path, capsys=capsys)
     finally:
         del os.environ["SCRATCHPIPE_MEMORY_BYTES"]
+
+
+# -- 10. OS errors on output paths --------------------------------------------------------
+
+LONG = "x" * 300  # beyond the 255-byte name limit of common file systems
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "{cfg}", "--out", "{tmp}/" + LONG, "-q", "--no-timeline"],
+    ["trace", "gen", "--seed", "1", "--rows", "10", "--batch-size", "4", "--batches", "2",
+     "--out", "{tmp}/" + LONG + ".sptrace"],
+    ["trace", "convert", "{log}", "{tmp}/" + LONG + ".sptrace"],
+    ["trace", "fit", "{log}", "--out", "{tmp}/" + LONG + ".yaml"],
+    ["plot", "{run}", "--out", "{tmp}/" + LONG],
+    ["sensitivity", "{cfg}", "--out", "{tmp}/" + LONG],
+])
+def test_a_name_too_long_is_one_line(cfg, run_folder, tmp_path, capsys, argv):
+    log = tmp_path / "ids.log"
+    log.write_text(", ".join(str(i % 7) for i in range(200)) + "\n")
+    argv = [a.format(cfg=cfg, tmp=tmp_path, log=log, run=run_folder) for a in argv]
+    refused(argv, "name in the path is too long", cwd=tmp_path, capsys=capsys)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("xxx")]
+
+
+@pytest.mark.parametrize("where, text", [
+    ("experiment", 'name: "a\\0b"\nbase: {seed: 1}\nsweep: {grid: {seed: [1, 2]}}\n'),
+    ("config", 'name: "a\\0b"\nseed: 1\n'),
+    ("set", None),
+])
+def test_a_nul_byte_in_a_name_is_one_line(cfg, tmp_path, capsys, where, text):
+    if where == "set":
+        argv = ["run", str(cfg), "--set", 'name="r\\0s"', "-q"]
+    else:
+        p = tmp_path / f"{where}.yaml"
+        p.write_text(text)
+        argv = ["sweep", str(p), "-q"] if where == "experiment" else ["run", str(p), "-q"]
+    refused(argv, "name", "without NUL bytes", cwd=tmp_path, capsys=capsys)
+
+
+# -- 13. concurrent writers of one trace --------------------------------------------------
+
+def _trace(n: int = 40):
+    from scratchpipe_sim.traces.trace import Trace
+
+    return Trace.single_table(np.arange(n, dtype=np.int64) % 9, 9, 4)
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_the_loser_of_two_trace_writers_leaves_nothing_behind(tmp_path, overwrite):
+    from scratchpipe_sim.errors import UserError
+    from scratchpipe_sim.traces.io import open_trace
+    from scratchpipe_sim.traces.store import TraceWriter
+
+    out = tmp_path / "t.sptrace"
+    a = TraceWriter(out, [9], 4, overwrite=overwrite)
+    b = TraceWriter(out, [9], 4, overwrite=overwrite)
+    a.append_trace(_trace(40))
+    b.append_trace(_trace(80))
+    a.close()
+    if overwrite:
+        b.close()  # --force: the last writer wins, whole
+        assert open_trace(out).num_accesses == 80
+    else:
+        with pytest.raises(UserError, match="written by another process meanwhile"):
+            b.close()
+        assert open_trace(out).num_accesses == 40  # the winner's trace is kept, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.sptrace"]
+
+
+def test_a_failed_write_leaves_no_temporary_folder(tmp_path):
+    from scratchpipe_sim.traces.store import TraceWriter
+
+    with pytest.raises(RuntimeError), TraceWriter(tmp_path / "t.sptrace", [9], 4) as w:
+        w.append_trace(_trace())
+        raise RuntimeError("killed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_concurrent_trace_gen_processes_leave_one_whole_trace(tmp_path):
+    out = tmp_path / "g.sptrace"
+    argv = [sys.executable, "-m", "scratchpipe_sim", "trace", "gen", "--seed", "1", "--rows",
+            "1000", "--batch-size", "64", "--batches", "200", "--out", str(out), "--force"]
+    procs = [subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for p in procs:
+        _, err = p.communicate(timeout=HANG_S)
+        assert p.returncode in (0, 2), err
+        assert "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.sptrace"]
+    from scratchpipe_sim.traces.io import open_trace
+
+    assert open_trace(out).num_accesses == 64 * 200

@@ -95,6 +95,9 @@ def coerce(tp: Any, value: Any, field: str, source: str | None) -> Any:
     if tp is str:
         if not isinstance(value, str):
             raise bad()
+        if "\0" in value:  # names become paths (results/<name>), and no path holds NUL
+            raise UserError(f"expected text without NUL bytes, got {value!r}", source=source,
+                            field=field)
         return value
     if origin is tuple:
         if not isinstance(value, (list, tuple)):

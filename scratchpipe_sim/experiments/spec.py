@@ -220,8 +220,9 @@ def load_experiment(path: str | os.PathLike) -> ExperimentSpec:
                         field=f"metrics.{clash[0]}")
     figures = check_figures(data.get("figures"), source)
     name = data.get("name", p.stem)
-    if not isinstance(name, str) or not name:
-        raise UserError("expected a non-empty string", source=source, field="name")
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise UserError(f"expected a non-empty string without NUL bytes (it names the "
+                        f"results folder), got {name!r}", source=source, field="name")
     spec = ExperimentSpec(name=name, source=source, base=base, base_dir=base_dir,
                           base_source=base_source, grid=grid, zips=tuple(zips),
                           designs=designs, metrics=metrics, figures=figures,

@@ -94,6 +94,15 @@ class TraceWriter:
                             np.asarray(trace.batch_bounds))
 
     def close(self) -> Path:
+        """Publish the trace; on any failure (a full disk, another writer publishing the
+        same name first) the temporary folder is removed, never left behind."""
+        try:
+            return self._publish()
+        except BaseException:
+            self.abort()
+            raise
+
+    def _publish(self) -> Path:
         for f in self._f.values():
             f.close()
         manifest = {
@@ -110,8 +119,17 @@ class TraceWriter:
         }
         (self._tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         if self.path.exists() and self.overwrite:
-            shutil.rmtree(self.path) if self.path.is_dir() else self.path.unlink()
-        os.replace(self._tmp, self.path)
+            shutil.rmtree(self.path, ignore_errors=True) if self.path.is_dir() \
+                else self.path.unlink(missing_ok=True)
+        try:
+            os.replace(self._tmp, self.path)
+        except OSError as e:
+            if not self.path.exists():
+                raise
+            # another writer published this name between our check and our rename: keep
+            # its complete trace, drop ours
+            raise UserError("written by another process meanwhile; kept that trace "
+                            f"({e.strerror or e})", source=str(self.path)) from None
         return self.path
 
     def abort(self) -> None:
