@@ -656,3 +656,54 @@ def test_concurrent_trace_gen_processes_leave_one_whole_trace(tmp_path):
     from scratchpipe_sim.traces.io import open_trace
 
     assert open_trace(out).num_accesses == 64 * 200
+
+
+# -- 12. results files from elsewhere -----------------------------------------------------
+
+def _edit_csv(path: Path, column: str, value: str) -> None:
+    import csv
+
+    rows = list(csv.DictReader(path.open()))
+    rows[0][column] = value
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["compare", "{run}"], ("iter_ns_mean", "expected a number")),
+    (["plot", "{run}"], ("iter_ns_mean", "expected a number")),
+    (["compare", "{ok}", "--metric", "design"], ("--metric", "not a time column")),
+    (["compare", "{ok}", "--metric", "policy"], ("--metric", "not a time column")),
+])
+def test_a_results_table_from_elsewhere_is_one_line(run_folder, tmp_path, capsys, argv,
+                                                    words):
+    import shutil
+
+    ok = tmp_path / "ok"
+    shutil.copytree(run_folder, ok)
+    _edit_csv(run_folder / "results.csv", "iter_ns_mean", "fast")
+    argv = [a.format(run=run_folder, ok=ok) for a in argv]
+    refused(argv, *words, cwd=tmp_path, capsys=capsys)
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda m: m.update(version=99), "version"),
+    (lambda m: m.pop("columns"), "columns"),
+    (lambda m: m.update(designs=5), "designs"),
+    (lambda m: m.update(axes="seed"), "axes"),
+])
+def test_a_sweep_manifest_from_another_version_is_one_line(tmp_path, capsys, edit, field):
+    exp = tmp_path / "sw.yaml"
+    exp.write_text(f"base: {json.dumps(SMALL)}\nsweep: {{grid: {{seed: [1, 2]}}}}\n"
+                   "designs: [gpu-only]\nmetrics: [iter_ns_mean]\n")
+    out = tmp_path / "o"
+    assert main(["sweep", str(exp), "--out", str(out), "-q"]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    edit(m)
+    (out / "manifest.json").write_text(json.dumps(m))
+    before = (out / "results.csv").read_text()
+    for argv in (["sweep", str(exp), "--out", str(out), "-q"], ["compare", str(out)]):
+        refused(argv, "manifest.json", field, cwd=tmp_path, capsys=capsys)
+    assert (out / "results.csv").read_text() == before  # no earlier result is lost

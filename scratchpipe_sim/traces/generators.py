@@ -458,8 +458,10 @@ def make_spec(distribution: str, table_rows: Sequence[int] | int, batch_size: in
     widest = sum(L + 8 * max(sigmas) for L in pool)
     cause = ("batch_size" if batch_size >= widest else
              "pooling_sigma" if 8 * max(sigmas) * len(pool) > sum(pool) else "pooling")
-    memory_guard.check_generator(len(rows), batch_size, math.ceil(batch_size * widest),
-                                 BLOCK_ACCESSES, source=source, field=f"{p}{cause}")
+    per_batch = math.ceil(batch_size * widest)
+    memory_guard.check_generator(len(rows), batch_size, per_batch,
+                                 min(BLOCK_ACCESSES, per_batch * num_batches), source=source,
+                                 field=f"{p}{cause}")
     params = _check_params(distribution, dist_params, source, p)
     _check_param_lengths(distribution, params, len(rows), source, p)
     spec = GenSpec(distribution, tuple(rows), batch_size, num_batches, tuple(pool), int(seed),
