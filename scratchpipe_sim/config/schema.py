@@ -118,13 +118,13 @@ def coerce(tp: Any, value: Any, field: str, source: str | None) -> Any:
 
 
 #: (name pattern, lowest, highest, unit and why): the physical range of every field whose
-#: last dotted part matches (first match wins). Rates are >= 1 MB/s and <= 1 PB/s, times
-#: <= 1000 s, windows (batches) and associativity <= 4096: far beyond any machine or
-#: config, far below what would overflow a time or an allocation.
+#: last dotted part matches (first match wins). Rates are >= 1 MB/s (an idealized link may
+#: be 1e15 GB/s), times <= 1000 s, windows (batches) and associativity <= 4096: far beyond
+#: any machine or config, far below what would overflow a time or an allocation.
 NAME_BOUNDS: tuple[tuple[str, float, float, str], ...] = (
-    ("*_GBps", 1e-3, 1e6, "GB/s (1 MB/s to 1 PB/s)"),
+    ("*_GBps", 1e-3, 1e18, "GB/s (at least 1 MB/s; idealized links may be 1e15)"),
     ("*_GHz", 1e-3, 1e3, "GHz"),
-    ("tflops", 1e-6, 1e6, "TFLOP/s"),
+    ("tflops", 1e-6, 1e18, "TFLOP/s"),
     ("*_ns", 0.0, 1e12, "ns (at most 1000 s)"),
     ("*_ns_per_*", 0.0, 1e12, "ns (at most 1000 s)"),
     ("*_GiB", 0.0, 1e6, "GiB (at most 1 EiB)"),
