@@ -467,7 +467,7 @@ def test_the_json_writer_never_writes_nan_or_infinity():
 def test_cache_windows_and_ways_have_a_documented_maximum(tmp_path, capsys, argv, flag):
     ids = tmp_path / "ids.npy"
     np.save(ids, np.arange(100) % 17)
-    refused(["cache", "--trace", str(ids), "--capacity", "10", *argv], flag, "expected 1 to 4096",
+    refused(["cache", "--trace", str(ids), "--capacity", "10", *argv], flag, "expected 1 to 4,096",
             cwd=tmp_path, capsys=capsys)
 
 
