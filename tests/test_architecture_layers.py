@@ -20,10 +20,11 @@ NAME = "scratchpipe_sim"
 #: bottom to top; each package imports only its own layer's package and those below.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("(root)",),                          # __init__, errors, registry
+    ("safety",),                          # input paths, limits, memory guard, strict JSON
     ("config",),                          # dataclasses, loader, presets, schema
     ("traces",),                          # access streams, readers, generators
     ("policies",),                        # cache replacement kernels, replay cache
-    ("timing",),                          # SimPy machine, designs, runner, memory guard
+    ("timing",),                          # SimPy machine, designs, runner
     ("measure",),                         # what cpu/ and cuda/ both measure with
     ("cpu", "cuda", "experiments"),       # host benchmarks, GPU kernels, sweeps
     ("api",),                             # the Python API the CLI is built on

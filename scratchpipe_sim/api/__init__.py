@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from scratchpipe_sim import __version__
 from scratchpipe_sim.errors import UserError, os_reason
+from scratchpipe_sim.safety import jsonout
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -107,8 +108,7 @@ def check_run(config: ConfigInput, designs: Sequence[str] | None = None, *,
     Python `values`), the design names (each once; `designs_field` names where they came
     from in messages) and a memory estimate. Returns the config and the designs to run."""
     from scratchpipe_sim.config import load_config
-    from scratchpipe_sim.timing import memory_guard
-    from scratchpipe_sim.timing.runner import check_designs
+    from scratchpipe_sim.timing.runner import check_config_memory, check_designs
 
     if isinstance(designs, str):
         raise UserError(f"expected a list of design names, got the text {designs!r}",
@@ -119,14 +119,15 @@ def check_run(config: ConfigInput, designs: Sequence[str] | None = None, *,
     names = check_designs(cfg, list(designs) if designs else None)
     if not designs:
         _check_unique(names, cfg.source, "designs")
-    memory_guard.check_config(cfg, source=cfg.source)  # a trace file: checked once read
+    check_config_memory(cfg, source=cfg.source)  # a trace file: checked once read
     return cfg, names
 
 
 def run_trace(cfg: Config, replay_cache: bool = True) -> Trace:
     """The config's trace (generated or read; from the trace cache unless `replay_cache` is
     False), refused when simulating it would not fit in memory."""
-    from scratchpipe_sim.timing import build_trace, memory_guard
+    from scratchpipe_sim.safety import memory_guard
+    from scratchpipe_sim.timing import build_trace
 
     trace = build_trace(cfg, cache=replay_cache)
     memory_guard.check_run(trace.total_rows, trace.num_accesses, source=cfg.source,
@@ -175,7 +176,7 @@ def write_run(out: Path, outcome: RunOutcome, config_arg: str,
         w.writeheader()
         for r in records:
             w.writerow(r)
-    (out / RUN_JSON).write_text(json.dumps(outcome.rows, indent=1))
+    (out / RUN_JSON).write_text(jsonout.dumps(outcome.rows, indent=1))
     (out / RUN_CONFIG).write_text(dump_yaml(outcome.resolved))
     (out / RUN_TRACE_SHA).write_text(outcome.trace_sha256 + "\n")
     found = versions()
@@ -184,7 +185,7 @@ def write_run(out: Path, outcome: RunOutcome, config_arg: str,
             "python": found["python"], "designs": [r["design"] for r in outcome.rows],
             "versions": found, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                             time.gmtime())}
-    (out / RUN_METADATA).write_text(json.dumps(meta, indent=1))
+    (out / RUN_METADATA).write_text(jsonout.dumps(meta, indent=1))
 
 
 def fresh_dir(path: Path) -> Path:

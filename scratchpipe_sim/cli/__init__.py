@@ -86,6 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:  # on a named path no handler caught: one line, not a traceback
+        if e.filename is None:
+            raise
+        from scratchpipe_sim.safety.paths import os_error
+
+        print(f"scratchpipe-sim {args.command}: {os_error(e).line()}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

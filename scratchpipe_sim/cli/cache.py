@@ -7,20 +7,18 @@ model, so hit ratios can be compared with libCacheSim or FBGEMM's own stats dire
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from typing import Any
 
-import yaml
-
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_json
-from scratchpipe_sim.config.loader import UniqueKeyLoader
+from scratchpipe_sim.config.loader import parse_yaml_value
+from scratchpipe_sim.config.schema import check_named
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies import POLICIES
 from scratchpipe_sim.policies.engine import CacheResult, run_cache
-from scratchpipe_sim.timing import memory_guard
+from scratchpipe_sim.safety import jsonout, memory_guard
 from scratchpipe_sim.traces.io import formats, open_trace
 
 
@@ -63,10 +61,7 @@ def parse_params(items: list[str]) -> dict[str, Any]:
         if key in out:
             raise UserError(f"parameter '{key}' given twice; expected each once",
                             field="--param")
-        try:
-            out[key] = yaml.load(value, Loader=UniqueKeyLoader) if value.strip() else value
-        except yaml.YAMLError:
-            out[key] = value
+        out[key] = parse_yaml_value(value, "--param", key) if value.strip() else value
     return out
 
 
@@ -86,6 +81,7 @@ def handle(args: argparse.Namespace) -> int:
                 raise UserError(f"policy '{args.policy}' takes no --{flag} (it takes: "
                                 f"{', '.join(sorted(cls.params)) or 'no parameters'})",
                                 field=f"--{flag}")
+            check_named(key, value, f"--{flag}", None)
             params[key] = value
     cls.check_params(params)
     trace = open_trace(args.trace, batch_size=args.batch_size, fmt=args.fmt)
@@ -100,7 +96,7 @@ def handle(args: argparse.Namespace) -> int:
               file=sys.stderr)
     result = run_cache(trace, args.policy, capacity, **params)
     if args.json:
-        print(json.dumps(to_json(result, trace)))
+        print(jsonout.dumps(to_json(result, trace)))
     else:
         print(report(result, trace))
     return 0

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 from scratchpipe_sim.cli import COMMANDS
+from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.timing.designs import baseline_design
 
 
@@ -40,7 +40,7 @@ def handle(args: argparse.Namespace) -> int:
         def num(v):
             return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
-        print(json.dumps({
+        print(jsonout.dumps({
             "baseline": c.baseline, "metric": c.metric, "common_points": c.common,
             "points": [{k: num(v) for k, v in r.items()}
                        for r in c.table.to_dict(orient="records")],

@@ -7,11 +7,11 @@ saves as resolved_config.yaml beside its results.
 from __future__ import annotations
 
 import argparse
-import json
 
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_config, add_json, add_overrides
 from scratchpipe_sim.config import dump_yaml, flatten, resolve
+from scratchpipe_sim.safety import jsonout
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,10 +39,10 @@ def handle_show(args: argparse.Namespace) -> int:
 
     d = with_default_designs(resolve(args.config, args.overrides))
     if args.json:
-        print(json.dumps(d, indent=1))
+        print(jsonout.dumps(d, indent=1))
     elif args.flat:
         for k, v in flatten(d).items():
-            print(f"{k}={json.dumps(v)}")
+            print(f"{k}={jsonout.dumps(v)}")
     else:
         print(dump_yaml(d), end="")
     return 0

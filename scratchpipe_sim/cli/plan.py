@@ -9,11 +9,11 @@ each axis's grid (the capacity search: scratchpipe_sim/experiments/capacity_sear
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_config, add_json, add_overrides, load_config_of
+from scratchpipe_sim.safety import jsonout
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,5 +49,5 @@ def handle(args: argparse.Namespace) -> int:
             print(f"plan: {msg}", file=sys.stderr, flush=True)
 
     p = plan(cfg, args.target, args.designs, tuple(args.axes or AXES), progress)
-    print(json.dumps(p.to_dict()) if args.json else format_plan(p))
+    print(jsonout.dumps(p.to_dict()) if args.json else format_plan(p))
     return 0

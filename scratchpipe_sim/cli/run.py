@@ -11,7 +11,6 @@ exists, DIR-1, DIR-2, ... is used and the folder actually written is printed.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ from scratchpipe_sim.cli._options import add_config, add_json, add_overrides
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.progress import Progress
 from scratchpipe_sim.experiments.run_tables import render
+from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.timing import DESIGNS
 
 
@@ -92,7 +92,7 @@ def handle(args: argparse.Namespace) -> int:
         shutil.rmtree(out, ignore_errors=True)  # ours, just made: leave no half result
         raise
     if args.json:
-        print(json.dumps(outcome.rows))
+        print(jsonout.dumps(outcome.rows))
     else:
         print(render(outcome.rows))
         print(f"\nresults: {out}", file=sys.stdout)

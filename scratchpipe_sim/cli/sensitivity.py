@@ -22,12 +22,12 @@ See scratchpipe_sim/experiments/sensitivity.py (one config) and bands.py (a swee
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_config, add_json, add_overrides, load_config_of
+from scratchpipe_sim.safety import jsonout
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -96,7 +96,7 @@ def _handle_config(args: argparse.Namespace) -> int:
     res = run_sensitivity(cfg, args.designs, samples=args.samples, seed=args.seed,
                           log=None if args.json else log)
     if args.json:
-        print(json.dumps(res.to_json(), indent=1))
+        print(jsonout.dumps(res.to_json(), indent=1))
     else:
         print(f"sensitivity {cfg.name or Path(args.config).stem}: {len(res.params)} ranges "
               f"(hardware {cfg.hardware.name or 'inline'}), {args.samples} Latin-hypercube "
@@ -149,7 +149,7 @@ def _handle_sweep(args: argparse.Namespace) -> int:
         if not ok and not any(out.iterdir()):
             shutil.rmtree(out, ignore_errors=True)  # ours, just made, empty
     if args.json:
-        print(json.dumps(bands.to_json()["rows"], indent=1))
+        print(jsonout.dumps(bands.to_json()["rows"], indent=1))
     else:
         seed = "the config's" if args.seed is None else args.seed
         print(f"sensitivity {spec.name}: {len(bands.points)} point(s) x {len(bands.designs)} "

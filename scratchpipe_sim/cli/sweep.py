@@ -8,11 +8,11 @@ with --retry-failed; 2 for a user mistake (bad experiment, folder busy or unwrit
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_json
+from scratchpipe_sim.safety import jsonout
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,20 +49,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from scratchpipe_sim.api import SweepOptions, run_experiment, summary_dict
-    from scratchpipe_sim.experiments.spec import expand_points, load_experiment
+    from scratchpipe_sim.experiments.spec import iter_points, load_experiment
 
     spec = load_experiment(args.experiment)
     options = SweepOptions(jobs=args.jobs, executor=args.executor, scheduler=args.scheduler,
                            retry_failed=args.retry_failed, replay_cache=not args.no_cache,
                            quiet=args.quiet)
     if args.dry_run:
-        for p in expand_points(spec):
+        for p in iter_points(spec):
             vals = ", ".join(f"{k}={v}" for k, v in p.values.items())
             print(f"{p.index:4d} {p.key} {vals}")
         return 0
     summary = run_experiment(spec, args.out, options)
     if args.json:
-        print(json.dumps(summary_dict(summary)))
+        print(jsonout.dumps(summary_dict(summary)))
     else:
         print(summary.line())
     if summary.errors:

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_json
+from scratchpipe_sim.config.loader import YamlRefused, load_yaml_text
+from scratchpipe_sim.config.schema import check_named
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.traces import generators as gen
 from scratchpipe_sim.traces import stats as st
 from scratchpipe_sim.traces.io import formats, open_trace
@@ -112,8 +112,10 @@ def _params(items: list[str]) -> dict[str, Any]:
         if "," in text and not text.startswith(("[", "{", "'", '"')):
             text = f"[{text}]"
         try:
-            out[key.strip()] = yaml.safe_load(text) if text else value
-        except yaml.YAMLError:
+            out[key.strip()] = load_yaml_text(text, None, "--param") if text else value
+        except YamlRefused:
+            raise
+        except UserError:
             raise UserError(f"cannot read the value of '{item}': expected a number, a word or "
                             "a list such as 0.3,0.7", field="--param") from None
     return out
@@ -146,6 +148,7 @@ def handle_gen(args: argparse.Namespace) -> int:
         if args.tables < 1:
             raise UserError(f"expected a positive number of tables, got {args.tables}",
                             field="--tables")
+        check_named("tables", args.tables, "--tables", None)
         if len(rows) == 1:
             rows = rows * args.tables
         elif len(rows) != args.tables:
@@ -294,9 +297,19 @@ def parse_capacities(text: str, total_rows: int) -> list[int]:
     return caps
 
 
+def _check_rows(trace, args: argparse.Namespace) -> None:
+    """Statistics keep per-row arrays sized by the rows (--rows, or the largest id + 1):
+    check their memory before computing."""
+    from scratchpipe_sim.safety import memory_guard
+
+    memory_guard.check_cache(trace.total_rows, trace.num_accesses, source=str(args.path),
+                             field="--rows" if args.rows else "--trace")
+
+
 def handle_stats(args: argparse.Namespace) -> int:
     trace = open_trace(args.path, batch_size=args.batch_size, num_rows=args.rows,
                        fmt=args.fmt)
+    _check_rows(trace, args)
     caps = parse_capacities(args.capacities, trace.total_rows) if args.capacities else None
     summary = st.summarize(trace)
     if args.meta_format:
@@ -308,7 +321,7 @@ def handle_stats(args: argparse.Namespace) -> int:
         if curve is not None:
             d["lru_mrc"] = curve.points()
             d["cold_misses"] = curve.cold_misses
-        print(json.dumps(d))
+        print(jsonout.dumps(d))
         return 0
     print(report(summary, curve))
     return 0
@@ -393,6 +406,7 @@ def handle_fit(args: argparse.Namespace) -> int:
                         field="--max-accesses")
     trace = open_trace(args.path, batch_size=args.batch_size, num_rows=args.rows,
                        fmt=args.fmt)
+    _check_rows(trace, args)
     fit = ft.fit_trace(trace, args.max_accesses or ft.DEFAULT_MAX_ACCESSES)
     if args.check:
         fit = dataclasses.replace(fit, check=check_fit(trace, fit))

@@ -9,12 +9,12 @@ and print the distance (max absolute per-bucket difference).
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 
 from scratchpipe_sim.cli._options import add_json
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.traces import convert as cv
 
 
@@ -101,7 +101,7 @@ def handle_locality(args: argparse.Namespace) -> int:
     d_acc = float(np.abs(as_ - target.access_share).max())
     dist = max(d_rows, d_acc)
     if args.json:
-        print(json.dumps({"trace": str(args.path), "target": target.name,
+        print(jsonout.dumps({"trace": str(args.path), "target": target.name,
                           "accesses": int(h.num_indices), "distinct_rows": int(h.num_unique),
                           "buckets": list(BUCKET_LABELS), "row_share": rs.tolist(),
                           "target_row_share": target.row_share.tolist(),

@@ -25,6 +25,7 @@ from pathlib import Path
 from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_json, add_overrides, load_config_of
 from scratchpipe_sim.config import load_config
+from scratchpipe_sim.safety import jsonout
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,7 +65,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle_published(args: argparse.Namespace) -> int:
-    import json
     import sys
 
     from scratchpipe_sim.errors import UserError
@@ -78,7 +78,7 @@ def handle_published(args: argparse.Namespace) -> int:
     log = None if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
     results = published.run_points(points, log=log)
     if args.json:
-        print(json.dumps(published.as_json(results), indent=1))
+        print(jsonout.dumps(published.as_json(results), indent=1))
         return 0
     print(f"validate --published: {len(points)} points, {published.TIMED_BATCHES} batches "
           f"each ({published.FILL_BATCHES} to fill the pipeline), TBE stages only")
@@ -87,7 +87,6 @@ def handle_published(args: argparse.Namespace) -> int:
 
 
 def handle_cpu(args: argparse.Namespace) -> int:
-    import json
 
     from scratchpipe_sim.cpu.validate import cpu_designs, format_table, validate_cpu
     from scratchpipe_sim.errors import UserError
@@ -106,7 +105,7 @@ def handle_cpu(args: argparse.Namespace) -> int:
     results = validate_cpu(cfg, reps=args.reps, max_batches=args.batches, log=log,
                            statistic=args.statistic)
     if args.json:
-        print(json.dumps([r.as_json() for r in results], indent=1))
+        print(jsonout.dumps([r.as_json() for r in results], indent=1))
         return 0
     hw = cfg.hardware
     print(f"validate --cpu {cfg.name or Path(args.config).stem}: hardware "

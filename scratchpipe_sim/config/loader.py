@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,6 +23,8 @@ import yaml
 
 from scratchpipe_sim.config.model import Config
 from scratchpipe_sim.errors import UserError, closest
+from scratchpipe_sim.safety import limits
+from scratchpipe_sim.safety.paths import input_file
 
 
 def _configs_dir() -> Path:
@@ -40,9 +43,49 @@ CONFIGS_DIR = _configs_dir()
 _PRESET_DIRS = {"hardware": "hardware", "trace": "traces", "model": "models"}
 
 
+class YamlLimitError(yaml.YAMLError):
+    """A document beyond a limit (nesting, alias expansion): refused, never read as text."""
+
+    def __init__(self, message: str, mark: yaml.Mark | None):
+        self.message = message
+        self.mark = mark
+        super().__init__(message)
+
+
+#: YAML 1.2 floats: `1e-3` and `1e300` are numbers (YAML 1.1 wants `1.0e-3`), as people
+#: write them; the 1.1 forms (`.5`, `1_000.0`, `.inf`) stay numbers too.
+_FLOAT_RE = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+    |\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X)
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that rejects a key written twice in one mapping (PyYAML keeps the last
-    silently, so a typo-level duplicate would change a config without a word)."""
+    silently, so a typo-level duplicate would change a config without a word), nesting
+    deeper than limits.YAML_DEPTH (checked while composing, before any recursion runs deep)
+    and documents whose aliases expand beyond limits.YAML_NODES nodes ("billion laughs":
+    PyYAML shares aliased objects, but printing or copying one expands it)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        self._depth += 1
+        try:
+            if self._depth > limits.YAML_DEPTH.value():
+                raise YamlLimitError(f"nested too deeply; {limits.YAML_DEPTH.advice()}",
+                                     self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None:
+            _check_expansion(node)
+        return node
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
         if isinstance(node, yaml.MappingNode):
@@ -63,23 +106,89 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_yaml_text(text: str, source: str | None) -> Any:
-    """YAML text -> data with the strict loader; a syntax error or duplicate key is a
-    one-line UserError naming the line."""
+UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE,
+                                      list("-+0123456789."))
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuse a composed document whose aliases expand beyond the node or depth limit, or
+    refer to themselves; iterative and memoized per node, so a bomb costs what it is
+    written with, not what it expands to."""
+    max_nodes, max_depth = limits.YAML_NODES.value(), limits.YAML_DEPTH.value()
+    size: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, depth)
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            kids = [size[id(c)] for c in _children(node)]
+            nodes = 1 + sum(k[0] for k in kids)
+            depth = 1 + max((k[1] for k in kids), default=0)
+            if nodes > max_nodes:
+                raise YamlLimitError(f"aliases expand to more than {max_nodes:,} nodes; "
+                                     f"{limits.YAML_NODES.advice()}", node.start_mark)
+            if depth > max_depth:
+                raise YamlLimitError(f"aliases nest too deeply; {limits.YAML_DEPTH.advice()}",
+                                     node.start_mark)
+            size[key] = (nodes, depth)
+        elif key not in size:
+            if key in on_path:
+                raise YamlLimitError("an alias refers to the node that contains it; expected "
+                                     "a tree", node.start_mark)
+            on_path.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in _children(node) if id(c) not in size)
+
+
+def load_yaml_text(text: str, source: str | None, field: str | None = None) -> Any:
+    """YAML text -> data with the strict loader; a syntax error, duplicate key or a
+    document beyond a limit is a one-line UserError naming the line."""
     try:
         return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise UserError(f"not valid YAML{where}: {' '.join(str(problem).split())}",
-                        source=source) from None
+        raise _yaml_error(e, source, field) from None
+
+
+class YamlRefused(UserError):
+    """A YAML document or value beyond a limit (a UserError a caller must not read as
+    text)."""
+
+
+def _yaml_error(e: yaml.YAMLError, source: str | None, field: str | None) -> UserError:
+    mark = getattr(e, "problem_mark", None) or getattr(e, "mark", None)
+    where = f" at line {mark.line + 1}" if mark is not None else ""
+    if isinstance(e, YamlLimitError):
+        return YamlRefused(f"YAML refused{where}: {e.message}", source=source, field=field)
+    problem = getattr(e, "problem", None) or str(e)
+    return UserError(f"not valid YAML{where}: {' '.join(str(problem).split())}",
+                     source=source, field=field)
+
+
+def parse_yaml_value(text: str, source: str | None = None, field: str | None = None) -> Any:
+    """A command-line value read as YAML (`22` an int, `"22"` the string 22, `1e-3` a
+    float); text that is not valid YAML stays text, but a value beyond a limit (nesting,
+    aliases) is a UserError, never kept."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except YamlLimitError as e:
+        raise _yaml_error(e, source, field) from None
+    except yaml.YAMLError:
+        return text
 
 
 def read_text(path: Path, what: str = "config file") -> str:
     """A file's UTF-8 text; a missing, unreadable or non-UTF-8 file is a UserError."""
-    if not path.is_file():
-        raise UserError(f"no such {what}", source=str(path))
+    input_file(path, what)
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
@@ -134,11 +243,7 @@ def parse_override(text: str, source: str = "--set") -> tuple[str, Any]:
         raise UserError(f"expected key=value, got {text!r}", source=source)
     if not raw.strip():
         return key, None
-    try:
-        value = yaml.load(raw, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
-    except yaml.YAMLError:
-        value = raw
-    return key, value
+    return key, parse_yaml_value(raw, source, key)
 
 
 # -- dotted-key access to plain nested dicts (`cache.capacity_rows`) -----------------------

@@ -6,11 +6,19 @@ hints, rejects unknown keys with a "did you mean", checks types strictly (an int
 float is expected is fine; a str where a number is expected is not; bool is never a number;
 .inf and .nan are never a number: no size, rate or count is infinite)
 and the metadata bounds, and names the dotted key and the file in every error.
+
+Beyond a field's own bounds, every field is checked against `NAME_BOUNDS`, a physical range
+chosen by its name's unit (`*_GBps`, `*_ns`, `tflops`, ...) or meaning (`lookahead`,
+`ways`): a bandwidth of 1e-300 GB/s or a window of 10**11 batches is a typo, and would
+otherwise reach the timing model as an infinite time or numpy as a terabyte array. The
+same table bounds policy parameters (`cache --param`, `--lookahead`, `--ways`) and the
+keys of `hardware.ranges`; docs/architecture.md lists it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import functools
 import math
 import types
@@ -87,6 +95,9 @@ def coerce(tp: Any, value: Any, field: str, source: str | None) -> Any:
     if tp is str:
         if not isinstance(value, str):
             raise bad()
+        if "\0" in value:  # names become paths (results/<name>), and no path holds NUL
+            raise UserError(f"expected text without NUL bytes, got {value!r}", source=source,
+                            field=field)
         return value
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
@@ -104,6 +115,73 @@ def coerce(tp: Any, value: Any, field: str, source: str | None) -> Any:
         vt = get_args(tp)[1] if get_args(tp) else Any
         return {str(k): coerce(vt, v, f"{field}.{k}", source) for k, v in value.items()}
     raise TypeError(f"unsupported config type {tp!r}")
+
+
+#: (name pattern, lowest, highest, unit and why): the physical range of every field whose
+#: last dotted part matches (first match wins). Rates are >= 1 MB/s (an idealized link may
+#: be 1e15 GB/s), times <= 1000 s, windows (batches) and associativity <= 4096: far beyond
+#: any machine or config, far below what would overflow a time or an allocation.
+NAME_BOUNDS: tuple[tuple[str, float, float, str], ...] = (
+    ("*_GBps", 1e-3, 1e18, "GB/s (at least 1 MB/s; idealized links may be 1e15)"),
+    ("*_GHz", 1e-3, 1e3, "GHz"),
+    ("tflops", 1e-6, 1e18, "TFLOP/s"),
+    ("*_Gps", 1e-6, 1e9, "billion operations per second"),
+    ("*_ns", 0.0, 1e12, "ns (at most 1000 s)"),
+    ("*_ns_per_*", 0.0, 1e12, "ns (at most 1000 s)"),
+    ("*_GiB", 0.0, 1e6, "GiB (at most 1 EiB)"),
+    ("*_MiB", 0.0, 1e9, "MiB (at most 1 EiB)"),
+    ("*_usd_per_hour", 0.0, 1e9, "USD per hour"),
+    ("*_bytes", 0.0, 2.0**40, "bytes"),
+    ("*lookahead", 1, 4096, "batches of lookahead"),
+    ("queue_depth", 1, 4096, "batches in a queue"),
+    ("*_ttl_batches", 0, 2**40, "batches"),
+    ("*ways", 1, 4096, "ways of associativity"),
+    ("*_window_rows", 1, 2.0**50, "rows"),
+    ("count", 1, 2**20, "tables"),
+    ("tables", 1, 2**20, "tables"),
+    ("cores", 1, 2**20, "cores"),
+    ("gpus*", 1, 2**20, "GPUs"),
+    ("plan_threads", 1, 2**20, "threads"),
+)
+
+
+def named_bound(name: str) -> tuple[float, float, str] | None:
+    """The (lowest, highest, unit) NAME_BOUNDS gives a field or parameter name, or None."""
+    leaf = str(name).rsplit(".", 1)[-1]
+    for pattern, lo, hi, unit in NAME_BOUNDS:
+        if fnmatch.fnmatchcase(leaf, pattern):
+            return lo, hi, unit
+    return None
+
+
+def check_named(name: str, value: Any, field: str, source: str | None) -> None:
+    """Refuse a number outside the physical range NAME_BOUNDS gives `name` (numbers inside
+    lists and mappings too; a mapping's keys name their values, as in hardware.ranges; in a
+    curve of [x, value] points only the values are the named quantity)."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            check_named(str(k), v, f"{field}.{k}", source)
+        return
+    if isinstance(value, (tuple, list)):
+        curve = bool(value) and all(isinstance(v, (tuple, list)) and len(v) == 2
+                                    for v in value)
+        for i, v in enumerate(value):
+            if curve:
+                check_named(name, v[1], f"{field}[{i}][1]", source)
+            else:
+                check_named(name, v, f"{field}[{i}]", source)
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return  # zero and below: every such field's own bound (min, gt, a curve check) says
+    bound = named_bound(name)
+    if bound is not None and not bound[0] <= value <= bound[1]:
+        lo, hi, unit = bound
+        raise UserError(f"expected {_num(lo)} to {_num(hi)} {unit}, got {_num(value)} (a "
+                        "typo?)", source=source, field=field)
+
+
+def _num(x: float) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
 def _check_bounds(meta: Mapping[str, Any], value: Any, field: str, source: str | None) -> None:
@@ -164,7 +242,10 @@ def build(cls: type, data: Mapping[str, Any], source: str | None, prefix: str = 
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise UserError(f"required key missing ({f.metadata.get('help', '')})".rstrip(" ()"),
                             source=source, field=where)
-    return cls(**kwargs)
+    obj = cls(**kwargs)
+    for name, value in kwargs.items():  # after the class's own checks, which say more
+        check_named(name, value, f"{prefix}.{name}" if prefix else name, source)
+    return obj
 
 
 def to_plain(obj: Any) -> Any:

@@ -52,7 +52,7 @@ from scratchpipe_sim.cpu.planner import run_planner
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.measure import host
 from scratchpipe_sim.policies.engine import COUNTERS
-from scratchpipe_sim.timing import memory_guard
+from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.designs import DESIGNS
 from scratchpipe_sim.timing.machine import Machine, price_alone
 from scratchpipe_sim.timing.runner import Replays, build_trace

@@ -20,6 +20,7 @@ from typing import Any
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.experiments.sensitivity import run_sensitivity
+from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.timing.designs import baseline_design
 from scratchpipe_sim.timing.runner import check_designs
 
@@ -44,12 +45,9 @@ def is_sweep_spec(path: str) -> bool:
 
 
 def _parse_value(text: str) -> Any:
-    import yaml  # noqa: PLC0415
+    from scratchpipe_sim.config.loader import parse_yaml_value  # noqa: PLC0415
 
-    try:
-        return yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        return text
+    return parse_yaml_value(text, "--points") if text.strip() else ""
 
 
 def select_points(points: Sequence[Any], axes: Sequence[str], selectors: Sequence[str],
@@ -277,7 +275,7 @@ def write_bands(bands: Bands, out: Path) -> list[Path]:
     try:
         atomic_write(paths[0], csv_bytes([cols, *([encode(r.get(c)) for c in cols]
                                                   for r in bands.rows)]))
-        atomic_write(paths[1], json.dumps(bands.to_json(), indent=1).encode("utf-8"))
+        atomic_write(paths[1], jsonout.dumps(bands.to_json(), indent=1).encode("utf-8"))
     except OSError as e:
         raise UserError(f"cannot write: {e.strerror or e}; expected a writable folder",
                         source=str(out), field="--out") from None

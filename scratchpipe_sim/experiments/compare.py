@@ -44,6 +44,11 @@ def compare(res: Results, baseline: str | None = None, metric: str = ITER_TIME) 
     if metric not in f.columns:
         raise UserError(f"no metric column '{metric}'{closest(metric, map(str, f.columns))}",
                         source=res.source, field="--metric")
+    if not pd.api.types.is_numeric_dtype(f[metric]) or metric in ("index", *res.axes):
+        raise UserError(f"'{metric}' is not a time column (it holds "
+                        f"{'swept values' if metric in res.axes else 'text or labels'}); "
+                        "expected a numeric metric such as iter_ns_mean", source=res.source,
+                        field="--metric")
     present = list(dict.fromkeys(f["design"]))
     if baseline is None:
         baseline = baseline_design()

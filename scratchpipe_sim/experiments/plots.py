@@ -363,8 +363,23 @@ def make_figure(res: Results, name: str, overrides: dict[str, Any] | None = None
     return line_figure(res, name, opts)
 
 
+def check_resolution(fig: Figure, dpi: int) -> None:
+    """Refuse a figure of more than limits.FIGURE_PIXELS pixels before drawing it
+    (matplotlib would allocate the whole raster, or fail deep in its C++ code)."""
+    from scratchpipe_sim.safety import limits  # noqa: PLC0415
+
+    w_in, h_in = fig.get_size_inches()
+    pixels = float(w_in) * float(h_in) * float(dpi) ** 2
+    if pixels > limits.FIGURE_PIXELS.value():
+        plt.close(fig)
+        raise UserError(f"a {w_in:g} x {h_in:g} inch figure at {dpi} dpi is {pixels:.3g} "
+                        f"pixels: expected a smaller --dpi ({limits.FIGURE_PIXELS.advice()})",
+                        field="--dpi")
+
+
 def save_figure(fig: Figure, stem: str | Path, formats: tuple[str, ...] = ("png", "pdf"),
                 dpi: int = 110) -> list[Path]:
+    check_resolution(fig, dpi)
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = []

@@ -9,7 +9,6 @@ carriage-return mess. `quiet` silences both.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import TextIO
@@ -19,10 +18,9 @@ ENV = "SCRATCHPIPE_PROGRESS_S"
 
 
 def interval_from_env() -> float:
-    try:
-        return max(0.0, float(os.environ.get(ENV, DEFAULT_INTERVAL_S)))
-    except ValueError:
-        return DEFAULT_INTERVAL_S
+    from scratchpipe_sim.safety.limits import env_number  # noqa: PLC0415
+
+    return float(env_number(ENV, DEFAULT_INTERVAL_S, minimum=0.0, integer=False))
 
 
 class Progress:

@@ -17,6 +17,10 @@ import pandas as pd
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.experiments.store import CSV_NAME, MANIFEST, PARQUET_NAME, read_manifest
 
+#: the columns of a results table that hold text; every other column but a swept key is a
+#: number (or empty), checked when the table is read back
+TEXT_COLUMNS = ("point", "design", "status", "error", "policy")
+
 
 @dataclass
 class Results:
@@ -76,8 +80,33 @@ def load_results(path: str | os.PathLike) -> Results:
             raise UserError(f"not a results table: no '{col}' column", source=str(table))
     manifest = read_manifest(folder) if (folder / MANIFEST).is_file() else None
     if manifest is None and "point" not in frame.columns:
-        return _one_point(frame, str(table))
-    return Results(frame=frame, source=str(table), manifest=manifest or {})
+        res = _one_point(frame, str(table))
+    else:
+        res = Results(frame=frame, source=str(table), manifest=manifest or {})
+    _check_numeric(res)
+    return res
+
+
+def _check_numeric(res: Results) -> None:
+    """Every column but the text ones and the swept keys must be numbers: a table from
+    elsewhere (a hand edit, another tool) is one line naming the column and row, not a
+    TypeError deep in a division or a plot."""
+    axes = set(res.axes)
+    for col in res.frame.columns:  # dotted columns are config keys (swept or recorded)
+        if col in TEXT_COLUMNS or col in axes or "." in str(col):
+            continue
+        values = res.frame[col]
+        if pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+            continue
+        num = pd.to_numeric(values, errors="coerce")
+        bad = num.isna() & values.notna() & (values.astype(str).str.strip() != "")
+        if bad.any():
+            row = int(bad.to_numpy().argmax())
+            got = str(values.iloc[row])[:40]
+            raise UserError(f"column '{col}' holds {got!r} in data row {row + 1}: expected "
+                            "a number (a table written by scratchpipe-sim run or sweep)",
+                            source=res.source, field=str(col))
+        res.frame[col] = num
 
 
 def _one_point(frame: pd.DataFrame, source: str) -> Results:

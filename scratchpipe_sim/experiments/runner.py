@@ -59,7 +59,9 @@ def point_trace(config: dict, cfg: Any, cache: bool = True) -> Any:
     """The trace of a sweep point, built once per worker process (after a memory estimate)
     and reused by later points with the same trace-determining keys (`cache=False`: a
     generated trace is not read from or written to the on-disk trace cache)."""
-    from scratchpipe_sim.timing import build_trace, memory_guard
+    from scratchpipe_sim.safety import memory_guard
+    from scratchpipe_sim.timing import build_trace
+    from scratchpipe_sim.timing.runner import check_config_memory
 
     key = _trace_key(config)
     trace = _TRACE_CACHE.get(key)
@@ -68,7 +70,7 @@ def point_trace(config: dict, cfg: Any, cache: bool = True) -> Any:
 
         _TRACE_CACHE.clear()  # the previous trace (and its slices) freed before building
         forget_slices()
-        memory_guard.check_config(cfg, source="sweep point")
+        check_config_memory(cfg, source="sweep point")
         trace = build_trace(cfg, cache=cache)
         memory_guard.check_run(trace.total_rows, trace.num_accesses, source="sweep point",
                                field="trace.path")
@@ -126,7 +128,8 @@ def reported_metrics(config: dict, designs: tuple[str, ...],
     """The metric names the simulator reports for `config`, from a few-batch run of each
     design (seconds, not the point's full run); None when no design could run that way."""
     from scratchpipe_sim.config import Config
-    from scratchpipe_sim.timing import memory_guard, simulate
+    from scratchpipe_sim.timing import simulate
+    from scratchpipe_sim.timing.runner import check_config_memory
 
     short = copy.deepcopy(config)
     model = short.setdefault("model", {})
@@ -135,7 +138,7 @@ def reported_metrics(config: dict, designs: tuple[str, ...],
     model["warmup_batches"] = min(int(model.get("warmup_batches", 0)), nb - 1)
     try:
         cfg = Config.from_dict(short, source="metric check")
-        memory_guard.check_config(cfg)
+        check_config_memory(cfg)
     except Exception:
         return None  # too large to probe, or not valid shortened: checked at the first point
     names: set[str] = set()

@@ -32,6 +32,7 @@ import simpy
 from scratchpipe_sim.config import Config, set_dotted
 from scratchpipe_sim.config.hardware import RATE_CURVE_KEYS
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.timing.designs import DESIGNS, baseline_design
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.runner import (
@@ -429,7 +430,7 @@ def write_outputs(res: Sensitivity, out: Path) -> list[Path]:
     try:
         out.mkdir(parents=True, exist_ok=True)
         paths = [out / SENSITIVITY_JSON, out / "tornado.png", out / "tornado.pdf"]
-        paths[0].write_text(json.dumps(res.to_json(), indent=1), encoding="utf-8")
+        paths[0].write_text(jsonout.dumps(res.to_json(), indent=1), encoding="utf-8")
         fig = tornado_figure(res)
         fig.savefig(paths[1], dpi=150)
         fig.savefig(paths[2])

@@ -11,7 +11,10 @@
     figures: {speedup-vs-cache-size: {x: cache.load_factor}}
 
 `zip` may also be a list of such mappings (several lock-step groups). Points are the
-cartesian product of the grid axes and the zip groups, in the order written. Each point's
+cartesian product of the grid axes and the zip groups, in the order written. Empty parts are
+refused alike (an empty `grid`, `zip`, zip list or axis): a sweep names what it varies. The
+number of points is counted from the axis lengths before anything is expanded and refused
+above limits.SWEEP_POINTS; points are then expanded one at a time (`iter_points`). Each point's
 fully resolved config (presets expanded, defaults filled) is hashed: that hash is its
 identity in the results table.
 """
@@ -20,8 +23,9 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,7 @@ from scratchpipe_sim.config.loader import (
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.experiments.figures import check_figures
 from scratchpipe_sim.experiments.hashing import config_hash
+from scratchpipe_sim.safety import limits
 
 TOP_KEYS = ("name", "description", "include", "base", "sweep", "designs", "metrics",
             "figures")
@@ -74,6 +79,12 @@ class ExperimentSpec:
     metrics: tuple[str, ...] = ()
     figures: dict[str, dict[str, Any]] = field(default_factory=dict)
     description: str = ""
+
+    @property
+    def num_points(self) -> int:
+        """Points of the sweep: the product of the grid axes' and zip groups' lengths."""
+        return math.prod([len(a.values) for a in self.grid]
+                         + [len(g[0].values) for g in self.zips])
 
     @property
     def axes(self) -> list[str]:
@@ -186,6 +197,9 @@ def load_experiment(path: str | os.PathLike) -> ExperimentSpec:
     zips: list[tuple[Axis, ...]] = []
     if "zip" in sweep:
         groups = sweep["zip"] if isinstance(sweep["zip"], list) else [sweep["zip"]]
+        if not groups:
+            raise UserError("expected a non-empty mapping of dotted key -> list of values "
+                            "(or a non-empty list of them)", source=source, field="sweep.zip")
         for i, g in enumerate(groups):
             where = "sweep.zip" if not isinstance(sweep["zip"], list) else f"sweep.zip[{i}]"
             axes = _axes(g, source, where)
@@ -207,12 +221,27 @@ def load_experiment(path: str | os.PathLike) -> ExperimentSpec:
                         field=f"metrics.{clash[0]}")
     figures = check_figures(data.get("figures"), source)
     name = data.get("name", p.stem)
-    if not isinstance(name, str) or not name:
-        raise UserError("expected a non-empty string", source=source, field="name")
-    return ExperimentSpec(name=name, source=source, base=base, base_dir=base_dir,
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise UserError(f"expected a non-empty string without NUL bytes (it names the "
+                        f"results folder), got {name!r}", source=source, field="name")
+    spec = ExperimentSpec(name=name, source=source, base=base, base_dir=base_dir,
                           base_source=base_source, grid=grid, zips=tuple(zips),
                           designs=designs, metrics=metrics, figures=figures,
                           description=str(data.get("description", "")))
+    check_point_count(spec)
+    return spec
+
+
+def check_point_count(spec: ExperimentSpec) -> None:
+    """Refuse a sweep with more points than limits.SWEEP_POINTS, counted from the axis
+    lengths (nothing expanded): a mistyped grid must not resolve for minutes first."""
+    n, limit = spec.num_points, limits.SWEEP_POINTS.value()
+    if n > limit:
+        sizes = " x ".join(str(len(a.values)) for a in spec.grid) or "1"
+        zipped = "".join(f" x {len(g[0].values)}" for g in spec.zips)
+        raise UserError(f"the sweep has {n:,} points ({sizes}{zipped}): expected fewer axis "
+                        f"values ({limits.SWEEP_POINTS.advice()})", source=spec.source,
+                        field="sweep")
 
 
 def _check_axis_key(key: str, resolved: dict, spec: ExperimentSpec) -> None:
@@ -230,6 +259,12 @@ def _check_axis_key(key: str, resolved: dict, spec: ExperimentSpec) -> None:
 def expand_points(spec: ExperimentSpec, resolver: Resolver | None = None) -> list[Point]:
     """Every point of the sweep, resolved and hashed; bad keys or values fail here, before
     anything runs."""
+    return list(iter_points(spec, resolver))
+
+
+def iter_points(spec: ExperimentSpec, resolver: Resolver | None = None) -> Iterator[Point]:
+    """The sweep's points one at a time (`--dry-run` prints each as it is resolved)."""
+    check_point_count(spec)
     resolver = resolver or default_resolver
     base = copy.deepcopy(spec.base)
     if spec.designs:
@@ -244,7 +279,6 @@ def expand_points(spec: ExperimentSpec, resolver: Resolver | None = None) -> lis
     for group in spec.zips:
         n = len(group[0].values)
         dims.append([{a.key: a.values[i] for a in group} for i in range(n)])
-    points: list[Point] = []
     seen: dict[str, dict[str, Any]] = {}
     for i, combo in enumerate(itertools.product(*dims)):
         values: dict[str, Any] = {}
@@ -262,5 +296,4 @@ def expand_points(spec: ExperimentSpec, resolver: Resolver | None = None) -> lis
             raise UserError(f"points {seen[key]} and {values} resolve to the same config "
                             "(a repeated value?)", source=spec.source, field="sweep")
         seen[key] = values
-        points.append(Point(index=i, values=values, config=cfg, key=key))
-    return points
+        yield Point(index=i, values=values, config=cfg, key=key)

@@ -136,7 +136,30 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
         raise UserError("unreadable sweep manifest", source=str(path)) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UserError(f"not a {FORMAT} manifest", source=str(path))
+    if data.get("version") != VERSION:
+        raise UserError(f"written by another version of scratchpipe-sim (manifest version "
+                        f"{data.get('version')!r}, {data.get('scratchpipe_sim', 'unknown')}); "
+                        f"expected version {VERSION}: rerun the sweep into a new folder",
+                        source=str(path), field="version")
+    for key, kind in _MANIFEST_KEYS.items():
+        value = data.get(key)
+        ok = (isinstance(value, list) and all(isinstance(v, str) for v in value)
+              if kind is list else isinstance(value, kind) and not isinstance(value, bool))
+        if not ok:
+            got = "nothing (missing)" if key not in data else type(value).__name__
+            raise UserError(f"expected {_KIND_WORDS[kind]}, got {got}: not a manifest this "
+                            "version wrote", source=str(path), field=key)
+    if not isinstance(data.get("figures", {}), dict):
+        raise UserError("expected a mapping of figures", source=str(path), field="figures")
     return data
+
+
+#: what a manifest read back must hold (read_manifest): a folder from elsewhere, edited by
+#: hand or written by another version is one line, not a KeyError in a resumed sweep
+_MANIFEST_KEYS: dict[str, type] = {"name": str, "experiment_hash": str, "axes": list,
+                                   "designs": list, "metrics": list, "columns": list,
+                                   "points": int}
+_KIND_WORDS = {str: "a string", list: "a list of names", int: "an integer"}
 
 
 def _read_lock(path: Path) -> dict[str, Any]:

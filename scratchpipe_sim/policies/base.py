@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from scratchpipe_sim.config.schema import check_named
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.registry import Registry
 from scratchpipe_sim.traces.trace import Chunk
@@ -61,6 +62,8 @@ class Policy(ABC):
             known = ", ".join(sorted(cls.params)) or "none"
             raise UserError(f"policy '{cls.name}' takes no parameter '{unknown[0]}' "
                             f"(it takes: {known})", field=unknown[0])
+        for key, value in params.items():  # a window or associativity within reason
+            check_named(key, value, key, None)
         return {**cls.params, **params}
 
     def prepare(self, trace) -> None:  # noqa: B027 - optional hook

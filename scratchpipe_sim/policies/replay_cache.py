@@ -38,7 +38,6 @@ from typing import Any, BinaryIO
 import numpy as np
 
 import scratchpipe_sim
-from scratchpipe_sim.errors import UserError
 
 #: bump when the entry layout or the meaning of a stored column changes
 SCHEMA_VERSION = 2  # 2: extras as ordered pairs (their order is the result columns' order)
@@ -65,17 +64,9 @@ def cache_folder() -> Path:
 def max_bytes_setting(env: str = MAX_BYTES_ENV, default: int = DEFAULT_MAX_BYTES) -> int:
     """A folder's byte budget: env `env` (SCRATCHPIPE_REPLAY_CACHE_MAX_BYTES for replays),
     else `default` (1 GiB for replays)."""
-    raw = os.environ.get(env)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise UserError(f"expected a whole number of bytes >= 0, got {raw!r}",
-                        source="environment", field=env)
-    return value
+    from scratchpipe_sim.safety.limits import env_number  # noqa: PLC0415
+
+    return int(env_number(env, default, minimum=0))
 
 
 # -- keys -------------------------------------------------------------------------------------

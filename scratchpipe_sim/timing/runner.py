@@ -28,6 +28,7 @@ from scratchpipe_sim.policies.replay_cache import (
     slice_trace,
     trace_fingerprint,
 )
+from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.counts import (
     Workload,
     access_unique,
@@ -61,6 +62,27 @@ def prefix_cap(cfg: Config, prefix_batches: int | None = None) -> int:
     if wb != "auto":
         return int(wb)
     return cfg.model.num_batches if prefix_batches is None else prefix_batches
+
+
+def config_accesses(cfg: Config) -> int:
+    """Lookups of the trace a config generates: the cache warm-up prefix (at most
+    `prefix_cap` batches) and the timed batches, each batch_size x the tables' poolings."""
+    m = cfg.model
+    return (prefix_cap(cfg) + m.num_batches) * m.batch_size * sum(m.poolings)
+
+
+def check_config_memory(cfg: Config, source: str | None = None) -> None:
+    """`memory_guard.check_run` for a config whose trace is generated (a trace file's sizes
+    are known only once it is read: check the Trace then)."""
+    if cfg.trace.path is None:
+        m = cfg.model
+        rows, accesses = cfg.total_rows, config_accesses(cfg)
+        field = "model.tables.rows"  # the key to blame: the larger term, its largest factor
+        if accesses * memory_guard.BYTES_PER_ACCESS > rows * memory_guard.RUN_BYTES_PER_ROW:
+            factors = {"model.num_batches": m.num_batches, "model.batch_size": m.batch_size,
+                       "model.pooling": max(m.poolings)}
+            field = max(factors, key=lambda k: factors[k])
+        memory_guard.check_run(rows, accesses, source=source, field=field)
 
 
 def build_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = None) -> Trace:

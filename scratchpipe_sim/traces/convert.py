@@ -31,6 +31,7 @@ from numba.typed import Dict
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.registry import Registry
+from scratchpipe_sim.safety.paths import input_file
 from scratchpipe_sim.traces.store import TraceWriter
 
 #: bytes of input read per block (text formats); memory use is a few times this.
@@ -130,8 +131,7 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
     load_converters()
     opts = opts or ConvertOptions()
     src_p, out_p = Path(src), Path(out)
-    if not src_p.is_file():
-        raise UserError("no such input file", source=str(src_p))
+    input_file(src_p, "input file")
     if out_p.exists() and not opts.overwrite:
         raise UserError("already exists; refusing to overwrite (pass --force)",
                         source=str(out_p))

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from scratchpipe_sim.config.loader import load_yaml_text, read_text
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces.reuse_distance import stack_distances
 from scratchpipe_sim.traces.temporal import DEFAULT_MAX_LAG, BurstSampler
@@ -316,10 +316,7 @@ def load_fit(path: str | os.PathLike) -> Fit:
     p = Path(path)
     if not p.is_file():
         raise UserError("no such fit file", source=src)
-    try:
-        d = yaml.safe_load(p.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise UserError(f"not readable YAML ({e.__class__.__name__})", source=src) from None
+    d = load_yaml_text(read_text(p, "fit file"), src)
     if not isinstance(d, dict):
         raise UserError("expected a mapping written by `trace fit`", source=src)
     if d.get("distribution") != "burst":

@@ -32,6 +32,7 @@ import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.registry import Registry
+from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.traces.store import TraceWriter
 from scratchpipe_sim.traces.trace import Trace
 
@@ -452,6 +453,15 @@ def make_spec(distribution: str, table_rows: Sequence[int] | int, batch_size: in
                             source=source, field=f"{p}pooling_sigma")
     sigma: float | tuple[float, ...] = (float(sigmas[0]) if len(sigmas) == 1
                                         else tuple(float(x) for x in sigmas))
+    # a batch is drawn whole (bag lengths, ids): check its memory before anything is drawn;
+    # a bag drawn with sigma is at most a few sigma above its pooling
+    widest = sum(L + 8 * max(sigmas) for L in pool)
+    cause = ("batch_size" if batch_size >= widest else
+             "pooling_sigma" if 8 * max(sigmas) * len(pool) > sum(pool) else "pooling")
+    per_batch = math.ceil(batch_size * widest)
+    memory_guard.check_generator(len(rows), batch_size, per_batch,
+                                 min(BLOCK_ACCESSES, per_batch * num_batches), source=source,
+                                 field=f"{p}{cause}")
     params = _check_params(distribution, dist_params, source, p)
     _check_param_lengths(distribution, params, len(rows), source, p)
     spec = GenSpec(distribution, tuple(rows), batch_size, num_batches, tuple(pool), int(seed),
@@ -566,6 +576,15 @@ def generate_to_store(path: str | os.PathLike, distribution: str,
 
 
 def store_from_spec(spec: GenSpec, path: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Write the trace `spec` describes to a `.sptrace` folder, block by block, after
+    checking that it fits on the disk."""
+    bags = spec.num_batches * spec.num_tables * spec.batch_size
+    index_bytes = 4 if max(spec.table_rows) <= 2**32 else 8
+    need = spec.num_batches * spec.accesses_per_batch * index_bytes + (bags + 1) * 8
+    memory_guard.check_disk(need, Path(path).resolve().parent,
+                            f"a trace of {spec.num_batches} batches x "
+                            f"{spec.accesses_per_batch} ids", "expected fewer batches",
+                            source=str(path), field="num_batches")
     with TraceWriter(path, spec.table_rows, spec.batch_size, spec.meta(), overwrite) as w:
         for indices, offsets, bounds in iter_blocks(spec):
             w.append_batches(indices, offsets, bounds)

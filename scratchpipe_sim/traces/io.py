@@ -19,6 +19,7 @@ import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.registry import Registry
+from scratchpipe_sim.safety.paths import input_kind
 from scratchpipe_sim.traces.store import SUFFIX, is_store, read_trace
 from scratchpipe_sim.traces.trace import Trace
 
@@ -36,6 +37,8 @@ class ReaderSpec:
     sniff: Callable[[Path], bool] | None = None
     help: str = ""
 
+
+TRACE_WHAT = f"file or {SUFFIX} folder"
 
 READERS: Registry[ReaderSpec] = Registry("trace format", package="scratchpipe_sim.traces")
 
@@ -60,9 +63,7 @@ def formats() -> list[str]:
 def detect_format(path: str | os.PathLike) -> str:
     """The format name `open_trace` would use for `path` (UserError when unknown)."""
     p = Path(path)
-    if not p.exists():
-        raise UserError("no such file or folder", source=str(p))
-    if p.is_dir():
+    if input_kind(p, TRACE_WHAT) == "folder":
         if is_store(p):
             return "sptrace"
         raise UserError(f"a folder but not a {SUFFIX} trace: expected manifest.json inside",
@@ -105,13 +106,19 @@ def open_trace(path: str | os.PathLike, batch_size: int | None = None,
     if num_rows is not None and num_rows < 1:
         raise UserError(f"number of rows must be >= 1, got {num_rows}", source=src,
                         field="num_rows")
-    if not p.exists():
-        raise UserError("no such file or folder", source=src)
+    kind = input_kind(p, TRACE_WHAT)  # before any read: a FIFO or device would hang
     fmt = fmt or detect_format(p)
     if fmt == "sptrace":
+        if kind != "folder":
+            raise UserError(f"a file: format sptrace expects a {SUFFIX} folder (drop --format "
+                            "to detect the file's format)", source=src, field="format")
         trace = _open_store(p, batch_size, num_rows)
     else:
-        trace = READERS.get(fmt, source=src, field="format").read(p, batch_size, num_rows)
+        reader = READERS.get(fmt, source=src, field="format")
+        if kind == "folder":
+            raise UserError(f"a folder: format {fmt} expects a file (a {SUFFIX} folder is "
+                            "read without --format)", source=src, field="format")
+        trace = reader.read(p, batch_size, num_rows)
     trace.validate()
     return trace
 

@@ -48,6 +48,8 @@ def _layout(path: Path) -> tuple[str, int]:
 def read_interactions(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(user, item, timestamp) int64 arrays in file order, and the number of header lines."""
     import pandas as pd  # here, not at import: ~1 s that only this reader needs
+
+    from scratchpipe_sim.traces.tabular import int64_column
     src = str(path)
     sep, header = _layout(path)
     try:
@@ -65,16 +67,15 @@ def read_interactions(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, i
                         f"{df.shape[1]} field(s)", source=src, field="fields")
     cols = []
     for name, c in (("user", 0), ("item", 1), ("timestamp", df.shape[1] - 1)):
-        v = pd.to_numeric(df[c], errors="coerce")
-        bad = v.isna().to_numpy() | (v.fillna(0).to_numpy() < 0)
-        if name != "timestamp":
-            bad |= v.fillna(0).to_numpy() % 1 != 0
-        if bad.any():
-            r = int(np.argmax(bad))
+        values, good = int64_column(df[c], whole=name != "timestamp")
+        if not good.all():
+            r = int(np.argmax(~good))
+            got = str(df[c].iloc[r])
+            got = got if len(got) <= 40 else got[:37] + "..."
             raise UserError(f"{src}:{r + header + 1}: {name}: expected a non-negative "
-                            f"{'number' if name == 'timestamp' else 'integer id'}, got "
-                            f"{df[c].iloc[r]!r}")
-        cols.append(v.to_numpy().astype(np.int64))
+                            f"{'number' if name == 'timestamp' else 'integer id'} below 2**63, "
+                            f"got {got!r}")
+        cols.append(values)
     if not len(cols[0]):
         raise UserError("no interactions in the file (nothing to write)", source=src)
     return cols[0], cols[1], cols[2], header

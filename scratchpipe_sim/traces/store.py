@@ -23,12 +23,15 @@ from pathlib import Path
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.safety.paths import input_file
 from scratchpipe_sim.traces.trace import Trace
 
 FORMAT = "scratchpipe-trace"
 VERSION = 1
 SUFFIX = ".sptrace"
 _FILES = ("indices.bin", "offsets.bin", "batch_bounds.bin")
+#: the index dtypes TraceWriter writes (raw little-endian integers)
+_INDEX_DTYPES = ("<u4", "<i8")
 
 
 def is_store(path: str | os.PathLike) -> bool:
@@ -50,7 +53,8 @@ class TraceWriter:
         self.batch_size = int(batch_size)
         self.meta = dict(meta or {})
         self.overwrite = overwrite
-        self.index_dtype = np.dtype("<u4") if self.table_rows.max() <= 2**32 else np.dtype("<i8")
+        self.index_dtype = np.dtype(_INDEX_DTYPES[0] if self.table_rows.max() <= 2**32
+                                    else _INDEX_DTYPES[1])
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = Path(tempfile.mkdtemp(prefix=self.path.name + ".", suffix=".tmp",
                                           dir=self.path.parent))
@@ -90,6 +94,15 @@ class TraceWriter:
                             np.asarray(trace.batch_bounds))
 
     def close(self) -> Path:
+        """Publish the trace; on any failure (a full disk, another writer publishing the
+        same name first) the temporary folder is removed, never left behind."""
+        try:
+            return self._publish()
+        except BaseException:
+            self.abort()
+            raise
+
+    def _publish(self) -> Path:
         for f in self._f.values():
             f.close()
         manifest = {
@@ -106,8 +119,17 @@ class TraceWriter:
         }
         (self._tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         if self.path.exists() and self.overwrite:
-            shutil.rmtree(self.path) if self.path.is_dir() else self.path.unlink()
-        os.replace(self._tmp, self.path)
+            shutil.rmtree(self.path, ignore_errors=True) if self.path.is_dir() \
+                else self.path.unlink(missing_ok=True)
+        try:
+            os.replace(self._tmp, self.path)
+        except OSError as e:
+            if not self.path.exists():
+                raise
+            # another writer published this name between our check and our rename: keep
+            # its complete trace, drop ours
+            raise UserError("written by another process meanwhile; kept that trace "
+                            f"({e.strerror or e})", source=str(self.path)) from None
         return self.path
 
     def abort(self) -> None:
@@ -131,20 +153,93 @@ def write_trace(trace: Trace, path: str | os.PathLike, overwrite: bool = False) 
     return Path(path)
 
 
-def read_trace(path: str | os.PathLike) -> Trace:
-    """Memory-map a `.sptrace` folder (nothing is read into RAM until used)."""
-    path = Path(path)
+#: manifest.json is metadata (counts, a checksum, a few meta keys): a larger one is not ours
+MANIFEST_MAX_BYTES = 16 << 20
+#: bytes of offsets/batch bounds checked at a time (bounded memory on a trace larger than RAM)
+_CHECK_BLOCK = 1 << 22
+#: the manifest's keys and what each must be (checked before any data file is mapped)
+_COUNT_KEYS = ("batch_size", "num_batches", "num_bags", "num_indices")
+
+
+def _manifest(path: Path) -> dict:
+    """manifest.json parsed and checked key by key: a corrupt or foreign manifest is one
+    line naming the key, never a KeyError, a float id array or a SIGBUS later."""
     src = str(path)
     mf = path / "manifest.json"
-    if not mf.is_file():
+    if not is_store(path):
         raise UserError("not a trace folder: expected manifest.json inside", source=src)
+    input_file(mf, "manifest.json")
+    if mf.stat().st_size > MANIFEST_MAX_BYTES:
+        raise UserError(f"manifest.json is {mf.stat().st_size:,} bytes: expected at most "
+                        f"{MANIFEST_MAX_BYTES:,} (not a trace manifest)", source=src)
     try:
-        m = json.loads(mf.read_text())
-    except json.JSONDecodeError as e:
-        raise UserError(f"manifest.json is not valid JSON ({e.msg})", source=src) from None
+        m = json.loads(mf.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        why = getattr(e, "msg", None) or type(e).__name__
+        raise UserError(f"manifest.json is not valid JSON ({why})", source=src) from None
+    if not isinstance(m, dict):
+        raise UserError(f"manifest.json holds {type(m).__name__}: expected an object",
+                        source=src)
+
+    def bad(key: str, expected: str) -> UserError:
+        got = repr(m.get(key)) if key in m else "nothing (missing)"
+        if len(got) > 80:
+            got = got[:77] + "..."
+        return UserError(f"expected {expected}, got {got}", source=src,
+                         field=f"manifest.json.{key}")
+
     if m.get("format") != FORMAT or m.get("version") != VERSION:
-        raise UserError(f"expected format '{FORMAT}' version {VERSION}", source=src,
-                        field="manifest.json")
+        raise UserError(f"expected format '{FORMAT}' version {VERSION} (written by this "
+                        f"version), got format {m.get('format')!r} version "
+                        f"{m.get('version')!r}", source=src, field="manifest.json")
+    rows = m.get("table_rows")
+    if not isinstance(rows, list) or not rows or not all(_count(r, 1) for r in rows):
+        raise bad("table_rows", "a non-empty list of row counts >= 1")
+    for key in _COUNT_KEYS:
+        if not _count(m.get(key), 1 if key == "batch_size" else 0):
+            raise bad(key, "an integer >= " + ("1" if key == "batch_size" else "0"))
+    try:
+        dtype = np.dtype(m.get("index_dtype"))
+    except (TypeError, ValueError, SyntaxError):
+        dtype = None
+    if dtype is None or m.get("index_dtype") not in _INDEX_DTYPES:
+        raise bad("index_dtype", f"an integer dtype ({' or '.join(_INDEX_DTYPES)})")
+    if not isinstance(m.get("sha256"), str):
+        raise bad("sha256", "a hex string")
+    if not isinstance(m.get("meta", {}), dict):
+        raise bad("meta", "a mapping")
+    return m
+
+
+def _count(x: object, low: int) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and low <= x < 2**63
+
+
+def _check_pointers(arr: np.ndarray, end: int, name: str, src: str, step: int = 1) -> None:
+    """`arr` starts at 0, ends at `end`, never decreases (and every gap is a multiple of
+    `step`), checked block by block: offsets past the data would be read past the map."""
+    if int(arr[0]) != 0 or int(arr[-1]) != end:
+        raise UserError(f"{name} runs from {int(arr[0])} to {int(arr[-1])}: expected 0 to "
+                        f"{end}", source=src, field=name)
+    n = _CHECK_BLOCK // 8
+    for lo in range(0, len(arr) - 1, n):
+        d = np.diff(np.asarray(arr[lo:lo + n + 1]))
+        if np.any(d < 0):
+            at = lo + int(np.argmax(d < 0)) + 1
+            raise UserError(f"{name} decreases at entry {at}: expected a non-decreasing "
+                            "sequence", source=src, field=name)
+        if step > 1 and np.any(d % step):
+            raise UserError(f"{name}: a batch that is not a whole number of bags per table "
+                            f"({step} tables)", source=src, field=name)
+
+
+def read_trace(path: str | os.PathLike) -> Trace:
+    """Memory-map a `.sptrace` folder (nothing is read into RAM until used). The manifest
+    (every key, its type, an integer index dtype), the files' sizes and the offsets' and
+    batch bounds' range and order are checked first, before any id is read."""
+    path = Path(path)
+    src = str(path)
+    m = _manifest(path)
 
     def mmap(name, dtype, count):
         f = path / name
@@ -159,6 +254,8 @@ def read_trace(path: str | os.PathLike) -> Trace:
     indices = mmap("indices.bin", m["index_dtype"], m["num_indices"])
     offsets = mmap("offsets.bin", "<i8", m["num_bags"] + 1)
     bounds = mmap("batch_bounds.bin", "<i8", m["num_batches"] + 1)
+    _check_pointers(offsets, m["num_indices"], "offsets.bin", src)
+    _check_pointers(bounds, m["num_bags"], "batch_bounds.bin", src, len(m["table_rows"]))
     meta = dict(m.get("meta", {}))
     meta["sha256"] = m["sha256"]
     return Trace(np.asarray(m["table_rows"], np.int64), indices, offsets, bounds,

@@ -52,6 +52,24 @@ def tabular_header_format(path: Path) -> str | None:
     return None
 
 
+#: ids, tables and samples are int64: a value at or beyond 2**63 would wrap to a negative one
+_ID_END = 2.0**63
+
+
+def int64_column(column, whole: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values, mask of the good ones) of a text or numeric column: a good value is a
+    number in 0..2**63-1 (`whole`: an integer); bad ones read 0. The one reader of numbers
+    from table files, so a value beyond int64 is an error, never wrapped to a negative."""
+    import pandas as pd  # noqa: PLC0415 (only table readers need it)
+
+    num = pd.to_numeric(column, errors="coerce")
+    v = num.to_numpy(np.float64, na_value=-1.0)
+    good = (v >= 0) & (v < _ID_END)
+    if whole:
+        good &= v % 1 == 0
+    return np.where(good, num.to_numpy(), 0).astype(np.int64), good
+
+
 def _check_columns(cols, src: str) -> None:
     for c in COLUMNS:
         if c not in cols:
@@ -94,18 +112,18 @@ def iter_rows(path: Path, fmt: str, opts: ConvertOptions,
         for df in frames:
             cols, ok = [], np.ones(len(df), bool)
             for c in COLUMNS:
-                v = pd.to_numeric(df[c], errors="coerce")
-                good = v.notna().to_numpy() & (v.fillna(-1).to_numpy() >= 0)
-                good &= (v.fillna(0).to_numpy() % 1 == 0)
+                values, good = int64_column(df[c])
                 ok &= good
-                cols.append(v.fillna(0).to_numpy().astype(np.int64))
+                cols.append(values)
             bad = np.flatnonzero(~ok)
             if len(bad):
                 r = int(bad[0])
                 c = next(c for c in COLUMNS if not _good(df[c].iloc[r]))
                 where = "line" if text else "row"
-                msg = (f"{src}:{row0 + first_line + r}: {c}: expected a non-negative integer, "
-                       f"got {df[c].iloc[r]!r} ({where} {row0 + first_line + r})")
+                got = str(df[c].iloc[r])
+                got = got if len(got) <= 40 else got[:37] + "..."
+                msg = (f"{src}:{row0 + first_line + r}: {c}: expected a non-negative integer "
+                       f"below 2**63, got {got!r} ({where} {row0 + first_line + r})")
                 if stats is None or not opts.skip_bad_lines:
                     raise UserError(msg)
                 stats.skipped += len(bad)
@@ -124,7 +142,7 @@ def _good(x) -> bool:
         v = float(x)
     except (TypeError, ValueError):
         return False
-    return v >= 0 and v % 1 == 0
+    return 0 <= v < _ID_END and v % 1 == 0
 
 
 def _batch_csr(s, t, v, T, B):

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.safety.limits import env_number
 
 #: peak per-row state of a policy replay: the engine's unique-row set (policies/engine.py
 #: `_SeenSet`: one int64 a row, 8 B, when a batch is comparable to the table, else a small
@@ -38,12 +39,8 @@ ENV = "SCRATCHPIPE_MEMORY_BYTES"
 def available_bytes() -> int | None:
     """Memory this process can use now: $SCRATCHPIPE_MEMORY_BYTES, else Linux's
     MemAvailable, else physical memory; None when nothing says."""
-    if os.environ.get(ENV):
-        try:
-            return int(float(os.environ[ENV]))
-        except ValueError:
-            raise UserError(f"expected a number of bytes, got {os.environ[ENV]!r}",
-                            source="environment", field=ENV) from None
+    if os.environ.get(ENV, "").strip():
+        return int(env_number(ENV, 0, minimum=0))
     meminfo = Path("/proc/meminfo")
     try:
         for line in meminfo.read_text().splitlines():
@@ -95,7 +92,8 @@ def check_run(rows: int, accesses: int, *, source: str | None = None,
           "convert IN OUT --dense-remap`)", source=source, field=field)
 
 
-def check_cache(rows: int, accesses: int, *, source: str | None = None) -> None:
+def check_cache(rows: int, accesses: int, *, source: str | None = None,
+                field: str = "--trace") -> None:
     """`cache`: the policy and the engine keep per-row arrays sized by the largest id."""
     check(estimate(rows, accesses, CACHE_BYTES_PER_ROW),
           f"replaying a trace with ids up to {max(int(rows) - 1, 0)} ({rows} rows of "
@@ -103,20 +101,37 @@ def check_cache(rows: int, accesses: int, *, source: str | None = None) -> None:
           "renumber sparse (hashed) ids densely to 0..distinct-1 (`scratchpipe-sim trace "
           "convert IN OUT --dense-remap` for a dataset file; numpy.unique(ids, "
           "return_inverse=True) for an id array) or use a smaller trace", source=source,
-          field="--trace")
+          field=field)
 
 
-def config_accesses(cfg) -> int:
-    """Lookups of the trace a config generates: the cache warm-up prefix (at most
-    `prefix_cap` batches) and the timed batches, each batch_size x the tables' poolings."""
-    from scratchpipe_sim.timing.runner import prefix_cap
-
-    m = cfg.model
-    return (prefix_cap(cfg) + m.num_batches) * m.batch_size * sum(m.poolings)
+#: trace generation, per bag of one batch: its drawn length and two working copies (int64).
+GEN_BYTES_PER_BAG = 24
+#: trace generation, per access of an RNG block: the id, its offset and the sampler's draws.
+GEN_BYTES_PER_ACCESS = 40
 
 
-def check_config(cfg, source: str | None = None) -> None:
-    """`check_run` for a config whose trace is generated (a trace file's sizes are known
-    only once it is read: check the Trace then)."""
-    if cfg.trace.path is None:
-        check_run(cfg.total_rows, config_accesses(cfg), source=source)
+def check_generator(tables: int, batch_size: int, accesses_per_batch: int, block_accesses: int,
+                    *, source: str | None = None, field: str = "batch_size") -> None:
+    """A generated trace is written block by block (at least one batch a block): refuse a
+    batch whose bags and ids alone exceed the memory available."""
+    need = (int(tables) * int(batch_size) * GEN_BYTES_PER_BAG
+            + max(int(accesses_per_batch), int(block_accesses)) * GEN_BYTES_PER_ACCESS)
+    check(need, f"generating batches of {batch_size} samples x {tables} table(s) "
+          f"({accesses_per_batch} ids a batch)",
+          "expected a smaller batch size, pooling or fewer tables", source=source, field=field)
+
+
+def check_disk(need: int, folder: str | os.PathLike, what: str, advice: str, *,
+               source: str | None = None, field: str | None = None) -> None:
+    """Refuse writing about `need` bytes into `folder` when its file system has less free
+    space (a 10**14-batch trace would otherwise run for days and fill the disk)."""
+    import shutil  # noqa: PLC0415
+
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return  # the write reports what is wrong with the folder
+    if need > free:
+        raise UserError(f"{what} needs about {human(need)} on disk, more than the "
+                        f"{human(free)} free in {folder}; {advice}", source=source,
+                        field=field)
