@@ -60,6 +60,8 @@ class PeerRow:
     hbm_bytes: int
     ddr_bytes: int
     measured_ms: float | None = None
+    #: TorchRec's cache load factor (fused_uvm_caching; 0 otherwise)
+    load_factor: float = 0.0
 
     @property
     def ratio(self) -> float:
@@ -79,8 +81,8 @@ class PeerRow:
         return {"design": self.design, "kernel": self.kernel, "phase": self.phase,
                 "torchrec_ms": self.torchrec_ms, "simulated_ms": self.simulated_ms,
                 "ratio": self.ratio, "torchrec_hbm_bytes": self.hbm_bytes,
-                "torchrec_ddr_bytes": self.ddr_bytes, "measured_ms": self.measured_ms,
-                "closer": self.closer}
+                "torchrec_ddr_bytes": self.ddr_bytes, "torchrec_load_factor": self.load_factor,
+                "measured_ms": self.measured_ms, "closer": self.closer}
 
 
 def import_torchrec() -> Any:
@@ -219,7 +221,8 @@ def compare(cfg: Config, simulated: dict[str, dict[str, float]] | None = None,
             meas = (measured or {}).get(design, {}).get(phase)
             rows.append(PeerRow(design, kernel, phase, trc[kernel][f"{phase}_ms"],
                                 sim[design][phase], int(trc[kernel]["hbm_bytes"]),
-                                int(trc[kernel]["ddr_bytes"]), meas))
+                                int(trc[kernel]["ddr_bytes"]), meas,
+                                trc[kernel]["load_factor"]))
     return rows
 
 
@@ -255,11 +258,12 @@ def format_table(rows: Sequence[PeerRow]) -> str:
 
     has_meas = any(r.measured_ms is not None for r in rows)
     head = ["kernel", "design", "phase", "torchrec_ms", "simulated_ms", "sim/trc",
-            "hbm_GB", "ddr_GB"] + (["measured_ms", "closer"] if has_meas else [])
+            "hbm_GB", "ddr_GB", "clf"] + (["measured_ms", "closer"] if has_meas else [])
     body = []
     for r in rows:
         line = [r.kernel, r.design, r.phase, f"{r.torchrec_ms:.4g}", f"{r.simulated_ms:.4g}",
-                f"{r.ratio:.2f}", f"{r.hbm_bytes / 1e9:.3f}", f"{r.ddr_bytes / 1e9:.3f}"]
+                f"{r.ratio:.2f}", f"{r.hbm_bytes / 1e9:.3f}", f"{r.ddr_bytes / 1e9:.3f}",
+                "-" if not r.load_factor else f"{r.load_factor:.4f}"]
         if has_meas:
             line += ["-" if r.measured_ms is None else f"{r.measured_ms:.4g}",
                      r.closer or "-"]
