@@ -30,6 +30,8 @@ COMMANDS: dict[str, str] = {
     "sweep": "run an experiment YAML (resumable, parallel)",
     "plot": "draw a figure from sweep results (PNG + PDF)",
     "compare": "speedup of every design over a baseline, per point",
+    "compare-peers": "TorchRec's planner estimates beside gpu-only, uvm and lru-cache "
+                     "(peers extra)",
     "report": "one self-contained HTML page for a run or sweep results folder",
     "calibrate": "measure PCIe, HBM, DRAM and GEMM speed; write a hardware preset",
     "validate": "compare the timing model with the GPU reference pipeline (--cpu: the "
@@ -59,7 +61,8 @@ def build_parser(only: object = _ALL) -> argparse.ArgumentParser:
     sub.required = True
     for name, help_line in COMMANDS.items():
         if only is _ALL or only == name:
-            importlib.import_module(f"scratchpipe_sim.cli.{name}").register(sub)
+            module = name.replace("-", "_")  # compare-peers -> compare_peers
+            importlib.import_module(f"scratchpipe_sim.cli.{module}").register(sub)
         else:
             sub.add_parser(name, help=help_line)
     return parser
