@@ -137,13 +137,14 @@ def run_trace(cfg: Config, replay_cache: bool = True) -> Trace:
 
 def run_designs(cfg: Config, names: Sequence[str], trace: Trace, *,
                 timeline_dir: Path | None = None, replay_cache: bool = True,
-                progress: DesignProgress | None = None) -> RunOutcome:
-    """Every design of `names` on `trace` (timelines into `timeline_dir` when given)."""
+                progress: DesignProgress | None = None, jobs: int = 1) -> RunOutcome:
+    """Every design of `names` on `trace` (timelines into `timeline_dir` when given; the
+    independent replays in `jobs` processes, identical results)."""
     from scratchpipe_sim.policies.replay_cache import trace_sha256
     from scratchpipe_sim.timing import simulate as simulate_designs
 
     rows = simulate_designs(cfg, list(names), timeline_dir=timeline_dir, trace=trace,
-                            progress=progress, replay_cache=replay_cache)
+                            progress=progress, replay_cache=replay_cache, jobs=jobs)
     from scratchpipe_sim.timing.designs import with_default_designs
 
     return RunOutcome(rows, with_default_designs(cfg.to_dict()), trace_sha256(trace))
@@ -227,17 +228,18 @@ def frame(outcome: RunOutcome) -> pd.DataFrame:
 
 def simulate(config: ConfigInput, designs: Sequence[str] | None = None,
              overrides: Mapping[str, Any] | None = None, *, replay_cache: bool = True,
-             **dotted: Any) -> pd.DataFrame:
+             jobs: int = 1, **dotted: Any) -> pd.DataFrame:
     """Run `designs` (default: the config's) on the config's trace, as `run` does.
 
     `config`: a YAML path or a dict (as a YAML file would hold it). Overrides are dotted
     keys with Python values: `overrides={"model.batch_size": 4096}`, or the same as keyword
     arguments, `**{"hardware.preset": "h200-gen5"}` (a top-level key plainly: `seed=3`).
     Returns one row per design with results.csv's columns; `.attrs["config"]` holds the
-    resolved config. Writes nothing (timelines and the results folder are the CLI's)."""
+    resolved config. Writes nothing (timelines and the results folder are the CLI's).
+    `jobs`: processes for the independent cache replays (`run --jobs`; same results)."""
     cfg, names = check_run(config, designs, values=_values(overrides, dotted))
     trace = run_trace(cfg, replay_cache)
-    return frame(run_designs(cfg, names, trace, replay_cache=replay_cache))
+    return frame(run_designs(cfg, names, trace, replay_cache=replay_cache, jobs=jobs))
 
 
 # -- an experiment file: `sweep` -----------------------------------------------------------

@@ -30,6 +30,7 @@ from scratchpipe_sim.experiments.progress import Progress
 from scratchpipe_sim.experiments.run_tables import render
 from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.timing import DESIGNS
+from scratchpipe_sim.timing.runner import check_jobs, usable_cores
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,6 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="recompute every policy replay (and generate the trace) instead of "
                         "reading the on-disk replay and trace caches "
                         "(scratchpipe_sim.policies.replay_cache; results are identical)")
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                   help="processes for the independent cache replays and on-chip passes "
+                        "(default: the cores this process may use; lowered to what fits "
+                        "in memory; results are identical for every N)")
     add_json(p, "the result rows as one JSON array instead of tables")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress on stderr (default: a bar on a terminal, else a line "
@@ -70,6 +75,7 @@ def progress_callback(bar: Progress):
 
 
 def handle(args: argparse.Namespace) -> int:
+    jobs = usable_cores() if args.jobs is None else check_jobs(args.jobs)
     cfg, names = check_run(args.config, args.designs, texts=args.overrides,
                            designs_field="--design")
     out = make_results_dir(args.out if args.out is not None
@@ -80,7 +86,8 @@ def handle(args: argparse.Namespace) -> int:
             outcome = run_designs(cfg, names, trace,
                                   timeline_dir=None if args.no_timeline else out,
                                   progress=progress_callback(bar),
-                                  replay_cache=not args.no_cache)
+                                  replay_cache=not args.no_cache,
+                                  jobs=jobs)
         write_run(out, outcome, str(args.config), list(args.overrides))
     except OSError as e:
         shutil.rmtree(out, ignore_errors=True)

@@ -92,6 +92,20 @@ def check_run(rows: int, accesses: int, *, source: str | None = None,
           "convert IN OUT --dense-remap`)", source=source, field=field)
 
 
+def jobs_within_memory(rows: int, accesses: int, jobs: int, *,
+                       available: int | None = None) -> int:
+    """How many of `jobs` concurrent replays of one run fit in memory: the trace (per-access
+    arrays) is shared by the forked workers, each keeps its own per-row state
+    (`RUN_BYTES_PER_ROW`), so the bound is accesses x BYTES_PER_ACCESS + jobs x rows x
+    RUN_BYTES_PER_ROW. At least 1 (the serial run is what `check_run` admits)."""
+    have = available_bytes() if available is None else available
+    per_job = int(rows) * RUN_BYTES_PER_ROW
+    if have is None or per_job == 0:
+        return max(1, int(jobs))
+    fit = (have - int(accesses) * BYTES_PER_ACCESS) // per_job
+    return int(max(1, min(int(jobs), fit)))
+
+
 def check_cache(rows: int, accesses: int, *, source: str | None = None,
                 field: str = "--trace") -> None:
     """`cache`: the policy and the engine keep per-row arrays sized by the largest id."""

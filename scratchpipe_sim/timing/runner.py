@@ -10,9 +10,12 @@ deterministic; nothing depends on wall time except the `wall_s` fields.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,23 @@ AUTO_WARMUP_MAX_ACCESSES = 100_000_000
 #: `steady`'s tolerance: the second half's rate within this share of the first half's
 STEADY_TOL = 0.1
 
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one): the
+    default `--jobs` of `run`."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def check_jobs(jobs: int) -> int:
+    """`jobs`, refused unless a whole number >= 1 (named as `--jobs`)."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise UserError(f"expected --jobs >= 1 (a whole number), got {jobs!r}",
+                        field="--jobs")
+    return jobs
 
 
 def prefix_cap(cfg: Config, prefix_batches: int | None = None) -> int:
@@ -308,6 +328,9 @@ class Replays:
         self._timed_trace = slice_trace(trace, self.prefix, trace.num_batches)
         self._memo: dict = {}
         self._cache: dict[WorkloadKey, tuple[Workload, float]] = {}
+        #: policy parts computed ahead by `precompute` (taken by `_compute`)
+        self._parts: dict[WorkloadKey, Workload] = {}
+        self._part_s: dict[WorkloadKey, float] = {}
 
     def _cached(self, kind: str, trace: Trace, compute, sources: tuple[str, ...], **key):
         """`compute()`'s (columns, extras) of a pass over `trace` that no policy makes,
@@ -328,10 +351,87 @@ class Replays:
     def get(self, key: WorkloadKey) -> tuple[Workload, float]:
         if key not in self._cache:
             t0 = time.perf_counter()
-            self._cache[key] = (self._compute(key), time.perf_counter() - t0)
+            w = self._compute(key)
+            self._cache[key] = (w, time.perf_counter() - t0 + self._part_s.pop(key, 0.0))
         return self._cache[key]
 
+    def passes(self, keys: Sequence[WorkloadKey]) -> list[tuple]:
+        """The independent passes over the trace that `get(key)` for every key needs and
+        has not made yet: ("part", key) per distinct key, ("onchip", name, rows, ways) per
+        on-chip cache, ("first",) and ("bytes",) when a key needs them. Longest first (the
+        on-chip passes walk the trace with a set-associative cache; replays next)."""
+        todo = [k for k in dict.fromkeys(keys) if k not in self._cache and k not in self._parts]
+        shared: list[tuple] = []
+        for k in todo:
+            name, rows, ways = self._onchip_cache(k)
+            task = ("onchip", name, rows, ways)
+            if rows > 0 and name not in self._memo and task not in shared:
+                shared.append(task)
+        if any(k.policy is not None and dict(k.params).get("profile") is None for k in todo):
+            if "first" not in self._memo:
+                shared.append(("first",))
+        if todo and self.cfg.model.heterogeneous and "bytes" not in self._memo:
+            shared.append(("bytes",))
+        return shared + [("part", k) for k in todo]
+
+    def run_pass(self, task: tuple) -> Any:
+        """One pass of `passes` (what a forked worker runs): its result."""
+        if task[0] == "part":
+            return self._policy_part(task[1])
+        if task[0] == "onchip":
+            return self._onchip_columns(*task[1:])
+        if task[0] == "first":
+            return self._first_touches()
+        return self._table_bytes()
+
+    def keep_pass(self, task: tuple, result: Any, seconds: float) -> None:
+        """Store a pass a worker made, as if this process had made it."""
+        if task[0] == "part":
+            self._parts[task[1]] = result
+            self._part_s[task[1]] = seconds
+        elif task[0] == "onchip":
+            self._memo[task[1]] = result
+        else:
+            self._memo[task[0]] = result
+
+    def precompute(self, keys: Sequence[WorkloadKey], jobs: int) -> int:
+        """Make the passes `keys` need in up to `jobs` forked processes (each inherits the
+        trace copy-on-write; results come back pickled and are kept as if made here, so
+        every count is bit for bit the serial one). Returns the processes used (1: serial,
+        also where `fork` is unavailable)."""
+        tasks = self.passes(keys)
+        jobs = min(int(jobs), len(tasks))
+        if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+            return 1
+        global _FORKED
+        _FORKED = self
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+                futures = [pool.submit(_forked_pass, t) for t in tasks]
+                for t, f in zip(tasks, futures, strict=True):
+                    try:
+                        result, seconds = f.result()
+                    except Exception:  # noqa: BLE001 - the serial path makes it again
+                        continue  # and raises its error there, named as without workers
+                    self.keep_pass(t, result, seconds)
+        finally:
+            _FORKED = None
+        return jobs
+
     def _compute(self, key: WorkloadKey) -> Workload:
+        part = self._parts.pop(key, None)
+        w = self._policy_part(key) if part is None else part
+        cols = self._onchip(key)
+        if self.cfg.model.heterogeneous:
+            cols.update(self._table_bytes())
+        if key.policy is not None and dict(key.params).get("profile") is None:
+            cols["first_touches"] = self._first_touches()
+        return w.with_columns(cols)
+
+    def _policy_part(self, key: WorkloadKey) -> Workload:
+        """The counts `key`'s policy (or none) makes over the timed batches, before the
+        columns every design shares (on-chip hits, first touches, per-table bytes)."""
         cfg = self.cfg
         params = dict(key.params)
         profile = params.pop("profile", None)
@@ -358,12 +458,7 @@ class Replays:
             w = workload(self._timed_trace, key, cfg, self._memo, self.replay_cache)
         else:
             w = workload(self._run, key, cfg, self._memo, self.replay_cache).tail(self.warm)
-        cols = self._onchip(key)
-        if cfg.model.heterogeneous:
-            cols.update(self._table_bytes())
-        if key.policy is not None and profile is None:
-            cols["first_touches"] = self._first_touches()
-        return w.with_columns(cols)
+        return w
 
     def _table_bytes(self) -> dict[str, np.ndarray]:
         if "bytes" not in self._memo:
@@ -382,16 +477,21 @@ class Replays:
             self._memo["first"] = cols["first"][self.prefix:]
         return self._memo["first"]
 
-    def _onchip(self, key: WorkloadKey) -> dict[str, np.ndarray]:
-        """On-chip hits of the lookup stream: GPU L2 for GPU-side designs, CPU LLC for the
-        host-side one (computed over the timed batches plus one batch to warm them)."""
+    def _onchip_cache(self, key: WorkloadKey) -> tuple[str, int, int]:
+        """Which on-chip cache `key`'s lookups meet: its memo name, rows and ways."""
         hw, r = self.cfg.hardware, self.cfg.model.row_bytes
         host = key.policy is None and key.where == "host"
         mib, ways, name = ((hw.cpu.llc_MiB, hw.cpu.llc_ways, "llc") if host
                            else (hw.gpu.l2_MiB, hw.gpu.l2_ways, "l2"))
-        rows = int(mib * (1 << 20) // r)
-        if rows <= 0:
-            return {}
+        return name, int(mib * (1 << 20) // r), int(ways)
+
+    def _onchip(self, key: WorkloadKey) -> dict[str, np.ndarray]:
+        """On-chip hits of the lookup stream: GPU L2 for GPU-side designs, CPU LLC for the
+        host-side one (computed over the timed batches plus one batch to warm them)."""
+        name, rows, ways = self._onchip_cache(key)
+        return {} if rows <= 0 else self._onchip_columns(name, rows, ways)
+
+    def _onchip_columns(self, name: str, rows: int, ways: int) -> dict[str, np.ndarray]:
         if name not in self._memo:
             from scratchpipe_sim.timing.onchip import onchip_hits
 
@@ -409,6 +509,17 @@ class Replays:
         return dict(self._memo[name])
 
 
+#: the Replays a forked worker reads (set only while `Replays.precompute` runs)
+_FORKED: Replays | None = None
+
+
+def _forked_pass(task: tuple) -> tuple[Any, float]:
+    assert _FORKED is not None, "a replay pass runs only in a worker Replays.precompute forked"
+    t0 = time.perf_counter()
+    result = _FORKED.run_pass(task)
+    return result, time.perf_counter() - t0
+
+
 #: progress(event, design, done, total): event is "policy" (a design's counts are about to be
 #: computed or reused), "design" (a design's SimPy run ended: done of total designs).
 Progress = Callable[[str, str, int, int], None]
@@ -416,12 +527,16 @@ Progress = Callable[[str, str, int, int], None]
 
 def simulate(cfg: Config, designs: Sequence[str] | None = None,
              timeline_dir: Path | None = None, trace: Trace | None = None,
-             progress: Progress | None = None, replay_cache: bool = True) -> list[dict]:
+             progress: Progress | None = None, replay_cache: bool = True,
+             jobs: int = 1) -> list[dict]:
     """Run `designs` (default: cfg.designs) on one trace; one flat metrics dict per design.
 
     `replay_cache=False` recomputes every policy replay (and generates the trace) instead
-    of reading the on-disk caches (`scratchpipe_sim.policies.replay_cache`)."""
+    of reading the on-disk caches (`scratchpipe_sim.policies.replay_cache`). `jobs > 1`
+    makes the independent replays in that many forked processes (`Replays.precompute`:
+    identical results)."""
     names = check_designs(cfg, designs)
+    check_jobs(jobs)
     trace = build_trace(cfg, cache=replay_cache) if trace is None else trace
     cfg = sized_config(cfg, trace)
     trace = fit_trace(trace, cfg)
@@ -429,6 +544,9 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     keys = {name: d.workload_key() for name, d in built.items()}
     replays = Replays(cfg, trace, any(k.policy is not None for k in keys.values()),
                       replay_cache)
+    jobs = memory_guard.jobs_within_memory(trace.total_rows, trace.num_accesses, jobs)
+    if jobs > 1:
+        replays.precompute([keys[n] for n in names], jobs)
     rows = []
     for name in names:
         design, key = built[name], keys[name]
