@@ -16,6 +16,9 @@ sweep against one of its points. Every figure is the wall time of a fresh
   second run is the figure). Lookups/s = every design's lookups (batches x lookups per
   batch, timed batches) added up / the command's wall time (target >= 20M/s); SimPy
   share = the designs' `simpy_wall_s` added up / wall (target < 10%).
+- jobs: `run configs/quickstart.yaml --no-cache --no-timeline` with `--jobs 1` against
+  `--jobs N` (N = the usable cores), interleaved pairs, median of each; design-lookups/s =
+  the timed lookups of every design / wall (issue 26's figure; target >= 30M/s on 2 cores).
 - fig2: `sweep experiments/fig2_gpu_memory_speed.yaml` (12 points) against the same
   experiment cut to its first point, each with an empty then a warm cache folder (target:
   12 points <= 2x one point).
@@ -130,6 +133,25 @@ def run_bench(tmp: Path, repeat: int) -> dict:
     return res
 
 
+def jobs_bench(tmp: Path, repeat: int) -> dict:
+    from scratchpipe_sim.timing.runner import usable_cores
+
+    config = ROOT / "configs" / "quickstart.yaml"
+    lookups = quickstart_lookups(config)
+    n = usable_cores()
+    base = [*CLI, "run", str(config), "-q", "--no-timeline", "--no-cache"]
+    timed([*base, "--out", str(tmp / "jobs-warmup")], tmp / "jobs-cache")  # compile cache
+    times: dict[int, list[float]] = {1: [], n: []}
+    for k in range(max(repeat, 3)):  # interleaved pairs: the load hits both sides alike
+        for j in ((1, n) if k % 2 == 0 else (n, 1)):
+            times[j].append(timed([*base, "--jobs", str(j), "--out",
+                                   str(tmp / f"jobs-{j}-{k}")], tmp / "jobs-cache"))
+    one, many = float(np.median(times[1])), float(np.median(times[n]))
+    return {"lookups": lookups, "cores": n, "jobs_1_s": one, f"jobs_{n}_s": many,
+            "speedup": one / many, "jobs_1_Mlookups_per_s": lookups / one / 1e6,
+            f"jobs_{n}_Mlookups_per_s": lookups / many / 1e6}
+
+
 def one_point(exp: Path, tmp: Path) -> tuple[Path, Path]:
     """fig2 with absolute includes, and the same cut to its first point."""
     doc = yaml.safe_load(exp.read_text())
@@ -165,7 +187,7 @@ def fig2_bench(tmp: Path, repeat: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=("startup", "run", "fig2"), action="append")
+    ap.add_argument("--only", choices=("startup", "run", "jobs", "fig2"), action="append")
     ap.add_argument("--repeat", type=int, default=1, help="best of N per figure")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
@@ -174,12 +196,13 @@ def main() -> None:
     args = ap.parse_args()
     global CLOCK, TREE
     CLOCK, TREE = args.clock, (str(Path(args.tree).resolve()) if args.tree else None)
-    parts = args.only or ["startup", "run", "fig2"]
+    parts = args.only or ["startup", "run", "jobs", "fig2"]
     load0 = os.getloadavg()[0]
     out: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench_run_") as d:
         tmp = Path(d)
-        for name, fn in (("startup", startup), ("run", run_bench), ("fig2", fig2_bench)):
+        for name, fn in (("startup", startup), ("run", run_bench), ("jobs", jobs_bench),
+                         ("fig2", fig2_bench)):
             if name in parts:
                 out[name] = fn(tmp, args.repeat)
     out["load_average"] = {"start": load0, "end": os.getloadavg()[0]}
@@ -204,6 +227,12 @@ def main() -> None:
                   f"{100 * r[f'{tag}_simpy_share']:.1f}% of wall")
         print(f"  warm is {r['warm_vs_cold']:.1f}x faster than --no-cache "
               f"(targets: >= 20 M lookups/s, SimPy < 10%)")
+    if "jobs" in out:
+        j, n = out["jobs"], out["jobs"]["cores"]
+        print(f"run quickstart --no-cache ({j['lookups'] / 1e6:.1f}M design-lookups): "
+              f"--jobs 1 {j['jobs_1_s']:.2f} s ({j['jobs_1_Mlookups_per_s']:.1f} M/s), "
+              f"--jobs {n} {j[f'jobs_{n}_s']:.2f} s ({j[f'jobs_{n}_Mlookups_per_s']:.1f} M/s)"
+              f" -> {j['speedup']:.2f}x (median of interleaved runs)")
     if "fig2" in out:
         f = out["fig2"]
         for state in ("empty", "warm"):

@@ -144,3 +144,30 @@ def test_cli_run_jobs(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--jobs" in err[0]
     assert not (tmp_path / "bad").exists()
+
+
+TRACE_CASES = [
+    dict(distribution="zipf", table_rows=[50000, 2000, 300000], batch_size=128,
+         num_batches=45, pooling=[3, 1, 7], seed=5, reuse=0.3),
+    dict(distribution="zipf", table_rows=[50000, 2000], batch_size=64, num_batches=20,
+         pooling=[4, 2], seed=7, pooling_sigma=0.5, reuse=0.1),
+    dict(distribution="uniform", table_rows=1000, batch_size=1, num_batches=500, pooling=3,
+         seed=1),
+]
+
+
+@pytest.mark.parametrize("case", range(len(TRACE_CASES)))
+def test_tables_drawn_in_parallel_give_the_streamed_trace(case: int) -> None:
+    """`generate_trace(jobs=N)` equals the block-by-block stream `generate_to_store`
+    writes (`iter_blocks`), for every N."""
+    from scratchpipe_sim.traces.generators import generate_trace, iter_blocks, make_spec
+
+    c = TRACE_CASES[case]
+    spec = make_spec(c["distribution"], c["table_rows"], c["batch_size"], c["num_batches"],
+                     c["pooling"], c["seed"], c.get("reuse", 0.0), None, "",
+                     c.get("pooling_sigma", 0.0))
+    streamed = np.concatenate([ids for ids, _, _ in iter_blocks(spec)])
+    for jobs in (1, 2, 3):
+        t = generate_trace(**c, jobs=jobs)
+        assert np.array_equal(t.indices, streamed)
+        assert t.offsets[-1] == len(streamed) and t.num_batches == c["num_batches"]

@@ -123,13 +123,14 @@ def check_run(config: ConfigInput, designs: Sequence[str] | None = None, *,
     return cfg, names
 
 
-def run_trace(cfg: Config, replay_cache: bool = True) -> Trace:
+def run_trace(cfg: Config, replay_cache: bool = True, jobs: int = 1) -> Trace:
     """The config's trace (generated or read; from the trace cache unless `replay_cache` is
-    False), refused when simulating it would not fit in memory."""
+    False; a generated one drawn by `jobs` processes), refused when simulating it would not
+    fit in memory."""
     from scratchpipe_sim.safety import memory_guard
     from scratchpipe_sim.timing import build_trace
 
-    trace = build_trace(cfg, cache=replay_cache)
+    trace = build_trace(cfg, cache=replay_cache, jobs=jobs)
     memory_guard.check_run(trace.total_rows, trace.num_accesses, source=cfg.source,
                            field="trace.path")
     return trace
@@ -238,7 +239,7 @@ def simulate(config: ConfigInput, designs: Sequence[str] | None = None,
     resolved config. Writes nothing (timelines and the results folder are the CLI's).
     `jobs`: processes for the independent cache replays (`run --jobs`; same results)."""
     cfg, names = check_run(config, designs, values=_values(overrides, dotted))
-    trace = run_trace(cfg, replay_cache)
+    trace = run_trace(cfg, replay_cache, jobs)
     return frame(run_designs(cfg, names, trace, replay_cache=replay_cache, jobs=jobs))
 
 

@@ -54,8 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "reading the on-disk replay and trace caches "
                         "(scratchpipe_sim.policies.replay_cache; results are identical)")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
-                   help="processes for the independent cache replays and on-chip passes "
-                        "(default: the cores this process may use; lowered to what fits "
+                   help="processes for the independent cache replays, on-chip passes and "
+                        "a generated trace's tables "
+                        "(default: the cores this process may use; replays lowered to what fits "
                         "in memory; results are identical for every N)")
     add_json(p, "the result rows as one JSON array instead of tables")
     p.add_argument("--quiet", "-q", action="store_true",
@@ -81,7 +82,7 @@ def handle(args: argparse.Namespace) -> int:
     out = make_results_dir(args.out if args.out is not None
                            else DEFAULT_RESULTS / Path(args.config).stem)
     try:
-        trace = run_trace(cfg, replay_cache=not args.no_cache)
+        trace = run_trace(cfg, replay_cache=not args.no_cache, jobs=jobs)
         with Progress(len(names), "run", "design", quiet=args.quiet) as bar:
             outcome = run_designs(cfg, names, trace,
                                   timeline_dir=None if args.no_timeline else out,

@@ -105,14 +105,15 @@ def check_config_memory(cfg: Config, source: str | None = None) -> None:
         memory_guard.check_run(rows, accesses, source=source, field=field)
 
 
-def build_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = None) -> Trace:
+def build_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = None,
+                jobs: int = 1) -> Trace:
     """The config's trace (`config_trace`); with `cache.warmup_batches: auto`, a generated
     trace and a cache design among the config's designs, its warm-up prefix lengthened until
     the cache warms (`auto_warmup_trace`)."""
     if (prefix_batches is None and cfg.cache.warmup_batches == "auto"
             and cfg.trace.path is None and _has_cache(cfg)):
-        return auto_warmup_trace(cfg, cache)
-    return config_trace(cfg, cache, prefix_batches)
+        return auto_warmup_trace(cfg, cache, jobs)
+    return config_trace(cfg, cache, prefix_batches, jobs)
 
 
 def _has_cache(cfg: Config) -> bool:
@@ -121,8 +122,8 @@ def _has_cache(cfg: Config) -> bool:
                for n in config_designs(cfg) if n in DESIGNS)
 
 
-def config_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = None
-                    ) -> Trace:
+def config_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = None,
+                 jobs: int = 1) -> Trace:
     """The config's trace: read `trace.path` or generate it, checked against model.tables.
 
     It holds the cache warm-up prefix (at most `prefix_cap` batches) followed by the
@@ -165,7 +166,7 @@ def config_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = N
                               prefix_cap(cfg, prefix_batches) + m.num_batches,
                               list(m.poolings), seed,
                               reuse=t.reuse, source=cfg.source,
-                              field_prefix="trace.params.", **params)
+                              field_prefix="trace.params.", jobs=jobs, **params)
 
     # everything generate() reads from the config (a bad name or parameter never has an
     # entry: it fails in generate() with its usual message)
@@ -585,7 +586,7 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
 AUTO_PREFIX = "auto_warmup_prefix"
 
 
-def auto_warmup_trace(cfg: Config, replay_cache: bool) -> Trace:
+def auto_warmup_trace(cfg: Config, replay_cache: bool, jobs: int = 1) -> Trace:
     """The config's trace; with `cache.warmup_batches: auto`, a generated trace and a cache
     design, its warm-up prefix doubled from model.num_batches until the prefix touches as
     many distinct rows as the cache holds, or the timed batches' never-seen rows (a cache's
@@ -596,7 +597,7 @@ def auto_warmup_trace(cfg: Config, replay_cache: bool) -> Trace:
     capacity = cfg.capacity_rows()
     prefix = m.num_batches
     while True:
-        trace = config_trace(cfg, cache=replay_cache, prefix_batches=prefix)
+        trace = config_trace(cfg, cache=replay_cache, prefix_batches=prefix, jobs=jobs)
 
         def compute(trace=trace, prefix=prefix):
             new = first_touches(trace)[prefix + m.warmup_batches:]

@@ -481,41 +481,114 @@ def _rng(spec: GenSpec, *key: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(_seed(spec, *key)))
 
 
-def iter_blocks(spec: GenSpec) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(indices, offsets, batch_bounds) of each RNG block, relative to the block."""
+def _samplers(spec: GenSpec, tables: Sequence[int]) -> dict[int, Sampler]:
+    """The sampler of each table in `tables` (its permutation built once), keyed by
+    (0, t); a distribution whose `accesses` parameter is 0 (auto) is told its table's
+    stream length."""
     factory = DISTRIBUTIONS.get(spec.distribution)
-    T, B = spec.num_tables, spec.batch_size
-    per_bag = np.concatenate(spec.bag_lengths)
-    widths = [int(x.sum()) for x in spec.bag_lengths]
-    prev: list[np.ndarray | None] = [None] * T
-    # one sampler per table (its permutation built once), keyed by (0, t)
-    # a distribution whose `accesses` parameter is 0 (auto) is told its table's stream length
     auto = "accesses" in spec.params and spec.params["accesses"] == 0
     defaults = factory.PARAMS  # type: ignore[attr-defined]
-    samplers = [factory(spec.table_rows[t], _seed(spec, 0, t), **{
+    widths = _widths(spec)
+    return {t: factory(spec.table_rows[t], _seed(spec, 0, t), **{
         **per_table_params(spec.params, defaults, t),
         **({"accesses": spec.num_batches * widths[t]} if auto else {})})
-        for t in range(T)]
+        for t in tables}
+
+
+def _widths(spec: GenSpec) -> list[int]:
+    """Ids of each table in one batch (the sum of its bag lengths)."""
+    return [int(x.sum()) for x in spec.bag_lengths]
+
+
+def _table_blocks(spec: GenSpec, t: int, sampler: Sampler) -> Iterator[np.ndarray]:
+    """Table t's ids of each RNG block, shape (batches of the block, ids a batch): its
+    own keyed draws, then FBGEMM's reuse from the block before (a table's stream depends
+    on no other table's, so tables can be drawn apart and interleaved)."""
+    width = _widths(spec)[t]
+    count = int(width * spec.reuse)
+    prev: np.ndarray | None = None
     for j, first in enumerate(range(0, spec.num_batches, spec.block_batches)):
         nbk = min(spec.block_batches, spec.num_batches - first)
-        cols = []
-        for t in range(T):
-            width = widths[t]
-            ids = samplers[t].sample(_rng(spec, 1, t, j), nbk * width).reshape(nbk, width)
-            count = int(width * spec.reuse)
-            if count > 0:
-                pos = _reuse_positions(_rng(spec, 2, t, j), nbk, width, count)
-                start = 1 if prev[t] is None else 0
-                prv = prev[t] if prev[t] is not None else ids[0]
-                _apply_reuse(ids, pos, prv, start)
-            prev[t] = ids[-1].copy()
-            cols.append(ids)
+        ids = sampler.sample(_rng(spec, 1, t, j), nbk * width).reshape(nbk, width)
+        if count > 0:
+            pos = _reuse_positions(_rng(spec, 2, t, j), nbk, width, count)
+            start = 1 if prev is None else 0
+            _apply_reuse(ids, pos, ids[0] if prev is None else prev, start)
+        prev = ids[-1].copy()
+        yield ids
+
+
+def _block_layout(spec: GenSpec, nbk: int) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, batch bounds) of `nbk` whole batches, relative to their first."""
+    T, B = spec.num_tables, spec.batch_size
+    lengths = np.tile(np.concatenate(spec.bag_lengths), nbk)
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets, np.arange(nbk + 1, dtype=np.int64) * (T * B)
+
+
+def iter_blocks(spec: GenSpec) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(indices, offsets, batch_bounds) of each RNG block, relative to the block: each
+    batch holds table 0's bags, then table 1's, ... (memory: one block)."""
+    T = spec.num_tables
+    samplers = _samplers(spec, range(T))
+    streams = [_table_blocks(spec, t, samplers[t]) for t in range(T)]
+    for first in range(0, spec.num_batches, spec.block_batches):
+        nbk = min(spec.block_batches, spec.num_batches - first)
+        cols = [next(s) for s in streams]
         indices = np.concatenate(cols, axis=1).ravel() if T > 1 else cols[0].ravel()
-        lengths = np.tile(per_bag, nbk)
-        offsets = np.zeros(len(lengths) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        bounds = np.arange(nbk + 1, dtype=np.int64) * (T * B)
+        offsets, bounds = _block_layout(spec, nbk)
         yield indices, offsets, bounds
+
+
+def _fill_tables(spec: GenSpec, tables: Sequence[int], out: np.ndarray) -> None:
+    """Write the ids of `tables` into `out` (num_batches x ids a batch, the in-memory
+    trace's indices): table t's at columns sum(widths[:t]).. of every batch."""
+    widths = _widths(spec)
+    col = np.concatenate(([0], np.cumsum(widths))).astype(np.int64)
+    for t, sampler in _samplers(spec, tables).items():
+        first = 0
+        for ids in _table_blocks(spec, t, sampler):
+            out[first:first + len(ids), col[t]:col[t + 1]] = ids
+            first += len(ids)
+
+
+#: the (spec, shared output) a forked generation worker fills (set only while
+#: `trace_from_spec` runs with jobs > 1)
+_FORKED_FILL: tuple[GenSpec, np.ndarray] | None = None
+
+
+def _forked_fill(tables: list[int]) -> None:
+    assert _FORKED_FILL is not None, "runs only in a worker trace_from_spec forked"
+    spec, out = _FORKED_FILL
+    _fill_tables(spec, tables, out)
+
+
+def _fill_parallel(spec: GenSpec, out: np.ndarray, jobs: int) -> bool:
+    """Draw the tables in `jobs` forked processes, each writing its tables' columns into
+    `out` (shared memory); False where `fork` is unavailable (the caller draws serially)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return False
+    widths = _widths(spec)
+    groups: list[list[int]] = [[] for _ in range(jobs)]
+    load = [0] * jobs
+    for t in sorted(range(spec.num_tables), key=lambda t: -widths[t]):  # longest first
+        k = load.index(min(load))
+        groups[k].append(t)
+        load[k] += widths[t]
+    global _FORKED_FILL
+    _FORKED_FILL = (spec, out)
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            for f in [pool.submit(_forked_fill, g) for g in groups if g]:
+                f.result()
+    finally:
+        _FORKED_FILL = None
+    return True
 
 
 def _reuse_positions(rng: np.random.Generator, nbk: int, width: int, count: int) -> np.ndarray:
@@ -538,28 +611,37 @@ def _apply_reuse(ids, pos, prev, start):
 def generate_trace(distribution: str, table_rows: Sequence[int] | int, batch_size: int,
                    num_batches: int, pooling: int | Sequence[int], seed: int,
                    reuse: float = 0.0, source: str | None = None, field_prefix: str = "",
-                   pooling_sigma: float = 0.0, **dist_params: Any) -> Trace:
+                   pooling_sigma: float = 0.0, jobs: int = 1, **dist_params: Any) -> Trace:
     """A synthetic trace in memory: `num_batches` batches of `batch_size` samples, each
     sample with `pooling[t]` ids of table t drawn from `distribution`; `reuse` of each
     batch's ids (per table) copied from the previous batch at the same positions;
-    `pooling_sigma` > 0 draws bag lengths around `pooling` (see `GenSpec.bag_lengths`)."""
+    `pooling_sigma` > 0 draws bag lengths around `pooling` (see `GenSpec.bag_lengths`);
+    `jobs` processes draw the tables (the same trace for every value)."""
     spec = make_spec(distribution, table_rows, batch_size, num_batches, pooling, seed, reuse,
                      source, field_prefix, pooling_sigma, **dist_params)
-    return trace_from_spec(spec)
+    return trace_from_spec(spec, jobs)
 
 
-def trace_from_spec(spec: GenSpec) -> Trace:
-    idx, offs, bnds = [], [np.zeros(1, np.int64)], [np.zeros(1, np.int64)]
-    n_idx = n_bags = 0
-    for indices, offsets, bounds in iter_blocks(spec):
-        idx.append(indices)
-        offs.append(offsets[1:] + n_idx)
-        bnds.append(bounds[1:] + n_bags)
-        n_idx += len(indices)
-        n_bags += len(offsets) - 1
-    return Trace(np.asarray(spec.table_rows, np.int64), np.concatenate(idx),
-                 np.concatenate(offs), np.concatenate(bnds), spec.batch_size, spec.meta(),
-                 f"<{spec.distribution} seed={spec.seed}>")
+def trace_from_spec(spec: GenSpec, jobs: int = 1) -> Trace:
+    """The trace `spec` describes, in memory; `jobs > 1` draws its tables in that many
+    forked processes into shared memory (the same ids: each table's stream is keyed by its
+    index alone)."""
+    W = spec.accesses_per_batch
+    n = spec.num_batches * W
+    jobs = min(int(jobs), spec.num_tables)
+    if jobs > 1:
+        import mmap
+
+        buf = mmap.mmap(-1, max(n, 1) * 8)  # MAP_SHARED | MAP_ANONYMOUS: the workers' writes
+        indices = np.frombuffer(buf, np.int64, count=n)
+        if not _fill_parallel(spec, indices.reshape(spec.num_batches, W), jobs):
+            _fill_tables(spec, range(spec.num_tables), indices.reshape(spec.num_batches, W))
+    else:
+        indices = np.empty(n, np.int64)
+        _fill_tables(spec, range(spec.num_tables), indices.reshape(spec.num_batches, W))
+    offsets, bounds = _block_layout(spec, spec.num_batches)
+    return Trace(np.asarray(spec.table_rows, np.int64), indices, offsets, bounds,
+                 spec.batch_size, spec.meta(), f"<{spec.distribution} seed={spec.seed}>")
 
 
 def generate_to_store(path: str | os.PathLike, distribution: str,
