@@ -9,6 +9,7 @@ without a cache get the same columns from one pass over the trace (`uncached_cou
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,13 +125,31 @@ def _new_rows(ids, batch_ptr, seen, out, first_batch):
         out[first_batch + b] += n
 
 
+#: first_touches per trace content, keyed by the ids of its arrays (a trace re-made with
+#: new meta, as `auto_warmup_trace` returns it, shares them); the entry holds the small
+#: arrays (so their ids stay theirs) and is dropped when the indices array is freed
+_FIRST_TOUCHES: dict[tuple[int, ...], tuple[tuple[np.ndarray, ...], np.ndarray]] = {}
+
+
 def first_touches(trace: Trace) -> np.ndarray:
     """Per batch, rows never accessed in an earlier batch of `trace` (compulsory misses of
-    any cache that starts empty at the trace's first batch)."""
+    any cache that starts empty at the trace's first batch). Read-only: made once per trace
+    content in a process (the auto warm-up and the run's replays both ask)."""
+    small = (trace.offsets, trace.batch_bounds, trace.table_rows)
+    key = (id(trace.indices), *map(id, small))
+    hit = _FIRST_TOUCHES.get(key)
+    if hit is not None:
+        return hit[1]
     out = np.zeros(trace.num_batches, np.int64)
     seen = np.zeros(trace.total_rows, np.uint8)
     for chunk in trace.iter_chunks():
         _new_rows(chunk.ids, chunk.batch_ptr, seen, out, chunk.first_batch)
+    out.setflags(write=False)
+    try:
+        weakref.finalize(trace.indices, _FIRST_TOUCHES.pop, key, None)
+    except TypeError:  # an array type without weak references: not remembered
+        return out
+    _FIRST_TOUCHES[key] = (small, out)
     return out
 
 
