@@ -22,6 +22,14 @@ from scratchpipe_sim.timing.runner import Replays, build_trace, fit_trace, simul
 pytestmark = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
                                 reason="parallel replays fork; this platform cannot")
 
+
+@pytest.fixture(autouse=True)
+def _fork_even_small_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These traces are far below the size where forking pays: fork anyway."""
+    from scratchpipe_sim.traces import generators
+
+    monkeypatch.setattr(generators, "PARALLEL_MIN_ACCESSES", 0)
+
 ALL_DESIGNS = ["hybrid", "gpu-only", "uvm", "static-cache", "lru-cache", "lru-prefetch",
                "scratchpipe", "bagpipe"]
 
@@ -171,3 +179,19 @@ def test_tables_drawn_in_parallel_give_the_streamed_trace(case: int) -> None:
         t = generate_trace(**c, jobs=jobs)
         assert np.array_equal(t.indices, streamed)
         assert t.offsets[-1] == len(streamed) and t.num_batches == c["num_batches"]
+
+
+def test_small_runs_stay_serial(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below PARALLEL_MIN_ACCESSES a pool would cost more than it saves: no fork."""
+    from scratchpipe_sim.traces import generators
+
+    cfg = _config(CASES["quickstart-small"])
+    trace = build_trace(cfg, cache=False)
+    called: list[int] = []
+    monkeypatch.setattr(Replays, "precompute", lambda self, keys, jobs: called.append(jobs))
+    monkeypatch.setattr(generators, "PARALLEL_MIN_ACCESSES", trace.num_accesses + 1)
+    simulate(cfg, trace=trace, replay_cache=False, jobs=2)
+    assert called == []
+    monkeypatch.setattr(generators, "PARALLEL_MIN_ACCESSES", trace.num_accesses)
+    simulate(cfg, trace=trace, replay_cache=False, jobs=2)  # the spy made nothing: serial
+    assert called == [2]

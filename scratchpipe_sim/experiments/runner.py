@@ -55,7 +55,7 @@ def _trace_key(config: dict) -> str:
                         "pooling": m.get("pooling"), "num_batches": m.get("num_batches")})
 
 
-def point_trace(config: dict, cfg: Any, cache: bool = True) -> Any:
+def point_trace(config: dict, cfg: Any, cache: bool = True, jobs: int = 1) -> Any:
     """The trace of a sweep point, built once per worker process (after a memory estimate)
     and reused by later points with the same trace-determining keys (`cache=False`: a
     generated trace is not read from or written to the on-disk trace cache)."""
@@ -71,16 +71,18 @@ def point_trace(config: dict, cfg: Any, cache: bool = True) -> Any:
         _TRACE_CACHE.clear()  # the previous trace (and its slices) freed before building
         forget_slices()
         check_config_memory(cfg, source="sweep point")
-        trace = build_trace(cfg, cache=cache)
+        trace = build_trace(cfg, cache=cache, jobs=jobs)
         memory_guard.check_run(trace.total_rows, trace.num_accesses, source="sweep point",
                                field="trace.path")
         _TRACE_CACHE[key] = trace
     return trace
 
 
-def simulate_point(config: dict, designs: tuple, replay_cache: bool = True) -> list[dict]:
+def simulate_point(config: dict, designs: tuple, replay_cache: bool = True,
+                   replay_jobs: int = 1) -> list[dict]:
     """The real point function: validate the resolved config and run the timing model
-    (`replay_cache=False`: recompute policy replays instead of reading the on-disk cache).
+    (`replay_cache=False`: recompute policy replays instead of reading the on-disk cache;
+    `replay_jobs`: processes for the point's trace tables and replays, as `run --jobs`).
 
     The trace is built once per worker process (after a memory estimate) and reused by
     later points with the same trace-determining keys. When the designs together fail (one
@@ -93,9 +95,10 @@ def simulate_point(config: dict, designs: tuple, replay_cache: bool = True) -> l
 
     cfg = Config.from_dict(config, source="sweep point")
     names = list(designs) or list(cfg.designs)
-    trace = point_trace(config, cfg, replay_cache)
+    trace = point_trace(config, cfg, replay_cache, replay_jobs)
     try:
-        return list(simulate(cfg, designs=names, trace=trace, replay_cache=replay_cache))
+        return list(simulate(cfg, designs=names, trace=trace, replay_cache=replay_cache,
+                             jobs=replay_jobs))
     except Exception as e:
         if len(names) == 1:
             return [_failed_row(names[0], e)]
@@ -278,9 +281,12 @@ def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
         raise UserError(f"expected --jobs >= 1, got {jobs}", field="--jobs")
     executor = executor or ("process" if jobs > 1 else "local")
     real = run_point is None
-    if run_point is None:
-        run_point = (simulate_point if replay_cache
-                     else functools.partial(simulate_point, replay_cache=False))
+    if run_point is None:  # one point at a time: its replays use the cores instead
+        from scratchpipe_sim.timing.runner import usable_cores
+
+        run_point = functools.partial(
+            simulate_point, replay_cache=replay_cache,
+            replay_jobs=usable_cores() if executor == "local" else 1)
     stream = stream or sys.stderr
     points = expand_points(spec, resolver)
     designs = sweep_designs(points, spec)

@@ -46,6 +46,7 @@ from scratchpipe_sim.timing.designs import DESIGNS, WorkloadKey
 from scratchpipe_sim.timing.designs.base import baseline_design, config_designs
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.timeline import write_timeline
+from scratchpipe_sim.traces import generators
 from scratchpipe_sim.traces.trace import Trace
 
 #: `cache.warmup_batches: auto` on a generated trace lengthens its warm-up prefix (doubling
@@ -546,7 +547,7 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     replays = Replays(cfg, trace, any(k.policy is not None for k in keys.values()),
                       replay_cache)
     jobs = memory_guard.jobs_within_memory(trace.total_rows, trace.num_accesses, jobs)
-    if jobs > 1:
+    if jobs > 1 and trace.num_accesses >= generators.PARALLEL_MIN_ACCESSES:
         replays.precompute([keys[n] for n in names], jobs)
     rows = []
     for name in names:

@@ -37,6 +37,10 @@ from scratchpipe_sim.traces.store import TraceWriter
 from scratchpipe_sim.traces.trace import Trace
 
 GENERATOR_VERSION = 1
+#: fewest accesses of a pass (a trace to draw, a replay) for which forking workers pays: a
+#: pool costs ~0.05 s to start and ~1M accesses take about that long to replay (speed only;
+#: results are identical). `run --jobs` and `generate_trace(jobs=)` run serially below it.
+PARALLEL_MIN_ACCESSES = 1 << 20
 #: ids per RNG block (per call of a sampler); part of the trace's definition.
 BLOCK_ACCESSES = 1 << 18
 #: Zipf ranks whose cumulative probability is tabulated exactly; beyond, a continuous tail.
@@ -629,7 +633,7 @@ def trace_from_spec(spec: GenSpec, jobs: int = 1) -> Trace:
     W = spec.accesses_per_batch
     n = spec.num_batches * W
     jobs = min(int(jobs), spec.num_tables)
-    if jobs > 1:
+    if jobs > 1 and n >= PARALLEL_MIN_ACCESSES:
         import mmap
 
         buf = mmap.mmap(-1, max(n, 1) * 8)  # MAP_SHARED | MAP_ANONYMOUS: the workers' writes
