@@ -195,3 +195,24 @@ def test_small_runs_stay_serial(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(generators, "PARALLEL_MIN_ACCESSES", trace.num_accesses)
     simulate(cfg, trace=trace, replay_cache=False, jobs=2)  # the spy made nothing: serial
     assert called == [2]
+
+
+def test_a_warm_run_reads_its_passes_without_forking(tmp_path, monkeypatch) -> None:
+    """Every pass in the on-disk cache is read in the parent: no pool is started, and the
+    rows equal the cold parallel run's."""
+    monkeypatch.setenv("SCRATCHPIPE_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = _config(CASES["quickstart-small"])
+    trace = build_trace(cfg, cache=False)
+    pools: list[int] = []
+    real = runner.ProcessPoolExecutor
+
+    def counting(*args, **kwargs):
+        pools.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "ProcessPoolExecutor", counting)
+    cold = simulate(cfg, trace=trace, jobs=2)
+    assert pools == [1]
+    warm = simulate(cfg, trace=trace, jobs=2)
+    assert pools == [1]
+    assert _without_wall(cold) == _without_wall(warm)

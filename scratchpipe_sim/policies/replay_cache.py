@@ -22,6 +22,8 @@ the oldest entries (by mtime; a hit touches its entry) are removed beyond `max_b
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -31,7 +33,7 @@ import tempfile
 import time
 import weakref
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -145,6 +147,17 @@ def content_sha256(trace: Any) -> str:
         cached = h.hexdigest()
         _remember(_CONTENT, trace, cached)
     return cached
+
+
+def with_meta(trace: Any, meta: dict[str, Any]) -> Any:
+    """`trace` with another meta dict (its arrays shared), keeping the digests already made
+    of it: neither `content_sha256` nor `trace_fingerprint` reads meta, so the new object
+    is never hashed again (a warm `run` hashed its 100 MB trace for nothing)."""
+    new = dataclasses.replace(trace, meta=meta)
+    for memo in (_CONTENT, _FINGERPRINTS):
+        if id(trace) in memo:
+            _remember(memo, new, memo[id(trace)])
+    return new
 
 
 def trace_sha256(trace: Any) -> str:
@@ -270,6 +283,26 @@ def _warn(msg: str) -> None:
     print(f"scratchpipe-sim: replay cache: {msg}", file=sys.stderr)
 
 
+class NotCached(Exception):
+    """Raised by `cached_columns` inside `lookup_only()` when the entry is not there."""
+
+
+#: set by `lookup_only`: a miss raises NotCached instead of computing
+_LOOKUP_ONLY = False
+
+
+@contextlib.contextmanager
+def lookup_only() -> Iterator[None]:
+    """Within: `cached_columns` returns what the cache holds and raises NotCached on a miss
+    (`run --jobs` reads every cached pass before forking workers for the others)."""
+    global _LOOKUP_ONLY
+    before, _LOOKUP_ONLY = _LOOKUP_ONLY, True
+    try:
+        yield
+    finally:
+        _LOOKUP_ONLY = before
+
+
 def cached_columns(key: Mapping[str, Any], compute: Callable[[], tuple[Columns, Extras]],
                    enabled: bool = True, folder: str | Path | None = None,
                    max_bytes: int | None = None, sources: tuple[str, ...] = POLICY_SOURCES
@@ -307,6 +340,8 @@ def cached_columns(key: Mapping[str, Any], compute: Callable[[], tuple[Columns, 
             except OSError:
                 pass
             return cols, extra
+    if _LOOKUP_ONLY:
+        raise NotCached(path.name)
     cols, extra = compute()
     cols = {k: np.asarray(v, np.int64) for k, v in cols.items()}
     extra = {k: int(v) for k, v in extra.items()}

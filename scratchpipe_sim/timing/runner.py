@@ -26,10 +26,13 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.model import DEFAULT_ROWS, per_table
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.replay_cache import (
+    NotCached,
     cached_columns,
     cached_trace,
+    lookup_only,
     slice_trace,
     trace_fingerprint,
+    with_meta,
 )
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.counts import (
@@ -151,7 +154,7 @@ def config_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = N
                     f"{trace.batch_size})", source=cfg.source, field="model.batch_size")
         else:  # flat id streams are cut into the model's mini-batches; rows = max id + 1
             trace = open_trace(path, batch_size=m.batch_size, fmt=t.format)
-            trace = dataclasses.replace(trace, meta={**trace.meta, ROWS_INFERRED: True})
+            trace = with_meta(trace, {**trace.meta, ROWS_INFERRED: True})
         return fit_trace(trace, sized_config(cfg, trace))
     seed = cfg.seed if t.seed is None else t.seed
 
@@ -396,12 +399,35 @@ class Replays:
         else:
             self._memo[task[0]] = result
 
+    def _read_cached(self, tasks: list[tuple]) -> list[tuple]:
+        """Keep every pass the on-disk cache holds (read here: forking to read a file costs
+        more than reading it); the passes left to make."""
+        if not self.replay_cache:
+            return tasks
+        rest = []
+        with lookup_only():
+            for t in tasks:
+                uncacheable = t[0] == "bytes" or (
+                    t[0] == "part" and t[1].policy is not None
+                    and self.cfg.model.heterogeneous)  # replayed without the cache
+                if uncacheable:
+                    rest.append(t)
+                    continue
+                t0 = time.perf_counter()
+                try:
+                    result = self.run_pass(t)
+                except NotCached:
+                    rest.append(t)
+                else:
+                    self.keep_pass(t, result, time.perf_counter() - t0)
+        return rest
+
     def precompute(self, keys: Sequence[WorkloadKey], jobs: int) -> int:
         """Make the passes `keys` need in up to `jobs` forked processes (each inherits the
         trace copy-on-write; results come back pickled and are kept as if made here, so
         every count is bit for bit the serial one). Returns the processes used (1: serial,
         also where `fork` is unavailable)."""
-        tasks = self.passes(keys)
+        tasks = self._read_cached(self.passes(keys))
         jobs = min(int(jobs), len(tasks))
         if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
             return 1
@@ -616,7 +642,7 @@ def auto_warmup_trace(cfg: Config, replay_cache: bool, jobs: int = 1) -> Trace:
             _, extra = compute()
         if (extra["warm"]
                 or (2 * prefix + m.num_batches) * per_batch > AUTO_WARMUP_MAX_ACCESSES):
-            return dataclasses.replace(trace, meta={**trace.meta, AUTO_PREFIX: prefix})
+            return with_meta(trace, {**trace.meta, AUTO_PREFIX: prefix})
         prefix *= 2
 
 
