@@ -216,3 +216,29 @@ def test_a_warm_run_reads_its_passes_without_forking(tmp_path, monkeypatch) -> N
     warm = simulate(cfg, trace=trace, jobs=2)
     assert pools == [1]
     assert _without_wall(cold) == _without_wall(warm)
+
+
+def test_sensitivity_prices_its_samples_in_parallel_to_the_same_result() -> None:
+    from scratchpipe_sim.experiments.sensitivity import run_sensitivity
+
+    cfg = _config(CASES["quickstart-small"])
+    trace = build_trace(cfg, cache=False)
+    one = run_sensitivity(cfg, ["hybrid", "lru-cache", "scratchpipe"], samples=5, seed=3,
+                          trace=trace, jobs=1).to_json()
+    two = run_sensitivity(cfg, ["hybrid", "lru-cache", "scratchpipe"], samples=5, seed=3,
+                          trace=trace, jobs=2).to_json()
+    assert one == two and len(one["lhs"]["speedup"]["scratchpipe"]) == 5
+
+
+def test_cli_sensitivity_jobs_on_a_config(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["sensitivity", "configs/quickstart.yaml", "--json", "--samples", "3",
+            "--design", "lru-cache", "--set", "model.num_batches=12",
+            "--set", "model.batch_size=256"]
+    outs = []
+    for jobs in ("1", "2"):
+        assert main(args + ["--jobs", jobs]) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0] == outs[1]
+    assert main(args + ["--jobs", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--jobs" in err[0]

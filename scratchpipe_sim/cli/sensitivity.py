@@ -50,8 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "lists them (3 | 0,4 | 10-14) or by swept values, all of which must hold "
                    "(cache.load_factor=0.05,trace.alpha=1.05; values read as YAML); "
                    "repeatable: the union (default: every point)")
-    p.add_argument("--jobs", "-j", type=int, default=1, metavar="J",
-                   help="a sweep only: points in parallel, one process each (default 1)")
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="J",
+                   help="a sweep: points in parallel, one process each (default 1: one "
+                        "point at a time, its varied configs priced on every core); a "
+                        "config: processes pricing its varied configs (default: the cores "
+                        "this process may use); the same result for every J")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="a config: write sensitivity.json and tornado.png / tornado.pdf "
                    "here; a sweep (required): a new folder for bands.csv and bands.json")
@@ -69,8 +72,7 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError(f"expected samples >= 0, got {args.samples}", field="--samples")
     if is_sweep_spec(args.config):
         return _handle_sweep(args)
-    for flag, given in (("--points", args.points), ("--jobs", args.jobs != 1),
-                        ("--plot", args.plot)):
+    for flag, given in (("--points", args.points), ("--plot", args.plot)):
         if given:
             raise UserError(f"{flag} applies to an experiment YAML (a sweep), not a config",
                             source=args.config, field=flag)
@@ -84,6 +86,7 @@ def _handle_config(args: argparse.Namespace) -> int:
         run_sensitivity,
         write_outputs,
     )
+    from scratchpipe_sim.timing.runner import check_jobs, usable_cores
 
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise UserError("exists and is not a folder: expected a folder for the outputs",
@@ -94,7 +97,8 @@ def _handle_config(args: argparse.Namespace) -> int:
         print(s, file=sys.stderr)
 
     res = run_sensitivity(cfg, args.designs, samples=args.samples, seed=args.seed,
-                          log=None if args.json else log)
+                          log=None if args.json else log,
+                          jobs=usable_cores() if args.jobs is None else check_jobs(args.jobs))
     if args.json:
         print(jsonout.dumps(res.to_json(), indent=1))
     else:
@@ -127,8 +131,9 @@ def _handle_sweep(args: argparse.Namespace) -> int:
     if args.out is None:
         raise UserError("expected --out DIR (a new folder for bands.csv and bands.json)",
                         source=args.config, field="--out")
-    if args.jobs < 1:
-        raise UserError(f"expected --jobs >= 1, got {args.jobs}", field="--jobs")
+    jobs = 1 if args.jobs is None else args.jobs
+    if jobs < 1:
+        raise UserError(f"expected --jobs >= 1, got {jobs}", field="--jobs")
     spec = load_experiment(args.config)
     # bad selectors and an existing --out fail before anything runs
     points = expand_points(spec)
@@ -137,7 +142,7 @@ def _handle_sweep(args: argparse.Namespace) -> int:
     ok = False
     try:
         bands = run_bands(spec, args.points or (), args.designs, samples=args.samples,
-                          seed=args.seed, jobs=args.jobs, points=points,
+                          seed=args.seed, jobs=jobs, points=points,
                           log=lambda s: print(s, file=sys.stderr))
         paths = write_bands(bands, out)
         if args.plot:

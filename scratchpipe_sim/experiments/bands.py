@@ -114,15 +114,16 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def band_point(config: dict, designs: tuple, *, samples: int, seed: int | None,
-               pinned: tuple[str, ...] = ()) -> list[dict]:
+               pinned: tuple[str, ...] = (), jobs: int = 1) -> list[dict]:
     """One sweep point's analysis (a point function for experiments.executors): the
-    resolved config as `sweep` runs it, its trace built once per worker process."""
+    resolved config as `sweep` runs it, its trace built once per worker process; `jobs`
+    processes price its varied configs."""
     from scratchpipe_sim.experiments.runner import point_trace  # noqa: PLC0415
 
     cfg = Config.from_dict(config, source="sweep point")
     trace = point_trace(config, cfg)
     res = run_sensitivity(cfg, list(designs) or None, samples=samples, seed=seed,
-                          trace=trace, pinned=pinned, skip_infeasible=True)
+                          trace=trace, pinned=pinned, skip_infeasible=True, jobs=jobs)
     return [{"sensitivity": res.to_json()}]
 
 
@@ -206,8 +207,12 @@ def run_bands(spec: Any, selectors: Sequence[str] = (), designs: Sequence[str] |
         raise UserError("expected a 'designs:' list (the base config has none)",
                         source=spec.source, field="designs")
     check_designs(Config.from_dict(points[0].config, source=spec.source), names)
+    from scratchpipe_sim.timing.runner import usable_cores  # noqa: PLC0415
+
+    # one point at a time: its varied configs are priced on every core instead
     fn = functools.partial(band_point, samples=samples, seed=seed,
-                           pinned=pinned_by(spec.axes))
+                           pinned=pinned_by(spec.axes),
+                           jobs=usable_cores() if jobs == 1 else 1)
     say = log or (lambda _s: None)
     by_key = {p.key: p for p in chosen}
     done: dict[str, tuple[dict | None, str | None]] = {}

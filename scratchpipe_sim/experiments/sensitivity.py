@@ -318,13 +318,44 @@ class Pricer:
         return bad
 
 
+#: the (pricer, configs) forked sample workers read (set only while `price_all` runs)
+_FORKED_SAMPLES: tuple[Pricer, list[Config]] | None = None
+
+
+def _forked_speedups(i: int) -> dict[str, float]:
+    assert _FORKED_SAMPLES is not None, "runs only in a worker price_all forked"
+    pricer, cfgs = _FORKED_SAMPLES
+    return pricer.speedups(cfgs[i])
+
+
+def price_all(pricer: Pricer, cfgs: list[Config], jobs: int = 1) -> list[dict[str, float]]:
+    """`pricer.speedups` of every config, in `jobs` forked processes (each inherits the
+    pricer's trace and replays; SimPy is deterministic, so the floats are the serial ones)."""
+    import multiprocessing  # noqa: PLC0415
+    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
+    jobs = min(int(jobs), len(cfgs))
+    if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [pricer.speedups(c) for c in cfgs]
+    global _FORKED_SAMPLES
+    _FORKED_SAMPLES = (pricer, cfgs)
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            chunk = max(1, len(cfgs) // (4 * jobs))
+            return list(pool.map(_forked_speedups, range(len(cfgs)), chunksize=chunk))
+    finally:
+        _FORKED_SAMPLES = None
+
+
 def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: int = 32,
                     seed: int | None = None, trace: Trace | None = None,
                     log: Callable[[str], None] | None = None, pinned: Sequence[str] = (),
-                    skip_infeasible: bool = False) -> Sensitivity:
+                    skip_infeasible: bool = False, jobs: int = 1) -> Sensitivity:
     """Vary every range of `cfg` but the `pinned` keys (one at a time, then by Latin
     hypercube). `skip_infeasible`: a design that cannot run on `cfg` is left out and its
-    reason kept in `infeasible` (a sweep's infeasible point), instead of failing the run."""
+    reason kept in `infeasible` (a sweep's infeasible point), instead of failing the run.
+    `jobs`: processes pricing the varied configs (the same result for every value)."""
     names = check_designs(cfg, designs)
     params = [p for p in params_of(cfg) if p.key not in set(pinned)]
     if not cfg.hardware.ranges:
@@ -343,30 +374,33 @@ def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: 
     say = log or (lambda _s: None)
     say(f"sensitivity: nominal ({len(params)} ranges, {samples} LHS samples)")
     nominal = pricer.speedups(cfg)
-    oat = {}
-
-    def at(p: Param, v: float) -> dict[str, float]:
-        # an end at the nominal value is the nominal run (the same config: the same result)
-        same = v == (1.0 if p.key in CURVE_KEYS else p.nominal)
-        return dict(nominal) if same else pricer.speedups(with_values(cfg, {p.key: v}))
-
+    # every varied config first (one at a time, then the Latin hypercube), priced together
+    ends: list[Config | None] = []
     for p in params:
-        say(f"sensitivity: {p.key} at {p.low:g} and {p.high:g}")
-        oat[p.key] = (at(p, p.low), at(p, p.high))
-    res = Sensitivity(names, params, nominal, oat, seed=seed,
-                      pinned=sorted(k for k in cfg.hardware.ranges if k in set(pinned)),
-                      infeasible=infeasible)
+        for v in (p.low, p.high):
+            # an end at the nominal value is the nominal run (the same config and result)
+            same = v == (1.0 if p.key in CURVE_KEYS else p.nominal)
+            ends.append(None if same else with_values(cfg, {p.key: v}))
+    vals = np.zeros((0, len(params)))
     if samples and params:
         u = latin_hypercube(samples, len(params), seed)
         lows = np.array([p.low for p in params])
         highs = np.array([p.high for p in params])
         vals = lows + u * (highs - lows)
+    lhs_cfgs = [with_values(cfg, {p.key: float(v) for p, v in zip(params, row, strict=True)})
+                for row in vals]
+    todo = [c for c in ends if c is not None] + lhs_cfgs
+    say(f"sensitivity: {len(todo)} varied configs ({len(params)} ranges at both ends, "
+        f"{len(lhs_cfgs)} LHS samples){f' in {jobs} processes' if jobs > 1 else ''}")
+    priced = iter(price_all(pricer, todo, jobs))
+    at = [dict(nominal) if c is None else next(priced) for c in ends]
+    oat = {p.key: (at[2 * i], at[2 * i + 1]) for i, p in enumerate(params)}
+    res = Sensitivity(names, params, nominal, oat, seed=seed,
+                      pinned=sorted(k for k in cfg.hardware.ranges if k in set(pinned)),
+                      infeasible=infeasible)
+    if samples and params:
         res.lhs = {d: [] for d in names}
-        for i, row in enumerate(vals):
-            if i % 8 == 0:
-                say(f"sensitivity: LHS sample {i + 1}/{samples}")
-            sp = pricer.speedups(with_values(cfg, {p.key: float(v) for p, v in
-                                                   zip(params, row, strict=True)}))
+        for sp in priced:
             for d in names:
                 res.lhs[d].append(sp[d])
         res.lhs_values = vals.tolist()
