@@ -184,3 +184,21 @@ def test_preset_ranges_vary_the_tier():
         lo, hi = hw.ranges[key]
         sec, name = key.split(".")
         assert lo <= getattr(getattr(hw, sec), name) <= hi
+
+
+def test_where_dram_bandwidth_is_the_wall_a_small_share_expands_it():
+    """The exception the rule above leaves (docs/timing.md, "CXL memory tier"): the tier is
+    a second device, so the memory side of a gather takes max((1-c) n / DRAM, c n / CXL) —
+    below n / DRAM for c < CXL / (DRAM + CXL), above it beyond (Sun et al.'s interleaving
+    gains). A design bound by DRAM bandwidth can speed up at a small share."""
+
+    def memory_ns(share: float) -> float:
+        cfg = cfg_with(share, {"hardware": {"cpu": {"llc_MiB": 0}}})
+        env = simpy.Environment()
+        m = Machine(env, cfg, 1)
+        env.run(m.table_gather(1_000_000.0, 256.0, 0, "probe"))
+        return env.now
+
+    hw = cfg_with(0.0).hardware
+    knee = hw.cxl.bandwidth_GBps / (hw.cxl.bandwidth_GBps + hw.cpu.dram_GBps)
+    assert memory_ns(knee / 2) < memory_ns(0.0) < memory_ns(min(1.0, 2 * knee))
