@@ -13,8 +13,8 @@ from scratchpipe_sim.experiments.spec import expand_points, load_experiment
 EXPERIMENTS = sorted((Path(__file__).resolve().parents[1] / "experiments").glob("fig*.yaml"))
 
 
-def test_eight_study_figures():
-    assert len(EXPERIMENTS) == 8
+def test_nine_study_figures():
+    assert len(EXPERIMENTS) == 9  # fig9_cxl: the CXL memory tier (issue 27)
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)

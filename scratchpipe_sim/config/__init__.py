@@ -9,6 +9,7 @@
 
 from scratchpipe_sim.config.hardware import (
     CpuConfig,
+    CxlConfig,
     GpuConfig,
     HardwareConfig,
     PcieConfig,
@@ -33,13 +34,14 @@ from scratchpipe_sim.config.model import (
     TablesConfig,
     TraceConfig,
     config_to_dict,
+    tier_rows,
 )
 from scratchpipe_sim.config.schema import flatten
 
 __all__ = [
-    "CONFIGS_DIR", "OPTIMIZERS", "CacheConfig", "Config", "CpuConfig",
+    "CONFIGS_DIR", "OPTIMIZERS", "CacheConfig", "Config", "CpuConfig", "CxlConfig",
     "GpuConfig", "HardwareConfig", "ModelConfig", "PcieConfig", "TablesConfig", "TraceConfig",
     "config_to_dict", "deep_merge", "dump_yaml", "expand_presets", "flatten",
-    "interpolate",
+    "interpolate", "tier_rows",
     "load_config", "parse_override", "read_yaml", "resolve", "set_dotted",
 ]

@@ -1,4 +1,5 @@
-"""Hardware schema: CPU DRAM, PCIe, GPU HBM and compute (the preset YAML format).
+"""Hardware schema: CPU DRAM, PCIe, GPU HBM and compute, an optional CXL memory tier (the
+preset YAML format).
 
 `configs/hardware/NAME.yaml` files and the `calibrate` command write exactly these keys.
 Units are in every name (GBps = 1e9 bytes/s, ns, GiB = 2**30 bytes). Field names are
@@ -240,6 +241,23 @@ class PriceConfig:
 
 
 @dataclass(frozen=True)
+class CxlConfig:
+    """A CXL-attached memory expander (a CXL.mem Type-3 device) under the host DRAM: rows
+    `model.cxl_share` places there are gathered at its bandwidth and latency instead of
+    DRAM's. Unset (null) keys: no tier; `Config.check` requires them once a share is set."""
+
+    bandwidth_GBps: float | None = field(default=None, metadata=_pos(
+        "the device's streaming read bandwidth as the CPU sees it (random row gathers reach "
+        "cpu.gather_efficiency of it, as on DRAM)"))
+    load_latency_ns: float | None = field(default=None, metadata=_nonneg(
+        "idle load-to-use latency of a CPU read of the device (DRAM's plus the CXL "
+        "port's); a core's rate on rows there is core_dram_GBps x cpu.dram_latency_ns / "
+        "this (Little's law: the same fill buffers held longer)"))
+    capacity_GiB: float | None = field(default=None, metadata=_pos(
+        "the device's capacity (null: not checked)"))
+
+
+@dataclass(frozen=True)
 class HardwareConfig:
     name: str = field(default="", metadata={"help": "preset name (filled from `preset`)"})
     clock_GHz: float = field(default=1.0, metadata=_pos("clock for reporting cycles"))
@@ -248,6 +266,7 @@ class HardwareConfig:
     gpu: GpuConfig = field(default_factory=GpuConfig)
     interconnect: InterconnectConfig = field(default_factory=InterconnectConfig)
     prices: PriceConfig = field(default_factory=PriceConfig)
+    cxl: CxlConfig = field(default_factory=CxlConfig)
     dram_capacity_GiB: float = field(default=512.0, metadata=_pos(
         "host memory holding the embedding tables"))
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict, metadata={

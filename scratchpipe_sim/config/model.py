@@ -49,6 +49,13 @@ class TablesConfig:
                                                         "min": 1})
 
 
+def tier_rows(rows: int, share: float) -> tuple[int, int]:
+    """(rows in DRAM, rows in the CXL tier) of one table of `rows` rows at `model.cxl_share`:
+    round(share x rows) in CXL, every other row in DRAM, so the two add up exactly."""
+    cxl = min(rows, max(0, round(share * rows)))
+    return rows - cxl, cxl
+
+
 def per_table(value: PerTable | None, n: int, default: int) -> tuple[int, ...]:
     """One value for every table, or the list itself, as a tuple of n per-table values."""
     if value is None:
@@ -84,6 +91,12 @@ class ModelConfig:
                 "trace file", "min": 1})
     warmup_batches: int = field(default=10, metadata={
         "help": "timed batches excluded from the statistics (pipeline fill)", "min": 0})
+    cxl_share: float = field(default=0.0, metadata={
+        "help": "share of every table's rows placed in the CXL tier (hardware.cxl), the rest "
+                "in DRAM: rows interleaved page by page across the two (Linux weighted "
+                "interleave), so every gather of host rows finds this share of them there "
+                "whatever the trace; round(share x rows) rows of each table (`tier_rows`). "
+                "0: no tier", "min": 0, "max": 1})
 
     # -- per-table sizes ---------------------------------------------------------------------
     @property
@@ -306,6 +319,19 @@ class Config:
     def total_rows(self) -> int:
         return sum(self.model.rows_per_table)
 
+    @property
+    def cxl_rows_per_table(self) -> tuple[int, ...]:
+        """Rows of each table in the CXL tier (`tier_rows`; 0 without a share)."""
+        return tuple(tier_rows(n, self.model.cxl_share)[1] for n in self.model.rows_per_table)
+
+    @property
+    def cxl_fraction(self) -> float:
+        """The share of host rows in the CXL tier, over all tables: the fraction of every
+        gather of host rows the timing model prices on the tier (0: none)."""
+        if self.model.cxl_share <= 0:
+            return 0.0
+        return sum(self.cxl_rows_per_table) / self.total_rows
+
     def capacity_rows(self) -> int:
         """Cache capacity in rows: `capacity_rows`, else ceil(load_factor x total rows).
 
@@ -358,6 +384,8 @@ class Config:
                             source=src, field="cache.warmup_batches")
         if not (self.trace.path is not None and m.tables.rows is None):
             self._check_cache_fits()  # else sizes come from the trace: checked once known
+            self._check_cxl_fits()
+        self._check_cxl()
         self.hardware.check_l2(src)
 
     def _check_cache_fits(self) -> None:
@@ -372,6 +400,30 @@ class Config:
                             f"{m.moved_row_bytes:g} B) but hardware.gpu.hbm_capacity_GiB is "
                             f"{self.hardware.gpu.hbm_capacity_GiB}: expected a cache that fits "
                             "in HBM", source=src, field=key)
+
+    def _check_cxl(self) -> None:
+        """A share of rows in the CXL tier needs the tier's bandwidth and latency."""
+        if self.model.cxl_share <= 0:
+            return
+        cxl = self.hardware.cxl
+        for key in ("bandwidth_GBps", "load_latency_ns"):
+            if getattr(cxl, key) is None:
+                raise UserError(f"model.cxl_share = {self.model.cxl_share:g} places rows in a "
+                                "CXL tier, which needs this key: expected a number (e.g. "
+                                "hardware.preset: h100-gen5-cxl) or model.cxl_share: 0",
+                                source=self.source, field=f"hardware.cxl.{key}")
+
+    def _check_cxl_fits(self) -> None:
+        """The rows placed in the CXL tier (weights + optimizer state) fit its capacity."""
+        cap = self.hardware.cxl.capacity_GiB
+        if self.model.cxl_share <= 0 or cap is None:
+            return
+        placed = sum(n * b for n, b in zip(self.cxl_rows_per_table,
+                                           self.model.moved_row_bytes_per_table, strict=True))
+        if placed > cap * GiB:
+            raise UserError(f"the CXL tier holds {placed / GiB:.2f} GiB of rows but "
+                            f"hardware.cxl.capacity_GiB is {cap:g}: expected a smaller share",
+                            source=self.source, field="model.cxl_share")
 
     def _check_tables(self) -> None:
         """Per-table lists agree with each other and with tables.count."""

@@ -6,6 +6,10 @@ Resources (one `Server` each, processor sharing — see resources.py):
     cpu_dram    CPU DRAM; random row gathers at dram_GBps x gather_efficiency(row); DMA
                 traffic (every PCIe copy reads or writes host memory) streams at dram_GBps
     cpu_llc     rows that hit in the CPU last-level cache (llc_GBps)
+    cxl         the CXL memory tier (only with model.cxl_share > 0): the cxl_fraction of
+                every gather of host-table rows (`table_gather`) at cxl.bandwidth_GBps x
+                gather_efficiency(row), cxl.load_latency_ns per transfer; the LLC caches
+                its lines as DRAM's. Staging buffers, gradients and DMA stay in DRAM
     cpu_cores   the CPU cores: cores x parallel_efficiency core-ns per ns; a gathered
                 row's core time (bytes / the core's rate from where the row is: LLC
                 core_llc_GBps, DRAM core_dram_GBps, never above embedding_op_GBps), gradient
@@ -58,6 +62,15 @@ class Machine:
         self.hbm = Memory(server("hbm", gpu.hbm_GBps, gpu.hbm_latency_ns),
                           lambda rb: interpolate(gpu.gather_efficiency, rb),
                           server("gpu_l2", gpu.l2_GBps, 0.0) if gpu.l2_MiB > 0 else None)
+        #: the share of every host-table gather served by the CXL tier (0: no tier)
+        self.cxl_fraction = cfg.cxl_fraction
+        self.cxl = (Memory(server("cxl", hw.cxl.bandwidth_GBps, hw.cxl.load_latency_ns),
+                           self.dram.gather_eff, self.dram.onchip)
+                    if self.cxl_fraction > 0 else None)
+        #: a core's miss rate on CXL rows over its rate on DRAM rows (Little's law)
+        self.cxl_core_scale = (cpu.dram_latency_ns / hw.cxl.load_latency_ns
+                               if self.cxl is not None and hw.cxl.load_latency_ns > 0
+                               else 1.0)
         self.pcie = Pcie(env, hw.pcie, num_batches, rec, dram=self.dram.server)
         self.compute = server("gpu_compute", gpu.tflops * 1e3, gpu.kernel_launch_ns)
         # "bandwidth" in walks per ns: a transfer of `walks x uvm_translation_ns` at 1 per ns
@@ -100,6 +113,8 @@ class Machine:
         out = [self.dram.server]
         if self.dram.onchip is not None:
             out.append(self.dram.onchip)
+        if self.cxl is not None:
+            out.append(self.cxl.server)
         out += [self.cores, *self.pcie.servers, self.hbm.server]
         if self.hbm.onchip is not None:
             out.append(self.hbm.onchip)
@@ -123,10 +138,30 @@ class Machine:
         Both parts must finish: a roofline of the socket's memory and the cores."""
         if rows <= 0:
             return None
-        core_ns = gather_core_ns(self.cfg.hardware.cpu, rows, row_bytes,
-                                 onchip_fraction if self.dram.onchip is not None else 0.0)
-        return self.all_of([self.dram.gather(rows, row_bytes, batch, label, onchip_fraction),
+        cpu = self.cfg.hardware.cpu
+        h = onchip_fraction if self.dram.onchip is not None else 0.0
+        if self.cxl is None:
+            core_ns = gather_core_ns(cpu, rows, row_bytes, h)
+        else:  # the tier's rows miss at the core's slower CXL rate
+            f = self.cxl_fraction
+            core_ns = (gather_core_ns(cpu, rows * (1.0 - f), row_bytes, h)
+                       + gather_core_ns(cpu, rows * f, row_bytes, h, self.cxl_core_scale))
+        return self.all_of([self.table_gather(rows, row_bytes, batch, label, onchip_fraction),
                             self.cpu_work(core_ns, batch, label)])
+
+    def table_gather(self, rows: float, row_bytes: float, batch: int, label: str,
+                     onchip_fraction: float = 0.0) -> simpy.Event | None:
+        """The host memory's side of a random access to `rows` rows of the embedding tables
+        (CPU gathers and scatters, GPU loads and stores in place): on DRAM, or with a CXL
+        tier split by `model.cxl_share`'s rule — cxl_fraction of the rows on `cxl`, the rest
+        on `cpu_dram`, at once (two devices), each behind the LLC. Why one helper: every
+        design's host-row traffic is priced here, so every design sees the tier."""
+        if self.cxl is None:
+            return self.dram.gather(rows, row_bytes, batch, label, onchip_fraction)
+        f = self.cxl_fraction
+        return self.all_of([
+            self.dram.gather(rows * (1.0 - f), row_bytes, batch, label, onchip_fraction),
+            self.cxl.gather(rows * f, row_bytes, batch, label, onchip_fraction)])
 
     def collect(self, batch: int, rows: float, row_bytes: float, label: str = "collect"
                 ) -> simpy.Event | None:
@@ -268,7 +303,7 @@ class Machine:
         walks = self.uvm_walks(n, tb, sorted_ids)
         return self.all_of([
             link(self.link_bytes(rows, row_bytes), batch, label, uvm=True),
-            self.dram.gather(rows, row_bytes, batch, label),
+            self.table_gather(rows, row_bytes, batch, label),
             self.mmu.transfer(walks * self.cfg.hardware.gpu.uvm_translation_ns, batch,
                               label + " walks")])
 
@@ -284,7 +319,7 @@ class Machine:
                                           table_bytes=table_bytes),
                             self.pcie.d2h(self.link_bytes(rows, row_bytes), batch, label,
                                           uvm=True),
-                            self.dram.gather(rows, row_bytes, batch, label + " write")])
+                            self.table_gather(rows, row_bytes, batch, label + " write")])
 
     def gpu_backward(self, batch: int, lookups: float, unique_rows: float,
                      onchip_fraction: float = 0.0, r: float | None = None,
@@ -371,19 +406,20 @@ def plan_share(plan_threads: int | None, cores: int, parallel_efficiency: float)
     return min(1.0, threads * eff / (cores * parallel_efficiency))
 
 
-def gather_core_ns(cpu, rows: float, row_bytes: float, onchip_fraction: float = 0.0
-                   ) -> float:
+def gather_core_ns(cpu, rows: float, row_bytes: float, onchip_fraction: float = 0.0,
+                   miss_scale: float = 1.0) -> float:
     """Core-ns of `rows` gathered rows, a fraction h of them on chip. A core overlaps
     W = core_window_rows consecutive rows: a window whose rows all hit runs at the hit
     rate min(core_llc_GBps, op), a window with a miss at the miss rate min(core_dram_GBps,
     op) (its hits wait with the miss), so a row costs t_hit x h^W + t_miss x (1 - h^W)
     (W = 1: each row at its own rate). Why: on this project's host one thread's gather
     of generated traces fell with h far more slowly than h x t_hit + (1 - h) x t_miss
-    (docs/validation.md)."""
+    (docs/validation.md). `miss_scale` scales the miss rate: rows missing to a slower
+    memory (the CXL tier: dram_latency_ns / cxl.load_latency_ns)."""
     h = min(max(onchip_fraction, 0.0), 1.0)
     op = cpu.embedding_op_GBps
     t_hit = row_bytes / min(rate_at(cpu.core_llc_GBps, row_bytes), op)
-    t_miss = row_bytes / min(rate_at(cpu.core_dram_GBps, row_bytes), op)
+    t_miss = row_bytes / min(rate_at(cpu.core_dram_GBps, row_bytes) * miss_scale, op)
     all_hit = h ** cpu.core_window_rows
     return rows * (t_hit * all_hit + t_miss * (1.0 - all_hit))
 

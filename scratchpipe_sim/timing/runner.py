@@ -704,6 +704,8 @@ def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]
         "dram_bytes": float(m.dram.server.bytes_by_batch[wu:].sum()),
         "hbm_bytes": float(m.hbm.server.bytes_by_batch[wu:].sum()),
     }
+    if m.cxl is not None:  # only with a CXL tier: runs without one keep their columns
+        row["cxl_bytes"] = float(m.cxl.server.bytes_by_batch[wu:].sum())
     for col in ("accesses", "unique", "hits", "fills", "evictions", "writebacks", "unplaced",
                 "unique_unplaced"):
         row[col] = w.total(col, wu)
