@@ -1,4 +1,6 @@
 """`scratchpipe-sim config show CONFIG [--set k=v ...]`: the fully resolved config.
+`scratchpipe-sim config describe [KEY]`: every documented constant (unit, defaults, source,
+plausible range), from the fields' metadata (`config/describe.py`).
 
 Presets expanded, overrides applied, defaults filled: exactly what `run` simulates and
 saves as resolved_config.yaml beside its results.
@@ -32,6 +34,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_json(fmt, "JSON instead of YAML")
     fmt.add_argument("--flat", action="store_true", help="print one dotted key=value a line")
     show.set_defaults(func=handle_show)
+    desc = sub.add_parser("describe", help="every documented constant: unit, built-in "
+                                           "default, the reference preset's value, source, "
+                                           "plausible range",
+                          description="List the documented config keys (or those at and "
+                                      "below KEY, e.g. cpu or hardware.gpu.tflops) with "
+                                      "their unit, built-in default, the reference preset's "
+                                      "value, source and plausible range, read from the "
+                                      "fields' metadata.")
+    desc.add_argument("key", nargs="?", metavar="KEY", help="a dotted key or a section")
+    fmt = desc.add_mutually_exclusive_group()
+    add_json(fmt, "a JSON list of objects (key, unit, default, preset, range, source, help)")
+    fmt.add_argument("--markdown", action="store_true",
+                     help="the table docs/timing.md holds (between its describe markers)")
+    desc.set_defaults(func=handle_describe)
 
 
 def handle_show(args: argparse.Namespace) -> int:
@@ -45,4 +61,17 @@ def handle_show(args: argparse.Namespace) -> int:
             print(f"{k}={jsonout.dumps(v)}")
     else:
         print(dump_yaml(d), end="")
+    return 0
+
+
+def handle_describe(args: argparse.Namespace) -> int:
+    from scratchpipe_sim.config.describe import describe, markdown_table, text_table
+
+    rows = describe(args.key)
+    if args.json:
+        print(jsonout.dumps([r.to_json() for r in rows], indent=1))
+    elif args.markdown:
+        print(markdown_table(rows))
+    else:
+        print(text_table(rows))
     return 0

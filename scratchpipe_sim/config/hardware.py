@@ -21,6 +21,14 @@ from scratchpipe_sim.errors import UserError
 Curve = tuple[tuple[float, float], ...]
 
 
+def doc(unit: str, range_: str, source: str) -> dict:
+    """A constant's documentation, written once beside its field: its unit, the plausible
+    range `sensitivity` and docs cite, and where the default comes from (a measurement with
+    its source, or "set by calibrate"). `config describe` and docs/timing.md's table are
+    generated from it."""
+    return {"unit": unit, "range": range_, "source": source}
+
+
 def _pos(help_: str) -> dict:
     return {"help": help_, "gt": 0}
 
@@ -101,50 +109,88 @@ def check_curve(curve: Curve, source: str | None, where: str, unit: str = "effic
 
 @dataclass(frozen=True)
 class CpuConfig:
-    dram_GBps: float = field(default=110.0, metadata=_pos("streaming DRAM bandwidth"))
-    dram_latency_ns: float = field(default=90.0, metadata=_nonneg("unloaded DRAM latency"))
+    dram_GBps: float = field(default=110.0, metadata=doc(
+        "GB/s", "120-180",
+        "DDR4 8 ch x 3200 MT/s, STREAM ~75%") | _pos("streaming DRAM bandwidth"))
+    dram_latency_ns: float = field(default=90.0, metadata=doc(
+        "ns", "80-150",
+        "typical loaded DRAM latency") | _nonneg("unloaded DRAM latency"))
     gather_efficiency: Curve = field(
         default=((64.0, 0.30), (128.0, 0.45), (256.0, 0.60), (512.0, 0.70)),
-        metadata={"help": "[row_bytes, efficiency] points for random row gathers"})
-    cores: int = field(default=16, metadata={"help": "cores running embedding ops", "min": 1})
+        metadata=doc(
+        "fraction by row bytes", "0.15-0.8",
+        "assumption; set by calibrate --cpu")
+        | {"help": "[row_bytes, efficiency] points for random row gathers"})
+    cores: int = field(default=16, metadata=doc(
+        "cores", "",
+        "host SKU") | {"help": "cores running embedding ops", "min": 1})
     embedding_op_GBps: float = field(
-        default=4.0, metadata=_pos("gather/pool/update throughput of one core (bytes of rows)"))
-    parallel_efficiency: float = field(default=0.8, metadata={
+        default=4.0, metadata=doc(
+        "GB/s per core", "1.5-30",
+        "assumption; set by calibrate --cpu")
+        | _pos("gather/pool/update throughput of one core (bytes of rows)"))
+    parallel_efficiency: float = field(default=0.8, metadata=doc(
+        "fraction", "0.5-1",
+        "assumption; set by calibrate --cpu") | {
         "help": "fraction of cores x per-core rate reached when every core works (scaling "
                 "loss of the CPU's embedding ops and the planner)", "gt": 0, "max": 1})
-    core_dram_GBps: float | Curve = field(default=6.0, metadata=_pos(
+    core_dram_GBps: float | Curve = field(default=6.0, metadata=doc(
+        "GB/s per core, a number or [row_bytes, GBps] points", "2.5-10",
+        "Little's law (10-16 fill buffers x 64 B / ~100 ns); set by calibrate --cpu as a "
+        "curve (this VM, 256 B rows: 3.0-4.2)") | _pos(
         "one core's gather + pool rate of rows that miss to DRAM (bytes of rows; its "
         "memory-level parallelism / loaded latency): core time of a missed row is "
         "row bytes / min(this, embedding_op_GBps); a number, or [row_bytes, GBps] points"))
-    core_llc_GBps: float | Curve = field(default=15.0, metadata=_pos(
+    core_llc_GBps: float | Curve = field(default=15.0, metadata=doc(
+        "GB/s per core, a number or [row_bytes, GBps] points", "8-30",
+        "set by calibrate --cpu as a curve: a hit's rate inside a stream that also misses"
+        " (this VM, 256 B rows: 9.4-13)") | _pos(
         "one core's gather + pool rate of rows that hit the LLC, in a stream that also "
         "misses (bytes of rows): core time of a hit is row bytes / min(this, "
         "embedding_op_GBps); a number, or [row_bytes, GBps] points"))
-    core_window_rows: float = field(default=1.0, metadata={
+    core_window_rows: float = field(default=1.0, metadata=doc(
+        "rows", "1-4",
+        "rows one core overlaps; set by calibrate --cpu (this VM: 1.5-2.25)") | {
         "help": "rows one core overlaps (its memory-level parallelism, in rows): a window of "
                 "this many consecutive rows costs the miss rate when any of them misses, so a "
                 "row costs hit x h^W + miss x (1 - h^W) at on-chip hit fraction h (1: each row "
                 "at its own rate); set by calibrate --cpu", "min": 1})
-    aggregate_ns_per_lookup: float = field(default=6.0, metadata=_nonneg(
+    aggregate_ns_per_lookup: float = field(default=6.0, metadata=doc(
+        "core-ns per lookup", "3-60",
+        "assumption; set by calibrate --cpu") | _nonneg(
         "core-ns to add one pooled-gradient contribution into its row gradient "
         "(gradient aggregation, per lookup whose row is off chip: its slot and gradient "
         "row miss; every lookup when aggregate_onchip_ns_per_lookup is unset)"))
-    aggregate_onchip_ns_per_lookup: float | None = field(default=None, metadata=_nonneg(
+    aggregate_onchip_ns_per_lookup: float | None = field(default=None, metadata=doc(
+        "core-ns per lookup whose row is on chip", "0 - aggregate_ns_per_lookup",
+        "set by calibrate --cpu (docs/validation.md, aggregation on chip and off)") | _nonneg(
         "the same per lookup whose row is on chip (the fraction the LLC simulator finds "
         "on chip); unset: aggregate_ns_per_lookup for every lookup; set by calibrate --cpu"))
-    aggregate_ns_per_row: float = field(default=0.0, metadata=_nonneg(
+    aggregate_ns_per_row: float = field(default=0.0, metadata=doc(
+        "core-ns per unique row", "0-100",
+        "set by calibrate --cpu (this VM: 69-86)") | _nonneg(
         "core-ns the gradient aggregation spends per unique row (slot allocation and first "
         "touch of the row's gradient), beside aggregate_ns_per_lookup"))
-    plan_ns_per_id: float = field(default=25.0, metadata=_nonneg(
+    plan_ns_per_id: float = field(default=25.0, metadata=doc(
+        "core-ns per id", "10-300",
+        "our reference planner on one thread; set by calibrate --cpu") | _nonneg(
         "ScratchPipe planner cost per looked-up id on one core (core-ns; our reference "
         "planner measured 25 ns on one thread; set by calibrate --cpu)"))
-    plan_ns_per_eviction: float = field(default=0.0, metadata=_nonneg(
+    plan_ns_per_eviction: float = field(default=0.0, metadata=doc(
+        "core-ns per eviction", "0-250",
+        "set by calibrate --cpu (this VM: 140-190)") | _nonneg(
         "ScratchPipe planner cost per evicted row on one core (core-ns: the victim search), "
         "beside plan_ns_per_id; set by calibrate --cpu"))
-    llc_MiB: float = field(default=32.0, metadata=_nonneg(
+    llc_MiB: float = field(default=32.0, metadata=doc(
+        "MiB", "0-256",
+        "Intel ARK (Xeon 8380: 60 MB)") | _nonneg(
         "last-level cache one socket's embedding ops share (0: none)"))
-    llc_ways: int = field(default=16, metadata={"help": "LLC associativity", "min": 1})
-    llc_GBps: float = field(default=1000.0, metadata=_pos(
+    llc_ways: int = field(default=16, metadata=doc(
+        "ways", "",
+        "Intel ARK (Xeon 8380)") | {"help": "LLC associativity", "min": 1})
+    llc_GBps: float = field(default=1000.0, metadata=doc(
+        "GB/s", "500-3000",
+        "assumption") | _pos(
         "LLC bandwidth for rows that hit on chip"))
 
 
@@ -157,86 +203,160 @@ class PcieConfig:
                           "reach, of distinct rows in whole sectors) and "
                           "gpu.uvm_translation_ns (page walks); set those instead"}
 
-    h2d_GBps: float = field(default=25.0, metadata=_pos("host-to-device bandwidth"))
-    d2h_GBps: float = field(default=25.0, metadata=_pos("device-to-host bandwidth"))
-    latency_ns: float = field(default=10_000.0, metadata=_nonneg("cost of one transfer"))
-    full_duplex: bool = field(default=True, metadata={
+    h2d_GBps: float = field(default=25.0, metadata=doc(
+        "GB/s", "20-27 (Gen4)",
+        "nvbandwidth issues 42, 53 (A100 Gen4: ~25)") | _pos("host-to-device bandwidth"))
+    d2h_GBps: float = field(default=25.0, metadata=doc(
+        "GB/s", "20-27 (Gen4)",
+        "nvbandwidth issues 42, 53 (A100 Gen4: ~25)") | _pos("device-to-host bandwidth"))
+    latency_ns: float = field(default=10_000.0, metadata=doc(
+        "ns per transfer", "5000-15000",
+        "cs.virginia.edu transfer overhead; 5-7 us per cudaMemcpyAsync")
+        | _nonneg("cost of one transfer"))
+    full_duplex: bool = field(default=True, metadata=doc(
+        "bool", "",
+        "PCIe is full duplex") | {
         "help": "both directions at once; false: one shared link, time-shared"})
-    duplex_h2d_GBps: float | None = field(default=None, metadata=_pos(
+    duplex_h2d_GBps: float | None = field(default=None, metadata=doc(
+        "GB/s", "0.44-1.0 x h2d_GBps",
+        "nvbandwidth issues 42, 53: H2D 25 -> ~11 while D2H runs (A100 Gen4)") | _pos(
         "H2D bandwidth while a D2H transfer runs (null: h2d_GBps)"))
-    duplex_d2h_GBps: float | None = field(default=None, metadata=_pos(
+    duplex_d2h_GBps: float | None = field(default=None, metadata=doc(
+        "GB/s", "",
+        "no measured drop (null: d2h_GBps)") | _pos(
         "D2H bandwidth while an H2D transfer runs (null: d2h_GBps)"))
-    uvm_read_share: float = field(default=0.768, metadata={
+    uvm_read_share: float = field(default=0.768, metadata=doc(
+        "share of h2d_GBps", "0.722-1.0 (A100); 0.664-0.85 (H100)",
+        "nvbandwidth SM H2D copy on A100, 25.13 GB/s (issue 42); H100: 0.807 fitted on "
+        "published point T1.10's backward") | {
         "help": "GPU loads that read host memory in place (UVM / MANAGED tables, FBGEMM "
                 "cache fills, optimizer state left in UVM; SM-issued reads, not copy-engine "
                 "DMA) reach this share of h2d_GBps (bytes of rows in whole gpu.sector_bytes; "
                 "a faster link reads faster: GH200's C2C SM copy reaches 0.99 of its copy "
                 "engine, nvbandwidth issue 23)", "gt": 0, "max": 1})
-    uvm_write_share: float = field(default=0.996, metadata={
+    uvm_write_share: float = field(default=0.996, metadata=doc(
+        "share of d2h_GBps", "",
+        "copy-engine D2H (A100: no SM figure); H100: 0.996 (SM D2H 52.8 GB/s, nvbandwidth"
+        " issue 24)") | {
         "help": "GPU stores that write host memory in place reach this share of d2h_GBps",
         "gt": 0, "max": 1})
-    dma_loads_dram: bool = field(default=True, metadata={
+    dma_loads_dram: bool = field(default=True, metadata=doc(
+        "bool", "",
+        "copy-engine DMA reads/writes host memory") | {
         "help": "copy-engine DMA also streams its bytes through CPU DRAM (reads for H2D, "
                 "writes for D2H)"})
 
 
 @dataclass(frozen=True)
 class GpuConfig:
-    hbm_GBps: float = field(default=2039.0, metadata=_pos("HBM streaming bandwidth"))
-    hbm_latency_ns: float = field(default=600.0, metadata=_nonneg("unloaded HBM latency"))
+    hbm_GBps: float = field(default=2039.0, metadata=doc(
+        "GB/s", "",
+        "GPU datasheet (A100: 2039)") | _pos("HBM streaming bandwidth"))
+    hbm_latency_ns: float = field(default=600.0, metadata=doc(
+        "ns", "",
+        "assumption (A100 ~600)") | _nonneg("unloaded HBM latency"))
     gather_efficiency: Curve = field(
         default=((64.0, 0.30), (128.0, 0.45), (256.0, 0.60), (512.0, 0.70)),
-        metadata={"help": "[row_bytes, efficiency] points for random row gathers"})
-    hbm_capacity_GiB: float = field(default=80.0, metadata=_pos("HBM capacity"))
-    tflops: float = field(default=150.0, metadata=_pos("achievable dense TFLOP/s (MLPs)"))
-    kernel_launch_ns: float = field(default=5_000.0, metadata=_nonneg("cost per kernel"))
-    aggregate_efficiency: float = field(default=0.4, metadata={
+        metadata=doc(
+        "fraction by row bytes", "x0.88-1.11 (H100); x0.6-1.3 elsewhere",
+        "fitted on published point T1.2 (FBGEMM DEVICE, H100 forward and backward); set "
+        "by calibrate (GPU)") | {"help": "[row_bytes, efficiency] points for random row gathers"})
+    hbm_capacity_GiB: float = field(default=80.0, metadata=doc(
+        "GiB", "",
+        "GPU datasheet") | _pos("HBM capacity"))
+    tflops: float = field(default=150.0, metadata=doc(
+        "TFLOP/s", "30-120 (A100)",
+        "~40% of TF32 peak (assumption)") | _pos("achievable dense TFLOP/s (MLPs)"))
+    kernel_launch_ns: float = field(default=5_000.0, metadata=doc(
+        "ns per kernel", "2000-8000",
+        "assumption (launch cost)") | _nonneg("cost per kernel"))
+    aggregate_efficiency: float = field(default=0.4, metadata=doc(
+        "fraction of HBM streaming bandwidth", "0.25-0.6",
+        "FBGEMM backward ~0.41x forward (torchrec PR 4757)") | {
         "help": "fraction of HBM streaming bandwidth reached by the backward's sort + "
                 "segment-reduce over the lookups (FBGEMM backward ~0.41x forward)",
         "gt": 0, "max": 1})
-    cache_probe_bytes: float = field(default=256.0, metadata=_nonneg(
+    cache_probe_bytes: float = field(default=256.0, metadata=doc(
+        "bytes per unique id", "128-512",
+        "a 32-way set of int64 tags (FBGEMM lxu_cache)") | _nonneg(
         "HBM bytes an on-demand cache's lookup kernel reads per unique id (a 32-way set "
         "of int64 tags)"))
-    hash_lookup_Gps: float = field(default=3.4, metadata=_pos(
+    hash_lookup_Gps: float = field(default=3.4, metadata=doc(
+        "billion lookups/s", "x0.5-2",
+        "HierarchicalKV README: find* 1.9-4.1 B keys/s on an A100 80GB PCIe, scaled by "
+        "HBM bandwidth") | _pos(
         "billion lookups per second of a GPU hash table of row -> slot (ScratchPipe's "
         "planner on the GPU, cache.planner: gpu)"))
-    hash_insert_Gps: float = field(default=1.8, metadata=_pos(
+    hash_insert_Gps: float = field(default=1.8, metadata=doc(
+        "billion inserts/s", "x0.5-2",
+        "HierarchicalKV README: insert_and_evict 1.0-1.1 B keys/s on an A100 80GB PCIe, "
+        "scaled by HBM bandwidth") | _pos(
         "billion inserts with eviction per second of the same table"))
-    sector_bytes: float = field(default=32.0, metadata=_pos(
+    sector_bytes: float = field(default=32.0, metadata=doc(
+        "bytes", "",
+        "L2 sector of every NVIDIA GPU since Volta") | _pos(
         "granularity of a GPU read of host memory: a row read in place moves its bytes "
         "rounded up to whole sectors (32 B L2 sectors on every NVIDIA GPU since Volta)"))
-    uvm_translation_ns: float = field(default=19.7, metadata=_nonneg(
+    uvm_translation_ns: float = field(default=19.7, metadata=doc(
+        "ns per TLB-missing translation, whole GPU", "7.5-8.5 (H100); 4-16 elsewhere",
+        "fitted on published point T1.10's forward (H100, FBGEMM MANAGED; FK.3 fits "
+        "7.83)") | _nonneg(
         "GPU time per address translation that misses the GPU TLB on a host page (a page "
         "walk), amortized over the walkers working at once: ns per walk for the whole GPU"))
-    tlb_reach_GiB: float = field(default=4.0, metadata=_pos(
+    tlb_reach_GiB: float = field(default=4.0, metadata=doc(
+        "GiB", "1-16",
+        "assumption: ~2k TLB entries x 2 MiB pages") | _pos(
         "host memory the GPU TLBs map at once: a random row read of a UVM table larger than "
         "this misses with probability 1 - reach / table bytes"))
-    uvm_page_bytes: float = field(default=2 * 1024 * 1024, metadata=_pos(
+    uvm_page_bytes: float = field(default=2 * 1024 * 1024, metadata=doc(
+        "bytes", "",
+        "UVM's 2 MiB large pages") | _pos(
         "page size of UVM host allocations (2 MiB large pages): rows read in sorted order "
         "(the backward) walk once per distinct page they touch"))
-    l2_MiB: float = field(default=40.0, metadata=_nonneg("GPU L2 cache (0: none)"))
-    l2_ways: int = field(default=16, metadata={"help": "L2 associativity", "min": 1})
-    l2_GBps: float = field(default=5000.0, metadata=_pos("L2 bandwidth for rows that hit"))
+    l2_MiB: float = field(default=40.0, metadata=doc(
+        "MiB", "",
+        "GPU whitepaper (A100: 40)") | _nonneg("GPU L2 cache (0: none)"))
+    l2_ways: int = field(default=16, metadata=doc(
+        "ways", "",
+        "assumption") | {"help": "L2 associativity", "min": 1})
+    l2_GBps: float = field(default=5000.0, metadata=doc(
+        "GB/s", "3000-7000",
+        "A100 whitepaper: 2.3x V100's 2155 GB/s (Jia et al.)")
+        | _pos("L2 bandwidth for rows that hit"))
 
 
 @dataclass(frozen=True)
 class InterconnectConfig:
-    gpus_per_node: int = field(default=8, metadata={"help": "GPUs in one node", "min": 1})
-    nvlink_GBps: float = field(default=300.0, metadata=_pos(
+    gpus_per_node: int = field(default=8, metadata=doc(
+        "GPUs", "",
+        "DGX A100/H100/H200") | {"help": "GPUs in one node", "min": 1})
+    nvlink_GBps: float = field(default=300.0, metadata=doc(
+        "GB/s per GPU per direction", "",
+        "NVLink3 600 / NVLink4 900 GB/s total") | _pos(
         "NVLink/NVSwitch bandwidth per GPU per direction"))
-    nvlink_latency_ns: float = field(default=3000.0, metadata=_nonneg(
+    nvlink_latency_ns: float = field(default=3000.0, metadata=doc(
+        "ns per collective step", "2000-10000",
+        "assumption (launch + sync)") | _nonneg(
         "cost of one collective step (launch + synchronisation)"))
-    alltoall_efficiency: float = field(default=0.7, metadata={
+    alltoall_efficiency: float = field(default=0.7, metadata=doc(
+        "fraction of nvlink_GBps", "0.4-0.8",
+        "assumption (nccl-tests issue 100: below peak)") | {
         "help": "fraction of nvlink_GBps an all-to-all achieves", "gt": 0, "max": 1})
-    allreduce_efficiency: float = field(default=0.8, metadata={
+    allreduce_efficiency: float = field(default=0.8, metadata=doc(
+        "fraction of nvlink_GBps", "0.65-1.0",
+        "nccl-tests issues 149/178 (~200-208 of 300); nccl issue 1374 (~370 of 450)") | {
         "help": "fraction of nvlink_GBps a ring all-reduce achieves", "gt": 0, "max": 1})
 
 
 @dataclass(frozen=True)
 class PriceConfig:
-    gpu_usd_per_hour: float = field(default=4.0, metadata=_nonneg(
+    gpu_usd_per_hour: float = field(default=4.0, metadata=doc(
+        "USD per GPU-hour", "up to on-demand 4.10 / 12.29",
+        "AWS EC2 Capacity Blocks p4d / p5 / p5e, schedule to 2025-01-01") | _nonneg(
         "price of one GPU for an hour (with its share of the node)"))
-    host_usd_per_hour: float = field(default=0.0, metadata=_nonneg(
+    host_usd_per_hour: float = field(default=0.0, metadata=doc(
+        "USD per hour", "",
+        "the instance price includes the host") | _nonneg(
         "price of the host for an hour beyond the GPUs' share"))
 
 
@@ -246,28 +366,40 @@ class CxlConfig:
     `model.cxl_share` places there are gathered at its bandwidth and latency instead of
     DRAM's. Unset (null) keys: no tier; `Config.check` requires them once a share is set."""
 
-    bandwidth_GBps: float | None = field(default=None, metadata=_pos(
+    bandwidth_GBps: float | None = field(default=None, metadata=doc(
+        "GB/s", "15-60",
+        "one CXL memory expander's read bandwidth: tens of GB/s per device (Sun et al., "
+        "MICRO 2023, arXiv 2303.15375)") | _pos(
         "the device's streaming read bandwidth as the CPU sees it (random row gathers reach "
         "cpu.gather_efficiency of it, as on DRAM)"))
-    load_latency_ns: float | None = field(default=None, metadata=_nonneg(
+    load_latency_ns: float | None = field(default=None, metadata=doc(
+        "ns", "220-550",
+        "DRAM's + ~170-250 ns the CXL port adds (Sun et al.); 2-5x local DRAM (arXiv "
+        "2405.14209)") | _nonneg(
         "idle load-to-use latency of a CPU read of the device (DRAM's plus the CXL "
         "port's); a core's rate on rows there is core_dram_GBps x cpu.dram_latency_ns / "
         "this (Little's law: the same fill buffers held longer)"))
-    capacity_GiB: float | None = field(default=None, metadata=_pos(
+    capacity_GiB: float | None = field(default=None, metadata=doc(
+        "GiB", "",
+        "a typical expander card (assumption)") | _pos(
         "the device's capacity (null: not checked)"))
 
 
 @dataclass(frozen=True)
 class HardwareConfig:
     name: str = field(default="", metadata={"help": "preset name (filled from `preset`)"})
-    clock_GHz: float = field(default=1.0, metadata=_pos("clock for reporting cycles"))
+    clock_GHz: float = field(default=1.0, metadata=doc(
+        "GHz", "",
+        "GPU boost clock (datasheet); reporting only") | _pos("clock for reporting cycles"))
     cpu: CpuConfig = field(default_factory=CpuConfig)
     pcie: PcieConfig = field(default_factory=PcieConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
     interconnect: InterconnectConfig = field(default_factory=InterconnectConfig)
     prices: PriceConfig = field(default_factory=PriceConfig)
     cxl: CxlConfig = field(default_factory=CxlConfig)
-    dram_capacity_GiB: float = field(default=512.0, metadata=_pos(
+    dram_capacity_GiB: float = field(default=512.0, metadata=doc(
+        "GiB", "",
+        "host SKU") | _pos(
         "host memory holding the embedding tables"))
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict, metadata={
         "help": "plausible [low, high] of each unmeasured constant, by dotted key under "

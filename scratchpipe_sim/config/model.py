@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from scratchpipe_sim.config.hardware import HardwareConfig
+from scratchpipe_sim.config.hardware import HardwareConfig, doc
 from scratchpipe_sim.config.schema import build, to_plain
 from scratchpipe_sim.errors import UserError, closest
 
@@ -74,7 +74,8 @@ class ModelConfig:
                 "EmbeddingBagCollection) or none (one output row per lookup: its "
                 "EmbeddingCollection, sequence embeddings); one value or a list, one per table"})
     batch_size: int = field(default=2048, metadata={"help": "samples per mini-batch", "min": 1})
-    index_bytes: int = field(default=8, metadata={
+    index_bytes: int = field(default=8, metadata=doc(
+        "bytes", "4 or 8", "DLRM's int64 indices and offsets") | {
         "help": "bytes per index and per offset copied to the GPU (4 = int32, 8 = int64, "
                 "DLRM's default)", "min": 4, "max": 8})
     optimizer: str = field(default="sgd", metadata={
@@ -91,7 +92,9 @@ class ModelConfig:
                 "trace file", "min": 1})
     warmup_batches: int = field(default=10, metadata={
         "help": "timed batches excluded from the statistics (pipeline fill)", "min": 0})
-    cxl_share: float = field(default=0.0, metadata={
+    cxl_share: float = field(default=0.0, metadata=doc(
+        "fraction of every table's rows", "0-1", "the placement rule (docs/timing.md, CXL "
+        "memory tier); 0: no tier") | {
         "help": "share of every table's rows placed in the CXL tier (hardware.cxl), the rest "
                 "in DRAM: rows interleaved page by page across the two (Linux weighted "
                 "interleave), so every gather of host rows finds this share of them there "
@@ -235,7 +238,8 @@ class CacheConfig:
     plan_ns_per_eviction: float | None = field(default=None, metadata={
         "help": "scratchpipe plan cost per evicted row on one CPU core, core-ns (null: "
                 "hardware.cpu.plan_ns_per_eviction)", "min": 0})
-    plan_threads: int | None = field(default=None, metadata={
+    plan_threads: int | None = field(default=None, metadata=doc(
+        "cores", "1 - hardware.cpu.cores", "the planner may use every core") | {
         "help": "cores the planner may use at once, shared with collect and write-back "
                 "(null: hardware.cpu.cores)", "min": 1})
     pipeline: tuple[tuple[str, ...], ...] = field(
