@@ -138,10 +138,13 @@ def handle(args: argparse.Namespace) -> int:
 
     base = base_hardware(args.base)
     if args.from_json is not None:
+        from scratchpipe_sim.safety.paths import input_file
+
         try:
-            text = Path(args.from_json).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise UserError("no such file", source=str(args.from_json)) from None
+            text = input_file(args.from_json, "JSON file", "--from-json").read_text(
+                encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"cannot read: {e}", source=str(args.from_json)) from None
         try:
             meas = Measurements.from_json(text)
         except (ValueError, TypeError) as e:
