@@ -888,5 +888,8 @@ def test_plot_says_which_figure_it_drew_and_figure_chooses(cfg, run_folder, tmp_
                  "--figure", "stage-breakdown"]) == 0
     assert sorted(capsys.readouterr().out.split()) == sorted(
         str(run_folder / "figures" / f"{n}.png") for n in ("tornado", "stage-breakdown"))
-    refused(["plot", str(run_folder), "--figure", "no-such-figure"], "no-such-figure",
-            cwd=tmp_path, capsys=capsys)
+    for name in (run_folder / "figures").iterdir():
+        name.unlink()
+    refused(["plot", str(run_folder), "--figure", "tornado", "--figure", "no-such-figure"],
+            "no-such-figure", cwd=tmp_path, capsys=capsys)
+    assert not list((run_folder / "figures").iterdir())  # refused before drawing any

@@ -65,16 +65,16 @@ def handle(args: argparse.Namespace) -> int:
             marker = analyses.get(args.figures[0], marker)
         return _plot_analysis(args, folder, marker)
     wanted = list(args.figures or [])
-    for name in [n for n in wanted if n in analyses]:
-        if args.experiment:
-            raise UserError(f"--experiment declares a sweep's figures, not {name}: expected "
-                            "one or the other", source=str(folder), field="--experiment")
+    chosen = [n for n in wanted if n in analyses]
+    if chosen and args.experiment:
+        raise UserError(f"--experiment declares a sweep's figures, not {chosen[0]}: expected "
+                        "one or the other", source=str(folder), field="--experiment")
+    rest = [n for n in wanted if n not in analyses]
+    drawn = (_plot_results(args, folder, rest, len(wanted) or None)  # a bad name: first
+             if rest or not wanted else [])
+    for name in chosen:
         _save(args, _analysis_figure(folder, analyses[name]),
               _stem(args, folder, name, len(wanted)))
-    rest = [n for n in wanted if n not in analyses]
-    if wanted and not rest:
-        return 0
-    drawn = _plot_results(args, folder, rest, len(wanted) or None)
     if analyses and not wanted:
         others = ", ".join(f"{n} (from {m})" for n, m in analyses.items())
         print(f"plot: {target} also holds {others}; drew the results' "
