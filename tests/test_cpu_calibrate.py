@@ -348,3 +348,116 @@ def test_summarize_is_the_median_or_the_best():
     assert summarize(t, "median").tolist() == [2.0, 8.0]
     assert summarize(t, "best").tolist() == [1.0, 7.0]
     assert Timing(1.0, 2.0).value("median") == 2.0 and Timing(1.0, 2.0).value("best") == 1.0
+
+
+# -- issue 28, class 14: a busy host's curve is re-measured, or written with a warning -----
+
+def _scripted(times: dict[int, list[float]]):
+    """`once(i)` answering point i's scripted seconds in turn (the last one repeated)."""
+    calls: dict[int, int] = {}
+
+    def once(i: int) -> float:
+        k = calls.get(i, 0)
+        calls[i] = k + 1
+        return times[i][min(k, len(times[i]) - 1)]
+
+    return once, calls
+
+
+def test_a_clean_curve_is_not_remeasured():
+    from scratchpipe_sim.cpu.measure import settle_curve
+
+    once, calls = _scripted({0: [9.0], 1: [9.0], 2: [9.0]})
+    s = settle_curve([1.0, 2.0, 4.0], [1.0, 2.0, 4.0], once, reps=3, statistic="median")
+    assert s.seconds == (1.0, 2.0, 4.0) and s.noisy == () and s.rounds == 0
+    assert not calls
+
+
+def test_interleaved_remeasurement_fixes_a_busy_moment():
+    from scratchpipe_sim.cpu.measure import not_growing, settle_curve
+
+    # the middle point was measured during a busy moment (slower than the largest)
+    assert not_growing([1.0, 2.0, 4.0], [1.0, 5.0, 4.0]) == [1, 2]
+    once, calls = _scripted({1: [2.0], 2: [4.0]})
+    s = settle_curve([1.0, 2.0, 4.0], [1.0, 5.0, 4.0], once, reps=3, statistic="median")
+    assert s.seconds == (1.0, 2.0, 4.0) and s.noisy == () and s.rounds == 1
+    assert calls == {1: 4, 2: 4}  # the offending points only: a warm-up and 3 repetitions
+    assert s.remeasured == 2
+
+
+def test_a_curve_that_stays_flat_is_bounded_and_named():
+    from scratchpipe_sim.cpu.measure import CURVE_RETRIES, settle_curve
+
+    once, calls = _scripted({0: [3.0], 1: [3.0], 2: [3.0]})
+    s = settle_curve([1.0, 2.0, 4.0], [3.0, 3.0, 3.0], once, reps=2, statistic="best")
+    assert s.noisy == (0, 1, 2) and s.rounds == CURVE_RETRIES
+    assert all(c == CURVE_RETRIES * 3 for c in calls.values())  # bounded: (1 + 2) a round
+
+
+def _timer(script: list[float]):
+    it = iter(script)
+    last = [script[-1]]
+
+    def timed(fn) -> float:
+        fn()
+        last[0] = next(it, last[0])
+        return last[0]
+
+    return timed
+
+
+def test_pool_samples_remeasure_with_an_injected_timer(monkeypatch):
+    """The real gather loop (tiny sizes) with an injected timer: its first pass is out of
+    order, the re-measured points in order -> no noise recorded."""
+    z = bench.TINY  # two lookup counts, 2 repetitions
+    # first pass: warm-up + 2 reps per point (best_of), both points 5 ms: not growing;
+    # then the interleaved round (warm-up each, 2 rounds of both points)
+    first = [5e-3, 5e-3, 5e-3, 5e-3, 5e-3, 5e-3]
+    again = [1e-3, 8e-3, 1e-3, 8e-3, 1e-3, 8e-3]
+    monkeypatch.setattr(bench, "timed", _timer(first + again))
+    monkeypatch.setattr(bench, "best_of", lambda fn, reps, setup=None: bench.Timing.of(
+        [bench.timed(fn) for _ in range(reps + 1)][1:]))
+    m = CpuMeasurements(threads=[1], reps=z.reps)
+    store = np.ones((1 << 12, 16), np.float32)
+    out = bench._pool_samples(m, z, 64, store, np.random.default_rng(0))
+    assert [s for _, s in out] == [1e-3, 8e-3]
+    assert m.noisy == [] and m.remeasured == 2
+
+
+def _flat_gather() -> CpuMeasurements:
+    m = synthetic()
+    m.gather = [(rb, n, 1e-3 if rb == 128.0 else s) for rb, n, s in m.gather]
+    m.noisy = ["gather 128 B on 2 thread(s) at 100,000, 1,000,000 B (1000, 1000 us)"]
+    m.remeasured = 6
+    return m
+
+
+def test_a_noisy_curve_is_fitted_through_the_origin_and_named():
+    with pytest.raises(Exception, match="does not grow"):
+        fit_latency_bandwidth(np.array([1.0, 2.0]), np.array([2.0, 1.0]))
+    cal = fit_cpu(_flat_gather(), llc=(32.0, 16))
+    assert any("gather 128 B: time does not grow" in n for n in cal.noisy)
+    assert cal.noisy[0].startswith("gather 128 B on 2 thread(s)")
+    rb128 = dict((x, y) for x, y in cal.values["gather_efficiency"])[128.0]
+    assert 0 < rb128 <= 1
+    clean = fit_cpu(synthetic(), llc=(32.0, 16))
+    assert clean.noisy == ()  # a clean curve: no warning, the same values as before
+    assert clean.values["dram_GBps"] == pytest.approx(DRAM_GBPS)
+
+
+def test_cli_writes_the_preset_with_a_warning_naming_the_noisy_points(tmp_path, monkeypatch,
+                                                                      capsys):
+    monkeypatch.setattr(bench, "measure_all", lambda threads, sizes, statistic: _flat_gather())
+    out = tmp_path / "cpu.yaml"
+    assert main(["calibrate", "--cpu", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "WARNING: noisy" in err and "gather 128 B" in err and "Traceback" not in err
+    text = out.read_text()
+    assert "# WARNING: noisy measurements" in text and "(6 point re-measurements)" in text
+    assert "# noisy: gather 128 B on 2 thread(s)" in text
+    hw = load_config({"hardware": {"preset": str(out)}, "designs": ["hybrid"]}).hardware
+    assert hw.cpu.dram_GBps == pytest.approx(DRAM_GBPS)  # the rest is as measured
+    # the clean case: no warning anywhere
+    monkeypatch.setattr(bench, "measure_all", lambda threads, sizes, statistic: synthetic())
+    assert main(["calibrate", "--cpu", "--out", str(out)]) == 0
+    assert "WARNING" not in capsys.readouterr().err and "noisy" not in out.read_text()

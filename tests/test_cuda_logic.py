@@ -124,7 +124,7 @@ def test_cli_calibrate_from_json_writes_a_loadable_preset(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, msg", [
-    (["calibrate", "--from-json", "nope.json"], "nope.json: no such file"),
+    (["calibrate", "--from-json", "nope.json"], "nope.json: --from-json: no such JSON file"),
     (["calibrate", "--base", "h200-gne5", "--from-json", "x"], "did you mean 'h200-gen5'"),
     pytest.param(["calibrate"], "needs an NVIDIA GPU", marks=no_gpu),
 ])
@@ -216,7 +216,7 @@ def test_cli_validate_errors_are_one_line(tmp_path, capsys):
         (["validate", str(badp)], "cache.lookahead: the reference pipeline needs"),
         (["validate", str(fp16), "--set", "model.tables.bytes_per_element=2"],
          "model.tables.bytes_per_element"),
-        (["validate", str(cfgp), "--measured", str(tmp_path / "none.json")], "no such file"),
+        (["validate", str(cfgp), "--measured", str(tmp_path / "none.json")], "no such JSON file"),
         (["validate", str(tmp_path / "missing.yaml")], "no such config file"),
     ]
     (tmp_path / "j.json").write_text('{"measured_ns": {"plan": -1}}')

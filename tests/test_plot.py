@@ -128,7 +128,7 @@ def test_cli_bad_figure_exits_2(results, capsys):
 
 def test_cli_missing_results_exits_2(tmp_path, capsys):
     assert main(["plot", str(tmp_path / "nope"), "--figure", "pcie-bytes"]) == 2
-    assert "no results table" in capsys.readouterr().err
+    assert "no such results folder or file" in capsys.readouterr().err
     assert main(["compare", str(tmp_path / "nope")]) == 2
 
 

@@ -127,12 +127,11 @@ def run_trace(cfg: Config, replay_cache: bool = True, jobs: int = 1) -> Trace:
     """The config's trace (generated or read; from the trace cache unless `replay_cache` is
     False; a generated one drawn by `jobs` processes), refused when simulating it would not
     fit in memory."""
-    from scratchpipe_sim.safety import memory_guard
     from scratchpipe_sim.timing import build_trace
+    from scratchpipe_sim.timing.runner import check_trace_memory
 
     trace = build_trace(cfg, cache=replay_cache, jobs=jobs)
-    memory_guard.check_run(trace.total_rows, trace.num_accesses, source=cfg.source,
-                           field="trace.path")
+    check_trace_memory(cfg, trace, source=cfg.source)
     return trace
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
 from scratchpipe_sim.cli import COMMANDS
@@ -99,7 +100,7 @@ def _base_ref(name: str | None) -> str | None:
 
 def handle_cpu(args: argparse.Namespace) -> int:
     from scratchpipe_sim.cpu import bench
-    from scratchpipe_sim.cpu.fit import cpu_preset_yaml, fit_cpu, llc_from_sysfs
+    from scratchpipe_sim.cpu.fit import NOISY_WARNING, cpu_preset_yaml, fit_cpu, llc_from_sysfs
     from scratchpipe_sim.measure.presets import check_writable, write_preset
 
     if args.from_json is not None:
@@ -123,6 +124,8 @@ def handle_cpu(args: argparse.Namespace) -> int:
     print(f"noise: {meas.statistic} of {meas.reps}; worst spread "
           f"{meas.worst_spread * 100:.0f}%")
     print(f"wrote {out} (raw samples: {out.with_suffix('.json')})")
+    if cal.noisy:  # written anyway: the warning names the curves, here and in the preset
+        print(f"calibrate --cpu: {NOISY_WARNING}: {'; '.join(cal.noisy)}", file=sys.stderr)
     return 0
 
 
@@ -135,10 +138,13 @@ def handle(args: argparse.Namespace) -> int:
 
     base = base_hardware(args.base)
     if args.from_json is not None:
+        from scratchpipe_sim.safety.paths import input_file
+
         try:
-            text = Path(args.from_json).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise UserError("no such file", source=str(args.from_json)) from None
+            text = input_file(args.from_json, "JSON file", "--from-json").read_text(
+                encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"cannot read: {e}", source=str(args.from_json)) from None
         try:
             meas = Measurements.from_json(text)
         except (ValueError, TypeError) as e:

@@ -24,7 +24,7 @@ import yaml
 from scratchpipe_sim.config.model import Config
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.safety import limits
-from scratchpipe_sim.safety.paths import input_file
+from scratchpipe_sim.safety.paths import input_file, present
 
 
 def _configs_dir() -> Path:
@@ -338,7 +338,7 @@ def _find_preset(section: str, name: str, base_dir: Path | None, source: str | N
         for d in ([base_dir, base_dir / sub] if base_dir else []) + [CONFIGS_DIR / sub]:
             cand.append(d / f"{name}.yaml")
     for c in cand:
-        if c.is_file():
+        if present(c, "preset file", field) and c.is_file():
             return c
     known = sorted(p.stem for p in (CONFIGS_DIR / sub).glob("*.yaml"))
     raise UserError(f"no preset '{name}'{closest(name, known)}; expected one of: "

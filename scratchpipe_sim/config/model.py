@@ -207,7 +207,8 @@ class TraceConfig:
     alpha: float | None = field(default=1.05, metadata={"help": "zipf exponent", "gt": 0})
     reuse: float = field(default=0.0, metadata={
         "help": "fraction of each batch copied from the previous one", "min": 0, "max": 1})
-    seed: int | None = field(default=None, metadata={"help": "null: the top-level seed"})
+    seed: int | None = field(default=None, metadata={"help": "null: the top-level seed",
+                                                      "min": 0})
     params: dict[str, Any] = field(default_factory=dict, metadata={
         "help": "extra generator parameters (e.g. hot_fraction)"})
 

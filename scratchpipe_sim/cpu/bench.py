@@ -39,7 +39,7 @@ import numba as nb
 import numpy as np
 
 from scratchpipe_sim.cpu import kernels as K
-from scratchpipe_sim.cpu.measure import Timing, best_of, summarize, timed
+from scratchpipe_sim.cpu.measure import Timing, best_of, settle_curve, summarize, timed
 from scratchpipe_sim.measure import host
 from scratchpipe_sim.policies.engine import COUNTERS
 
@@ -146,6 +146,11 @@ class CpuMeasurements:
         default_factory=list)
     #: (median - best) / best of every timed point, worst one (noise)
     worst_spread: float = 0.0
+    #: points re-measured because a curve's time did not grow with size (settle_curve)
+    remeasured: int = 0
+    #: curves whose time still did not grow with size after the re-measurements, each
+    #: "what: sizes" (the preset is written, with a warning naming them)
+    noisy: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1)
@@ -162,6 +167,30 @@ def _note(m: CpuMeasurements, t: Timing) -> float:
     return t.value(m.statistic)
 
 
+Point = tuple[Callable[[], object], Callable[[], object] | None]  # (timed call, setup)
+
+
+def _curve(m: CpuMeasurements, what: str, unit: str, sizes: list[float], points: list[Point],
+           reps: int) -> list[float]:
+    """Seconds of each point of a size curve (`m.statistic` of `reps`), its out-of-order
+    points re-measured (settle_curve); those still out of order are recorded in m.noisy."""
+    seconds = [_time(m, fn, reps, setup) for fn, setup in points]
+
+    def once(i: int) -> float:
+        fn, setup = points[i]
+        if setup is not None:
+            setup()
+        return timed(fn)
+
+    settled = settle_curve(sizes, seconds, once, reps, m.statistic)
+    m.remeasured += settled.remeasured
+    if settled.noisy:
+        m.noisy.append(f"{what} at {', '.join(f'{sizes[i]:,.0f}' for i in settled.noisy)} "
+                       f"{unit} (" + ", ".join(f"{settled.seconds[i] * 1e6:.0f}"
+                                               for i in settled.noisy) + " us)")
+    return list(settled.seconds)
+
+
 def measure_stream(m: CpuMeasurements, z: CpuBenchSizes) -> None:
     """Parallel read (a gather's traffic is reads: its rate is what gathers are compared
     with), the classic copy (reported), and a pointer chase (load-to-use latency). Each
@@ -169,6 +198,7 @@ def measure_stream(m: CpuMeasurements, z: CpuBenchSizes) -> None:
     total = max(z.stream_buffer_bytes, 2 * max(z.copy_bytes)) // 4
     src = np.ones(total, np.float32)
     dst = np.empty(max(z.copy_bytes) // 4, np.float32)
+    reads: list[Point] = []
     for nbytes in z.copy_bytes:
         k = nbytes // 4
         pos = {"at": 0}
@@ -178,7 +208,7 @@ def measure_stream(m: CpuMeasurements, z: CpuBenchSizes) -> None:
             pos["at"] = (lo + k) % (total - k)
             K.stream_read(src[lo : lo + k])
 
-        m.stream.append((float(k * 4), _time(m, read, z.reps)))
+        reads.append((read, None))
 
         def copy(k=k, pos=pos) -> None:
             lo = pos["at"]
@@ -186,6 +216,9 @@ def measure_stream(m: CpuMeasurements, z: CpuBenchSizes) -> None:
             host.stream_copy(src[lo : lo + k], dst[:k])
 
         m.copy.append((2.0 * k * 4, _time(m, copy, z.reps)))
+    sizes = [float(b // 4 * 4) for b in z.copy_bytes]
+    m.stream.extend(zip(sizes, _curve(m, "stream read", "B", sizes, reads, z.reps),
+                        strict=True))
     nxt = K.random_cycle(max(z.copy_bytes) // 8, 5)
     steps = max(1000, min(200_000, len(nxt)))
     s = _time(m, lambda: K.pointer_chase(nxt, steps), z.reps)
@@ -193,12 +226,13 @@ def measure_stream(m: CpuMeasurements, z: CpuBenchSizes) -> None:
 
 
 def _pool_samples(m: CpuMeasurements, z: CpuBenchSizes, rb: int, store: np.ndarray,
-                  rng: np.random.Generator) -> list[tuple[float, float]]:
+                  rng: np.random.Generator, what: str = "gather"
+                  ) -> list[tuple[float, float]]:
     """(bytes of rows, seconds) of gather + pool per lookup count. Every repetition draws
     fresh ids (untimed): repeating one set of ids would leave its rows in the LLC and
-    flatter the best repetition."""
+    flatter the best repetition. Out-of-order points are re-measured (`_curve`)."""
     dim = rb // 4
-    out_samples = []
+    points: list[Point] = []
     for n in z.lookups:
         ids = {"now": np.zeros(n, np.int64)}
         bag_ptr = np.arange(0, n + 1, z.pooling, dtype=np.int64)
@@ -209,11 +243,11 @@ def _pool_samples(m: CpuMeasurements, z: CpuBenchSizes, rb: int, store: np.ndarr
         def draw(n=n, ids=ids) -> None:
             ids["now"] = rng.integers(0, store.shape[0], n).astype(np.int64)
 
-        s = _time(m, lambda ids=ids, b=bag_ptr, out=out: K.bag_pool(store, dim, ids["now"], b,
-                                                                    out),
-                  z.reps, setup=draw)
-        out_samples.append((float(n * rb), s))
-    return out_samples
+        points.append((lambda ids=ids, b=bag_ptr, out=out: K.bag_pool(store, dim, ids["now"],
+                                                                      b, out), draw))
+    sizes = [float(n * rb) for n in z.lookups]
+    return list(zip(sizes, _curve(m, f"{what} {rb} B on {nb.get_num_threads()} thread(s)",
+                                  "B", sizes, points, z.reps), strict=True))
 
 
 def measure_gather(m: CpuMeasurements, z: CpuBenchSizes) -> None:
@@ -235,7 +269,7 @@ def measure_gather(m: CpuMeasurements, z: CpuBenchSizes) -> None:
         hot = store[: max(1, z.hot_bytes // rb)]
         for t in m.threads:
             nb.set_num_threads(t)
-            for nbytes, s in _pool_samples(m, z, rb, hot, rng):
+            for nbytes, s in _pool_samples(m, z, rb, hot, rng, "hot-set gather"):
                 m.scaling.append((float(t), float(rb), nbytes, s))
         if rb == 256 or (256 not in z.row_bytes and rb == z.row_bytes[-1]):
             for t in sorted({1, top} & set(m.threads)) or [top]:

@@ -57,6 +57,11 @@ from scratchpipe_sim.config.schema import build, to_plain
 from scratchpipe_sim.cpu.bench import CpuMeasurements
 from scratchpipe_sim.measure.fitting import efficiency_curve, fit_latency_bandwidth
 
+#: the written preset's and the command's warning when a curve stayed out of order
+NOISY_WARNING = ("WARNING: noisy measurements: time did not grow with size even after "
+                 "re-measuring the offending points (a busy host?); calibrate again on a "
+                 "quieter machine")
+
 
 @dataclass(frozen=True)
 class CpuCalibration:
@@ -65,11 +70,20 @@ class CpuCalibration:
     values: dict[str, Any]
     how: dict[str, str]
     checks: tuple[str, ...]  # model vs measurement for what was not fitted (apply)
+    #: curves whose time did not grow with size even after re-measurement (a busy host):
+    #: written anyway, with a warning naming them
+    noisy: tuple[str, ...] = ()
 
 
-def _fit(samples: list[tuple[float, float]], what: str):
+def _fit(samples: list[tuple[float, float]], what: str, noisy: list[str]):
+    """The latency + bandwidth fit of one curve; a curve whose time does not grow with
+    size gets a rate through the origin and joins `noisy` (the preset is still written)."""
     x, y = np.array(samples, float).T
-    return fit_latency_bandwidth(x, y, what)
+    f = fit_latency_bandwidth(x, y, what, noisy_ok=True)
+    if f.noisy:
+        noisy.append(f"{what}: time does not grow with size (fitted as a rate through the "
+                     "origin)")
+    return f
 
 
 def llc_from_sysfs(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -97,19 +111,21 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
     vals: dict[str, Any] = {}
     how: dict[str, str] = {}
     top = max(m.threads)
-    stream = _fit(m.stream, "stream read")
+    noisy: list[str] = []
+    stream = _fit(m.stream, "stream read", noisy)
     dram = stream.GBps
     sizes = ", ".join(f"{int(b / 2**20)}" for b, _ in m.stream)
     vals["dram_GBps"] = round(dram, 3)
     how["dram_GBps"] = (f"parallel read of {sizes} MiB on {top} threads, least squares "
                         f"(R^2 {stream.r2:.4f})")
     if m.copy:
-        how["dram_GBps"] += f"; a copy reaches {_fit(m.copy, 'stream copy').GBps:.2f} GB/s"
+        copy = _fit(m.copy, "stream copy", noisy)
+        how["dram_GBps"] += f"; a copy reaches {copy.GBps:.2f} GB/s"
         how["dram_GBps"] += " of traffic (2x bytes)"
     rbs = sorted({g[0] for g in m.gather})
     rates, lats, r2s = [], [], []
     for rb in rbs:
-        f = _fit([(b, s) for r, b, s in m.gather if r == rb], f"gather {rb:.0f} B")
+        f = _fit([(b, s) for r, b, s in m.gather if r == rb], f"gather {rb:.0f} B", noisy)
         rates.append(f.GBps)
         lats.append(f.latency_ns)
         r2s.append(f.r2)
@@ -142,7 +158,7 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         for rb in rbs:
             pts = [(b, s) for tt, r, b, s in m.scaling if int(tt) == t and r == rb]
             if len(pts) >= 2:
-                one[(t, rb)] = _fit(pts, f"gather {rb:.0f} B on {t} threads").GBps
+                one[(t, rb)] = _fit(pts, f"gather {rb:.0f} B on {t} threads", noisy).GBps
     single = {rb: one[(1, rb)] for rb in rbs if (1, rb) in one}
     if single:
         best_rb = max(single, key=single.get)
@@ -171,7 +187,7 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         for rb in sorted({g[0] for g in one_thread}):
             pts = [(b, t) for r, b, t in one_thread if r == rb]
             if len(pts) >= 2:
-                per[rb] = _fit(pts, f"gather {rb:.0f} B on one thread").GBps
+                per[rb] = _fit(pts, f"gather {rb:.0f} B on one thread", noisy).GBps
         if per:
             vals["core_dram_GBps"] = round(float(np.median(list(per.values()))), 3)
             how["core_dram_GBps"] = (
@@ -217,7 +233,8 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         checks.append(f"{opt} apply, {int(rb)} B rows ({int(R)} B moved), {int(u)} rows: "
                       f"measured {s * 1e6:.0f} us, model {pred / 1e3:.0f} us "
                       f"({(pred / 1e9 - s) / s * 100:+.0f}%)")
-    return CpuCalibration(_plain(vals), how, tuple(checks))
+    return CpuCalibration(_plain(vals), how, tuple(checks),
+                          tuple(dict.fromkeys([*m.noisy, *noisy])))
 
 
 def _plain(v: Any) -> Any:
@@ -505,6 +522,10 @@ def cpu_preset_yaml(cal: CpuCalibration, m: CpuMeasurements, name: str,
              f"= {m.worst_spread * 100:.0f}%.",
              "# Keys not listed under cpu come from "
              + (f"the preset {base_preset}." if base_preset else "the schema defaults.")]
+    if cal.noisy:
+        lines.append(f"# {NOISY_WARNING} ({m.remeasured} point re-measurements); the keys "
+                     "fitted from these curves are less certain:")
+        lines += [f"# noisy: {n}" for n in cal.noisy]
     lines += [f"# check: {c}" for c in cal.checks]
     lines.append(f"name: {yaml.safe_dump(name, default_style=None).splitlines()[0]}")
     if base_preset:

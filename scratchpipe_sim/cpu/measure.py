@@ -76,3 +76,56 @@ def best_of(fn: Callable[[], object], reps: int, setup: Callable[[], object] | N
             setup()
         times.append(timed(fn))
     return Timing.of(times)
+
+
+#: rounds of re-measurement of a curve's out-of-order points before they are called noisy
+#: (each round repeats every offending point `reps` times, interleaved)
+CURVE_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class SettledCurve:
+    """A size/time curve after re-measurement: `noisy` lists the indices whose time still
+    does not grow with size (empty when the curve is in order)."""
+
+    seconds: tuple[float, ...]
+    noisy: tuple[int, ...]
+    rounds: int
+    remeasured: int  # points re-measured, summed over the rounds
+
+
+def not_growing(sizes, seconds) -> list[int]:
+    """Indices of both ends of every pair of neighbouring sizes whose larger size did not
+    take longer (a busy moment of a shared host slowed the smaller one, or hid the larger
+    one's cost)."""
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i])
+    bad: set[int] = set()
+    for a, b in zip(order, order[1:], strict=False):
+        if sizes[b] > sizes[a] and not seconds[b] > seconds[a]:
+            bad |= {a, b}
+    return sorted(bad)
+
+
+def settle_curve(sizes, seconds, once: Callable[[int], float], reps: int, statistic: str,
+                 retries: int = CURVE_RETRIES) -> SettledCurve:
+    """Re-measure the points of a curve whose time does not grow with size, at most
+    `retries` rounds. Why interleaved: each round times the offending points one repetition
+    each in turn, `reps` times, so a slow minute of a shared host lands on all of them
+    alike instead of on one point's whole block of repetitions. `once(i)`: seconds of one
+    repetition of point i (its setup untimed)."""
+    out = [float(s) for s in seconds]
+    bad = not_growing(sizes, out)
+    rounds = remeasured = 0
+    while bad and rounds < retries:
+        rounds += 1
+        remeasured += len(bad)
+        for i in bad:  # warm-up: the point's data back in place, untimed
+            once(i)
+        times: dict[int, list[float]] = {i: [] for i in bad}
+        for _ in range(max(1, reps)):
+            for i in bad:
+                times[i].append(once(i))
+        for i in bad:
+            out[i] = float(summarize(times[i], statistic))
+        bad = not_growing(sizes, out)
+    return SettledCurve(tuple(out), tuple(bad), rounds, remeasured)

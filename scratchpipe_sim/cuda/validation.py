@@ -53,10 +53,10 @@ def save_measured(path: Path, measured: dict[str, float], meta: dict[str, Any]) 
 
 def load_measured(path: Path) -> tuple[dict[str, float], dict[str, Any]]:
     """Stage means saved by an earlier GPU run (to recompute the table without a GPU)."""
+    from scratchpipe_sim.safety.paths import input_file  # noqa: PLC0415
+
     try:
-        d = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError("no such file", source=str(path)) from None
+        d = json.loads(input_file(path, "JSON file").read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise UserError(f"not valid JSON: {e.msg} at line {e.lineno}", source=str(path)
                         ) from None

@@ -33,6 +33,7 @@ from scratchpipe_sim.experiments.run_folder import (
     versions,
 )
 from scratchpipe_sim.experiments.store import POINTS, atomic_write
+from scratchpipe_sim.safety.paths import input_kind
 
 #: the report's file name inside the results folder when no --out is given
 REPORT_NAME = "report.html"
@@ -123,9 +124,7 @@ def open_folder(path: str | Path) -> Folder:
     """The results (a folder, or its results.csv / results.parquet) of a run or a sweep;
     a path that is neither is a UserError."""
     p = Path(path)
-    if not p.exists():
-        raise UserError("no such file or folder; expected a `run` or `sweep` results folder",
-                        source=str(p))
+    input_kind(p, "`run` or `sweep` results folder")  # missing, a loop, a FIFO: one line
     res = load_results(p)
     folder = p if p.is_dir() else p.parent
     if res.manifest.get("kind") == "run":

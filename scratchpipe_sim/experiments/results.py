@@ -16,6 +16,7 @@ import pandas as pd
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.experiments.store import CSV_NAME, MANIFEST, PARQUET_NAME, read_manifest
+from scratchpipe_sim.safety.paths import input_kind
 
 #: the columns of a results table that hold text; every other column but a swept key is a
 #: number (or empty), checked when the table is read back
@@ -56,7 +57,7 @@ def read_csv_table(path: str | os.PathLike) -> pd.DataFrame:
 
 def load_results(path: str | os.PathLike) -> Results:
     p = Path(path)
-    if p.is_dir():
+    if input_kind(p, "results folder or table") == "folder":
         folder = p
         table = p / PARQUET_NAME if (p / PARQUET_NAME).is_file() else p / CSV_NAME
     else:

@@ -59,9 +59,8 @@ def point_trace(config: dict, cfg: Any, cache: bool = True, jobs: int = 1) -> An
     """The trace of a sweep point, built once per worker process (after a memory estimate)
     and reused by later points with the same trace-determining keys (`cache=False`: a
     generated trace is not read from or written to the on-disk trace cache)."""
-    from scratchpipe_sim.safety import memory_guard
     from scratchpipe_sim.timing import build_trace
-    from scratchpipe_sim.timing.runner import check_config_memory
+    from scratchpipe_sim.timing.runner import check_config_memory, check_trace_memory
 
     key = _trace_key(config)
     trace = _TRACE_CACHE.get(key)
@@ -72,8 +71,7 @@ def point_trace(config: dict, cfg: Any, cache: bool = True, jobs: int = 1) -> An
         forget_slices()
         check_config_memory(cfg, source="sweep point")
         trace = build_trace(cfg, cache=cache, jobs=jobs)
-        memory_guard.check_run(trace.total_rows, trace.num_accesses, source="sweep point",
-                               field="trace.path")
+        check_trace_memory(cfg, trace, source="sweep point")
         _TRACE_CACHE[key] = trace
     return trace
 

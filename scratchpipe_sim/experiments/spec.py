@@ -41,6 +41,7 @@ from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.experiments.figures import check_figures
 from scratchpipe_sim.experiments.hashing import config_hash
 from scratchpipe_sim.safety import limits
+from scratchpipe_sim.safety.paths import present
 
 TOP_KEYS = ("name", "description", "include", "base", "sweep", "designs", "metrics",
             "figures")
@@ -123,7 +124,7 @@ def _find_include(name: Any, exp_dir: Path, source: str) -> Path:
                         field="include")
     p = Path(name)
     for cand in ([p] if p.is_absolute() else [exp_dir / p, Path.cwd() / p]):
-        if cand.is_file():
+        if present(cand, "config file", "include") and cand.is_file():
             return cand
     raise UserError(f"no such config file '{name}' (looked beside the experiment and in the "
                     "current directory)", source=source, field="include")

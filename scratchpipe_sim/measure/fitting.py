@@ -24,21 +24,28 @@ class LinkFit:
     r2: float
     #: per sample: (bytes, measured_s, predicted_s, error_pct)
     residuals: tuple[tuple[float, float, float, float], ...] = ()
+    #: time did not grow with size: fitted through the origin (a rate only), not trusted
+    noisy: bool = False
 
     def predict_s(self, nbytes: float) -> float:
         return self.latency_ns * 1e-9 + nbytes / (self.GBps * 1e9)
 
 
-def fit_latency_bandwidth(nbytes: np.ndarray, seconds: np.ndarray, what: str = "link"
-                          ) -> LinkFit:
-    """Least-squares latency + bandwidth; the latency is clamped at 0 (never negative)."""
+def fit_latency_bandwidth(nbytes: np.ndarray, seconds: np.ndarray, what: str = "link",
+                          noisy_ok: bool = False) -> LinkFit:
+    """Least-squares latency + bandwidth; the latency is clamped at 0 (never negative).
+    Samples whose time does not grow with size are an error, or with `noisy_ok` (a busy
+    host's curve, already re-measured) a rate through the origin marked `noisy`."""
     x = np.asarray(nbytes, float)
     y = np.asarray(seconds, float)
     if len(x) < 2 or len(np.unique(x)) < 2:
         raise UserError(f"{what}: expected samples at two or more sizes, got {len(x)}")
     A = np.stack([np.ones_like(x), x], axis=1)
     (a, b), *_ = np.linalg.lstsq(A, y, rcond=None)
-    if b <= 0:
+    noisy = b <= 0 and noisy_ok and float(np.dot(x, y)) > 0
+    if noisy:
+        a, b = 0.0, float(np.dot(x, y) / np.dot(x, x))
+    elif b <= 0:
         raise UserError(f"{what}: time does not grow with size (slope {b:.3g} s/B); "
                         "expected larger transfers to take longer")
     if a < 0:  # refit through the origin: bandwidth only
@@ -49,7 +56,7 @@ def fit_latency_bandwidth(nbytes: np.ndarray, seconds: np.ndarray, what: str = "
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
     res = tuple((float(s), float(t), float(p), float((p - t) / t * 100.0))
                 for s, t, p in zip(x, y, pred, strict=True))
-    return LinkFit(float(a) * 1e9, 1.0 / float(b) / 1e9, r2, res)
+    return LinkFit(float(a) * 1e9, 1.0 / float(b) / 1e9, r2, res, noisy)
 
 
 def efficiency_curve(row_bytes: np.ndarray, achieved_GBps: np.ndarray, peak_GBps: float

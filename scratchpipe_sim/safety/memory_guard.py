@@ -85,7 +85,9 @@ def check_run(rows: int, accesses: int, *, source: str | None = None,
               field: str = "model.tables.rows") -> None:
     """`run` / a sweep point: every design keeps per-row state for all rows."""
     check(estimate(rows, accesses, RUN_BYTES_PER_ROW),
-          f"simulating {rows} rows ({accesses} lookups)",
+          f"simulating {rows} rows ({accesses} lookups: "
+          f"{human(int(accesses) * BYTES_PER_ACCESS)}, per-row state "
+          f"{human(int(rows) * RUN_BYTES_PER_ROW)})",
           "expected fewer or smaller tables (model.tables.count x model.tables.rows) or "
           "fewer lookups (model.num_batches, model.batch_size, model.pooling); for a trace "
           "file with sparse (hashed) ids, renumber them densely (`scratchpipe-sim trace "

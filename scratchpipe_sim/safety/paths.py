@@ -61,6 +61,19 @@ def input_file(path: str | os.PathLike, what: str = "file", field: str | None = 
     return Path(path)
 
 
+def present(path: str | os.PathLike, what: str = "file", field: str | None = None) -> bool:
+    """For lookups that try several places (presets, includes): False when nothing at all
+    is at `path`, True for a regular file or folder, a UserError (`input_kind`'s) for
+    what is there but cannot be input -- a symlink loop is never reported as missing."""
+    try:
+        if not os.path.lexists(path):
+            return False
+    except ValueError:  # a NUL byte: input_kind says so
+        pass
+    input_kind(path, what, field)
+    return True
+
+
 def os_error(e: OSError) -> UserError:
     """The one-line error for an OSError on a named path that no caller handled (a name too
     long, a read-only file system, a full disk, ...): the CLI's last word before a

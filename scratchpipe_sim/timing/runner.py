@@ -95,18 +95,35 @@ def config_accesses(cfg: Config) -> int:
     return (prefix_cap(cfg) + m.num_batches) * m.batch_size * sum(m.poolings)
 
 
+def memory_field(cfg: Config, rows: int, accesses: int) -> str:
+    """The key the memory check blames: a trace file's path; for a generated trace the
+    larger term of the estimate (per-row state or per-lookup arrays) and, for lookups,
+    their largest factor -- the same key before and after the trace is built."""
+    if cfg.trace.path is not None:
+        return "trace.path"
+    if accesses * memory_guard.BYTES_PER_ACCESS <= rows * memory_guard.RUN_BYTES_PER_ROW:
+        return "model.tables.rows"
+    m = cfg.model
+    factors = {"model.num_batches": m.num_batches, "model.batch_size": m.batch_size,
+               "model.pooling": max(m.poolings)}
+    return max(factors, key=lambda k: factors[k])
+
+
 def check_config_memory(cfg: Config, source: str | None = None) -> None:
     """`memory_guard.check_run` for a config whose trace is generated (a trace file's sizes
-    are known only once it is read: check the Trace then)."""
+    are known only once it is read: `check_trace_memory` then)."""
     if cfg.trace.path is None:
-        m = cfg.model
         rows, accesses = cfg.total_rows, config_accesses(cfg)
-        field = "model.tables.rows"  # the key to blame: the larger term, its largest factor
-        if accesses * memory_guard.BYTES_PER_ACCESS > rows * memory_guard.RUN_BYTES_PER_ROW:
-            factors = {"model.num_batches": m.num_batches, "model.batch_size": m.batch_size,
-                       "model.pooling": max(m.poolings)}
-            field = max(factors, key=lambda k: factors[k])
-        memory_guard.check_run(rows, accesses, source=source, field=field)
+        memory_guard.check_run(rows, accesses, source=source,
+                               field=memory_field(cfg, rows, accesses))
+
+
+def check_trace_memory(cfg: Config, trace: Trace, source: str | None = None) -> None:
+    """`memory_guard.check_run` for a built trace (a file's, or a generated one whose
+    auto warm-up prefix grew), blaming the key `memory_field` names."""
+    rows, accesses = trace.total_rows, trace.num_accesses
+    memory_guard.check_run(rows, accesses, source=source,
+                           field=memory_field(cfg, rows, accesses))
 
 
 def build_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = None,
@@ -124,6 +141,17 @@ def _has_cache(cfg: Config) -> bool:
     """Whether any of the config's designs replays a cache policy (needs a warm-up)."""
     return any(DESIGNS.get(n)(cfg).workload_key().policy is not None
                for n in config_designs(cfg) if n in DESIGNS)
+
+
+def generator_fields(cfg: Config) -> dict[str, str]:
+    """The config key the user wrote for each generator argument (its messages name
+    these, not the generator's own names): one key, one name."""
+    t = cfg.trace
+    return {"": "trace.params.", "table_rows": "model.tables.rows",
+            "batch_size": "model.batch_size", "num_batches": "model.num_batches",
+            "pooling": "model.pooling", "seed": "seed" if t.seed is None else "trace.seed",
+            "reuse": "trace.reuse", "distribution": "trace.distribution",
+            **({} if "alpha" in t.params else {"alpha": "trace.alpha"})}
 
 
 def config_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = None,
@@ -170,7 +198,7 @@ def config_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = N
                               prefix_cap(cfg, prefix_batches) + m.num_batches,
                               list(m.poolings), seed,
                               reuse=t.reuse, source=cfg.source,
-                              field_prefix="trace.params.", jobs=jobs, **params)
+                              field_prefix=generator_fields(cfg), jobs=jobs, **params)
 
     # everything generate() reads from the config (a bad name or parameter never has an
     # entry: it fails in generate() with its usual message)

@@ -314,8 +314,6 @@ def load_fit(path: str | os.PathLike) -> Fit:
     """Read a fit file back (UserError naming the key on anything malformed)."""
     src = str(path)
     p = Path(path)
-    if not p.is_file():
-        raise UserError("no such fit file", source=src)
     d = load_yaml_text(read_text(p, "fit file"), src)
     if not isinstance(d, dict):
         raise UserError("expected a mapping written by `trace fit`", source=src)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -279,47 +279,62 @@ def hotset(rows: int, seed: np.random.SeedSequence, hot_fraction: float = 0.01,
 
 
 # -- parameters -----------------------------------------------------------------------------
+#: how a generator's messages name its arguments: a prefix for every name (`trace gen`:
+#: "", so `--batch-size` style names are the caller's), or a mapping from an argument to
+#: the key the user wrote (`run`: batch_size -> model.batch_size), its "" entry the prefix
+#: of the names it leaves out (trace.params.) -- one key, one name in every message
+FieldNames = str | Mapping[str, str]
+
+
+def field_namer(fields: FieldNames) -> Callable[[str], str]:
+    """The function naming a generator argument in a message (see FieldNames)."""
+    if isinstance(fields, str):
+        return lambda k: f"{fields}{k}"
+    prefix = fields.get("", "")
+    return lambda k: fields.get(k, f"{prefix}{k}")
+
+
 def _check_params(distribution: str, params: dict[str, Any], source: str | None,
-                  prefix: str) -> dict[str, Any]:
-    factory = DISTRIBUTIONS.get(distribution, source=source, field=f"{prefix}distribution")
+                  name: Callable[[str], str]) -> dict[str, Any]:
+    factory = DISTRIBUTIONS.get(distribution, source=source, field=name("distribution"))
     known: dict[str, Any] = factory.PARAMS  # type: ignore[attr-defined]
     out = dict(known)
     for k, v in params.items():
         if k not in known:
             hint = ", ".join(sorted(known)) or "none"
             raise UserError(f"unknown parameter for distribution '{distribution}'; expected "
-                            f"one of: {hint}", source=source, field=f"{prefix}{k}")
+                            f"one of: {hint}", source=source, field=name(k))
         out[k] = v
     for k, v in out.items():
         default = known[k]
         if isinstance(default, bool):
             if not isinstance(v, bool):
                 raise UserError(f"expected true or false, got {v!r}", source=source,
-                                field=f"{prefix}{k}")
+                                field=name(k))
         elif isinstance(default, list):
             if not isinstance(v, (list, tuple)) or any(
                     isinstance(x, bool) or not isinstance(x, (int, float)) for x in v):
                 raise UserError(f"expected a list of numbers, e.g. [0.3, 0.7] or 0.3,0.7, got "
-                                f"{v!r}", source=source, field=f"{prefix}{k}")
+                                f"{v!r}", source=source, field=name(k))
             out[k] = list(v)
         elif isinstance(default, (int, float)):
             # a numeric parameter may be one value (every table) or a list (per table)
             vals = v if isinstance(v, (list, tuple)) else [v]
             if not vals:
                 raise UserError("expected a number or a non-empty list of numbers (one per "
-                                "table), got []", source=source, field=f"{prefix}{k}")
+                                "table), got []", source=source, field=name(k))
             for i, x in enumerate(vals):
                 if isinstance(x, bool) or not isinstance(x, (int, float)) \
                         or not math.isfinite(x) \
                         or (isinstance(default, int) and not float(x).is_integer()):
                     kind = "an integer" if isinstance(default, int) else "a number"
-                    where = f"{prefix}{k}" + (f"[{i}]" if vals is v else "")
+                    where = name(k) + (f"[{i}]" if vals is v else "")
                     raise UserError(f"expected {kind}, got {x!r}", source=source, field=where)
             conv = [float(x) if isinstance(default, float) else int(x) for x in vals]
             out[k] = conv if isinstance(v, (list, tuple)) else conv[0]
     for k in out:
         for i, x in enumerate(_as_list(out[k])):
-            where = f"{prefix}{k}" + (f"[{i}]" if isinstance(out[k], list) else "")
+            where = name(k) + (f"[{i}]" if isinstance(out[k], list) else "")
             if k == "alpha" and not x > 0:
                 raise UserError(f"alpha must be > 0, got {x}", source=source, field=where)
             # by convention, every "*_fraction" parameter is a share in [0, 1]
@@ -347,7 +362,7 @@ def per_table_params(params: dict[str, Any], defaults: dict[str, Any], t: int
 
 
 def _check_param_lengths(distribution: str, params: dict[str, Any], num_tables: int,
-                         source: str | None, prefix: str) -> None:
+                         source: str | None, name: Callable[[str], str]) -> None:
     defaults = DISTRIBUTIONS.get(distribution).PARAMS  # type: ignore[attr-defined]
     for k, v in params.items():
         d = defaults.get(k)
@@ -355,7 +370,7 @@ def _check_param_lengths(distribution: str, params: dict[str, Any], num_tables: 
                 and num_tables % len(v):
             raise UserError(f"{len(v)} values for {num_tables} tables: expected one value, "
                             f"one per table, or a cycle whose length divides {num_tables}",
-                            source=source, field=f"{prefix}{k}")
+                            source=source, field=name(k))
 
 
 @dataclass(frozen=True)
@@ -422,39 +437,41 @@ def _positive_int(v: Any, field: str, source: str | None) -> int:
 
 def make_spec(distribution: str, table_rows: Sequence[int] | int, batch_size: int,
               num_batches: int, pooling: int | Sequence[int], seed: int, reuse: float = 0.0,
-              source: str | None = None, field_prefix: str = "",
+              source: str | None = None, field_prefix: FieldNames = "",
               pooling_sigma: float | Sequence[float] = 0.0,
               **dist_params: Any) -> GenSpec:
     """Validate a generator configuration (UserError naming the field)."""
-    p = field_prefix
+    name = field_namer(field_prefix)
     rows = [table_rows] if isinstance(table_rows, (int, np.integer)) else list(table_rows)
     if not rows:
-        raise UserError("expected at least one table", source=source, field=f"{p}table_rows")
-    rows = [_positive_int(r, f"{p}table_rows[{i}]", source) for i, r in enumerate(rows)]
+        raise UserError("expected at least one table", source=source,
+                        field=name("table_rows"))
+    rows = [_positive_int(r, f"{name('table_rows')}[{i}]", source)
+            for i, r in enumerate(rows)]
     pool = ([pooling] * len(rows) if isinstance(pooling, (int, np.integer))
             else list(pooling))
     if len(pool) != len(rows):
         raise UserError(f"expected one pooling factor per table ({len(rows)}), got "
-                        f"{len(pool)}", source=source, field=f"{p}pooling")
-    pool = [_positive_int(x, f"{p}pooling", source) for x in pool]
-    batch_size = _positive_int(batch_size, f"{p}batch_size", source)
-    num_batches = _positive_int(num_batches, f"{p}num_batches", source)
+                        f"{len(pool)}", source=source, field=name("pooling"))
+    pool = [_positive_int(x, name("pooling"), source) for x in pool]
+    batch_size = _positive_int(batch_size, name("batch_size"), source)
+    num_batches = _positive_int(num_batches, name("num_batches"), source)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise UserError(f"expected a non-negative integer seed, got {seed!r}", source=source,
-                        field=f"{p}seed")
+                        field=name("seed"))
     if isinstance(reuse, bool) or not isinstance(reuse, (int, float)) or not 0 <= reuse <= 1:
         raise UserError(f"expected a fraction in [0, 1], got {reuse!r}", source=source,
-                        field=f"{p}reuse")
+                        field=name("reuse"))
     sigmas = list(pooling_sigma) if isinstance(pooling_sigma, (list, tuple)) \
         else [pooling_sigma]
     if len(sigmas) not in (1, len(rows)):
         raise UserError(f"expected one pooling_sigma or one per table ({len(rows)}), got "
-                        f"{len(sigmas)}", source=source, field=f"{p}pooling_sigma")
+                        f"{len(sigmas)}", source=source, field=name("pooling_sigma"))
     for s in sigmas:
         if (isinstance(s, bool) or not isinstance(s, (int, float))
                 or not math.isfinite(s) or s < 0):
             raise UserError(f"expected a standard deviation >= 0, got {s!r}",
-                            source=source, field=f"{p}pooling_sigma")
+                            source=source, field=name("pooling_sigma"))
     sigma: float | tuple[float, ...] = (float(sigmas[0]) if len(sigmas) == 1
                                         else tuple(float(x) for x in sigmas))
     # a batch is drawn whole (bag lengths, ids): check its memory before anything is drawn;
@@ -465,14 +482,14 @@ def make_spec(distribution: str, table_rows: Sequence[int] | int, batch_size: in
     per_batch = math.ceil(batch_size * widest)
     memory_guard.check_generator(len(rows), batch_size, per_batch,
                                  min(BLOCK_ACCESSES, per_batch * num_batches), source=source,
-                                 field=f"{p}{cause}")
-    params = _check_params(distribution, dist_params, source, p)
-    _check_param_lengths(distribution, params, len(rows), source, p)
+                                 field=name(cause))
+    params = _check_params(distribution, dist_params, source, name)
+    _check_param_lengths(distribution, params, len(rows), source, name)
     spec = GenSpec(distribution, tuple(rows), batch_size, num_batches, tuple(pool), int(seed),
                    float(reuse), params, sigma)
     if spec.accesses_per_batch == 0:
         raise UserError("every drawn bag length is 0, so the trace would be empty: expected a "
-                        "smaller pooling_sigma", source=source, field=f"{p}pooling_sigma")
+                        "smaller pooling_sigma", source=source, field=name("pooling_sigma"))
     return spec
 
 
@@ -614,7 +631,8 @@ def _apply_reuse(ids, pos, prev, start):
 
 def generate_trace(distribution: str, table_rows: Sequence[int] | int, batch_size: int,
                    num_batches: int, pooling: int | Sequence[int], seed: int,
-                   reuse: float = 0.0, source: str | None = None, field_prefix: str = "",
+                   reuse: float = 0.0, source: str | None = None,
+                   field_prefix: FieldNames = "",
                    pooling_sigma: float = 0.0, jobs: int = 1, **dist_params: Any) -> Trace:
     """A synthetic trace in memory: `num_batches` batches of `batch_size` samples, each
     sample with `pooling[t]` ids of table t drawn from `distribution`; `reuse` of each
@@ -652,7 +670,7 @@ def generate_to_store(path: str | os.PathLike, distribution: str,
                       table_rows: Sequence[int] | int, batch_size: int, num_batches: int,
                       pooling: int | Sequence[int], seed: int, reuse: float = 0.0,
                       overwrite: bool = False, source: str | None = None,
-                      field_prefix: str = "", pooling_sigma: float = 0.0,
+                      field_prefix: FieldNames = "", pooling_sigma: float = 0.0,
                       **dist_params: Any) -> Path:
     """The same trace as `generate_trace`, written block by block into a `.sptrace`
     (memory: one RNG block of ids plus the samplers' tables)."""

@@ -24,12 +24,11 @@ access costs O(log slots) in Numba. Slots are compacted when they run out.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.safety.paths import input_kind
 from scratchpipe_sim.traces.generators import Permutation, register_distribution
 
 _MIN_SLOTS = 1 << 16
@@ -244,8 +243,6 @@ def reuse_distance(rows: int, seed: np.random.SeedSequence, new_fraction: float 
         raise UserError(f"alpha must be > 0, got {alpha}", field="alpha")
     prof = None
     if profile:
-        if not Path(str(profile)).exists():
-            raise UserError("no such trace for the reuse-distance profile", source=str(profile),
-                            field="profile")
+        input_kind(str(profile), "trace for the reuse-distance profile", "profile")
         prof = profile_of(str(profile))
     return ReuseDistanceSampler(rows, seed, new_fraction, alpha, prof)
