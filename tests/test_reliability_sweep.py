@@ -83,7 +83,7 @@ def test_a_second_sweep_on_a_busy_folder_exits_2_and_no_row_is_written_twice(
         _wait_for(lambda: any(marks.iterdir()), first, "the second point")
         holder = json.loads((out / LOCK).read_text())
         assert holder["pid"] == first.pid and holder["host"] == socket.gethostname()
-        monkeypatch.setattr(runner, "simulate_point", fake_point)
+        monkeypatch.setattr(runner, "simulate_point", lambda c, d, **_: fake_point(c, d))
         assert main(["sweep", str(exp), "--out", str(out), "--quiet"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "another sweep is writing here" in err
@@ -165,7 +165,7 @@ def test_sigkill_of_a_jobs_2_sweep_leaves_no_worker_alive(tmp_path):
             proc.kill()
 
 
-def _boom(config: dict, designs: tuple) -> list[dict]:
+def _boom(config: dict, designs: tuple, **_: object) -> list[dict]:
     return fake_point(config, designs)
 
 
@@ -184,7 +184,7 @@ def test_errors_exit_1_and_are_listed_on_every_rerun_until_retried(tmp_path, cap
         assert "ValueError: boom at 0.3" in listed[0]
     # fixed (the point no longer fails): --retry-failed runs it again and the sweep is clean
     monkeypatch.setattr(runner, "simulate_point",
-                        lambda c, d: fake_point({**c, "cache": {**c["cache"],
+                        lambda c, d, **_: fake_point({**c, "cache": {**c["cache"],
                                                                 "load_factor": 0.31}}, d))
     assert main(argv + ["--retry-failed", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -199,7 +199,7 @@ def test_a_metric_typo_fails_before_simulating_and_leaves_no_folder(tmp_path, ca
     out = tmp_path / "out"
     calls = []
     monkeypatch.setattr(runner, "simulate_point",
-                        lambda c, d: calls.append(1) or fake_point(c, d))
+                        lambda c, d, **_: calls.append(1) or fake_point(c, d))
     assert main(["sweep", str(exp), "--out", str(out), "-q"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "metrics: the simulator reports no metric 'hit_ratoi'" \
@@ -276,7 +276,7 @@ def test_a_repeated_design_in_the_base_config_is_an_error(tmp_path, capsys):
 
 
 def test_infeasible_design_rows_are_counted_and_exit_0(tmp_path, capsys, monkeypatch):
-    def point(config, designs):
+    def point(config, designs, **_):
         rows = fake_point(config, designs)
         rows[-1] = {"design": designs[-1],
                     runner.DESIGN_INFEASIBLE: "window does not fit the cache"}
