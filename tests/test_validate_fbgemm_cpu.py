@@ -147,11 +147,12 @@ def test_cli_json_shape(cfg_file, capsys):
     assert main(["validate", "--cpu", str(cfg_file), "--against", "fbgemm", "--json",
                  "--reps", "2"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["stage"] for r in rows] == ["cpu_gather", "cpu_update"]
+    # the two stages, then the drift probe (one dim, one pooling mode: one weight array)
+    assert [r["stage"] for r in rows] == ["cpu_gather", "cpu_update", "host.uniform_gather"]
     for r in rows:
         for key in ("predicted_ms", "measured_ms"):
             assert math.isfinite(r[key]) and r[key] > 0, r
-        assert r["batches"] == 2
+    assert [r["batches"] for r in rows] == [2, 2, 2]  # the probe: one sample per pass
 
 
 @needs_fbgemm

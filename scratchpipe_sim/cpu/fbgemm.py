@@ -21,9 +21,13 @@ its own price: nothing here copies a formula.
 Passes over the measured batches are repeated `reps` times; within a pass every batch runs
 forward then backward, so the two stages' samples are interleaved pairs and a slow minute
 of a shared host lands on both. A batch's time is its median (or best) over the passes,
-the stage's the mean over the batches. The threads: `hardware.cpu.cores` (at most this
-machine's CPUs) for both torch and Numba; on one thread the clock is the thread's CPU time
-(`cpu/measure.py`).
+the stage's the mean over the batches. The host's drift since calibration: before each
+pass, `validate --cpu`'s probe (one thread's gather + pool of uniform random rows, fresh
+ids) runs on FBGEMM's own weight array (no second copy of the tables) and is reported as
+`host.uniform_gather` with the model's price, so a ratio can be read against the host's
+state (only when every table has one dim and one pooling mode: one weight array).
+The threads: `hardware.cpu.cores` (at most this machine's CPUs) for both torch and Numba;
+on one thread the clock is the thread's CPU time (`cpu/measure.py`).
 """
 
 from __future__ import annotations
@@ -40,10 +44,11 @@ import simpy
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.cpu.measure import summarize, timed
+from scratchpipe_sim.cpu.validate import PROBE_LOOKUPS, Probe
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.designs import DESIGNS
-from scratchpipe_sim.timing.machine import Machine
+from scratchpipe_sim.timing.machine import Machine, price_alone
 from scratchpipe_sim.timing.runner import Replays, build_trace, config_accesses
 from scratchpipe_sim.traces.trace import Trace
 
@@ -51,6 +56,8 @@ from scratchpipe_sim.traces.trace import Trace
 AGAINST = ("fbgemm",)
 #: the hybrid stages compared, and the FBGEMM call each is measured on
 STAGES = {"cpu_gather": "forward", "cpu_update": "backward + fused optimizer"}
+#: the drift probe's row in the table (as in validate --cpu)
+PROBE_STAGE = "host.uniform_gather"
 #: the config's optimizer -> FBGEMM's EmbOptimType name (None: not on FBGEMM's CPU)
 FBGEMM_OPTIMIZERS: dict[str, str | None] = {
     "sgd": "EXACT_SGD", "rowwise-adagrad": "EXACT_ROWWISE_ADAGRAD",
@@ -257,9 +264,15 @@ def validate_fbgemm(cfg: Config, reps: int = 3, max_batches: int | None = None,
 
     for b in measured[:2]:  # warm-up: FBGEMM's first calls allocate and touch
         pair(b)
+    probe = _probe(cfg, tbes, len(measured))
     log(f"validate --cpu --against fbgemm: {len(measured)} batches x {reps} passes on "
         f"{threads} thread(s)")
-    samples = np.array([[pair(b) for b in measured] for _ in range(max(1, reps))])
+    passes = []
+    for _ in range(max(1, reps)):
+        if probe is not None:
+            probe.sample()
+        passes.append([pair(b) for b in measured])
+    samples = np.array(passes)
     out = []
     for j, (stage, op) in enumerate(STAGES.items()):
         t = samples[:, :, j]  # passes x batches, seconds
@@ -270,17 +283,37 @@ def validate_fbgemm(cfg: Config, reps: int = 3, max_batches: int | None = None,
         out.append(FbgemmStage(
             stage, float(predicted[stage][measured].mean()) / 1e6,
             float(summarize(t, statistic).mean()) * 1e3, len(measured), spread, op))
+    if probe is not None:
+        n, r = probe.lookups, m.row_bytes
+        pred = price_alone(cfg, m.num_batches,
+                           lambda mm, b: mm.cpu_gather(n, r, b, "probe"), [0])
+        t = np.array(probe.seconds)
+        out.append(FbgemmStage(PROBE_STAGE, float(pred[0]) / 1e6,
+                               float(summarize(t, statistic)) * 1e3, len(t),
+                               float((np.median(t) - t.min()) / t.min() * 100), "-"))
     return out
 
 
+def _probe(cfg: Config, tbes: list, seed: int) -> Probe | None:
+    """validate --cpu's drift probe on FBGEMM's weights (one TBE of one dim), else None."""
+    m = cfg.model
+    if len(tbes) != 1 or len(set(m.dims)) != 1:
+        return None
+    store = tbes[0][0].weights_host.detach().numpy().reshape(-1, m.dims[0])
+    return Probe(store, m.dims[0], min(PROBE_LOOKUPS, store.shape[0]), seed=seed)
+
+
 def format_table(rows: list[FbgemmStage]) -> str:
-    head = (f"{'stage':<12} {'predicted_ms':>13} {'measured_ms':>12} {'ratio':>7} "
+    head = (f"{'stage':<20} {'predicted_ms':>13} {'measured_ms':>12} {'ratio':>7} "
             f"{'spread':>7}  fbgemm")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r.stage:<12} {r.predicted_ms:>13.3f} {r.measured_ms:>12.3f} "
+        lines.append(f"{r.stage:<20} {r.predicted_ms:>13.3f} {r.measured_ms:>12.3f} "
                      f"{r.ratio:>7.2f} {r.spread_pct:>6.1f}%  {r.fbgemm_op}")
     lines.append("ratio = predicted / measured (> 1: the model is slower than FBGEMM)")
+    if any(r.stage == PROBE_STAGE for r in rows):
+        lines.append(f"{PROBE_STAGE}: validate --cpu's drift probe (uniform rows, fresh ids) "
+                     "on FBGEMM's weights: the host now beside the calibration")
     return "\n".join(lines)
 
 
