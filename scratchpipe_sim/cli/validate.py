@@ -98,6 +98,8 @@ def handle_published(args: argparse.Namespace) -> int:
 
 def handle_fbgemm(args: argparse.Namespace) -> int:
     """validate --cpu --against fbgemm (scratchpipe_sim/cpu/fbgemm.py)."""
+    import os
+
     from scratchpipe_sim.cpu import fbgemm
 
     fbgemm.import_fbgemm()  # the missing package first, before any trace is built
@@ -122,7 +124,9 @@ def handle_fbgemm(args: argparse.Namespace) -> int:
     print(f"validate --cpu {cfg.name or Path(args.config).stem} --against fbgemm: hardware "
           f"{hw.name or '(inline)'}, cpu.cores {hw.cpu.cores}, {m.table_count} x "
           f"{max(m.rows_per_table)} rows, optimizer {m.optimizer}, {rows[0].batches} batches, "
-          f"{args.statistic} of {args.reps} passes; ms per batch")
+          f"{args.statistic} of {args.reps} passes; ms per batch; FBGEMM's weights on "
+          f"{'huge pages' if fbgemm.huge_pages() else '4 KiB pages'} ({fbgemm.THP_ENV}="
+          f"{os.environ.get(fbgemm.THP_ENV, 'unset')})")
     print(fbgemm.format_table(rows))
     return 0
 

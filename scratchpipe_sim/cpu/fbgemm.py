@@ -73,6 +73,13 @@ GRAD_VALUE = 1e-4
 #: made FBGEMM's CPU backward on 2 threads take 280 ms for a batch it does in 0.2 ms
 #: passively (576 lookups, 3 tables): a waiting thread spins on a core the working one needs
 OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+#: torch backs large tensors with transparent huge pages (unless the user set it). Why: the
+#: calibration and validate --cpu gather from numpy arrays, which Linux backs with huge
+#: pages (numpy asks for them), so the model's per-core rates carry huge pages' TLB reach;
+#: torch's default 4 KiB pages made FBGEMM's quickstart forward 1.47x slower (5.4 vs 3.7
+#: ms) and the drift probe on its weights 1.36x (docs/validation.md). Set it to 0 for
+#: torch's default.
+THP_ENV = "THP_MEM_ALLOC_ENABLE"
 #: a config larger than this share of the available memory has its rows capped
 MEMORY_SHARE = 0.5
 
@@ -110,6 +117,8 @@ def import_fbgemm() -> dict[str, Any]:
     """torch and FBGEMM's TBE classes, or a UserError naming the extra to install."""
     for k, v in OMP_ENV.items():
         os.environ.setdefault(k, v)
+    if "torch" not in sys.modules:  # torch reads it once, at its first large allocation
+        os.environ.setdefault(THP_ENV, "1")
     try:
         import torch
     except ImportError:
@@ -315,6 +324,11 @@ def format_table(rows: list[FbgemmStage]) -> str:
         lines.append(f"{PROBE_STAGE}: validate --cpu's drift probe (uniform rows, fresh ids) "
                      "on FBGEMM's weights: the host now beside the calibration")
     return "\n".join(lines)
+
+
+def huge_pages() -> bool:
+    """Whether torch was asked for huge pages (THP_ENV; read after import_fbgemm)."""
+    return os.environ.get(THP_ENV, "0") == "1"
 
 
 def note(message: str) -> None:
