@@ -216,3 +216,37 @@ def test_adam_is_refused_in_one_line(cfg_file, capsys):
     err = _one_line_error(capsys, ["validate", "--cpu", str(cfg_file), "--against", "fbgemm",
                                    "--set", "model.optimizer=adam"])
     assert "adam" in err
+
+
+@needs_fbgemm
+def test_calibrate_mix_on_fbgemms_forward():
+    """calibrate --cpu --kernel fbgemm: the mix times FBGEMM's forward (tiny sizes): every
+    point filled, times positive, the kernel recorded and named in the fitted comment."""
+    from scratchpipe_sim.cpu import bench, fbgemm
+    from scratchpipe_sim.cpu.fit import _fit_mix
+
+    z = bench.TINY
+    m = bench.CpuMeasurements(threads=[1], reps=z.reps, mix_kernel="fbgemm")
+    bench.measure_mix(m, z, fbgemm.mix_pool)
+    assert [p[:2] for p in m.mix] == [(float(rb), a) for rb in z.row_bytes
+                                      for a in z.mix_alphas]
+    assert all(s > 0 for _rb, _a, _n, s, _h in m.mix)
+    assert json.loads(m.to_json())["mix_kernel"] == "fbgemm"
+    vals: dict = {}
+    how: dict = {}
+    _fit_mix(m, vals, how, 1.0)
+    assert all("FBGEMM" in how[k] for k in vals)
+
+
+def test_calibrate_kernel_needs_cpu_and_the_package(tmp_path, capsys, monkeypatch):
+    from scratchpipe_sim.cpu import bench
+
+    called = []
+    monkeypatch.setattr(bench, "measure_all", lambda *a, **k: called.append(1))
+    out = str(tmp_path / "x.yaml")
+    err = _one_line_error(capsys, ["calibrate", "--kernel", "fbgemm", "--out", out])
+    assert "--kernel" in err
+    for name in FBGEMM_MODULES:
+        monkeypatch.setitem(sys.modules, name, None)
+    err = _one_line_error(capsys, ["calibrate", "--cpu", "--kernel", "fbgemm", "--out", out])
+    assert 'pip install -e ".[peers]"' in err and not called

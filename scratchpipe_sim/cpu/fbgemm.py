@@ -219,6 +219,26 @@ def fbgemm_inputs(trace: Trace, k: int, tables: list[int]) -> tuple[np.ndarray, 
     return np.concatenate(idx), np.concatenate(offs)
 
 
+def mix_pool(store: np.ndarray, dim: int, rows: int
+             ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], object]:
+    """calibrate --cpu --kernel fbgemm: FBGEMM's CPU forward (one table of `rows` x `dim`,
+    its own weights, one thread) as the mix's gather + pool, so the per-core rates the mix
+    fits are FBGEMM's kernel's (software prefetch, JIT SIMD) instead of the simulator's."""
+    fb = import_fbgemm()
+    torch = fb["torch"]
+    torch.set_num_threads(1)
+    tbe = fb["TBE"]([(rows, dim, fb["EmbeddingLocation"].HOST, fb["ComputeDevice"].CPU)],
+                    optimizer=fb["EmbOptimType"].EXACT_SGD, learning_rate=LEARNING_RATE,
+                    pooling_mode=fb["PoolingMode"].SUM,
+                    weights_precision=fb["SparseType"].FP32)
+
+    def run(ids: np.ndarray, ptr: np.ndarray, _out: np.ndarray) -> None:
+        with torch.no_grad():
+            tbe(torch.from_numpy(ids), torch.from_numpy(ptr))
+
+    return run
+
+
 def predicted_stages(cfg: Config, trace: Trace, replays: Replays) -> dict[str, np.ndarray]:
     """Hybrid's own `run` on a fresh Machine: each stage of STAGES, ns per timed batch."""
     design = DESIGNS.get("hybrid")(cfg)
