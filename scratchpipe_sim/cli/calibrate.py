@@ -10,6 +10,8 @@ preset from saved samples without a GPU. Without a GPU: one line, exit status 2.
 bag gather + pool by row size and thread count, gradient aggregation + optimizer apply, the
 scratchpipe planner kernel); writes a preset with the measured `cpu:` keys, each commented
 with how it was measured, over `--base` (`preset: BASE`) when given. See scratchpipe_sim/cpu.
+`--kernel fbgemm` times the mix (the per-core hit and miss rates) on FBGEMM's CPU TBE
+forward instead of the simulator's gather, for `validate --cpu --against fbgemm`.
 """
 
 from __future__ import annotations
