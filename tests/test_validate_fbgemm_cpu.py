@@ -124,6 +124,24 @@ def test_fbgemm_pools_exactly_what_the_trace_reader_says(modes):
 
 
 @needs_fbgemm
+def test_fbgemm_unpooled_outputs_the_trace_readers_rows():
+    """pooling_mode none: one output row per lookup, in the reader's order (table-major)."""
+    import torch
+
+    from scratchpipe_sim.cpu import fbgemm
+
+    cfg = _cfg(pooling_mode="none")
+    trace, tbes, weights = _setup(cfg)
+    ((tbe, tables),) = tbes
+    for k in range(trace.num_batches):
+        i, o = fbgemm.fbgemm_inputs(trace, k, tables)
+        got = tbe(torch.from_numpy(i), torch.from_numpy(o)).detach().numpy()
+        want = np.concatenate([weights[t][np.asarray(trace.batch(k).table(t)[0], np.int64)]
+                               for t in tables])
+        np.testing.assert_array_equal(got, want)
+
+
+@needs_fbgemm
 def test_fused_sgd_backward_moves_each_row_by_its_lookups():
     import torch
 
@@ -204,6 +222,7 @@ def test_missing_fbgemm_is_one_line_exit_2(cfg_file, capsys, monkeypatch):
 @pytest.mark.parametrize("argv", [
     ["--cpu", "CFG", "--against", "tensorflow"],   # unknown peer
     ["CFG", "--against", "fbgemm"],                # not without --cpu
+    ["--published", "--against", "fbgemm"],        # nor with --published
 ])
 def test_bad_against_is_one_line_exit_2(argv, cfg_file, capsys):
     argv = [str(cfg_file) if a == "CFG" else a for a in argv]

@@ -177,6 +177,9 @@ def handle(args: argparse.Namespace) -> int:
     from scratchpipe_sim.errors import UserError
 
     if args.published:
+        if args.against is not None:
+            raise UserError("only with --cpu (validate --cpu CONFIG --against fbgemm)",
+                            field="--against")
         return handle_published(args)
     for flag in ("only", "data"):
         if getattr(args, flag) is not None:

@@ -76,9 +76,9 @@ OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 #: torch backs large tensors with transparent huge pages (unless the user set it). Why: the
 #: calibration and validate --cpu gather from numpy arrays, which Linux backs with huge
 #: pages (numpy asks for them), so the model's per-core rates carry huge pages' TLB reach;
-#: torch's default 4 KiB pages made FBGEMM's quickstart forward 1.47x slower (5.4 vs 3.7
-#: ms) and the drift probe on its weights 1.36x (docs/validation.md). Set it to 0 for
-#: torch's default.
+#: torch's default 4 KiB pages made FBGEMM's quickstart forward 1.14-1.46x slower and the
+#: drift probe on its weights 1.16-1.45x (docs/validation.md). Set it to 0 for torch's
+#: default.
 THP_ENV = "THP_MEM_ALLOC_ENABLE"
 #: a config larger than this share of the available memory has its rows capped
 MEMORY_SHARE = 0.5
