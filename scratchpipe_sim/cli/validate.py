@@ -127,6 +127,10 @@ def handle_fbgemm(args: argparse.Namespace) -> int:
           f"{args.statistic} of {args.reps} passes; ms per batch; FBGEMM's weights on "
           f"{'huge pages' if fbgemm.huge_pages() else '4 KiB pages'} ({fbgemm.THP_ENV}="
           f"{os.environ.get(fbgemm.THP_ENV, 'unset')})")
+    if hw.cpu.cores > (os.cpu_count() or 1):
+        print(f"note: hardware.cpu.cores is {hw.cpu.cores} but this machine has "
+              f"{os.cpu_count()} CPUs: FBGEMM ran on {os.cpu_count()} threads, the model "
+              f"priced {hw.cpu.cores} cores (calibrate --cpu writes a preset for this machine)")
     print(fbgemm.format_table(rows))
     return 0
 
