@@ -35,7 +35,8 @@ COMMANDS: dict[str, str] = {
     "report": "one self-contained HTML page for a run or sweep results folder",
     "calibrate": "measure PCIe, HBM, DRAM and GEMM speed; write a hardware preset",
     "validate": "compare the timing model with the GPU reference pipeline (--cpu: the "
-                "CPU stages run for real; --published: published FBGEMM GPU runs)",
+                "CPU stages run for real, --against fbgemm: FBGEMM's CPU TBE; "
+                "--published: published FBGEMM GPU runs)",
     "sensitivity": "vary the unmeasured hardware constants (hardware.ranges)",
     "plan": "smallest cache / lookahead / PCIe / GPUs that reach a target fraction of "
             "gpu-only throughput, with a cost per sample",

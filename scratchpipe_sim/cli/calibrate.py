@@ -10,6 +10,8 @@ preset from saved samples without a GPU. Without a GPU: one line, exit status 2.
 bag gather + pool by row size and thread count, gradient aggregation + optimizer apply, the
 scratchpipe planner kernel); writes a preset with the measured `cpu:` keys, each commented
 with how it was measured, over `--base` (`preset: BASE`) when given. See scratchpipe_sim/cpu.
+`--kernel fbgemm` times the mix (the per-core hit and miss rates) on FBGEMM's CPU TBE
+forward instead of the simulator's gather, for `validate --cpu --against fbgemm`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--statistic", choices=("median", "best"), default="median",
                    help="--cpu: what each point reports over its repetitions (default median: "
                         "the estimator validate --cpu uses; see docs/validation.md)")
+    p.add_argument("--kernel", choices=("numba", "fbgemm"), default="numba",
+                   help="--cpu: whose gather + pool the mix times, which fits the per-core "
+                        "rates: the simulator's (numba, default) or FBGEMM's CPU TBE forward "
+                        "(fbgemm; needs the [peers] extra)")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests only
     p.set_defaults(func=handle)
 
@@ -112,7 +118,14 @@ def handle_cpu(args: argparse.Namespace) -> int:
     check_writable(out)
     threads = _threads(args.threads)
     sizes = bench.TINY if args.tiny else bench.QUICK if args.quick else bench.CpuBenchSizes()
-    meas = bench.measure_all(threads, sizes, statistic=args.statistic)
+    if args.kernel == "fbgemm":
+        from scratchpipe_sim.cpu import fbgemm
+
+        fbgemm.import_fbgemm()  # the missing package: one line, before measuring
+        meas = bench.measure_all(threads, sizes, statistic=args.statistic,
+                                 mix_pool=("fbgemm", fbgemm.mix_pool))
+    else:
+        meas = bench.measure_all(threads, sizes, statistic=args.statistic)
     cal = fit_cpu(meas, base.cpu, llc_from_sysfs())
     write_preset(out, cpu_preset_yaml(cal, meas, name, _base_ref(args.base)))
     write_preset(out.with_suffix(".json"), meas.to_json())
@@ -135,6 +148,8 @@ def handle(args: argparse.Namespace) -> int:
 
     if args.cpu:
         return handle_cpu(args)
+    if args.kernel != "numba":
+        raise UserError("only with --cpu (the host's gather kernel)", field="--kernel")
 
     base = base_hardware(args.base)
     if args.from_json is not None:

@@ -11,6 +11,11 @@ trace (real tables in DRAM) and are compared, stage by stage, with the timing mo
 of the same per-batch counts (see scratchpipe_sim/cpu/validate.py). `--rows N` scales every
 table to N rows when the full size does not fit in memory.
 
+`--cpu --against fbgemm` (any machine with the `[peers]` extra): FBGEMM's CPU TBE forward
+and fused backward on the config's trace beside hybrid's predicted `cpu_gather` and
+`cpu_update` (scratchpipe_sim/cpu/fbgemm.py); rows capped, with one line, when the tables
+would not fit comfortably in memory.
+
 `--published` (any machine, no CONFIG): published, measured FBGEMM TBE runs on named GPUs
 (scratchpipe_sim/data/published_points.yaml) predicted with the matching design and hardware
 preset, printed as predicted vs measured per phase (see
@@ -42,7 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="compare with stage times saved by an earlier GPU run (no GPU)")
     p.add_argument("--cpu", action="store_true",
                    help="run the CPU stages for real (no GPU needed) and compare them")
-    add_json(p, "(--cpu) a JSON list of {stage, predicted_ns, measured_ns, error_pct}")
+    add_json(p, "(--cpu) a JSON list of {stage, predicted_ns, measured_ns, error_pct}; "
+                "with --against: of {stage, predicted_ms, measured_ms, ratio, ...}")
+    p.add_argument("--against", metavar="PEER",
+                   help="--cpu: time a peer's CPU kernels instead of the simulator's own: "
+                        "fbgemm (FBGEMM's CPU TBE forward and fused backward, beside hybrid's "
+                        "cpu_gather and cpu_update; needs the [peers] extra)")
     p.add_argument("--rows", type=int, metavar="N",
                    help="--cpu: rows per table (scales model.tables.rows to fit memory)")
     p.add_argument("--batches", type=int, metavar="N",
@@ -86,6 +96,45 @@ def handle_published(args: argparse.Namespace) -> int:
     return 0
 
 
+def handle_fbgemm(args: argparse.Namespace) -> int:
+    """validate --cpu --against fbgemm (scratchpipe_sim/cpu/fbgemm.py)."""
+    import os
+
+    from scratchpipe_sim.cpu import fbgemm
+
+    fbgemm.import_fbgemm()  # the missing package first, before any trace is built
+    overrides = list(args.overrides) + ["designs=[hybrid]"]
+    if args.rows is not None:
+        overrides.append(f"model.tables.rows={args.rows}")
+    cfg = load_config(args.config, overrides)
+    fbgemm.check_config(cfg)
+    cap = None if args.rows is not None else fbgemm.capped_rows(cfg)
+    if cap is not None:
+        fbgemm.note(f"{cfg.model.table_count} tables x {max(cfg.model.rows_per_table)} rows "
+                    f"do not fit comfortably in memory: capped to {cap} rows per table "
+                    f"(--rows N to choose)")
+        cfg = load_config(args.config, overrides + [f"model.tables.rows={cap}"])
+    log = (lambda _s: None) if args.json else print
+    rows = fbgemm.validate_fbgemm(cfg, reps=args.reps, max_batches=args.batches,
+                                  statistic=args.statistic, log=log)
+    if args.json:
+        print(jsonout.dumps([r.as_json() for r in rows], indent=1))
+        return 0
+    hw, m = cfg.hardware, cfg.model
+    print(f"validate --cpu {cfg.name or Path(args.config).stem} --against fbgemm: hardware "
+          f"{hw.name or '(inline)'}, cpu.cores {hw.cpu.cores}, {m.table_count} x "
+          f"{max(m.rows_per_table)} rows, optimizer {m.optimizer}, {rows[0].batches} batches, "
+          f"{args.statistic} of {args.reps} passes; ms per batch; FBGEMM's weights on "
+          f"{'huge pages' if fbgemm.huge_pages() else '4 KiB pages'} ({fbgemm.THP_ENV}="
+          f"{os.environ.get(fbgemm.THP_ENV, 'unset')})")
+    if hw.cpu.cores > (os.cpu_count() or 1):
+        print(f"note: hardware.cpu.cores is {hw.cpu.cores} but this machine has "
+              f"{os.cpu_count()} CPUs: FBGEMM ran on {os.cpu_count()} threads, the model "
+              f"priced {hw.cpu.cores} cores (calibrate --cpu writes a preset for this machine)")
+    print(fbgemm.format_table(rows))
+    return 0
+
+
 def handle_cpu(args: argparse.Namespace) -> int:
 
     from scratchpipe_sim.cpu.validate import cpu_designs, format_table, validate_cpu
@@ -95,6 +144,11 @@ def handle_cpu(args: argparse.Namespace) -> int:
         v = getattr(args, flag)
         if v is not None and v < 1:
             raise UserError(f"expected a positive number, got {v}", field=f"--{flag}")
+    if args.against is not None:
+        from scratchpipe_sim.cpu.fbgemm import check_against
+
+        check_against(args.against)
+        return handle_fbgemm(args)
     overrides = list(args.overrides)
     if args.rows is not None:
         overrides.append(f"model.tables.rows={args.rows}")
@@ -127,12 +181,18 @@ def handle(args: argparse.Namespace) -> int:
     from scratchpipe_sim.errors import UserError
 
     if args.published:
+        if args.against is not None:
+            raise UserError("only with --cpu (validate --cpu CONFIG --against fbgemm)",
+                            field="--against")
         return handle_published(args)
     for flag in ("only", "data"):
         if getattr(args, flag) is not None:
             raise UserError("only with --published", field=f"--{flag}")
     if args.config is None:
         raise UserError("expected a CONFIG (or --published)", field="CONFIG")
+    if args.against is not None and not args.cpu:
+        raise UserError("only with --cpu (validate --cpu CONFIG --against fbgemm)",
+                        field="--against")
     if args.cpu:
         return handle_cpu(args)
     from scratchpipe_sim.cuda.compare import compare, format_table, write_csv

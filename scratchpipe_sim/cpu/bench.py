@@ -144,6 +144,9 @@ class CpuMeasurements:
     #: thread's gather + pool of a generated trace; hits by the model's LLC simulator
     mix: list[tuple[float, float, float, float, list[list[float]]]] = field(
         default_factory=list)
+    #: whose gather + pool the mix timed: "numba" (the simulator's kernel) or "fbgemm"
+    #: (FBGEMM's CPU TBE forward, calibrate --cpu --kernel fbgemm)
+    mix_kernel: str = "numba"
     #: (median - best) / best of every timed point, worst one (noise)
     worst_spread: float = 0.0
     #: points re-measured because a curve's time did not grow with size (settle_curve)
@@ -465,7 +468,20 @@ def measure_planner(m: CpuMeasurements, z: CpuBenchSizes) -> None:
         m.plan_fill_ratio = float(runs[0].counts[steady, fi].sum() / ids)
 
 
-def measure_mix(m: CpuMeasurements, z: CpuBenchSizes) -> None:
+#: a gather + pool kernel for the mix: given (store, dim, rows) of a row size's table, a
+#: function (ids, bag offsets, out) -> None that gathers and pools the ids' rows
+PoolFactory = Callable[[np.ndarray, int, int], Callable[[np.ndarray, np.ndarray, np.ndarray],
+                                                        object]]
+
+
+def numba_pool(store: np.ndarray, dim: int, _rows: int
+               ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], object]:
+    """The simulator's own gather + pool (cpu/kernels.py) on `store`."""
+    return lambda ids, ptr, out: K.bag_pool(store, dim, ids, ptr, out)
+
+
+def measure_mix(m: CpuMeasurements, z: CpuBenchSizes,
+                pool: PoolFactory = numba_pool) -> None:
     """One thread's gather + pool of generated traces of varied skew, hits counted by the
     model's own on-chip simulator (`timing.onchip`, 16 ways) at hot-set sizes 1 MiB ..
     onchip_max_MiB. Why: a hit in a stream that also misses costs a core far more than a
@@ -475,7 +491,9 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes) -> None:
     the model counts them. Repetitions interleave the traces and the row sizes (a noisy
     moment of a shared host then moves every point alike) and relabel the rows by a fresh
     random offset each time (no repetition finds the previous one's rows on chip; hits do
-    not change: the simulator's set index is a hash)."""
+    not change: the simulator's set index is a hash). `pool` is the kernel timed (the
+    simulator's by default; FBGEMM's forward with calibrate --cpu --kernel fbgemm, on its
+    own table of the same rows)."""
     from scratchpipe_sim.traces.generators import generate_trace  # noqa: PLC0415
     from scratchpipe_sim.traces.trace import Trace  # noqa: PLC0415
 
@@ -512,20 +530,21 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes) -> None:
             timed_ptr = offs[lo:] - offs[lo]
             streams.append((alpha, ch.ids, split, timed_n, warm_ptr, timed_ptr, hits))
         nbags = max(len(s[4]) for s in streams) + max(len(s[5]) for s in streams)
-        blocks.append((buf[: rows * dim].reshape(rows, dim), dim, rows, streams,
+        store = buf[: rows * dim].reshape(rows, dim)
+        blocks.append((pool(store, dim, rows), dim, rows, streams,
                        np.empty((nbags, dim), np.float32)))
     # every (row size, trace) once a repetition: a fast or slow few seconds of the host
     # then land on every row size alike (one block per row size let a fast moment tilt
     # one size's curve: 4.64 GB/s at 256 B between 1.80 at 128 and 3.50 at 512)
     times = [[[] for _ in streams] for *_x, streams, _o in blocks]
     for _ in range(max(1, z.reps)):
-        for (store, dim, rows, streams, out), block_times in zip(blocks, times, strict=True):
+        for (run, _dim, rows, streams, out), block_times in zip(blocks, times, strict=True):
             for i, (_a, ids, split, _n, warm_ptr, timed_ptr, _h) in enumerate(streams):
                 shifted = (ids + rng.integers(0, rows)) % rows
-                K.bag_pool(store, dim, shifted[:split], warm_ptr, out)
+                run(shifted[:split], warm_ptr, out)
                 tail = shifted[split:]
-                block_times[i].append(timed(lambda st=store, d=dim, t=tail, p=timed_ptr,
-                                            o=out: K.bag_pool(st, d, t, p, o)))
+                block_times[i].append(timed(lambda f=run, t=tail, p=timed_ptr, o=out:
+                                            f(t, p, o)))
     for rb, (*_x, streams, _o), block_times in zip(z.row_bytes, blocks, times, strict=True):
         for (alpha, _i, _s, n, _w, _t, hits), t in zip(streams, block_times, strict=True):
             m.mix.append((float(rb), float(alpha), float(n), _note(m, Timing.of(t)), hits))
@@ -533,14 +552,18 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes) -> None:
 
 
 def measure_all(threads: list[int], z: CpuBenchSizes = CpuBenchSizes(),
-                log: Callable[[str], None] = print, statistic: str = "median"
+                log: Callable[[str], None] = print, statistic: str = "median",
+                mix_pool: tuple[str, PoolFactory] = ("numba", numba_pool)
                 ) -> CpuMeasurements:
+    """Every benchmark; `mix_pool` (name, factory) is the kernel the mix times."""
     import time  # noqa: PLC0415
 
-    m = CpuMeasurements(threads=sorted(set(threads)), reps=z.reps, statistic=statistic)
+    m = CpuMeasurements(threads=sorted(set(threads)), reps=z.reps, statistic=statistic,
+                        mix_kernel=mix_pool[0])
     nb.set_num_threads(max(m.threads))  # every benchmark not about scaling runs on all
     for name, fn in (("stream", measure_stream), ("gather", measure_gather),
-                     ("mix", measure_mix), ("backward", measure_backward),
+                     ("mix", lambda mm, zz: measure_mix(mm, zz, mix_pool[1])),
+                     ("backward", measure_backward),
                      ("planner", measure_planner)):
         t0 = time.perf_counter()
         fn(m, z)

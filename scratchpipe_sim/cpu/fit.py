@@ -473,7 +473,9 @@ def _fit_mix(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
     w, fits, rmse = fit
     rbs = sorted(fits)
     alphas = "/".join(f"{a:g}" for a in sorted({p[1] for p in m.mix}))
-    what = ("one thread's gather + pool of generated traces (Zipf " + alphas + "; 0 = "
+    kernel = ("FBGEMM's CPU TBE forward (calibrate --cpu --kernel fbgemm)"
+              if getattr(m, "mix_kernel", "numba") == "fbgemm" else "gather + pool")
+    what = (f"one thread's {kernel} of generated traces (Zipf " + alphas + "; 0 = "
             f"uniform), least squares of ns per lookup = t_hit x h^W + t_miss x (1 - h^W), h "
             f"the hit fraction by the model's LLC simulator at {label:g} MiB, W shared, "
             "(t_hit, t_miss) per row size; rate = row bytes / t: "

@@ -172,7 +172,7 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
     store = np.full((trace.total_rows, m.moved_row_bytes // 4), 0.01, np.float32)
     run = _Run(cfg, trace, replays, measured, store, threads,
                {b: trace.linear_batch(replays.prefix + b) for b in measured})
-    probe = _Probe(store, m.tables.dim, min(PROBE_LOOKUPS, trace.total_rows),
+    probe = Probe(store, m.tables.dim, min(PROBE_LOOKUPS, trace.total_rows),
                    seed=len(measured))
     stages = ((_hybrid_stages(run) if "hybrid" in names else [])
               + (_scratchpipe_stages(run) if "scratchpipe" in names else []))
@@ -329,7 +329,7 @@ def _victims(plan, skip: int, batches: set[int]) -> dict[int, np.ndarray]:
     return victims
 
 
-class _Probe:
+class Probe:
     """The drift probe (module docstring): gather + pool of `lookups` uniform random rows
     of `store`, fresh ids (drawn untimed) each sample."""
 
