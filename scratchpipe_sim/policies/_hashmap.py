@@ -11,10 +11,10 @@ Keys are int64 row ids (>= 0); `EMPTY` (-1) marks a free position. Values are in
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.policies._prefetch import prefetch
+from scratchpipe_sim.traces._jit import njit
 
 EMPTY = -1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -33,13 +33,13 @@ def new_map(capacity: int) -> tuple[np.ndarray, np.ndarray, int, np.uint64]:
             np.uint64(64 - bits))
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def home(key, shift):
     """Home position of `key`: the top bits of key * 2^64/phi."""
     return np.int64((np.uint64(key) * _GOLDEN) >> shift)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def prefetch_home(keys, vals, shift, key):
     """Hint (see _prefetch.py): bring `key`'s home position, key and value, into cache."""
     i = home(key, shift)
@@ -47,7 +47,7 @@ def prefetch_home(keys, vals, shift, key):
     prefetch(vals, i)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def home_slot(keys, vals, shift, key):
     """`key`'s value when it sits at its home position, else -1: a guess that costs no
     probe loop, for prefetch hints in maps whose values are slots (>= 0)."""
@@ -55,7 +55,7 @@ def home_slot(keys, vals, shift, key):
     return vals[i] if keys[i] == key else -1
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def probe(keys, mask, shift, key):
     """Position holding `key`, or the free position where it would be inserted."""
     i = home(key, shift)
@@ -66,7 +66,7 @@ def probe(keys, mask, shift, key):
         i = (i + 1) & mask
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def erase(keys, vals, mask, shift, i):
     """Delete the entry at position `i` by shifting later entries of its run back."""
     j = i
@@ -106,7 +106,7 @@ def new_pair_map(capacity: int) -> tuple[np.ndarray, int, np.uint64]:
     return table, size - 1, np.uint64(64 - bits)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def probe_pair(table, mask, shift, key):
     """Position holding `key`, or the free position where it would be inserted."""
     i = home(key, shift)
@@ -117,7 +117,7 @@ def probe_pair(table, mask, shift, key):
         i = (i + 1) & mask
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def erase_pair(table, mask, shift, i):
     """Delete the entry at position `i` by backward shift (see `erase`)."""
     j = i

@@ -12,10 +12,10 @@ Arrays: `hk[i]` key and `hs[i]` slot at heap position i; `pos[slot]` = its posit
 
 from __future__ import annotations
 
-import numba as nb
+from scratchpipe_sim.traces._jit import njit
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def sift_up(hk, hs, pos, i):
     k = hk[i]
     s = hs[i]
@@ -32,7 +32,7 @@ def sift_up(hk, hs, pos, i):
     pos[s] = i
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def sift_down(hk, hs, pos, i, n):
     k = hk[i]
     s = hs[i]
@@ -53,7 +53,7 @@ def sift_down(hk, hs, pos, i, n):
     pos[s] = i
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def insert(hk, hs, pos, n, key, slot):
     """Add `slot` with `key` to a heap of n entries (n < len(hk))."""
     hk[n] = key
@@ -61,7 +61,7 @@ def insert(hk, hs, pos, n, key, slot):
     sift_up(hk, hs, pos, n)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def increase_key(hk, hs, pos, slot, key):
     """Raise `slot`'s key to `key` (>= its current key)."""
     i = pos[slot]
@@ -69,7 +69,7 @@ def increase_key(hk, hs, pos, slot, key):
     sift_up(hk, hs, pos, i)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def replace_top(hk, hs, pos, n, key):
     """Give the top slot (the victim, reused by the incoming row) a new key."""
     hk[0] = key

@@ -17,10 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from scratchpipe_sim.traces._jit import on_numba
 
 #: prefetch distances in accesses used by the map-based kernels (lru, belady, lfu): the map
 #: bucket of access j + PF_FAR, then (read from the bucket, by then in cache) the slot's own
@@ -32,37 +29,46 @@ def prefetch(arr: Any, idx: int) -> None:
     """Hint the CPU to bring `arr.flat[idx]` into cache (C-contiguous arrays only).
 
     This body runs only in pure Python, where there is nothing to hint; compiled kernels get
-    the `overload` below, which emits the LLVM intrinsic."""
+    the `overload` of `_register` below, which emits the LLVM intrinsic."""
 
 
-@overload(prefetch, inline="always")
-def _prefetch_compiled(arr, idx):
-    if isinstance(arr, types.Array) and arr.layout == "C" and isinstance(idx, types.Integer):
-        def impl(arr, idx):
-            _llvm_prefetch(arr, idx)
-        return impl
-    return None
+@on_numba
+def _register() -> None:
+    """The compiled `prefetch`: an `overload` emitting `llvm.prefetch` (registered when Numba
+    is imported, before any kernel compiles: a fully cached run imports no Numba)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic, overload
 
+    @intrinsic
+    def _llvm_prefetch(typingctx, arr, idx):
+        """`llvm.prefetch` of `arr.flat[idx]` (read, high locality, data cache)."""
+        if not (isinstance(arr, types.Array) and arr.layout == "C"
+                and isinstance(idx, types.Integer)):
+            return None
+        sig = types.void(arr, idx)
 
-@intrinsic
-def _llvm_prefetch(typingctx, arr, idx):
-    """`llvm.prefetch` of `arr.flat[idx]` (read, high locality, data cache)."""
-    if not (isinstance(arr, types.Array) and arr.layout == "C"
-            and isinstance(idx, types.Integer)):
+        def codegen(context, builder, signature, args):
+            aryty, idxty = signature.args
+            ary = context.make_array(aryty)(context, builder, args[0])
+            i = context.cast(builder, args[1], idxty, types.intp)
+            ptr = builder.gep(ary.data, [i])
+            i8p = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+            builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0),
+                              ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @overload(prefetch, inline="always")
+    def _prefetch_compiled(arr, idx):
+        if (isinstance(arr, types.Array) and arr.layout == "C"
+                and isinstance(idx, types.Integer)):
+            def impl(arr, idx):
+                _llvm_prefetch(arr, idx)
+            return impl
         return None
-    sig = types.void(arr, idx)
-
-    def codegen(context, builder, signature, args):
-        aryty, idxty = signature.args
-        ary = context.make_array(aryty)(context, builder, args[0])
-        i = context.cast(builder, args[1], idxty, types.intp)
-        ptr = builder.gep(ary.data, [i])
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                          ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return sig, codegen

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, UNPLACED, Policy
+from scratchpipe_sim.traces._jit import njit
 
 _SIZE, _HN, _CAP_EVICT, _PEAK = range(4)
 _PF = 16  # prefetch distance in accesses
@@ -78,7 +78,7 @@ class Bagpipe(Policy):
                 "peak_resident": int(self.state[_PEAK])}
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _push(heap, n, key):
     i = n
     while i > 0:
@@ -90,7 +90,7 @@ def _push(heap, n, key):
     heap[i] = key
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _pop(heap, n):
     """Remove the root of a max-heap of n entries; returns the new size."""
     n -= 1
@@ -100,7 +100,7 @@ def _pop(heap, n):
     return n
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _compact(heap, n, expiry, num_rows):
     """Keep the live entries only (at most the cache's rows) and rebuild the heap in place
     (bottom-up heapify, O(n)). Live keys are distinct (one per row), so pops come in the
@@ -118,7 +118,7 @@ def _compact(heap, n, expiry, num_rows):
     return k
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _sift_down(heap, i, n):
     key = heap[i]
     while True:
@@ -134,7 +134,7 @@ def _sift_down(heap, i, n):
     heap[i] = key
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _use_batch(ptr, nu, g, window):
     """The batch of stream position `nu` (> the positions of batch g) when it lies within
     `window` batches after g, else -1. Why not a search of all of `ptr`: at batch size 1
@@ -153,7 +153,7 @@ def _use_batch(ptr, nu, g, window):
     return lo
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _bagpipe_chunk(ids, batch_ptr, first_batch, first_access, next_use, ptr, window, cap,
                    num_rows, expiry, stamp, heap, state, outcome, events):
     size = state[_SIZE]

@@ -12,7 +12,6 @@ An indexed max-heap on next use (`_heap.py`) finds the victim in O(log capacity)
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.policies._hashmap import (
@@ -26,6 +25,7 @@ from scratchpipe_sim.policies._hashmap import (
 from scratchpipe_sim.policies._heap import increase_key, insert, replace_top
 from scratchpipe_sim.policies._prefetch import PF_FAR, PF_MID, PF_NEAR, prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, UNPLACED, Policy
+from scratchpipe_sim.traces._jit import njit
 
 _SIZE, _HEAP = 0, 1
 
@@ -63,7 +63,7 @@ class BeladyBypass(_MIN):
     bypass = True
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _min_chunk(ids, batch_ptr, next_use, bypass, keys, vals, mask, shift, slot_id, hk, hs,
                pos, state, outcome, events):
     cap = len(slot_id)

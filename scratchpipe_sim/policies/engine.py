@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
@@ -31,6 +30,7 @@ from scratchpipe_sim.policies.base import (
     WRITEBACKS,
     Policy,
 )
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.trace import DEFAULT_CHUNK_ACCESSES, Trace
 
 #: Columns of `BatchCounts.counts`, in order.
@@ -238,7 +238,7 @@ def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
     return out
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _next_use_backward_narrow(ids, base, last, out):
     for j in range(len(ids) - 1, -1, -1):
         if j >= _PF_NEXT_USE:  # a hint (see _prefetch.py): `last` is one entry per row
@@ -249,7 +249,7 @@ def _next_use_backward_narrow(ids, base, last, out):
         last[r] = base + j
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _next_use_backward(ids, base, last, out):
     for j in range(len(ids) - 1, -1, -1):
         if j >= _PF_NEXT_USE:
@@ -289,7 +289,7 @@ class _SeenSet:
         self.epoch = np.zeros(1, np.int64)  # batch of the last clear
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _all_single(batch_ptr):
     """True when every batch holds exactly one access (batch size 1, pooling 1)."""
     ok = True
@@ -298,7 +298,7 @@ def _all_single(batch_ptr):
     return ok
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _count_singles(outcome, events, counts):
     """Totals of a chunk of single-access batches (`_count_chunk`'s fast path): every access
     is its batch's only row, so unique = accesses and unique_unplaced = unplaced; the
@@ -320,7 +320,7 @@ def _count_singles(outcome, events, counts):
     _add_totals(counts, n, n, hits, fill, evict, wb, unpl, unpl)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _add_totals(counts, acc, uniq, hits, fill, evict, wb, unpl, uniq_unpl):
     """A chunk's totals into counts[0] (once per chunk, in COUNTERS order)."""
     counts[0, 0] += acc
@@ -334,7 +334,7 @@ def _add_totals(counts, acc, uniq, hits, fill, evict, wb, unpl, uniq_unpl):
     counts[0, 8] += uniq_unpl
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, shift, epoch,
                  counts, stride, per_table, do_tables, next_use, base, has_nu):
     """One pass over a chunk's outcomes adding every counter of batch b to `counts[b * stride]`

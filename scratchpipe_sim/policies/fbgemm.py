@@ -30,11 +30,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numba as nb
 import numpy as np
-from numba import types
-from numba.cpython.unsafe.numbers import trailing_zeros as _llvm_cttz
-from numba.extending import overload
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies._prefetch import prefetch
@@ -48,6 +44,7 @@ from scratchpipe_sim.policies.base import (
     WRITEBACKS,
     Policy,
 )
+from scratchpipe_sim.traces._jit import njit, on_numba
 from scratchpipe_sim.traces.trace import Chunk
 
 _C1 = np.uint64(0xFF51AFD7ED558CCD)
@@ -56,7 +53,7 @@ _S33 = np.uint64(33)
 EMPTY = -1
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def fmix64(key):
     """MurmurHash3's 64-bit finalizer (FBGEMM's cache-set hash), wrapping mod 2^64."""
     k = np.uint64(key)
@@ -68,13 +65,13 @@ def fmix64(key):
     return k
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def cache_set(row, sets):
     """Set index of a linearized row id."""
     return np.int64(fmix64(row) % np.uint64(sets))
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _tag(h):
     """A one-byte fingerprint of a row from hash bits the set index does not use (0 = empty)."""
     t = np.uint8(h >> np.uint64(56))
@@ -94,7 +91,7 @@ _HI = np.uint64(0x8080808080808080)
 # written out in `_fbgemm_chunk`; check a new per-access helper the same way.
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _find(slot_row, tags, tags64, base, ways, r, tag):
     """Way of row r in the set at `base`, or -1, for any geometry: compares the set's
     one-byte tags eight at a time (SWAR zero-byte test) when `ways` is a multiple of 8, and
@@ -126,7 +123,7 @@ _BASE_MASK = (np.int64(1) << 56) - 1
 _GATHER = np.uint64(0x0102040810204080)  # moves bit 8i of a word to bit 56 + i
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _set_key(r, usets, ways):
     """First slot of row r's set, with r's tag in the top byte: one hash and one modulo per
     access, kept in a ring from its prefetch until the access is served."""
@@ -134,7 +131,7 @@ def _set_key(r, usets, ways):
     return (np.int64(h % usets) * ways) | (np.int64(_tag(h)) << 56)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _key_tag(key):
     return np.uint8((key >> 56) & 255)
 
@@ -148,16 +145,24 @@ def trailing_zeros(x: Any) -> int:
     return (v & -v).bit_length() - 1
 
 
-@overload(trailing_zeros, inline="always")
-def _trailing_zeros_compiled(x):
-    if isinstance(x, types.Integer):
-        def impl(x):
-            return _llvm_cttz(x)
-        return impl
-    return None
+@on_numba
+def _register() -> None:
+    """The compiled `trailing_zeros`: LLVM's `cttz` (registered when Numba is imported,
+    before any kernel compiles: a fully cached run imports no Numba)."""
+    from numba import types
+    from numba.cpython.unsafe.numbers import trailing_zeros as _llvm_cttz
+    from numba.extending import overload
+
+    @overload(trailing_zeros, inline="always")
+    def _trailing_zeros_compiled(x):
+        if isinstance(x, types.Integer):
+            def impl(x):
+                return _llvm_cttz(x)
+            return impl
+        return None
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _tag_mask(tags64, base, ways, tag, sentinel):
     """Bit w set when way w's tag may equal `tag` (every true match is set; a false one only
     above a true one of its 8-way word), or'ed with `sentinel` (bit `ways`, so the lowest
@@ -174,7 +179,7 @@ def _tag_mask(tags64, base, ways, tag, sentinel):
     return m
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _prefetch_scan(base, ways, lfu, slot_row, slot_ts, slot_cnt):
     """Hints for a victim scan of the set at `base`: its stamps, rows and LFU's counts."""
     prefetch(slot_ts, base)
@@ -187,7 +192,7 @@ def _prefetch_scan(base, ways, lfu, slot_row, slot_ts, slot_cnt):
         prefetch(slot_cnt, base + ways - 1)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_row, tags,
                   tags64, slot_ts, counts, slot_cnt, outcome, events):
     longest = 0
@@ -347,7 +352,7 @@ def _fbgemm_chunk(ids, batch_ptr, first_batch, sets, ways, lfu, row_bits, slot_r
                 g += 1
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _radix_sort(a, tmp, cnt, bits):
     """Sort non-negative int64 keys below 2^bits: LSD radix, 8 bits a pass, skipping digits
     every key shares; insertion sort up to 32 keys. Why not `ndarray.sort`: on the ~1500
@@ -376,7 +381,7 @@ def _radix_sort(a, tmp, cnt, bits):
             a[i] = tmp[i]
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _radix_pass(src, dst, n, shift, cnt):
     """Stable counting pass on one 8-bit digit from src into dst; False (nothing moved) when
     every key has the same digit."""
@@ -398,12 +403,12 @@ def _radix_pass(src, dst, n, shift, cnt):
     return True
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _before(rows, a, b):
     return rows[a] < rows[b] or (rows[a] == rows[b] and a < b)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _heapsort_by_row(order, rows):
     """Sort miss indices by (rows[m], m): a total order, so an unstable sort is enough (and
     compiles in a fraction of numba's mergesort argsort)."""
@@ -415,7 +420,7 @@ def _heapsort_by_row(order, rows):
         _sift(order, rows, 0, end)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _sift(order, rows, i, n):
     while True:
         c = 2 * i + 1

@@ -11,7 +11,6 @@ so recency inside a bucket is the time of the last access. Memory grows with cap
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.policies._hashmap import (
@@ -24,6 +23,7 @@ from scratchpipe_sim.policies._hashmap import (
 )
 from scratchpipe_sim.policies._prefetch import PF_FAR, PF_MID, PF_NEAR, prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, Policy
+from scratchpipe_sim.traces._jit import njit
 
 # state: resident rows, first (least-frequent) bucket, free-bucket stack depth
 _SIZE, _FIRST, _NFREE = 0, 1, 2
@@ -65,7 +65,7 @@ _IP, _IN, _IB = 0, 1, 2  # item columns
 _BP, _BN, _BH, _BT = 0, 1, 2, 3  # bucket columns
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _item_remove(items, blinks, s):
     """Unlink slot s from its bucket's row list; True when the bucket became empty."""
     b = items[s, _IB]
@@ -82,7 +82,7 @@ def _item_remove(items, blinks, s):
     return blinks[b, _BH] < 0
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _item_append(items, blinks, s, b):
     """Append slot s as the most recent row of bucket b."""
     t = blinks[b, _BT]
@@ -96,7 +96,7 @@ def _item_append(items, blinks, s, b):
     blinks[b, _BT] = s
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _lfu_chunk(ids, batch_ptr, keys, vals, mask, shift, slot_id, items, bfreq, blinks, free,
                state, outcome, events):
     cap = len(slot_id)

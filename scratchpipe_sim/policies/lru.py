@@ -10,7 +10,6 @@ and later ones hit while the row stays resident. Every eviction writes the row b
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.policies._hashmap import (
@@ -22,6 +21,7 @@ from scratchpipe_sim.policies._hashmap import (
 )
 from scratchpipe_sim.policies._prefetch import PF_FAR, PF_MID, PF_NEAR, prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, Policy
+from scratchpipe_sim.traces._jit import njit
 
 _SIZE, _HEAD, _TAIL = 0, 1, 2
 
@@ -46,7 +46,7 @@ class LRU(Policy):
         return pair_map_keys(self.table)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _lru_chunk(ids, batch_ptr, table, mask, shift, slot_id, links, state, outcome, events):
     cap = len(slot_id)
     size = state[_SIZE]

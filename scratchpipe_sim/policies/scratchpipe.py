@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
@@ -40,6 +39,7 @@ from scratchpipe_sim.policies.base import (
     WRITEBACKS,
     Policy,
 )
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.trace import DEFAULT_CHUNK_ACCESSES, Chunk, Trace
 
 ON_OVERFLOW = ("error", "stall")
@@ -67,7 +67,7 @@ def min_scratchpipe_capacity(trace: Trace, lookahead: int,
     return int(st[1])
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _min_cap_chunk(ids, batch_ptr, first_batch, w, last, hist, st):
     ring = w + 1
     for b in range(len(batch_ptr) - 1):
@@ -103,7 +103,7 @@ def _check_lookahead(lookahead: Any) -> int:
 
 
 # -- the kernel ---------------------------------------------------------------------------------
-@nb.njit(cache=True)
+@njit(cache=True)
 def _heap_push(h, n, key, slot):
     """Insert (key, slot) into a max-heap of n entries (rows of `h`: one cache line a level)."""
     i = n
@@ -116,7 +116,7 @@ def _heap_push(h, n, key, slot):
     h[i, 0], h[i, 1] = key, slot
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _heap_pop(h, n):
     """Remove the root of a max-heap of n entries (returns nothing; caller read it)."""
     n -= 1
@@ -136,7 +136,7 @@ def _heap_pop(h, n):
         h[i, 0], h[i, 1] = key, slot
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _push_fifo(s, nu, now, fq, st):
     """Queue slot s as evictable; `nu` is the row's next use. An entry (slot, next use) is
     valid while that next use lies in the future (>= `now`, the first position not yet
@@ -166,7 +166,7 @@ def _push_fifo(s, nu, now, fq, st):
     st[_QTAIL] += 1
 
 
-@nb.njit(cache=True, inline="always")  # inlined: at batch size 1, calls cost more than work
+@njit(cache=True, inline="always")  # inlined: at batch size 1, calls cost more than work
 def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, slot_row, fq, st):
     """Batch tb has been trained: check its rows and, if `unpin_before` >= 0, unpin them.
 
@@ -189,7 +189,7 @@ def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, slot
             _push_fifo(s, nu, unpin_before, fq, st)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _retire_window(w_ids, w_ptr, w_nu, w_slot, w_base, tb, unpin_before, slot_row, fq, st):
     """`_retire` of a batch before the chunk (the first W batches of a chunk): a compiled
     call, so the kernel inlines `_retire` at one place only (two inlined call sites with
@@ -197,7 +197,7 @@ def _retire_window(w_ids, w_ptr, w_nu, w_slot, w_base, tb, unpin_before, slot_ro
     _retire(w_ids, w_ptr, w_nu, w_slot, w_base, tb, unpin_before, slot_row, fq, st)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _compact_heap(h, st, now):
     """The heap is full: keep its valid entries (next use >= `now`) and rebuild it."""
     k = 0
@@ -211,7 +211,7 @@ def _compact_heap(h, st, now):
         st[_HSIZE] += 1
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _heap_victim(h, st, now):
     """The valid heap entry of farthest next use (stale ones popped on the way), or -1."""
     while st[_HSIZE] > 0:
@@ -223,7 +223,7 @@ def _heap_victim(h, st, now):
     return -1
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _expire_victims(j, w, table, mask, shift, vring, vstart, st):
     """Batch j is about to be planned: drop the ghosts of batch j-W's victims (a refetch at
     distance >= W cannot meet its write-back in flight) and mark where batch j's begin."""
@@ -244,7 +244,7 @@ def _expire_victims(j, w, table, mask, shift, vring, vstart, st):
     vstart[j & ring] = st[_VTAIL]
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _scratchpipe_chunk(ids, ptr, nus, first_batch, base, w_ids, w_ptr, w_nu, w_slot, w_base,
                        tail, w, stall, table, mask, shift, slot_row, fq, h, st,
                        outc, slots, events, vring, vstart, refetch):

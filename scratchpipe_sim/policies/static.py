@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import math
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, UNPLACED, Policy
+from scratchpipe_sim.traces._jit import njit
 
 _NOT_PINNED, _PINNED, _LOADED = 0, 1, 2
 _PF = 16  # prefetch distance in accesses
@@ -92,7 +92,7 @@ def top_k(counts: np.ndarray, k: int) -> np.ndarray:
 _HIST_CAP = 1 << 16
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _kth_largest(counts, k, hist):
     """The k-th largest of the non-negative `counts` (1 <= k <= len), or -1 when it is at
     least cap = len(hist) - 1 (at least k rows are counted `cap` times or more). `hist`:
@@ -110,7 +110,7 @@ def _kth_largest(counts, k, hist):
     return 0
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _mark_top(counts, kth, ties, out):
     """Set `out` for rows counted more than `kth` and the first `ties` counted exactly `kth`."""
     for i in range(len(counts)):
@@ -122,7 +122,7 @@ def _mark_top(counts, kth, ties, out):
             ties -= 1
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _count(ids, batch_ptr, max_batches, counts):
     nb_ = len(batch_ptr) - 1 if len(batch_ptr) - 1 < max_batches else max_batches
     end = batch_ptr[nb_]
@@ -132,7 +132,7 @@ def _count(ids, batch_ptr, max_batches, counts):
         counts[ids[j]] += 1
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _static_chunk(ids, batch_ptr, pinned, outcome, events):
     n = len(ids)
     for b in range(len(batch_ptr) - 1):

@@ -13,10 +13,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.policies.engine import make_policy, replay_columns
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.trace import Trace
 
 
@@ -47,7 +47,7 @@ class Workload:
         return Workload(self.policy, self.capacity, {**self.cols, **cols}, self.extra)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _access_unique(ids, batch_ptr, first_batch, seen, acc, uniq):
     for b in range(len(batch_ptr) - 1):
         stamp = first_batch + b
@@ -113,7 +113,7 @@ def uncached_counts(trace: Trace, where: str,
                     cols, {})
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _new_rows(ids, batch_ptr, seen, out, first_batch):
     for b in range(len(batch_ptr) - 1):
         n = 0
@@ -168,7 +168,7 @@ def warmup_length(trace: Trace, prefix: int, capacity: int) -> int:
     return prefix
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _table_bytes(ids, tables, batch_ptr, first_batch, seen, r_t, R_t, lookup_out, unique_out):
     for b in range(len(batch_ptr) - 1):
         stamp = first_batch + b

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.policies.fbgemm import cache_set
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.trace import DEFAULT_CHUNK_ACCESSES, Trace
 
 EMPTY = -1
@@ -87,7 +87,7 @@ def onchip_hits(trace: Trace, capacity_rows: int, ways: int,
     return OnChipCounts(lookup, update, sets, w)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _onchip_chunk(ids, batch_ptr, first_access, sets, ways, slots, lookup, update):
     """One chunk of whole batches. `resident` counts the batch's unique rows now on chip:
     +1 when a row enters (a miss) or is hit for the first time in the batch, -1 when a row the

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.registry import Registry
 from scratchpipe_sim.safety import memory_guard
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.store import TraceWriter
 from scratchpipe_sim.traces.trace import Trace
 
@@ -100,7 +100,7 @@ class Permutation:
         return _feistel(np.asarray(x, np.uint64), np.uint64(self.n), self.half, self.keys)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _feistel(x, n, half, keys):
     out = np.empty(len(x), np.int64)
     mask = np.uint64((1 << half) - 1)
@@ -205,7 +205,7 @@ def _guided_searchsorted(cdf: np.ndarray, guide: np.ndarray, u: np.ndarray) -> n
     return out
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _guided_search(cdf, guide, G, u, slot, out):
     for j in range(len(u)):
         x = u[j]
@@ -620,7 +620,7 @@ def _reuse_positions(rng: np.random.Generator, nbk: int, width: int, count: int)
     return np.argpartition(keys, count - 1, axis=1)[:, :count]
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _apply_reuse(ids, pos, prev, start):
     """Batch k copies ids[k-1] at its reuse positions, in order (k-1 already reused)."""
     for k in range(start, ids.shape[0]):

@@ -24,17 +24,17 @@ access costs O(log slots) in Numba. Slots are compacted when they run out.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety.paths import input_kind
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.generators import Permutation, register_distribution
 
 _MIN_SLOTS = 1 << 16
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _add(tree, i, v):
     n = len(tree) - 1
     i += 1
@@ -43,7 +43,7 @@ def _add(tree, i, v):
         i += i & -i
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _kth(tree, k, top):
     """0-based slot of the k-th mark (k >= 1) in slot order."""
     n = len(tree) - 1
@@ -58,7 +58,7 @@ def _kth(tree, k, top):
     return pos
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _run(depths, u, alpha, out, start, tree, slot_row, row_slot, state, rows):
     """Fill out[start:] until done or slots run out; state = [next_slot, stack, fresh].
 
@@ -126,7 +126,7 @@ def _compact(row_slot: np.ndarray, used: int, new_cap: int) -> tuple[np.ndarray,
     return _fenwick_from(marks), slot_row
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _fenwick_from(a):
     """Fenwick tree (1-based, a[0] unused) of the 0/1 array a[1:], in O(n)."""
     tree = a.copy()
@@ -182,7 +182,7 @@ class ReuseDistanceSampler:
         return self.perm(out)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def stack_distances(ids: np.ndarray, num_ids: int) -> np.ndarray:
     """LRU stack distance of every access (1 = same id as the previous distinct one,
     0 = first use), by a Fenwick tree over access times (Mattson et al. 1970)."""

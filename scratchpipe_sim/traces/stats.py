@@ -24,10 +24,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.trace import DEFAULT_CHUNK_ACCESSES, Trace
 
 #: Upper bucket edges of Meta's histogram: (0,1], (1,2], (2,4], ..., (16384,32768], (32768+.
@@ -101,7 +101,7 @@ class TraceSummary:
 
 
 # -- counting pass --------------------------------------------------------------------------
-@nb.njit(cache=True)
+@njit(cache=True)
 def _count_pass(ids, batch_ptr, first_batch, counts, stamp, uniq):
     for b in range(len(batch_ptr) - 1):
         s = first_batch + b
@@ -279,7 +279,7 @@ class MissRatioCurve:
                  "hit_ratio": 1.0 - self.miss_ratio(c)} for c in self.capacities]
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _compact(last, tree, size):
     """Renumber the live marks 1..k in time order and rebuild the tree; returns k.
 
@@ -301,7 +301,7 @@ def _compact(last, tree, size):
     return k
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _stack_distances(ids, last, tree, hist, state):
     # state[0] = distinct ids seen so far (= marks in the tree), state[1] = cold misses,
     # state[2] = current position in the tree (1-based), state[3] = compactions

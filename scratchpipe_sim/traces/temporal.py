@@ -24,10 +24,10 @@ table. The history carries over calls, so a trace cut into RNG blocks is one str
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.generators import Permutation, ZipfSampler, register_distribution
 
 #: default history of repeats, in accesses of one table's stream.
@@ -36,7 +36,7 @@ DEFAULT_MAX_LAG = 1 << 16
 MAX_MAX_LAG = 1 << 24
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _repeat(fresh, repeat_u, p, lag, hist, state):
     """out[i] = hist[i - lag[i]] when repeat_u[i] < p and that far back exists, else fresh[i];
     hist is a ring buffer of the last len(hist) outputs, state = [next slot, filled]."""

@@ -22,10 +22,10 @@ import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.traces._jit import njit
 
 DEFAULT_CHUNK_ACCESSES = 1 << 22
 
@@ -356,7 +356,7 @@ def _linearize(raw: np.ndarray, offs: np.ndarray, bounds: np.ndarray,
     return ids, tables
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _linearize_into(raw, offs, bounds, table_offsets, num_tables, ids, tables):
     for k in range(len(bounds) - 1):
         b = (bounds[k + 1] - bounds[k]) // num_tables
@@ -369,7 +369,7 @@ def _linearize_into(raw, offs, bounds, table_offsets, num_tables, ids, tables):
                 tables[j] = t
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def largest_batch(ptr):
     """Most accesses in one batch (at least 1), from `Trace.batch_access_ptr()`."""
     m = 1
@@ -378,7 +378,7 @@ def largest_batch(ptr):
     return m
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _first_out_of_range(ids, tables, table_offsets, table_rows):
     for j in range(len(ids)):
         t = tables[j]

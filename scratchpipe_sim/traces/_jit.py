@@ -1,0 +1,121 @@
+"""`njit`: Numba's `@njit`, imported and applied on a kernel's first call (issue 26).
+
+Why: a fully cached `run` (trace and replay columns read from the cache) calls no kernel,
+yet importing the modules that define them imported Numba (~0.1 s of a ~0.45 s run). Here
+`@njit(cache=True)` returns a `LazyKernel`; the first call of any of them (or Numba typing
+one: `_numba_type_`) imports Numba, runs the extension hooks (`on_numba`: the `@overload`s
+and `@intrinsic`s of policies/_prefetch.py and policies/fbgemm.py, registered before any
+kernel compiles), builds the real dispatcher of every kernel defined so far with the same
+options, and puts it in place of the `LazyKernel` in every module of the package, so a
+kernel compiling later sees real dispatchers as its globals. Kernels defined after that get
+their dispatcher at once. The dispatchers are Numba's own, on the same Python functions:
+`cache=True` files (named by the function's file, name and line) are the same ones.
+
+A `LazyKernel` held elsewhere (a test's `from ... import kernel`) forwards calls and
+attributes to its dispatcher. With `NUMBA_DISABLE_JIT=1` the "dispatcher" is the Python
+function itself, as with Numba's `njit`.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_LOCK = threading.RLock()
+_PENDING: list[LazyKernel] = []
+_HOOKS: list[Callable[[], None]] = []
+_NUMBA: Any = None  # the numba module once the kernels are built
+PACKAGE = "scratchpipe_sim"
+
+
+class LazyKernel:
+    """A kernel whose Numba dispatcher is built on first use (see the module doc)."""
+
+    def __init__(self, py_func: Callable[..., Any], options: dict[str, Any]):
+        self.py_func = py_func
+        self.options = options
+        self._dispatcher: Any = None
+        self.__name__ = py_func.__name__
+        self.__qualname__ = py_func.__qualname__
+        self.__module__ = py_func.__module__
+        self.__doc__ = py_func.__doc__
+
+    @property
+    def dispatcher(self) -> Any:
+        if self._dispatcher is None:
+            materialize()
+        return self._dispatcher
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.dispatcher(*args, **kwargs)
+
+    @property
+    def _numba_type_(self) -> Any:
+        # Numba's typeof reads this: a LazyKernel passed to or seen by a compiling kernel
+        # types as its dispatcher
+        return self.dispatcher._numba_type_
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.dispatcher, name)
+
+    def __repr__(self) -> str:
+        state = "built" if self._dispatcher is not None else "not built yet"
+        return f"<LazyKernel {self.__module__}.{self.__qualname__} ({state})>"
+
+
+def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """`@njit(cache=True, ...)`: Numba's njit with these options, applied on first use."""
+
+    def decorate(fn: Callable[..., Any]) -> Any:
+        with _LOCK:
+            if _NUMBA is not None:
+                return _NUMBA.njit(**options)(fn)
+            kernel = LazyKernel(fn, options)
+            _PENDING.append(kernel)
+            return kernel
+
+    return decorate
+
+
+def on_numba(hook: Callable[[], None]) -> Callable[[], None]:
+    """Run `hook` (it registers Numba extensions) once Numba is imported, before any kernel
+    of the package is built; at once when that has happened already."""
+    with _LOCK:
+        if _NUMBA is not None:
+            hook()
+        else:
+            _HOOKS.append(hook)
+    return hook
+
+
+def materialize() -> None:
+    """Import Numba, register the extensions and build every pending kernel's dispatcher,
+    putting it in place of its `LazyKernel` in the package's modules (once)."""
+    global _NUMBA
+    with _LOCK:
+        if _NUMBA is not None:
+            return
+        import numba
+
+        while _HOOKS:
+            _HOOKS.pop(0)()
+        while _PENDING:
+            kernel = _PENDING.pop(0)
+            kernel._dispatcher = numba.njit(**kernel.options)(kernel.py_func)
+        _NUMBA = numba
+        for name, module in list(sys.modules.items()):
+            if module is None or not (name == PACKAGE or name.startswith(PACKAGE + ".")):
+                continue
+            space = vars(module)
+            for key, value in list(space.items()):
+                if isinstance(value, LazyKernel) and value._dispatcher is not None:
+                    space[key] = value._dispatcher
+
+
+def built() -> bool:
+    """Whether Numba has been imported and the kernels built (tests)."""
+    return _NUMBA is not None
