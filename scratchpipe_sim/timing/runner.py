@@ -50,6 +50,7 @@ from scratchpipe_sim.timing.designs.base import baseline_design, config_designs
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.traces import generators
+from scratchpipe_sim.traces._jit import materialize
 from scratchpipe_sim.traces.trace import Trace
 
 #: `cache.warmup_batches: auto` on a generated trace lengthens its warm-up prefix (doubling
@@ -459,6 +460,7 @@ class Replays:
         jobs = min(int(jobs), len(tasks))
         if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
             return 1
+        materialize()  # Numba imported once here, not in every worker (traces/_jit.py)
         global _FORKED
         _FORKED = self
         try:

@@ -32,7 +32,7 @@ import numpy as np
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.registry import Registry
 from scratchpipe_sim.safety import memory_guard
-from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._jit import materialize, njit
 from scratchpipe_sim.traces.store import TraceWriter
 from scratchpipe_sim.traces.trace import Trace
 
@@ -600,6 +600,7 @@ def _fill_parallel(spec: GenSpec, out: np.ndarray, jobs: int) -> bool:
         k = load.index(min(load))
         groups[k].append(t)
         load[k] += widths[t]
+    materialize()  # Numba imported once here, not in every worker (traces/_jit.py)
     global _FORKED_FILL
     _FORKED_FILL = (spec, out)
     try:
