@@ -131,7 +131,7 @@ def test_second_pass_repeats_the_run_head_and_distinct_counts_rows():
 def _tiny_caching(cfr: float) -> dict:
     r = _t12()
     r.update(id=f"tiny-{cfr}", placement="MANAGED_CACHING", design="lru-cache", policy="lru",
-             cache={"cfr": cfr})
+             cache={"cfr": cfr, "record_miss_counter": False})
     r["model"].update(tables=2, rows_per_table=20000, batch_size=500)
     r["trace"].update(iterations=12, distinct_ids_per_iter=None)
     return r

@@ -271,6 +271,13 @@ class CacheConfig:
                 "(FBGEMM's enforce_hbm). false, FBGEMM's default: the state is allocated "
                 "cacheable=False, stays in UVM, and every update reads and writes it in "
                 "place over the link"})
+    record_miss_counter: bool = field(default=False, metadata={
+        "help": "lru-cache / lru-prefetch: FBGEMM's RecordCacheMetrics"
+                "(record_cache_miss_counter=True): every prefetch probes the cache for all "
+                "the batch's lookups once more and counts the unique misses with "
+                "torch.unique (a 64-bit radix sort and a host sync). false, FBGEMM's "
+                "default; the recsys-examples benchmark of the published caching points "
+                "sets it"})
     bagpipe_lookahead: int = field(default=200, metadata={
         "help": "bagpipe: batches its oracle cacher looks ahead (Bagpipe's default 200)",
         "min": 1})

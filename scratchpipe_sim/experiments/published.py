@@ -71,7 +71,7 @@ _TOP_KEYS = ("id", "source", "gpu", "preset", "placement", "design", "policy", "
 _MODEL_KEYS = ("tables", "rows_per_table", "dim", "bytes_per_element", "batch_size",
                "pooling")
 _TRACE_KEYS = ("generator", "alpha", "seed", "iterations", "distinct_ids_per_iter")
-_CACHE_KEYS = ("cfr",)
+_CACHE_KEYS = ("cfr", "record_miss_counter")
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,8 @@ class PublishedPoint:
     model: PublishedModel
     trace: PublishedTrace
     cfr: float | None
+    #: the TBE counted its cache misses (RecordCacheMetrics.record_cache_miss_counter)
+    record_miss_counter: bool
     measured_ms: dict[str, float]
     role: str
     note: str
@@ -224,6 +226,10 @@ def _point(d: Any, src: str, where: str) -> PublishedPoint:
                                    f"{where}.trace.distinct_ids_per_iter", nullable=True))
     c = _section(d["cache"], _CACHE_KEYS, src, f"{where}.cache")
     cfr = _num(c["cfr"], src, f"{where}.cache.cfr", nullable=True)
+    miss_counter = c["record_miss_counter"]
+    if not isinstance(miss_counter, bool):
+        raise UserError(f"expected true or false, got {miss_counter!r}", source=src,
+                        field=f"{where}.cache.record_miss_counter")
     if design == "lru-cache" and (cfr is None or trace.iterations is None):
         raise UserError("a MANAGED_CACHING point needs cache.cfr and trace.iterations (its "
                         "cache is distinct ids over the run x cfr)", source=src,
@@ -252,6 +258,7 @@ def _point(d: Any, src: str, where: str) -> PublishedPoint:
         id=pid, source=_text(d["source"], src, f"{where}.source"),
         gpu=_text(d["gpu"], src, f"{where}.gpu"), preset=preset, placement=placement,
         design=design, policy=policy, optimizer=opt, model=model, trace=trace, cfr=cfr,
+        record_miss_counter=miss_counter,
         measured_ms={k: measured[k] for k in PHASES if k in measured},
         role=_text(d["role"], src, f"{where}.role", choices=ROLES),
         note=_text(d["note"], src, f"{where}.note"), skip_reason=skip)
@@ -321,6 +328,8 @@ def config_dict(p: PublishedPoint, *, num_batches: int, warmup_batches: int,
     }
     if p.policy is not None:
         d["cache"]["policy"] = p.policy
+    if p.record_miss_counter:
+        d["cache"]["record_miss_counter"] = True
     if capacity_rows is not None:
         d["cache"].update(capacity_rows=capacity_rows, load_factor=None)
     return d

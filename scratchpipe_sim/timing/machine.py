@@ -41,6 +41,14 @@ from scratchpipe_sim.config.hardware import rate_at
 from scratchpipe_sim.config.model import GiB
 from scratchpipe_sim.timing.resources import Memory, Pcie, Recorder, Server, Span
 
+#: bits a CUB onesweep radix-sort pass sorts on (CCCL dispatch_radix_sort: ONESWEEP_RADIX_BITS)
+RADIX_BITS = 8
+#: kernels FBGEMM's _update_cache_miss_counter launches after torch.unique's host sync and
+#: before lru_cache_populate's first sort: where(==), sum, >, .to, and two indexed += (a
+#: select-add and a copy each) -> 2 + 1 + 1 + 1 + 2 + 2 (fbgemm_gpu
+#: split_table_batched_embeddings_ops_training.py, _update_cache_miss_counter)
+MISS_COUNTER_KERNELS = 9
+
 
 class Machine:
     def __init__(self, env: simpy.Environment, cfg: Config, num_batches: int,
@@ -350,6 +358,50 @@ class Machine:
         size."""
         probe = self.cfg.hardware.gpu.cache_probe_bytes
         return self.hbm.gather(lookups + unique_rows + fills, probe, batch, "cache lookup")
+
+    def radix_sort(self, batch: int, n: float, key_bytes: float, value_bytes: float,
+                   key_bits: int, label: str) -> simpy.Event | None:
+        """A CUB DeviceRadixSort (onesweep LSD, the sort FBGEMM's cache kernels and
+        torch.unique call) of `n` keys of `key_bytes` with values of `value_bytes`: one
+        histogram pass reading the keys, then ceil(key_bits / RADIX_BITS) passes (8-bit
+        digits: CCCL's ONESWEEP_RADIX_BITS) each reading and writing every key and value,
+        streamed through HBM at gpu.aggregate_efficiency (the backward's sort)."""
+        passes = math.ceil(key_bits / RADIX_BITS)
+        nbytes = n * (key_bytes + passes * 2 * (key_bytes + value_bytes))
+        return self.hbm.stream(nbytes, batch, label,
+                               self.cfg.hardware.gpu.aggregate_efficiency)
+
+    def cache_populate_sorts(self, batch: int, lookups: float, sets: int
+                             ) -> simpy.Process:
+        """FBGEMM lru_cache_populate's sorts, over every lookup of the batch (the unique
+        buffer has one slot per lookup, and the second sort runs on all of them):
+        get_unique_indices sorts the int64 linear ids over log2(total rows) + 1 bits and
+        DeviceSelect::Unique reads and writes them (16 B each); lru_cache_find_uncached
+        sorts (int32 set, int64 id) pairs over log2(sets) + 1 bits."""
+        id_bits = int(math.log2(self.total_rows + 1)) + 1
+        set_bits = int(math.log2(sets + 1)) + 1
+        ib = self.index_bytes
+        return self.seq(
+            lambda: self.radix_sort(batch, lookups, ib, 0, id_bits, "populate unique sort"),
+            lambda: self.hbm.stream(lookups * 2 * ib, batch, "populate unique"),
+            lambda: self.radix_sort(batch, lookups, 4, ib, set_bits, "populate set sort"))
+
+    def cache_miss_counter(self, batch: int, lookups: float) -> simpy.Process:
+        """FBGEMM's record_cache_miss_counter (`cache.record_miss_counter`): each prefetch
+        probes every lookup's set once more (lxu_cache_lookup, cache_probe_bytes each), then
+        torch.where (4 + 8 B read, 8 B written a lookup) and torch.unique: a radix sort of
+        its int64 keys on all 64 bits, a unique pass (16 B a lookup) and `length.item()`,
+        a host sync after which the GPU waits while the host launches the counter's
+        MISS_COUNTER_KERNELS small kernels (kernel_launch_ns each)."""
+        gpu = self.cfg.hardware.gpu
+        ib = self.index_bytes
+        return self.seq(
+            lambda: self.hbm.gather(lookups, gpu.cache_probe_bytes, batch,
+                                    "miss counter lookup"),
+            lambda: self.hbm.stream(lookups * (4 + 2 * ib), batch, "miss counter where"),
+            lambda: self.radix_sort(batch, lookups, ib, 0, 8 * ib, "miss counter sort"),
+            lambda: self.hbm.stream(lookups * 2 * ib, batch, "miss counter unique"),
+            lambda: self.env.timeout(MISS_COUNTER_KERNELS * gpu.kernel_launch_ns))
 
     def mlp(self, batch: int, samples: int) -> simpy.Process:
         m = self.cfg.model

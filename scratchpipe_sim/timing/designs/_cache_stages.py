@@ -1,7 +1,10 @@
 """Stages shared by `lru-cache` and `lru-prefetch` (an FBGEMM-style on-demand cache), whose
 forward and backward ScratchPipe and Bagpipe reuse.
 
-fetch:    the cache's bookkeeping kernels (probe a tag set per unique id and per fill), then
+fetch:    the cache's bookkeeping kernels (probe a tag set per lookup, per unique id and per
+          fill; lru_cache_populate's two radix sorts over every lookup: `Machine.
+          cache_populate_sorts`; with `cache.record_miss_counter`, FBGEMM's miss counter
+          first: `Machine.cache_miss_counter`), then
           evictions written back and misses filled (FBGEMM's lxu_cache_insert), streamed:
           fill = the F missed rows read in place from the UVM table (`Machine.uvm_read`, in
           random order: FBGEMM radix-sorts the missed ids by their hashed cache set, so the
@@ -22,6 +25,8 @@ R bytes move and are updated. Lookups read weights only (r bytes).
 
 from __future__ import annotations
 
+import math
+
 from scratchpipe_sim.timing.designs.base import Columns, Design, WorkloadKey
 
 
@@ -35,14 +40,22 @@ class CacheStages:
                                 if state_in_uvm and m.moved_row_bytes > 0 else 0.0)
         #: the host allocation of the state alone (every row's state)
         self.state_table_bytes = design.cfg.total_rows * m.state_bytes
+        cache = design.cfg.cache
+        #: FBGEMM's cache sets (32 ways unless an fbgemm-* policy sets cache.ways)
+        self.sets = max(1, math.ceil(design.cfg.capacity_rows() / (cache.ways or 32)))
+        #: FBGEMM's record_cache_miss_counter: a second probe pass and torch.unique
+        self.miss_counter = cache.record_miss_counter
 
     def fetch(self, m, b):
         """One process: lookup kernels, then fills and write-backs streamed together."""
         c = self.c
         R = c.R_fill[b] * (1.0 - self.uvm_state_share)
         F, W = c.fills[b], c.writebacks[b]
+        A = c.accesses[b]
         return m.seq(
-            lambda: m.cache_lookup(b, c.accesses[b], c.unique[b], F),
+            lambda: m.cache_miss_counter(b, A) if self.miss_counter else None,
+            lambda: m.cache_lookup(b, A, c.unique[b], F),
+            lambda: m.cache_populate_sorts(b, A, self.sets),
             lambda: m.all_of([
                 m.uvm_read(b, F, R, "fill"),
                 m.hbm.gather(F, R, b, "fill write"),
