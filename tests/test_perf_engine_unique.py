@@ -54,3 +54,18 @@ def test_unique_unplaced_does_not_depend_on_chunking(zipf_ids, batch):
     want = [len(np.unique(ids[ptr[b] : ptr[b + 1]])) for b in range(trace.num_batches)]
     assert whole[:, U].tolist() == want
     assert np.all(whole[:, UU] <= whole[:, UNPL])
+
+
+def test_access_unique_matches_numpy_across_stamp_wraparound():
+    """`engine.access_unique` (the timing layer's unique rows per batch, issue 23) uses the
+    same set: exact across the stamp wrap-around, at batch size 1 and with a big batch."""
+    from scratchpipe_sim.policies.engine import access_unique
+
+    for trace in (wrapping_trace(), Trace.from_batches(
+            [[np.arange(5000) % 777], [np.array([3, 3])]], [800])):
+        ptr = trace.batch_access_ptr()
+        ids = trace.linear_ids()
+        acc, uniq = access_unique(trace)
+        assert acc.tolist() == np.diff(ptr).tolist()
+        assert uniq.tolist() == [len(np.unique(ids[ptr[b] : ptr[b + 1]]))
+                                 for b in range(trace.num_batches)]

@@ -3,7 +3,8 @@
 The engine (`policies/engine.py:replay_columns`) gives accesses, unique rows, hits, misses,
 fills, evictions, write-backs, unplaced accesses and unique unplaced rows per batch, plus
 the policy's own per-batch columns; samples per batch come from the trace's bags. Designs
-without a cache get the same columns from one pass over the trace (`uncached_counts`);
+without a cache get the same columns from one pass over the trace (`uncached_counts`, with
+the engine's unique-row set: `engine.access_unique`);
 `first_touches` and `warmup_length` serve the cache warm-up.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.policies.engine import make_policy, replay_columns
+from scratchpipe_sim.policies.engine import access_unique, make_policy, replay_columns
 from scratchpipe_sim.traces.trace import Trace
 
 
@@ -47,20 +48,6 @@ class Workload:
         return Workload(self.policy, self.capacity, {**self.cols, **cols}, self.extra)
 
 
-@nb.njit(cache=True)
-def _access_unique(ids, batch_ptr, first_batch, seen, acc, uniq):
-    for b in range(len(batch_ptr) - 1):
-        stamp = first_batch + b
-        acc[stamp] = batch_ptr[b + 1] - batch_ptr[b]
-        n = 0
-        for j in range(batch_ptr[b], batch_ptr[b + 1]):
-            r = ids[j]
-            if seen[r] != stamp:
-                seen[r] = stamp
-                n += 1
-        uniq[stamp] = n
-
-
 def policy_counts(trace: Trace, policy: str, capacity: int, *, replay_cache: bool = True,
                   **params: Any) -> Workload:
     """Run `policy` (a POLICIES name) over `trace`; per-batch counts for the timing model:
@@ -80,17 +67,6 @@ def policy_counts(trace: Trace, policy: str, capacity: int, *, replay_cache: boo
     cols = dict(cols)
     cols["samples"] = trace.samples_per_batch()
     return Workload(policy, capacity, cols, extra)
-
-
-def access_unique(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Accesses and unique rows per batch (one Numba pass over the trace)."""
-    nbat = trace.num_batches
-    acc = np.zeros(nbat, np.int64)
-    uniq = np.zeros(nbat, np.int64)
-    seen = np.full(trace.total_rows, -1, np.int32)  # batch stamps: 4 B per row
-    for chunk in trace.iter_chunks():
-        _access_unique(chunk.ids, chunk.batch_ptr, chunk.first_batch, seen, acc, uniq)
-    return acc, uniq
 
 
 def uncached_counts(trace: Trace, where: str,
