@@ -17,7 +17,14 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.policies.engine import access_unique, make_policy, replay_columns
+from scratchpipe_sim.policies.engine import (
+    SeenSet,
+    access_unique,
+    make_policy,
+    replay_columns,
+    seen_batch,
+    seen_first,
+)
 from scratchpipe_sim.traces.trace import Trace
 
 
@@ -145,16 +152,21 @@ def warmup_length(trace: Trace, prefix: int, capacity: int) -> int:
 
 
 @nb.njit(cache=True)
-def _table_bytes(ids, tables, batch_ptr, first_batch, seen, r_t, R_t, lookup_out, unique_out):
+def _table_bytes(ids, tables, batch_ptr, first_batch, slots, shift, epoch, r_t, R_t,
+                 lookup_out, unique_out):
+    mask = len(slots) - 1
     for b in range(len(batch_ptr) - 1):
         stamp = first_batch + b
+        tag = seen_batch(slots, epoch, stamp)
+        lookup = 0.0  # sums in locals, in access order (the same floats as in place)
+        unique = 0.0
         for j in range(batch_ptr[b], batch_ptr[b + 1]):
             t = tables[j]
-            lookup_out[stamp] += r_t[t]
-            r = ids[j]
-            if seen[r] != stamp:
-                seen[r] = stamp
-                unique_out[stamp] += R_t[t]
+            lookup += r_t[t]
+            # branch free (+ 0.0 for a repeat changes no sum): repeats are unpredictable
+            unique += seen_first(slots, shift, mask, tag, ids[j]) * R_t[t]
+        lookup_out[stamp] += lookup
+        unique_out[stamp] += unique
 
 
 def table_bytes(trace: Trace, r_t: tuple[int, ...], R_t: tuple[int, ...]
@@ -164,11 +176,12 @@ def table_bytes(trace: Trace, r_t: tuple[int, ...], R_t: tuple[int, ...]
     n = trace.num_batches
     lookup = np.zeros(n, np.float64)
     unique = np.zeros(n, np.float64)
-    seen = np.full(trace.total_rows, -1, np.int32)
+    ptr = trace.batch_access_ptr()
+    seen = SeenSet(trace, ptr)  # the engine's unique-row set (`access_unique`'s too)
     r_arr, R_arr = np.asarray(r_t, np.float64), np.asarray(R_t, np.float64)
-    for chunk in trace.iter_chunks():
-        _table_bytes(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch, seen, r_arr,
-                     R_arr, lookup, unique)
+    for chunk in trace.iter_chunks(ptr=ptr):
+        _table_bytes(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch, seen.slots,
+                     seen.shift, seen.epoch, r_arr, R_arr, lookup, unique)
     return {"lookup_bytes": lookup, "unique_bytes": unique}
 
 
