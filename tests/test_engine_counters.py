@@ -133,7 +133,7 @@ def test_tiny_batches_are_cut_into_bounded_chunks(monkeypatch, zipf_ids, name):
 
 
 def _seen(trace):
-    return engine._SeenSet(trace, trace.batch_access_ptr())
+    return engine.SeenSet(trace, trace.batch_access_ptr())
 
 
 def test_large_batches_use_the_per_row_stamps():

@@ -54,3 +54,37 @@ def test_unique_unplaced_does_not_depend_on_chunking(zipf_ids, batch):
     want = [len(np.unique(ids[ptr[b] : ptr[b + 1]])) for b in range(trace.num_batches)]
     assert whole[:, U].tolist() == want
     assert np.all(whole[:, UU] <= whole[:, UNPL])
+
+
+def test_access_unique_matches_numpy_across_stamp_wraparound():
+    """`engine.access_unique` (the timing layer's unique rows per batch, issue 23) uses the
+    same set: exact across the stamp wrap-around, at batch size 1 and with a big batch."""
+    from scratchpipe_sim.policies.engine import access_unique
+
+    for trace in (wrapping_trace(), Trace.from_batches(
+            [[np.arange(5000) % 777], [np.array([3, 3])]], [800])):
+        ptr = trace.batch_access_ptr()
+        ids = trace.linear_ids()
+        acc, uniq = access_unique(trace)
+        assert acc.tolist() == np.diff(ptr).tolist()
+        assert uniq.tolist() == [len(np.unique(ids[ptr[b] : ptr[b + 1]]))
+                                 for b in range(trace.num_batches)]
+
+
+def test_table_bytes_uses_the_same_set_and_matches_numpy():
+    """`timing.counts.table_bytes` (bytes of the lookups and of the unique rows, tables of
+    different dims) counts each batch's unique rows with the engine's set: exact."""
+    from scratchpipe_sim.timing.counts import table_bytes
+
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(1, 30, size=300)
+    batches = [[rng.integers(0, 50, size=n), rng.integers(0, 7, size=n)] for n in sizes]
+    trace = Trace.from_batches(batches, [50, 7])
+    got = table_bytes(trace, (64, 256), (192, 768))
+    ptr = trace.batch_access_ptr()
+    ids = trace.linear_ids()
+    for b in range(trace.num_batches):
+        ib = ids[ptr[b] : ptr[b + 1]]
+        tb = (ib >= 50).astype(int)
+        assert got["lookup_bytes"][b] == sum((64, 256)[t] for t in tb)
+        assert got["unique_bytes"][b] == sum((192, 768)[int(r >= 50)] for r in np.unique(ib))

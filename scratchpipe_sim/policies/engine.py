@@ -128,7 +128,7 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
     ptr = trace.batch_access_ptr()  # once: at batch size 1 it is one int64 per access
     next_use = (compute_next_use(trace, chunk_accesses, ptr) if policy.needs_next_use
                 else None)
-    seen = _SeenSet(trace, ptr)
+    seen = SeenSet(trace, ptr)
     tables = per_table if per_table is not None else np.zeros((1, 4), np.int64)
     max_batches = max(1, min(MAX_CHUNK_BATCHES, trace.num_batches))
     outcome_buf = np.empty(0, np.uint8)
@@ -259,7 +259,7 @@ def _next_use_backward(ids, base, last, out):
         last[r] = base + j
 
 
-class _SeenSet:
+class SeenSet:
     """Which rows a batch has already touched, for the unique-row counters.
 
     Why a per-batch hash set: a stamp per row (`seen[row] = batch`) costs one random DRAM
@@ -287,6 +287,66 @@ class _SeenSet:
             self.slots = np.full(1 << bits, -1, np.int64)
             self.shift = 64 - bits
         self.epoch = np.zeros(1, np.int64)  # batch of the last clear
+
+
+@njit(cache=True)
+def seen_batch(slots, epoch, stamp):
+    """The set's tag of global batch `stamp` (its stamp bits above the row bits), clearing
+    the set first when stamps would repeat (see `SeenSet`)."""
+    if stamp - epoch[0] > _SEEN_STAMP_MASK:
+        slots[:] = -1
+        epoch[0] = stamp
+    return (stamp & _SEEN_STAMP_MASK) << _SEEN_KEY_BITS
+
+
+@njit(cache=True)
+def seen_first(slots, shift, mask, tag, r):
+    """Is row `r` new in the batch of `tag` (`seen_batch`)? Records it. Branch free: a
+    duplicate is as unpredictable as a cache outcome; with the set 8x the batch, a probe
+    past the home position is rare. A stamp per row (shift < 0): slots[r]."""
+    want = tag | r
+    if shift < 0:
+        i = r
+    else:
+        i = np.int64((np.uint64(r) * _GOLDEN) >> np.uint64(shift))
+        # past entries of this batch holding other rows
+        while (slots[i] != want) & ((slots[i] & ~_SEEN_KEY_MASK) == tag):
+            i = (i + 1) & mask
+    first = slots[i] != want
+    slots[i] = want
+    return first
+
+
+@njit(cache=True)
+def _unique_chunk(ids, batch_ptr, first_batch, slots, shift, epoch, acc, uniq):
+    """Accesses and unique rows of each batch of a chunk into acc/uniq[first_batch + b]."""
+    mask = len(slots) - 1
+    for b in range(len(batch_ptr) - 1):
+        lo = batch_ptr[b]
+        hi = batch_ptr[b + 1]
+        stamp = first_batch + b
+        acc[stamp] = hi - lo
+        if hi - lo <= 1:  # batch size 1 (or empty): no set needed
+            uniq[stamp] = hi - lo
+            continue
+        tag = seen_batch(slots, epoch, stamp)
+        n = 0
+        for j in range(lo, hi):
+            n += seen_first(slots, shift, mask, tag, ids[j])
+        uniq[stamp] = n
+
+
+def access_unique(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Accesses and unique rows per batch, with the engine's unique-row set (`SeenSet`):
+    the one unique-rows-per-batch implementation (the timing layer's counts use it)."""
+    ptr = trace.batch_access_ptr()
+    acc = np.zeros(trace.num_batches, np.int64)
+    uniq = np.zeros(trace.num_batches, np.int64)
+    seen = SeenSet(trace, ptr)
+    for chunk in trace.iter_chunks(ptr=ptr):
+        _unique_chunk(chunk.ids, chunk.batch_ptr, chunk.first_batch, seen.slots, seen.shift,
+                      seen.epoch, acc, uniq)
+    return acc, uniq
 
 
 @njit(cache=True)
@@ -376,28 +436,10 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
                     unpl += o == 2
             if not has_nu or unpl > 0:  # unique_unplaced needs each row's first access
                 uniq = hits = unpl = 0
-                stamp = first_batch + b
-                if stamp - epoch[0] > _SEEN_STAMP_MASK:  # stamps would repeat: clear
-                    slots[:] = -1
-                    epoch[0] = stamp
-                low = stamp & _SEEN_STAMP_MASK
-                tag = low << _SEEN_KEY_BITS
+                tag = seen_batch(slots, epoch, first_batch + b)
                 for j in range(lo, hi):  # branch-free counting: outcomes are unpredictable
                     o = outcome[j]
-                    # is row r new in this batch (see `_SeenSet`)? Branch free: a duplicate is
-                    # as unpredictable as an outcome; with the set 8x the batch, a probe past
-                    # the home position is rare. A stamp per row (shift < 0): slots[r].
-                    r = ids[j]
-                    want = tag | r
-                    if shift < 0:
-                        i = r
-                    else:
-                        i = np.int64((np.uint64(r) * _GOLDEN) >> np.uint64(shift))
-                        # past entries of this batch holding other rows
-                        while (slots[i] != want) & ((slots[i] >> _SEEN_KEY_BITS) == low):
-                            i = (i + 1) & mask
-                    first = slots[i] != want
-                    slots[i] = want
+                    first = seen_first(slots, shift, mask, tag, ids[j])
                     uniq += first
                     hits += o == 0
                     unpl += o == 2

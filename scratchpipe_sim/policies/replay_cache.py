@@ -40,6 +40,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 import scratchpipe_sim
+from scratchpipe_sim.safety.jsonout import canonical_json, canonical_sha256
 
 #: bump when the entry layout or the meaning of a stored column changes
 SCHEMA_VERSION = 2  # 2: extras as ordered pairs (their order is the result columns' order)
@@ -100,24 +101,18 @@ def full_key(key: Mapping[str, Any], sources: tuple[str, ...] = POLICY_SOURCES
 
 def _entry_path(root: Path, fk: Mapping[str, Any], suffix: str) -> Path:
     """Where the entry of full key `fk` lives: named by the sha256 of its canonical JSON."""
-    return root / f"{hashlib.sha256(_canonical(fk).encode()).hexdigest()}{suffix}"
+    return root / f"{canonical_sha256(fk, strict=True)}{suffix}"
 
 
 def _canonical(key: Mapping[str, Any]) -> str:
-    return json.dumps(key, sort_keys=True, separators=(",", ":"), default=_json_default)
-
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, Path):
-        return str(x)
-    raise TypeError(f"replay cache key holds a {type(x).__name__}: {x!r}")
+    """The strict canonical JSON of a key or header (numpy scalars and paths besides plain
+    types; anything else raises TypeError: see `safety.jsonout.canonical_json`)."""
+    return canonical_json(key, strict=True)
 
 
 def key_digest(key: Mapping[str, Any]) -> str:
     """sha256 (hex) of the canonical JSON of `full_key(key)`: the entry's file name."""
-    return hashlib.sha256(_canonical(full_key(key)).encode()).hexdigest()
+    return canonical_sha256(full_key(key), strict=True)
 
 
 # -- trace fingerprint --------------------------------------------------------------------------

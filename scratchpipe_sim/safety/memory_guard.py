@@ -21,10 +21,11 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety.limits import env_number
 
 #: peak per-row state of a policy replay: the engine's unique-row set (policies/engine.py
-#: `_SeenSet`: one int64 a row, 8 B, when a batch is comparable to the table, else a small
-#: per-batch set), the timing model's unique-row stamps (int32, 4 B: timing/counts.py), the
-#: policy's per-row array (scratchpipe's last use, LFU counts: int64, 8 B) and the next-use
-#: scan's last position per row for offline policies (int64, 8 B).
+#: `SeenSet`: one int64 a row, 8 B, when a batch is comparable to the table, else a small
+#: per-batch set; timing/counts.py's per-batch counts use the same set: 4 B a row kept here
+#: for them, as when they kept int32 stamps), the policy's per-row array (scratchpipe's last
+#: use, LFU counts: int64, 8 B) and the next-use scan's last position per row for offline
+#: policies (int64, 8 B).
 RUN_BYTES_PER_ROW = 28
 #: `cache`: the policy's per-row array (8 B) + next use for offline policies (8 B) + 4 B for
 #: the engine's unique-row set, which is per batch unless a batch is comparable to the

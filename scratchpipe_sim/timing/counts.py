@@ -3,7 +3,8 @@
 The engine (`policies/engine.py:replay_columns`) gives accesses, unique rows, hits, misses,
 fills, evictions, write-backs, unplaced accesses and unique unplaced rows per batch, plus
 the policy's own per-batch columns; samples per batch come from the trace's bags. Designs
-without a cache get the same columns from one pass over the trace (`uncached_counts`);
+without a cache get the same columns from one pass over the trace (`uncached_counts`, with
+the engine's unique-row set: `engine.access_unique`);
 `first_touches` and `warmup_length` serve the cache warm-up.
 """
 
@@ -15,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from scratchpipe_sim.policies.engine import make_policy, replay_columns
+from scratchpipe_sim.policies.engine import (
+    SeenSet,
+    access_unique,
+    make_policy,
+    replay_columns,
+    seen_batch,
+    seen_first,
+)
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.trace import Trace
 
@@ -47,20 +55,6 @@ class Workload:
         return Workload(self.policy, self.capacity, {**self.cols, **cols}, self.extra)
 
 
-@njit(cache=True)
-def _access_unique(ids, batch_ptr, first_batch, seen, acc, uniq):
-    for b in range(len(batch_ptr) - 1):
-        stamp = first_batch + b
-        acc[stamp] = batch_ptr[b + 1] - batch_ptr[b]
-        n = 0
-        for j in range(batch_ptr[b], batch_ptr[b + 1]):
-            r = ids[j]
-            if seen[r] != stamp:
-                seen[r] = stamp
-                n += 1
-        uniq[stamp] = n
-
-
 def policy_counts(trace: Trace, policy: str, capacity: int, *, replay_cache: bool = True,
                   **params: Any) -> Workload:
     """Run `policy` (a POLICIES name) over `trace`; per-batch counts for the timing model:
@@ -80,17 +74,6 @@ def policy_counts(trace: Trace, policy: str, capacity: int, *, replay_cache: boo
     cols = dict(cols)
     cols["samples"] = trace.samples_per_batch()
     return Workload(policy, capacity, cols, extra)
-
-
-def access_unique(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Accesses and unique rows per batch (one Numba pass over the trace)."""
-    nbat = trace.num_batches
-    acc = np.zeros(nbat, np.int64)
-    uniq = np.zeros(nbat, np.int64)
-    seen = np.full(trace.total_rows, -1, np.int32)  # batch stamps: 4 B per row
-    for chunk in trace.iter_chunks():
-        _access_unique(chunk.ids, chunk.batch_ptr, chunk.first_batch, seen, acc, uniq)
-    return acc, uniq
 
 
 def uncached_counts(trace: Trace, where: str,
@@ -169,16 +152,21 @@ def warmup_length(trace: Trace, prefix: int, capacity: int) -> int:
 
 
 @njit(cache=True)
-def _table_bytes(ids, tables, batch_ptr, first_batch, seen, r_t, R_t, lookup_out, unique_out):
+def _table_bytes(ids, tables, batch_ptr, first_batch, slots, shift, epoch, r_t, R_t,
+                 lookup_out, unique_out):
+    mask = len(slots) - 1
     for b in range(len(batch_ptr) - 1):
         stamp = first_batch + b
+        tag = seen_batch(slots, epoch, stamp)
+        lookup = 0.0  # sums in locals, in access order (the same floats as in place)
+        unique = 0.0
         for j in range(batch_ptr[b], batch_ptr[b + 1]):
             t = tables[j]
-            lookup_out[stamp] += r_t[t]
-            r = ids[j]
-            if seen[r] != stamp:
-                seen[r] = stamp
-                unique_out[stamp] += R_t[t]
+            lookup += r_t[t]
+            # branch free (+ 0.0 for a repeat changes no sum): repeats are unpredictable
+            unique += seen_first(slots, shift, mask, tag, ids[j]) * R_t[t]
+        lookup_out[stamp] += lookup
+        unique_out[stamp] += unique
 
 
 def table_bytes(trace: Trace, r_t: tuple[int, ...], R_t: tuple[int, ...]
@@ -188,11 +176,12 @@ def table_bytes(trace: Trace, r_t: tuple[int, ...], R_t: tuple[int, ...]
     n = trace.num_batches
     lookup = np.zeros(n, np.float64)
     unique = np.zeros(n, np.float64)
-    seen = np.full(trace.total_rows, -1, np.int32)
+    ptr = trace.batch_access_ptr()
+    seen = SeenSet(trace, ptr)  # the engine's unique-row set (`access_unique`'s too)
     r_arr, R_arr = np.asarray(r_t, np.float64), np.asarray(R_t, np.float64)
-    for chunk in trace.iter_chunks():
-        _table_bytes(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch, seen, r_arr,
-                     R_arr, lookup, unique)
+    for chunk in trace.iter_chunks(ptr=ptr):
+        _table_bytes(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch, seen.slots,
+                     seen.shift, seen.epoch, r_arr, R_arr, lookup, unique)
     return {"lookup_bytes": lookup, "unique_bytes": unique}
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from scratchpipe_sim.config.loader import load_yaml_text, read_text
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.traces.reuse_distance import stack_distances
+from scratchpipe_sim.traces.stats import stack_distances
 from scratchpipe_sim.traces.temporal import DEFAULT_MAX_LAG, BurstSampler
 from scratchpipe_sim.traces.trace import Trace
 

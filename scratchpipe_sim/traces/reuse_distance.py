@@ -30,6 +30,7 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety.paths import input_kind
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.generators import Permutation, register_distribution
+from scratchpipe_sim.traces.stats import stack_distances
 
 _MIN_SLOTS = 1 << 16
 
@@ -180,41 +181,6 @@ class ReuseDistanceSampler:
                 self.tree, self.slot_row = _compact(self.row_slot, S, new_cap)
                 self.state[0] = S
         return self.perm(out)
-
-
-@njit(cache=True)
-def stack_distances(ids: np.ndarray, num_ids: int) -> np.ndarray:
-    """LRU stack distance of every access (1 = same id as the previous distinct one,
-    0 = first use), by a Fenwick tree over access times (Mattson et al. 1970)."""
-    n = len(ids)
-    tree = np.zeros(n + 1, np.int64)
-    last = np.full(num_ids, -1, np.int64)
-    out = np.zeros(n, np.int64)
-    for t in range(n):
-        x = ids[t]
-        p = last[x]
-        if p >= 0:
-            # marks in (p, t) = prefix(t-1) - prefix(p)
-            s = 0
-            i = t
-            while i > 0:
-                s += tree[i]
-                i -= i & -i
-            i = p + 1
-            while i > 0:
-                s -= tree[i]
-                i -= i & -i
-            out[t] = s + 1
-            i = p + 1
-            while i <= n:
-                tree[i] -= 1
-                i += i & -i
-        i = t + 1
-        while i <= n:
-            tree[i] += 1
-            i += i & -i
-        last[x] = t
-    return out
 
 
 def profile_of(path: str) -> tuple[np.ndarray, np.ndarray]:

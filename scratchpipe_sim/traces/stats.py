@@ -11,6 +11,8 @@
   processed access by access, from stack distances in one pass (Mattson et al. 1970):
   a Fenwick tree over access times marks each id's latest access, so an access's stack
   distance is the number of marks after its id's previous access, O(log n) per access.
+  `stack_distances(ids, num_ids)` gives each access's distance from the same kernel (the
+  project's one stack-distance kernel: `traces/fit.py` and `reuse_distance.py` use it).
 
 Memory: 8 bytes per row (count + batch stamp) for `summarize`; for the curve, 8 bytes per row
 plus a tree of about 2 slots per row (int32) whose positions are renumbered when they run
@@ -302,10 +304,19 @@ def _compact(last, tree, size):
 
 
 @njit(cache=True)
-def _stack_distances(ids, last, tree, hist, state):
+def _stack_distances(ids, last, tree, state, hist, out):
+    """The one LRU stack-distance kernel (Mattson et al. 1970), resumable chunk by chunk.
+
+    Each access's distance d (1 = the same id as the previous distinct one, 0 = first use)
+    is counted in `hist[d]` (d >= 1 only) when `hist` is not empty and written to `out[j]`
+    when `out` is not empty. `last[x]` (0 = unseen) is id x's latest position in `tree`,
+    a Fenwick tree over access times, renumbered (`_compact`) when its slots run out.
+    """
     # state[0] = distinct ids seen so far (= marks in the tree), state[1] = cold misses,
     # state[2] = current position in the tree (1-based), state[3] = compactions
     size = len(tree) - 1
+    count = len(hist) > 0
+    write = len(out) > 0
     for j in range(len(ids)):
         x = ids[j]
         p = last[x]
@@ -316,7 +327,11 @@ def _stack_distances(ids, last, tree, hist, state):
             while i > 0:
                 s += tree[i]
                 i -= i & (-i)
-            hist[state[0] - s + 1] += 1
+            d = state[0] - s + 1
+            if count:
+                hist[d] += 1
+            if write:
+                out[j] = d
             i = p
             while i <= size:
                 tree[i] -= 1
@@ -324,6 +339,8 @@ def _stack_distances(ids, last, tree, hist, state):
         else:
             state[0] += 1
             state[1] += 1
+            if write:
+                out[j] = 0
         if state[2] == size:
             if p > 0:
                 last[x] = 0  # unmarked above; not live during the renumbering
@@ -336,6 +353,30 @@ def _stack_distances(ids, last, tree, hist, state):
             tree[i] += 1
             i += i & (-i)
         last[x] = t
+
+
+def _stack_state(num_ids: int, accesses: int, tree_size: int | None):
+    """(last, tree, state) for `_stack_distances` over `accesses` accesses of `num_ids` ids;
+    `tree_size` (default 2x the ids) bounds the tree whatever the stream's length."""
+    last = np.zeros(num_ids, np.int64)
+    if tree_size is None:
+        tree_size = max(2 * num_ids, 1 << 16)
+    # marks never exceed the distinct ids, so a tree larger than that always has room
+    size = max(min(accesses, int(tree_size)), min(num_ids, accesses) + 1)
+    return last, np.zeros(size + 1, np.int32), np.zeros(4, np.int64)
+
+
+_NONE = np.zeros(0, np.int64)
+
+
+def stack_distances(ids: np.ndarray, num_ids: int, tree_size: int | None = None) -> np.ndarray:
+    """LRU stack distance of every access of `ids` (ids in [0, num_ids)): 1 = the same id
+    as the previous distinct one, 0 = first use (the kernel of `lru_miss_ratio_curve`)."""
+    ids = np.asarray(ids)
+    last, tree, state = _stack_state(int(num_ids), len(ids), tree_size)
+    out = np.zeros(len(ids), np.int64)
+    _stack_distances(ids, last, tree, state, _NONE, out)
+    return out
 
 
 def default_capacities(total_rows: int) -> tuple[int, ...]:
@@ -359,14 +400,8 @@ def lru_miss_ratio_curve(trace: Trace, capacities: list[int] | None = None,
             raise UserError(f"capacity must be >= 1 row, got {c}", source=trace.source,
                             field="capacities")
     n = trace.num_accesses
-    last = np.zeros(trace.total_rows, np.int64)
-    if tree_size is None:
-        tree_size = max(2 * trace.total_rows, 1 << 16)
-    # marks never exceed the distinct ids, so a tree larger than that always has room
-    size = max(min(n, int(tree_size)), min(trace.total_rows, n) + 1)
-    tree = np.zeros(size + 1, np.int32)
+    last, tree, state = _stack_state(trace.total_rows, n, tree_size)
     hist = np.zeros(min(trace.total_rows, n) + 2, np.int64)
-    state = np.zeros(4, np.int64)
     for c in trace.iter_chunks(chunk_accesses):
-        _stack_distances(c.ids, last, tree, hist, state)
+        _stack_distances(c.ids, last, tree, state, hist, _NONE)
     return MissRatioCurve(n, int(state[1]), hist, caps)
