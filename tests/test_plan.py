@@ -46,7 +46,9 @@ def test_the_answer_is_the_smallest_grid_value_that_meets_the_target(design, axi
     # the lookahead is searched at the configured capacity: one that holds a batch's rows
     cfg = cfg_of({"cache": {"load_factor": 0.5}} if axis == "lookahead" else None)
     base = simulate(cfg, ["gpu-only"])[0]["samples_per_s"]
-    for target in (0.5, 0.75):
+    # targets every design here reaches on its axis (a plan with none met is an error):
+    # lru-cache over PCIe tops out at 73.5% of gpu-only since FBGEMM's populate sorts
+    for target in (0.5, 0.7):
         p = plan(cfg, target, [design], [axis])
         (a,) = p.answers
         expect, rates = brute_force(cfg, design, axis, target * base)
