@@ -203,14 +203,16 @@ def test_a_warm_run_reads_its_passes_without_forking(tmp_path, monkeypatch) -> N
     monkeypatch.setenv("SCRATCHPIPE_CACHE_DIR", str(tmp_path / "cache"))
     cfg = _config(CASES["quickstart-small"])
     trace = build_trace(cfg, cache=False)
+    from scratchpipe_sim.traces import forked
+
     pools: list[int] = []
-    real = runner.ProcessPoolExecutor
+    real = forked.ProcessPoolExecutor
 
     def counting(*args, **kwargs):
         pools.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "ProcessPoolExecutor", counting)
+    monkeypatch.setattr(forked, "ProcessPoolExecutor", counting)
     cold = simulate(cfg, trace=trace, jobs=2)
     assert pools == [1]
     warm = simulate(cfg, trace=trace, jobs=2)

@@ -318,34 +318,22 @@ class Pricer:
         return bad
 
 
-#: the (pricer, configs) forked sample workers read (set only while `price_all` runs)
-_FORKED_SAMPLES: tuple[Pricer, list[Config]] | None = None
-
-
-def _forked_speedups(i: int) -> dict[str, float]:
-    assert _FORKED_SAMPLES is not None, "runs only in a worker price_all forked"
-    pricer, cfgs = _FORKED_SAMPLES
+def _speedups_at(state: tuple[Pricer, list[Config]], i: int) -> dict[str, float]:
+    """A forked worker's config (`fork_map`): its speedups."""
+    pricer, cfgs = state
     return pricer.speedups(cfgs[i])
 
 
 def price_all(pricer: Pricer, cfgs: list[Config], jobs: int = 1) -> list[dict[str, float]]:
     """`pricer.speedups` of every config, in `jobs` forked processes (each inherits the
     pricer's trace and replays; SimPy is deterministic, so the floats are the serial ones)."""
-    import multiprocessing  # noqa: PLC0415
-    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+    from scratchpipe_sim.traces.forked import can_fork, fork_map  # noqa: PLC0415
 
     jobs = min(int(jobs), len(cfgs))
-    if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+    if jobs <= 1 or not can_fork():
         return [pricer.speedups(c) for c in cfgs]
-    global _FORKED_SAMPLES
-    _FORKED_SAMPLES = (pricer, cfgs)
-    try:
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-            chunk = max(1, len(cfgs) // (4 * jobs))
-            return list(pool.map(_forked_speedups, range(len(cfgs)), chunksize=chunk))
-    finally:
-        _FORKED_SAMPLES = None
+    return fork_map(_speedups_at, (pricer, cfgs), range(len(cfgs)), jobs,
+                    chunksize=max(1, len(cfgs) // (4 * jobs)))
 
 
 def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: int = 32,

@@ -10,12 +10,10 @@ deterministic; nothing depends on wall time except the `wall_s` fields.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +48,7 @@ from scratchpipe_sim.timing.designs.base import baseline_design, config_designs
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.traces import generators
-from scratchpipe_sim.traces._jit import materialize
+from scratchpipe_sim.traces.forked import FAILED, can_fork, fork_map
 from scratchpipe_sim.traces.trace import Trace
 
 #: `cache.warmup_batches: auto` on a generated trace lengthens its warm-up prefix (doubling
@@ -458,23 +456,12 @@ class Replays:
         also where `fork` is unavailable)."""
         tasks = self._read_cached(self.passes(keys))
         jobs = min(int(jobs), len(tasks))
-        if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        if jobs <= 1 or not can_fork():
             return 1
-        materialize()  # Numba imported once here, not in every worker (traces/_jit.py)
-        global _FORKED
-        _FORKED = self
-        try:
-            ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-                futures = [pool.submit(_forked_pass, t) for t in tasks]
-                for t, f in zip(tasks, futures, strict=True):
-                    try:
-                        result, seconds = f.result()
-                    except Exception:  # noqa: BLE001 - the serial path makes it again
-                        continue  # and raises its error there, named as without workers
-                    self.keep_pass(t, result, seconds)
-        finally:
-            _FORKED = None
+        made = fork_map(_timed_pass, self, tasks, jobs, skip_failures=True)
+        for t, got in zip(tasks, made, strict=True):
+            if got is not FAILED:  # a failed pass is made again serially, raising its error
+                self.keep_pass(t, *got)
         return jobs
 
     def _compute(self, key: WorkloadKey) -> Workload:
@@ -567,14 +554,10 @@ class Replays:
         return dict(self._memo[name])
 
 
-#: the Replays a forked worker reads (set only while `Replays.precompute` runs)
-_FORKED: Replays | None = None
-
-
-def _forked_pass(task: tuple) -> tuple[Any, float]:
-    assert _FORKED is not None, "a replay pass runs only in a worker Replays.precompute forked"
+def _timed_pass(replays: Replays, task: tuple) -> tuple[Any, float]:
+    """A forked worker's pass (`fork_map`): its result and seconds."""
     t0 = time.perf_counter()
-    result = _FORKED.run_pass(task)
+    result = replays.run_pass(task)
     return result, time.perf_counter() - t0
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.registry import Registry
 from scratchpipe_sim.safety import memory_guard
-from scratchpipe_sim.traces._jit import materialize, njit
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.store import TraceWriter
 from scratchpipe_sim.traces.trace import Trace
 
@@ -574,24 +574,18 @@ def _fill_tables(spec: GenSpec, tables: Sequence[int], out: np.ndarray) -> None:
             first += len(ids)
 
 
-#: the (spec, shared output) a forked generation worker fills (set only while
-#: `trace_from_spec` runs with jobs > 1)
-_FORKED_FILL: tuple[GenSpec, np.ndarray] | None = None
-
-
-def _forked_fill(tables: list[int]) -> None:
-    assert _FORKED_FILL is not None, "runs only in a worker trace_from_spec forked"
-    spec, out = _FORKED_FILL
+def _fill_group(state: tuple[GenSpec, np.ndarray], tables: list[int]) -> None:
+    """A forked worker's share of `_fill_parallel` (`fork_map`)."""
+    spec, out = state
     _fill_tables(spec, tables, out)
 
 
 def _fill_parallel(spec: GenSpec, out: np.ndarray, jobs: int) -> bool:
     """Draw the tables in `jobs` forked processes, each writing its tables' columns into
     `out` (shared memory); False where `fork` is unavailable (the caller draws serially)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from scratchpipe_sim.traces.forked import can_fork, fork_map
 
-    if "fork" not in multiprocessing.get_all_start_methods():
+    if not can_fork():
         return False
     widths = _widths(spec)
     groups: list[list[int]] = [[] for _ in range(jobs)]
@@ -600,16 +594,7 @@ def _fill_parallel(spec: GenSpec, out: np.ndarray, jobs: int) -> bool:
         k = load.index(min(load))
         groups[k].append(t)
         load[k] += widths[t]
-    materialize()  # Numba imported once here, not in every worker (traces/_jit.py)
-    global _FORKED_FILL
-    _FORKED_FILL = (spec, out)
-    try:
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-            for f in [pool.submit(_forked_fill, g) for g in groups if g]:
-                f.result()
-    finally:
-        _FORKED_FILL = None
+    fork_map(_fill_group, (spec, out), [g for g in groups if g], jobs)
     return True
 
 
