@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import simpy
+from small_configs import TWO_SMALL_TABLES
 
 from scratchpipe_sim.config import deep_merge, load_config, tier_rows
 from scratchpipe_sim.config.hardware import interpolate
@@ -21,16 +22,7 @@ from scratchpipe_sim.timing.machine import Machine, gather_core_ns
 #: every design that touches host rows (gpu-only keeps every table in HBM)
 HOST_DESIGNS = ["hybrid", "static-cache", "lru-cache", "lru-prefetch", "scratchpipe", "uvm",
                 "bagpipe"]
-BASE = {
-    "hardware": {"preset": "h100-gen5-cxl"},
-    "model": {"tables": {"count": 2, "rows": 4000, "dim": 32}, "pooling": 4, "batch_size": 64,
-              "num_batches": 12, "warmup_batches": 3, "bottom_mlp": [13, 16],
-              "top_mlp": [8, 1]},
-    "trace": {"distribution": "zipf", "alpha": 1.05},
-    "cache": {"capacity_rows": 1200, "lookahead": 3,
-              "pipeline": [["plan"], ["collect", "exchange", "insert"], ["train"]]},
-    "seed": 5,
-}
+BASE = {**TWO_SMALL_TABLES, "hardware": {"preset": "h100-gen5-cxl"}}
 
 
 def cfg_with(share: float, over: dict | None = None):

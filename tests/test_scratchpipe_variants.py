@@ -6,24 +6,17 @@ from __future__ import annotations
 
 import pytest
 import simpy
+from small_configs import TWO_SMALL_TABLES
 
 from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing import simulate
 from scratchpipe_sim.timing.machine import Machine
 
-BASE = {
-    "hardware": {"preset": "a100-gen4", "cpu": {"llc_MiB": 0}, "gpu": {"l2_MiB": 0},
-                 "pcie": {"dma_loads_dram": False}},
-    "model": {"tables": {"count": 2, "rows": 4000, "dim": 32}, "pooling": 4, "batch_size": 64,
-              "num_batches": 12, "warmup_batches": 3, "bottom_mlp": [13, 16],
-              "top_mlp": [8, 1]},
-    "trace": {"distribution": "zipf", "alpha": 1.05},
-    "cache": {"capacity_rows": 1200, "lookahead": 3,
-              "pipeline": [["plan"], ["collect", "exchange", "insert"], ["train"]]},
-    "designs": ["scratchpipe"],
-    "seed": 5,
-}
+BASE = {**TWO_SMALL_TABLES,
+        "hardware": {"preset": "a100-gen4", "cpu": {"llc_MiB": 0}, "gpu": {"l2_MiB": 0},
+                     "pcie": {"dma_loads_dram": False}},
+        "designs": ["scratchpipe"]}
 
 
 def run(cache=None):

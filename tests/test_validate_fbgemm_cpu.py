@@ -11,7 +11,6 @@ without fbgemm-gpu-cpu (the `peers` extra).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -19,21 +18,10 @@ import sys
 import numpy as np
 import pytest
 import yaml
+from test_peers_fbgemm import _fbgemm_reason  # the one check that FBGEMM's CPU build loads
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import load_config
-
-
-def _fbgemm_reason() -> str | None:
-    for mod in ("torch", "fbgemm_gpu"):
-        if importlib.util.find_spec(mod) is None:
-            return f"{mod} is not installed (pip install -e '.[peers]')"
-    try:
-        import fbgemm_gpu.split_table_batched_embeddings_ops_training  # noqa: F401
-    except Exception as e:  # a build that does not load against this torch
-        return f"fbgemm_gpu does not import: {type(e).__name__}: {e}"
-    return None
-
 
 needs_fbgemm = pytest.mark.skipif(_fbgemm_reason() is not None,
                                   reason=str(_fbgemm_reason()))
