@@ -124,6 +124,7 @@ def _handle_sweep(args: argparse.Namespace) -> int:
         write_bands,
     )
     from scratchpipe_sim.experiments.spec import expand_points, load_experiment
+    from scratchpipe_sim.timing.runner import check_jobs
 
     if args.overrides:
         raise UserError("--set applies to a config; an experiment sets its values under "
@@ -131,9 +132,7 @@ def _handle_sweep(args: argparse.Namespace) -> int:
     if args.out is None:
         raise UserError("expected --out DIR (a new folder for bands.csv and bands.json)",
                         source=args.config, field="--out")
-    jobs = 1 if args.jobs is None else args.jobs
-    if jobs < 1:
-        raise UserError(f"expected --jobs >= 1, got {jobs}", field="--jobs")
+    jobs = 1 if args.jobs is None else check_jobs(args.jobs)
     spec = load_experiment(args.config)
     # bad selectors and an existing --out fail before anything runs
     points = expand_points(spec)

@@ -22,7 +22,7 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.experiments.sensitivity import run_sensitivity
 from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.timing.designs import baseline_design
-from scratchpipe_sim.timing.runner import check_designs
+from scratchpipe_sim.timing.runner import check_designs, check_jobs, usable_cores
 
 BANDS_JSON = "bands.json"
 BANDS_CSV = "bands.csv"
@@ -198,8 +198,7 @@ def run_bands(spec: Any, selectors: Sequence[str] = (), designs: Sequence[str] |
 
     if samples < 0:
         raise UserError(f"expected samples >= 0, got {samples}", field="--samples")
-    if jobs < 1:
-        raise UserError(f"expected --jobs >= 1, got {jobs}", field="--jobs")
+    check_jobs(jobs)
     points = expand_points(spec) if points is None else list(points)
     chosen = select_points(points, spec.axes, selectors, spec.source)
     names = list(designs) if designs else list(points[0].config.get("designs") or [])
@@ -207,8 +206,6 @@ def run_bands(spec: Any, selectors: Sequence[str] = (), designs: Sequence[str] |
         raise UserError("expected a 'designs:' list (the base config has none)",
                         source=spec.source, field="designs")
     check_designs(Config.from_dict(points[0].config, source=spec.source), names)
-    from scratchpipe_sim.timing.runner import usable_cores  # noqa: PLC0415
-
     # one point at a time: its varied configs are priced on every core instead
     fn = functools.partial(band_point, samples=samples, seed=seed,
                            pinned=pinned_by(spec.axes),

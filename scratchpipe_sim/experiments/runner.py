@@ -275,13 +275,12 @@ def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
 
     `replay_cache=False` (`sweep --no-cache`): the simulator recomputes every policy replay
     instead of reading the on-disk replay cache (identical results)."""
-    if jobs < 1:
-        raise UserError(f"expected --jobs >= 1, got {jobs}", field="--jobs")
+    from scratchpipe_sim.timing.runner import check_jobs, usable_cores
+
+    check_jobs(jobs)
     executor = executor or ("process" if jobs > 1 else "local")
     real = run_point is None
     if run_point is None:  # one point at a time: its replays use the cores instead
-        from scratchpipe_sim.timing.runner import usable_cores
-
         run_point = functools.partial(
             simulate_point, replay_cache=replay_cache,
             replay_jobs=usable_cores() if executor == "local" else 1)
