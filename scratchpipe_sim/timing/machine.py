@@ -39,7 +39,7 @@ import simpy
 from scratchpipe_sim.config import Config, interpolate
 from scratchpipe_sim.config.hardware import rate_at
 from scratchpipe_sim.config.model import GiB
-from scratchpipe_sim.timing.resources import Memory, Pcie, Recorder, Server, Span
+from scratchpipe_sim.timing.resources import AllDone, Memory, Pcie, Recorder, Server, Span
 
 #: bits a CUB onesweep radix-sort pass sorts on (CCCL dispatch_radix_sort: ONESWEEP_RADIX_BITS)
 RADIX_BITS = 8
@@ -424,7 +424,7 @@ class Machine:
         evs = [p for p in parts if p is not None]
         if not evs:
             return None
-        return evs[0] if len(evs) == 1 else self.env.all_of(evs)
+        return evs[0] if len(evs) == 1 else AllDone(self.env, evs)
 
     def end_stage(self, name: str, batch: int, start: float) -> None:
         if name not in self.stage_ns:

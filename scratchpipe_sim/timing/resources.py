@@ -19,11 +19,70 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from heapq import heappush
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL, PENDING
 
 _EPS_NS = 1e-6
+
+
+class _Timer:
+    """A bare SimPy queue entry: what `env.timeout(delay)` schedules, without the Timeout.
+
+    Why: a sensitivity point makes millions of PS timers and latency waits, and SimPy's
+    `step` reads only `callbacks` and `_ok` of an event; pushing this onto the queue with
+    the same (time, priority, eid) key as `Timeout` keeps the event order (so the floats)
+    exactly while skipping the Event/Timeout constructors. A superseded PS timer has its
+    callbacks emptied, so popping it costs no call.
+    """
+
+    __slots__ = ("callbacks", "_ok", "_value", "args")
+
+    def __init__(self, callback: Callable[[_Timer], None], args: tuple = ()) -> None:
+        self.callbacks = [callback]
+        self._ok = True
+        self._value = None
+        self.args = args
+
+
+def _schedule(env: simpy.Environment, delay: float, timer: _Timer) -> None:
+    """`env.timeout(delay)`'s scheduling, bit for bit (`Environment.schedule`)."""
+    heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), timer))
+
+
+class AllDone(simpy.Event):
+    """`env.all_of(events)` for events that never fail and whose value nobody reads.
+
+    Why: SimPy's AllOf builds a ConditionValue of every child and re-checks a predicate
+    on each one; a stage waits on hundreds of thousands of these in a sensitivity. This
+    succeeds at the same moment as AllOf (as the callback of its last child, or at once
+    when every child was already processed), so it takes the same place in the event
+    queue and the simulation is unchanged. Its value is None.
+    """
+
+    def __init__(self, env: simpy.Environment, events: list[simpy.Event]) -> None:
+        super().__init__(env)
+        left = 0
+        for ev in events:
+            if ev.callbacks is not None:  # not yet processed
+                ev.callbacks.append(self._one)
+                left += 1
+        self._left = left
+        if not left:
+            self.succeed()
+
+    def _one(self, ev: simpy.Event) -> None:
+        if self._value is not PENDING:  # failed already
+            return
+        if not ev._ok:  # as AllOf: a failed child fails the whole
+            ev._defused = True
+            self.fail(ev._value)
+            return
+        self._left -= 1
+        if not self._left:
+            self.succeed()
 
 
 @dataclass
@@ -74,7 +133,7 @@ class Server:
         self._active: dict[int, list] = {}
         self._next_id = 0
         self._last = 0.0
-        self._gen = 0
+        self._timer: _Timer | None = None  # the pending PS timer (None: none pending)
         self._target: int | None = None  # the transfer the pending timer will complete
         self._capped = 0  # active transfers with max_share < 1
         self._listeners: list[Callable[[bool], None]] = []
@@ -126,17 +185,22 @@ class Server:
         span = (Span(self.name, label, self.env.now, 0.0, batch, nbytes)
                 if self.recorder.keep_spans else None)
         if lat > 0:
-            self.env.timeout(lat).callbacks.append(
-                lambda _ev: self._serve(work, max_share, span, end))
+            _schedule(self.env, lat, _Timer(self._arrive, (work, max_share, span, end)))
         else:
             self._serve(work, max_share, span, end)
+
+    def _arrive(self, timer: _Timer) -> None:
+        self._serve(*timer.args)
 
     def _serve(self, work: float, max_share: float, span: Span | None,
                end: simpy.Event) -> None:
         """After the latency: join the processor sharing (when there is work)."""
         if work > 0:
-            self._advance()
             was_idle = not self._active
+            if was_idle:  # _advance() of an idle server: only the clock moves
+                self._last = self.env._now
+            else:
+                self._advance()
             share_cap = min(max(max_share, 1e-9), 1.0)
             self._active[self._next_id] = [work, end, share_cap, span]
             self._capped += share_cap < 1.0
@@ -152,7 +216,11 @@ class Server:
         if span is not None:
             span.end_ns = self.env.now
             self.recorder.spans.append(span)
-        end.succeed()
+        # end.succeed(), inlined (a fresh event: never triggered before)
+        end._ok = True
+        end._value = None
+        env = self.env
+        heappush(env._queue, (env._now, NORMAL, next(env._eid), end))
 
     def _shares(self) -> dict[int, float]:
         """Fraction of the server each active transfer gets: equal shares, except that a
@@ -182,7 +250,9 @@ class Server:
         self._last = now
 
     def _reschedule(self) -> None:
-        self._gen += 1
+        if self._timer is not None:
+            self._timer.callbacks = []  # superseded: popped later, calls nothing
+            self._timer = None
         active = self._active
         if not active:
             return
@@ -190,17 +260,28 @@ class Server:
             shares = self._shares()
             self._target = min(active, key=lambda k: active[k][0] / shares[k])
             share = shares[self._target]
+            least = active[self._target][0]
+        elif len(active) == 1:  # alone: share 1.0 (= 1.0 / 1)
+            for t, item in active.items():
+                self._target, least = t, item[0]
+            share = 1.0
         else:
+            # min(active, key=work / share), unrolled: the first transfer with the least
             share = 1.0 / len(active)
-            self._target = min(active, key=lambda k: active[k][0] / share)
-        least = active[self._target][0]
+            best = None
+            for k, item in active.items():
+                v = item[0] / share
+                if best is None or v < best:
+                    best, t = v, k
+            self._target = t
+            least = active[t][0]
         delay = max(least, 0.0) / (share * self.rate)
-        gen = self._gen
-        self.env.timeout(delay).callbacks.append(lambda _ev: self._on_timer(gen))
+        self._timer = timer = _Timer(self._on_timer)
+        env = self.env
+        heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), timer))
 
-    def _on_timer(self, gen: int) -> None:
-        if gen != self._gen:
-            return
+    def _on_timer(self, _timer: _Timer) -> None:
+        self._timer = None
         self._advance()
         # The timer was set for `_target`'s completion: finish it (and any transfer at least
         # as close) even when float rounding at a large `now` leaves a sliver of work, which
@@ -211,6 +292,8 @@ class Server:
             cutoff = max(active[t][0], 0.0) / shares[t] + _EPS_NS
             finished = [k for k, item in active.items()
                         if k == t or item[0] / shares[k] <= cutoff]
+        elif len(active) == 1:
+            finished = [t]
         else:
             share = 1.0 / len(active)
             cutoff = max(active[t][0], 0.0) / share + _EPS_NS
@@ -254,7 +337,7 @@ class Memory:
                  self.server.transfer((rows - hit) * row_bytes, batch, label,
                                       efficiency=self.gather_eff(row_bytes))]
         evs = [p for p in parts if p is not None]
-        return evs[0] if len(evs) == 1 else self.server.env.all_of(evs)
+        return evs[0] if len(evs) == 1 else AllDone(self.server.env, evs)
 
     def stream(self, nbytes: float, batch: int, label: str, efficiency: float = 1.0
                ) -> simpy.Event | None:
@@ -328,4 +411,5 @@ class Pcie:
                   skip: bool) -> simpy.Event:
         if self.dram is None or skip:
             return link
-        return self.env.all_of([link, self.dram.transfer(nbytes, batch, label)])
+        dram = self.dram.transfer(nbytes, batch, label)
+        return link if dram is None else AllDone(self.env, [link, dram])
