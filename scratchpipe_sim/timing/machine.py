@@ -429,8 +429,10 @@ class Machine:
     def end_stage(self, name: str, batch: int, start: float) -> None:
         if name not in self.stage_ns:
             self.stage_order.append(name)
-        self.stage_ns[name][batch] += self.env.now - start
-        self.recorder.add(Span("stages", name, start, self.env.now, batch))
+        now = self.env._now
+        self.stage_ns[name][batch] += now - start
+        if self.recorder.keep_spans:  # no Span built for a run without a timeline
+            self.recorder.spans.append(Span("stages", name, start, now, batch))
 
     def seq(self, *steps) -> simpy.Process:
         """A process running zero-argument event factories one after another."""

@@ -47,11 +47,6 @@ class _Timer:
         self.args = args
 
 
-def _schedule(env: simpy.Environment, delay: float, timer: _Timer) -> None:
-    """`env.timeout(delay)`'s scheduling, bit for bit (`Environment.schedule`)."""
-    heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), timer))
-
-
 class AllDone(simpy.Event):
     """`env.all_of(events)` for events that never fail and whose value nobody reads.
 
@@ -154,8 +149,19 @@ class Server:
         # No SimPy process per transfer: it starts at once (waits its latency, then joins the
         # processor sharing) and returns the event that fires when it completes: two events
         # a transfer (latency, completion) plus the shared completion timers.
-        end = simpy.Event(self.env)
-        self._begin(float(nbytes), batch, label, efficiency, GBps, latency_ns, max_share, end)
+        env = self.env
+        end = simpy.Event(env)
+        nbytes = float(nbytes)
+        self.bytes_by_batch[batch] += nbytes
+        lat = self.latency_ns if latency_ns is None else latency_ns
+        work = nbytes / ((GBps or self.GBps) * efficiency)
+        span = (Span(self.name, label, env._now, 0.0, batch, nbytes)
+                if self.recorder.keep_spans else None)
+        if lat > 0:
+            heappush(env._queue, (env._now + lat, NORMAL, next(env._eid),
+                                  _Timer(self._arrive, (work, max_share, span, end))))
+        else:
+            self._serve(work, max_share, span, end)
         return end
 
     def busy_now(self) -> float:
@@ -176,19 +182,6 @@ class Server:
         self._reschedule()
 
     # -- PS machinery -------------------------------------------------------------------------
-    def _begin(self, nbytes: float, batch: int, label: str, efficiency: float,
-               GBps: float | None, latency_ns: float | None, max_share: float,
-               end: simpy.Event) -> None:
-        self.bytes_by_batch[batch] += nbytes
-        lat = self.latency_ns if latency_ns is None else latency_ns
-        work = nbytes / ((GBps or self.GBps) * efficiency)
-        span = (Span(self.name, label, self.env.now, 0.0, batch, nbytes)
-                if self.recorder.keep_spans else None)
-        if lat > 0:
-            _schedule(self.env, lat, _Timer(self._arrive, (work, max_share, span, end)))
-        else:
-            self._serve(work, max_share, span, end)
-
     def _arrive(self, timer: _Timer) -> None:
         self._serve(*timer.args)
 
