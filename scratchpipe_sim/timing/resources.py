@@ -194,7 +194,7 @@ class Server:
                 self._last = self.env._now
             else:
                 self._advance()
-            share_cap = min(max(max_share, 1e-9), 1.0)
+            share_cap = 1.0 if max_share == 1.0 else min(max(max_share, 1e-9), 1.0)
             self._active[self._next_id] = [work, end, share_cap, span]
             self._capped += share_cap < 1.0
             self._next_id += 1
@@ -268,7 +268,7 @@ class Server:
                     best, t = v, k
             self._target = t
             least = active[t][0]
-        delay = max(least, 0.0) / (share * self.rate)
+        delay = (0.0 if 0.0 > least else least) / (share * self.rate)  # max(least, 0.0)
         self._timer = timer = _Timer(self._on_timer)
         env = self.env
         heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), timer))
