@@ -241,3 +241,37 @@ def test_store_crc_detects_damage_and_old_stores_pass(tmp_path):
     del m["crc32"]  # a store written before CRCs: nothing to check
     (path / "manifest.json").write_text(json.dumps(m))
     verify_store(path)
+
+
+def _trace_writer(folder: str, barrier) -> None:
+    barrier.wait()
+    for _ in range(5):
+        got = tc.cached_trace({"same": "entry"}, _multi_trace, folder=folder)
+        assert got.fingerprint() == _multi_trace().fingerprint()
+        for p in Path(folder).glob(f"*{tc.SUFFIX}"):
+            shutil.rmtree(p, ignore_errors=True)  # the next round writes again, concurrently
+
+
+def test_concurrent_trace_writers_leave_one_valid_entry(tmp_path, capsys):
+    import multiprocessing as mp
+
+    folder = str(tmp_path / "shared")
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_trace_writer, args=(folder, barrier)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    procs = [ctx.Process(target=tc.cached_trace, args=({"same": "entry"}, _multi_trace),
+                         kwargs={"folder": folder}) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    names = sorted(os.listdir(folder))
+    assert len(names) == 1 and names[0].endswith(tc.SUFFIX), names  # no temporary left
+    got = tc.cached_trace({"same": "entry"}, lambda: pytest.fail("rebuilt"), folder=folder)
+    _same_trace(got, _multi_trace())
