@@ -94,7 +94,7 @@ def replay_cache_times(trace, rows, cfg) -> dict[str, tuple[float, float, int]]:
 
     out = {}
     t0 = time.perf_counter()
-    rc.trace_fingerprint(trace)  # once per trace (remembered), not counted per policy
+    trace.fingerprint()  # once per trace (remembered), not counted per policy
     print(f"trace fingerprint (sha256 of the trace arrays): {time.perf_counter() - t0:.3f} s")
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
         os.environ["SCRATCHPIPE_CACHE_DIR"] = tmp

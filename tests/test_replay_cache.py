@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from scratchpipe_sim.policies import replay_cache as rc
 from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy
-from scratchpipe_sim.traces.trace import Trace
+from scratchpipe_sim.traces.trace import Trace, slice_trace
 
 POLICY_CASES = [("lru", {}), ("lfu", {}), ("belady", {}), ("belady-bypass", {}),
                 ("static", {"profile_fraction": 0.5}), ("fbgemm-lru", {"ways": 4}),
@@ -87,12 +87,12 @@ def test_hit_does_not_recompute_and_key_parts_matter(tmp_path):
     assert len(calls) == 2
     # a different trace content gives a different fingerprint, an equal one the same
     a, b = _trace(1), _trace(1)
-    assert rc.trace_fingerprint(a) == rc.trace_fingerprint(b)
+    assert a.fingerprint() == b.fingerprint()
     ids = a.indices.copy()
     ids[17] = (ids[17] + 1) % 80
     c = Trace.single_table(ids, 80, 7)
-    assert rc.trace_fingerprint(c) != rc.trace_fingerprint(a)
-    assert rc.trace_fingerprint(_trace(1, batch=8)) != rc.trace_fingerprint(a)
+    assert c.fingerprint() != a.fingerprint()
+    assert _trace(1, batch=8).fingerprint() != a.fingerprint()
 
 
 def _damage_truncate(p: Path) -> None:
@@ -220,21 +220,10 @@ def test_concurrent_writers_leave_one_valid_entry(tmp_path):
     np.testing.assert_array_equal(cols["b"], np.arange(n) * 3)
 
 
-# -- trace slices, content checksum, generated-trace cache ------------------------------------
-def test_content_sha256_is_the_int64_arrays_hash_and_slices_derive_their_fingerprint():
-    import hashlib
-
+# -- a slice's replay ---------------------------------------------------------------------------
+def test_a_slices_replay_through_the_cache_equals_a_fresh_copys():
     t = _trace(4, n=700, batch=5)
-    h = hashlib.sha256()  # the oracle: the four arrays as little-endian int64, in order
-    for arr in (t.table_rows, t.indices, t.offsets, t.batch_bounds):
-        h.update(np.asarray(arr, "<i8").tobytes())
-    assert rc.content_sha256(t) == h.hexdigest() == rc.trace_sha256(t)
-    a, a2, b = rc.slice_trace(t, 3, 40), rc.slice_trace(t, 3, 40), rc.slice_trace(t, 4, 41)
-    assert rc.trace_fingerprint(a) == rc.trace_fingerprint(a2)  # no hashing: derived
-    assert rc.trace_fingerprint(a) != rc.trace_fingerprint(b)  # same shape, other batches
-    assert rc.trace_fingerprint(a) != rc.trace_fingerprint(t)
-    assert rc.slice_trace(t, 0, t.num_batches) is t
-    # a slice's replay through the cache equals the replay of a fresh copy of it
+    a, a2 = slice_trace(t, 3, 40), slice_trace(t, 3, 40)
     fresh = Trace.single_table(np.asarray(a.indices).copy(), 80, 5)
     want, _ = rc.policy_columns(fresh, "lru", 9, enabled=False)
     got, _ = rc.policy_columns(a, "lru", 9)
@@ -242,92 +231,3 @@ def test_content_sha256_is_the_int64_arrays_hash_and_slices_derive_their_fingerp
     for c in want:
         np.testing.assert_array_equal(got[c], want[c])
         np.testing.assert_array_equal(again[c], want[c])
-
-
-def _multi_trace() -> Trace:
-    from scratchpipe_sim.traces.generators import generate_trace
-
-    return generate_trace("zipf", [300, 500], 16, 9, [3, 2], 7, alpha=1.1)
-
-
-def _same_trace(a: Trace, b: Trace) -> None:
-    for name in ("table_rows", "indices", "offsets", "batch_bounds"):
-        x, y = getattr(a, name), getattr(b, name)
-        assert x.dtype == y.dtype and x.shape == y.shape
-        np.testing.assert_array_equal(x, y)
-    assert (a.batch_size, a.meta, a.source) == (b.batch_size, b.meta, b.source)
-
-
-def _trace_entries() -> list[Path]:
-    return sorted(rc.trace_cache_folder().glob(f"*{rc.TRACE_SUFFIX}"))
-
-
-def test_cached_trace_reads_back_the_same_trace_with_its_checksums():
-    calls = []
-
-    def build():
-        calls.append(1)
-        return _multi_trace()
-
-    key = {"kind": "test-trace", "seed": 7}
-    first = rc.cached_trace(key, build)
-    want_fp, want_sha = rc.trace_fingerprint(first), rc.content_sha256(first)
-    again = rc.cached_trace(key, build)
-    assert calls == [1] and again is not first and len(_trace_entries()) == 1
-    _same_trace(first, again)
-    assert rc.trace_fingerprint(again) == want_fp and rc.trace_sha256(again) == want_sha
-    # read back from the entry, not recomputed: equal to a fresh computation on a copy
-    copy = Trace(*(np.array(getattr(again, n)) for n in ("table_rows", "indices", "offsets",
-                                                        "batch_bounds")), again.batch_size)
-    assert rc.content_sha256(copy) == want_sha
-    rc.cached_trace({**key, "seed": 8}, build)
-    assert calls == [1, 1] and len(_trace_entries()) == 2
-    off = rc.cached_trace({"kind": "other"}, build, enabled=False)
-    assert calls == [1, 1, 1] and len(_trace_entries()) == 2
-    _same_trace(off, first)
-    # a key JSON cannot write has no stable name: built every time, never stored
-    odd = {"kind": "test-trace", "params": {"p": object()}}
-    rc.cached_trace(odd, build)
-    rc.cached_trace(odd, build)
-    assert calls == [1, 1, 1, 1, 1] and len(_trace_entries()) == 2
-
-
-def _flip_at(frac: float):
-    def damage(p: Path) -> None:
-        data = bytearray(p.read_bytes())
-        data[int(len(data) * frac)] ^= 0x10
-        p.write_bytes(bytes(data))
-    return damage
-
-
-@pytest.mark.parametrize("damage", [_damage_truncate, _damage_empty, _flip_at(0.02),
-                                    _flip_at(0.5), _flip_at(0.999)])
-def test_damaged_trace_entry_is_detected_and_rebuilt(damage, capsys):
-    key = {"kind": "test-trace", "seed": 7}
-    want = rc.cached_trace(key, _multi_trace)
-    (entry,) = _trace_entries()
-    damage(entry)
-    calls = []
-
-    def build():
-        calls.append(1)
-        return _multi_trace()
-
-    got = rc.cached_trace(key, build)
-    assert calls == [1] and "damaged entry" in capsys.readouterr().err
-    _same_trace(got, want)
-    rc.cached_trace(key, build)  # rewritten whole: read back
-    assert calls == [1]
-
-
-def test_trace_entry_of_another_key_is_never_used():
-    a = rc.cached_trace({"k": 1}, _multi_trace)
-    rc.cached_trace({"k": 2}, lambda: Trace.single_table(np.arange(40) % 9, 9, 4))
-    (one, two) = _trace_entries()
-    one.write_bytes(two.read_bytes()) if one.stat().st_size > two.stat().st_size else \
-        two.write_bytes(one.read_bytes())
-    calls = []
-    for k in (1, 2):
-        rc.cached_trace({"k": k}, lambda: calls.append(1) or _multi_trace())
-    assert calls == [1]  # exactly the overwritten one was rebuilt
-    _same_trace(rc.cached_trace({"k": 1}, _multi_trace), a)

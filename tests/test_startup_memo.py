@@ -16,7 +16,7 @@ from scratchpipe_sim.config import hardware, load_config, loader, read_yaml
 from scratchpipe_sim.config.hardware import CpuConfig, interpolate
 from scratchpipe_sim.config.schema import build
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies import replay_cache as rc
+from scratchpipe_sim.traces import trace as rc
 from scratchpipe_sim.traces.trace import Trace
 
 
@@ -156,8 +156,8 @@ def test_slice_memo_returns_the_same_slice_with_the_right_content():
     fresh = t.slice(2, 9)
     for name in ("indices", "offsets", "batch_bounds", "table_rows"):
         assert np.array_equal(getattr(a, name), getattr(fresh, name))
-    assert rc.trace_fingerprint(a) == rc.trace_fingerprint(rc.slice_trace(t, 2, 9))
-    assert rc.trace_fingerprint(a) != rc.trace_fingerprint(rc.slice_trace(t, 2, 10))
+    assert a.fingerprint() == rc.slice_trace(t, 2, 9).fingerprint()
+    assert a.fingerprint() != rc.slice_trace(t, 2, 10).fingerprint()
     assert rc.slice_trace(t, 0, t.num_batches) is t
 
 

@@ -140,14 +140,13 @@ def run_designs(cfg: Config, names: Sequence[str], trace: Trace, *,
                 progress: DesignProgress | None = None, jobs: int = 1) -> RunOutcome:
     """Every design of `names` on `trace` (timelines into `timeline_dir` when given; the
     independent replays in `jobs` processes, identical results)."""
-    from scratchpipe_sim.policies.replay_cache import trace_sha256
     from scratchpipe_sim.timing import simulate as simulate_designs
 
     rows = simulate_designs(cfg, list(names), timeline_dir=timeline_dir, trace=trace,
                             progress=progress, replay_cache=replay_cache, jobs=jobs)
     from scratchpipe_sim.timing.designs import with_default_designs
 
-    return RunOutcome(rows, with_default_designs(cfg.to_dict()), trace_sha256(trace))
+    return RunOutcome(rows, with_default_designs(cfg.to_dict()), trace.checksum())
 
 
 def result_records(outcome: RunOutcome) -> tuple[list[str], list[dict[str, Any]]]:

@@ -65,7 +65,7 @@ def point_trace(config: dict, cfg: Any, cache: bool = True, jobs: int = 1) -> An
     key = _trace_key(config)
     trace = _TRACE_CACHE.get(key)
     if trace is None:
-        from scratchpipe_sim.policies.replay_cache import forget_slices
+        from scratchpipe_sim.traces.trace import forget_slices
 
         _TRACE_CACHE.clear()  # the previous trace (and its slices) freed before building
         forget_slices()

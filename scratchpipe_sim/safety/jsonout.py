@@ -8,7 +8,7 @@ float to null and then writes with allow_nan=False, so a NaN can never reach the
 
 `canonical_json` is the project's one canonical-JSON text for hashing: sweep point keys
 (`experiments.hashing.config_hash`) and the replay / trace cache keys
-(`policies.replay_cache`, `strict=True`).
+(`traces.disk_cache`, `strict=True`).
 """
 
 from __future__ import annotations

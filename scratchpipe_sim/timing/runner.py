@@ -23,15 +23,7 @@ import simpy
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.model import DEFAULT_ROWS, per_table
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies.replay_cache import (
-    NotCached,
-    cached_columns,
-    cached_trace,
-    lookup_only,
-    slice_trace,
-    trace_fingerprint,
-    with_meta,
-)
+from scratchpipe_sim.policies.replay_cache import NotCached, cached_columns, lookup_only
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.counts import (
     Workload,
@@ -49,7 +41,8 @@ from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.traces import generators
 from scratchpipe_sim.traces.forked import FAILED, can_fork, fork_map
-from scratchpipe_sim.traces.trace import Trace
+from scratchpipe_sim.traces.trace import Trace, slice_trace
+from scratchpipe_sim.traces.trace_cache import cached_trace
 
 #: `cache.warmup_batches: auto` on a generated trace lengthens its warm-up prefix (doubling
 #: it from model.num_batches) until the cache would be full or the timed batches' rate of
@@ -160,7 +153,7 @@ def config_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = N
     It holds the cache warm-up prefix (at most `prefix_cap` batches) followed by the
     model.num_batches timed batches; `simulate` replays the prefix through the policies only.
     A generated trace is read back from the on-disk trace cache when an earlier run made
-    the same one (`replay_cache.cached_trace`; `cache=False` generates it afresh).
+    the same one (`traces.trace_cache.cached_trace`; `cache=False` generates it afresh).
     """
     t, m = cfg.trace, cfg.model
     if t.path is not None:
@@ -181,7 +174,7 @@ def config_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = N
                     f"{trace.batch_size})", source=cfg.source, field="model.batch_size")
         else:  # flat id streams are cut into the model's mini-batches; rows = max id + 1
             trace = open_trace(path, batch_size=m.batch_size, fmt=t.format)
-            trace = with_meta(trace, {**trace.meta, ROWS_INFERRED: True})
+            trace = trace.with_meta({**trace.meta, ROWS_INFERRED: True})
         return fit_trace(trace, sized_config(cfg, trace))
     seed = cfg.seed if t.seed is None else t.seed
 
@@ -330,7 +323,7 @@ def workload(trace: Trace, key: WorkloadKey, cfg: Config, memo: dict | None = No
         raise UserError(e.message, source=cfg.source, field=field) from None
 
 
-#: code behind the trace passes `Replays` caches (see `replay_cache.code_digest`)
+#: code behind the trace passes `Replays` caches (see `traces.disk_cache.code_digest`)
 _COUNTS_SOURCES = ("timing/counts.py", "traces/trace.py")
 _ONCHIP_SOURCES = ("timing/onchip.py", "traces/trace.py")
 _AUTO_SOURCES = ("timing/counts.py", "timing/runner.py", "traces/trace.py")
@@ -369,7 +362,7 @@ class Replays:
         through the on-disk cache like the policy replays (unless `--no-cache`)."""
         if not self.replay_cache:
             return compute()
-        return cached_columns({"kind": kind, "trace": trace_fingerprint(trace), **key},
+        return cached_columns({"kind": kind, "trace": trace.fingerprint(), **key},
                               compute, True, sources=sources)
 
     def _warmup_length(self, capacity: int) -> int:
@@ -648,14 +641,14 @@ def auto_warmup_trace(cfg: Config, replay_cache: bool, jobs: int = 1) -> Trace:
 
         if replay_cache:  # a warm run decides from the on-disk cache, as for replays
             _, extra = cached_columns(
-                {"kind": "auto-warmup", "trace": trace_fingerprint(trace), "prefix": prefix,
+                {"kind": "auto-warmup", "trace": trace.fingerprint(), "prefix": prefix,
                  "capacity": int(capacity), "warmup_batches": m.warmup_batches,
                  "tol": STEADY_TOL}, compute, True, sources=_AUTO_SOURCES)
         else:
             _, extra = compute()
         if (extra["warm"]
                 or (2 * prefix + m.num_batches) * per_batch > AUTO_WARMUP_MAX_ACCESSES):
-            return with_meta(trace, {**trace.meta, AUTO_PREFIX: prefix})
+            return trace.with_meta({**trace.meta, AUTO_PREFIX: prefix})
         prefix *= 2
 
 

@@ -1,6 +1,7 @@
 """The project's on-disk trace format: a folder `NAME.sptrace/` that memory-maps.
 
-    manifest.json      format, version, table_rows, batch_size, counts, dtypes, sha256, meta
+    manifest.json      format, version, table_rows, batch_size, counts, dtypes, sha256,
+                       crc32 (of each .bin file), meta
     indices.bin        row ids (uint32 when every table fits, else int64), raw little-endian
     offsets.bin        int64 bag offsets (num_bags + 1)
     batch_bounds.bin   int64 bag index where each batch starts (num_batches + 1)
@@ -8,7 +9,10 @@
 Raw arrays (not .npy) so `TraceWriter` can append chunk by chunk without knowing the final
 length; the writer builds in a temporary sibling folder and renames it into place only when
 complete, so a crash never leaves a half-written trace under the final name. Reading maps the
-files (`np.memmap`), so a trace larger than RAM streams with bounded memory.
+files (`np.memmap`), so a trace larger than RAM streams with bounded memory. The manifest's
+CRC-32 of each file (computed while writing, so it costs no extra pass) lets a reader
+check the data (`read_trace(path, verify=True)`, `verify_store`) without hashing the files
+with sha256; a store written before it was added has none and is not checked.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import json
 import os
 import shutil
 import tempfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +50,10 @@ class TraceWriter:
     """
 
     def __init__(self, path: str | os.PathLike, table_rows, batch_size: int,
-                 meta: dict | None = None, overwrite: bool = False):
+                 meta: dict | None = None, overwrite: bool = False,
+                 index_dtype: str | None = None, extra: dict | None = None):
+        """`index_dtype`: one of `_INDEX_DTYPES` (default: uint32 when every table fits,
+        else int64); `extra`: more manifest keys (e.g. the trace cache's record)."""
         self.path = Path(path)
         if self.path.exists() and not overwrite:
             raise UserError("already exists; refusing to overwrite", source=str(self.path))
@@ -53,8 +61,12 @@ class TraceWriter:
         self.batch_size = int(batch_size)
         self.meta = dict(meta or {})
         self.overwrite = overwrite
-        self.index_dtype = np.dtype(_INDEX_DTYPES[0] if self.table_rows.max() <= 2**32
-                                    else _INDEX_DTYPES[1])
+        if index_dtype is None:
+            index_dtype = _INDEX_DTYPES[0] if self.table_rows.max() <= 2**32 else _INDEX_DTYPES[1]
+        if np.dtype(index_dtype).str not in _INDEX_DTYPES:
+            raise ValueError(f"index dtype {index_dtype}: expected one of {_INDEX_DTYPES}")
+        self.index_dtype = np.dtype(index_dtype)
+        self.extra = dict(extra or {})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = Path(tempfile.mkdtemp(prefix=self.path.name + ".", suffix=".tmp",
                                           dir=self.path.parent))
@@ -62,8 +74,18 @@ class TraceWriter:
         self._num_indices = 0
         self._num_bags = 0
         self._num_batches = 0
-        self._f["offsets.bin"].write(np.zeros(1, "<i8").tobytes())
-        self._f["batch_bounds.bin"].write(np.zeros(1, "<i8").tobytes())
+        self._crc = dict.fromkeys(_FILES, 0)
+        self._write("offsets.bin", np.zeros(1, "<i8"))
+        self._write("batch_bounds.bin", np.zeros(1, "<i8"))
+
+    def _write(self, name: str, arr: np.ndarray) -> None:
+        """Append `arr`'s bytes to file `name`, its CRC-32 updated on the way (in blocks:
+        no bytes copy of a large array)."""
+        flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        for lo in range(0, len(flat), _CRC_BLOCK):
+            block = memoryview(flat[lo : lo + _CRC_BLOCK])
+            self._crc[name] = zlib.crc32(block, self._crc[name])
+            self._f[name].write(block)
 
     def append_batch(self, indices: np.ndarray, offsets: np.ndarray) -> None:
         """One batch in FBGEMM layout: `offsets` has T*B+1 entries starting at 0."""
@@ -82,9 +104,9 @@ class TraceWriter:
             raise ValueError("batch_bounds must cut the bags into groups of T*B")
         if len(indices) and (indices.min() < 0):
             raise ValueError("negative row id")
-        self._f["indices.bin"].write(indices.astype(self.index_dtype, copy=False).tobytes())
-        self._f["offsets.bin"].write((offsets[1:] + self._num_indices).astype("<i8").tobytes())
-        self._f["batch_bounds.bin"].write((bounds[1:] + self._num_bags).astype("<i8").tobytes())
+        self._write("indices.bin", indices.astype(self.index_dtype, copy=False))
+        self._write("offsets.bin", (offsets[1:] + self._num_indices).astype("<i8"))
+        self._write("batch_bounds.bin", (bounds[1:] + self._num_bags).astype("<i8"))
         self._num_indices += len(indices)
         self._num_bags += len(offsets) - 1
         self._num_batches += len(bounds) - 1
@@ -115,7 +137,9 @@ class TraceWriter:
             "num_indices": self._num_indices,
             "index_dtype": self.index_dtype.str,
             "sha256": _checksum(self._tmp),
+            "crc32": dict(self._crc),
             "meta": self.meta,
+            **self.extra,
         }
         (self._tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         if self.path.exists() and self.overwrite:
@@ -147,14 +171,19 @@ class TraceWriter:
             self.abort()
 
 
-def write_trace(trace: Trace, path: str | os.PathLike, overwrite: bool = False) -> Path:
-    with TraceWriter(path, trace.table_rows, trace.batch_size, trace.meta, overwrite) as w:
+def write_trace(trace: Trace, path: str | os.PathLike, overwrite: bool = False,
+                index_dtype: str | None = None, extra: dict | None = None) -> Path:
+    """`trace` as a new `.sptrace` folder (see `TraceWriter` for the options)."""
+    with TraceWriter(path, trace.table_rows, trace.batch_size, trace.meta, overwrite,
+                     index_dtype, extra) as w:
         w.append_trace(trace)
     return Path(path)
 
 
 #: manifest.json is metadata (counts, a checksum, a few meta keys): a larger one is not ours
 MANIFEST_MAX_BYTES = 16 << 20
+#: bytes fed to CRC-32 at a time (bounded memory on a trace larger than RAM)
+_CRC_BLOCK = 1 << 24
 #: bytes of offsets/batch bounds checked at a time (bounded memory on a trace larger than RAM)
 _CHECK_BLOCK = 1 << 22
 #: the manifest's keys and what each must be (checked before any data file is mapped)
@@ -208,7 +237,16 @@ def _manifest(path: Path) -> dict:
         raise bad("sha256", "a hex string")
     if not isinstance(m.get("meta", {}), dict):
         raise bad("meta", "a mapping")
+    crc = m.get("crc32", {})
+    if not (isinstance(crc, dict) and set(crc) <= set(_FILES)
+            and all(_count(v, 0) and v < 2**32 for v in crc.values())):
+        raise bad("crc32", "a mapping of data file names to CRC-32 values")
     return m
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    """The store's manifest.json, every key checked (UserError naming the key)."""
+    return _manifest(Path(path))
 
 
 def _count(x: object, low: int) -> bool:
@@ -233,13 +271,16 @@ def _check_pointers(arr: np.ndarray, end: int, name: str, src: str, step: int = 
                             f"({step} tables)", source=src, field=name)
 
 
-def read_trace(path: str | os.PathLike) -> Trace:
+def read_trace(path: str | os.PathLike, verify: bool = False,
+               manifest: dict | None = None) -> Trace:
     """Memory-map a `.sptrace` folder (nothing is read into RAM until used). The manifest
     (every key, its type, an integer index dtype), the files' sizes and the offsets' and
-    batch bounds' range and order are checked first, before any id is read."""
+    batch bounds' range and order are checked first, before any id is read. `verify`: also
+    check each file's CRC-32 against the manifest's (a pass over the data). `manifest`:
+    `read_manifest(path)`'s result, when the caller already read it."""
     path = Path(path)
     src = str(path)
-    m = _manifest(path)
+    m = _manifest(path) if manifest is None else manifest
 
     def mmap(name, dtype, count):
         f = path / name
@@ -254,12 +295,35 @@ def read_trace(path: str | os.PathLike) -> Trace:
     indices = mmap("indices.bin", m["index_dtype"], m["num_indices"])
     offsets = mmap("offsets.bin", "<i8", m["num_bags"] + 1)
     bounds = mmap("batch_bounds.bin", "<i8", m["num_batches"] + 1)
+    if verify:  # over the maps themselves: no copy, and the pages stay cached for the run
+        for name, arr in (("indices.bin", indices), ("offsets.bin", offsets),
+                          ("batch_bounds.bin", bounds)):
+            _check_crc(arr, m, name, src)
     _check_pointers(offsets, m["num_indices"], "offsets.bin", src)
     _check_pointers(bounds, m["num_bags"], "batch_bounds.bin", src, len(m["table_rows"]))
     meta = dict(m.get("meta", {}))
     meta["sha256"] = m["sha256"]
     return Trace(np.asarray(m["table_rows"], np.int64), indices, offsets, bounds,
                  int(m["batch_size"]), meta, src)
+
+
+def verify_store(path: str | os.PathLike, manifest: dict | None = None) -> None:
+    """Check the store (as `read_trace` does) and each data file against the manifest's
+    CRC-32 (in blocks of the maps: bounded memory); UserError naming the first damaged
+    file. A store without CRCs passes that part."""
+    read_trace(path, verify=True, manifest=manifest)
+
+
+def _check_crc(arr: np.ndarray, m: dict, name: str, src: str) -> None:
+    want = m.get("crc32", {}).get(name)
+    if want is None:
+        return
+    crc, flat = 0, np.asarray(arr).reshape(-1).view(np.uint8)
+    for lo in range(0, len(flat), _CRC_BLOCK):
+        crc = zlib.crc32(memoryview(flat[lo : lo + _CRC_BLOCK]), crc)
+    if crc != want:
+        raise UserError(f"{name} does not match its CRC-32 in manifest.json (damaged)",
+                        source=src, field=name)
 
 
 def _checksum(folder: Path) -> str:

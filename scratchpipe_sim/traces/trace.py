@@ -19,6 +19,7 @@ A cache serves all tables over *linearized* ids (table offset + row), as FBGEMM 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -28,6 +29,9 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces._jit import njit
 
 DEFAULT_CHUNK_ACCESSES = 1 << 22
+#: the arrays a trace's content digest covers, in this order
+CONTENT_ARRAYS = ("table_rows", "indices", "offsets", "batch_bounds")
+_HASH_BLOCK = 1 << 24  # bytes hashed per step (bounded memory for memory-mapped traces)
 
 
 @dataclass(frozen=True)
@@ -158,8 +162,66 @@ class Trace:
         bounds = np.asarray(self.batch_bounds[start : stop + 1], np.int64)
         offs = np.asarray(self.offsets[int(bounds[0]) : int(bounds[-1]) + 1], np.int64)
         indices = self.indices[int(offs[0]) : int(offs[-1])]
-        return dataclasses.replace(self, indices=indices, offsets=offs - offs[0],
+        part = dataclasses.replace(self, indices=indices, offsets=offs - offs[0],
                                    batch_bounds=bounds - bounds[0])
+        part._memo["parent"] = (self, int(start), int(stop))
+        return part
+
+    # -- digests -------------------------------------------------------------------------------
+    def content_sha256(self) -> str:
+        """sha256 of the table rows, indices, offsets and batch bounds, each as little-endian
+        int64, in that order (hashed in 16 MiB blocks; computed once per trace object): what
+        `run` writes as trace.sha256 for a trace not read from a store."""
+        digest = self._memo.get("content_sha256")
+        if digest is None:
+            h = hashlib.sha256()
+            for name in CONTENT_ARRAYS:
+                _hash_array(h, getattr(self, name))
+            digest = self._memo["content_sha256"] = h.hexdigest()
+        return digest
+
+    def fingerprint(self) -> str:
+        """What the trace's replays depend on: batch size, array dtypes and shapes and
+        `content_sha256` (never a store's unverified manifest checksum). A slice made by
+        `slice` derives its fingerprint from its parent's and its bounds (no hashing)."""
+        digest = self._memo.get("fingerprint")
+        if digest is not None:
+            return digest
+        h = hashlib.sha256()
+        parent = self._memo.get("parent")
+        if parent is not None:
+            base, start, stop = parent
+            h.update(f"slice:{base.fingerprint()}:{start}:{stop}".encode())
+        else:
+            h.update(f"batch_size={int(self.batch_size)};".encode())
+            for name in CONTENT_ARRAYS:
+                arr = getattr(self, name)
+                h.update(f"{name}:{np.dtype(arr.dtype).str}:{tuple(arr.shape)};".encode())
+            h.update(self.content_sha256().encode())
+        digest = self._memo["fingerprint"] = h.hexdigest()
+        return digest
+
+    def checksum(self) -> str:
+        """The checksum `run` writes as trace.sha256: the one a trace store recorded (sha256
+        of its files) when the trace was read from one, else `content_sha256()`."""
+        if "sha256" in self.meta:
+            return str(self.meta["sha256"])
+        return self.content_sha256()
+
+    def with_meta(self, meta: dict) -> Trace:
+        """The trace with another meta dict (its arrays shared), keeping what was derived
+        from the arrays (digests, slice parent, batch pointers): no digest reads meta, so the
+        new object is never hashed again (a warm `run` hashed its 100 MB trace for nothing)."""
+        new = dataclasses.replace(self, meta=meta)
+        new._memo.update(self._memo)
+        return new
+
+    def with_digests(self, content_sha256: str, fingerprint: str) -> Trace:
+        """The trace itself, its digests set to values computed earlier of the same arrays
+        (a trace cache entry records them, so a trace read back is never hashed)."""
+        self._memo["content_sha256"] = str(content_sha256)
+        self._memo["fingerprint"] = str(fingerprint)
+        return self
 
     def iter_chunks(
         self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0,
@@ -341,6 +403,45 @@ class Trace:
         offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
         return Trace(np.asarray(table_rows, np.int64), indices, offsets,
                      np.asarray(bounds, np.int64), batch_size, meta or {}, source)
+
+
+def _hash_array(h: hashlib._Hash, arr: np.ndarray) -> None:
+    """Feed `arr` to `h` as little-endian int64, a block at a time (a memory-mapped array
+    is never copied whole)."""
+    flat = np.asarray(arr).reshape(-1)
+    step = max(1, _HASH_BLOCK // 8)
+    for lo in range(0, len(flat), step):
+        block = np.ascontiguousarray(flat[lo : lo + step], dtype="<i8")
+        h.update(memoryview(block).cast("B"))
+
+
+#: slices made by `slice_trace`, per parent trace object (the parent is kept in the entry, so
+#: its id cannot be reused while the entry exists): every point of a sweep slices its shared
+#: trace the same way, and a slice rebases its offsets (a pass over them). At most
+#: _SLICE_MEMO_PARENTS parents are kept; `forget_slices()` drops them all.
+_SLICE_MEMO: dict[int, tuple[Trace, dict[tuple[int, int], Trace]]] = {}
+_SLICE_MEMO_PARENTS = 2
+
+
+def slice_trace(trace: Trace, start: int, stop: int) -> Trace:
+    """`trace.slice(start, stop)`, the same object for the same parent and bounds (traces
+    are immutable), so the slices every design and sweep point replays are made once."""
+    start, stop = int(start), int(stop)
+    entry = _SLICE_MEMO.get(id(trace))
+    if entry is None or entry[0] is not trace:
+        if len(_SLICE_MEMO) >= _SLICE_MEMO_PARENTS:
+            _SLICE_MEMO.clear()
+        entry = _SLICE_MEMO[id(trace)] = (trace, {})
+    part = entry[1].get((start, stop))
+    if part is None:
+        part = entry[1][start, stop] = trace.slice(start, stop)
+    return part
+
+
+def forget_slices() -> None:
+    """Drop the remembered slices (and the parents they keep alive): a sweep worker calls it
+    when it moves to another trace, so an old trace's memory is freed."""
+    _SLICE_MEMO.clear()
 
 
 def _linearize(raw: np.ndarray, offs: np.ndarray, bounds: np.ndarray,

@@ -1,0 +1,168 @@
+"""A content-addressed on-disk cache of generated traces, in the `.sptrace` store format.
+
+Why: generating the quickstart's trace costs seconds; mapping its entry and checking it
+(manifest, each file's CRC-32) a fraction of that. A generated trace is a pure function of
+its generator parameters and the trace code, so the key names both (`disk_cache.full_key`).
+
+Entry = one folder `<sha256 of the key>.sptrace` in `trace_cache_folder()`, written by
+`traces.store.write_trace` (built under a temporary name, renamed into place whole) and read
+by `store.read_trace(verify=True)`. Its manifest also holds the record `cache`: the full key
+(checked on read: a digest collision or a bug never returns another key's trace), the
+trace's `content_sha256` and `fingerprint` (so a trace read back is never hashed), its
+source, and a sha256 over the record, the table rows, the batch size and the meta. A
+damaged, truncated or foreign entry is reported in one line, removed and rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.traces import disk_cache as dc
+from scratchpipe_sim.traces.store import SUFFIX, read_manifest, read_trace, write_trace
+from scratchpipe_sim.traces.trace import Trace
+
+#: the sources a generated trace depends on (generators, distributions, the Trace type)
+TRACE_SOURCES = ("traces/*.py",)
+#: bump when the entry layout or the meaning of a stored value changes
+TRACE_SCHEMA_VERSION = 3  # 3: .sptrace folders (2: the retired single-file .spt format)
+#: entries of the retired format, removed when the folder is next written
+_LEGACY_SUFFIXES = (".spt",)
+#: default size budget of the traces folder (bytes); env SCRATCHPIPE_TRACE_CACHE_MAX_BYTES
+DEFAULT_TRACE_MAX_BYTES = 2 << 30
+TRACE_MAX_BYTES_ENV = "SCRATCHPIPE_TRACE_CACHE_MAX_BYTES"
+_WHAT = "trace cache"
+#: the index dtypes an entry keeps exactly (the store's); a trace of another is not cached
+_INDEX_DTYPES = ("<u4", "<i8")
+
+
+def trace_cache_folder() -> Path:
+    """`<user cache folder>/traces` (beside `replays`, with its own size budget)."""
+    return dc.cache_subfolder("traces")
+
+
+def trace_max_bytes_setting() -> int:
+    """The traces folder's byte budget: env SCRATCHPIPE_TRACE_CACHE_MAX_BYTES or 2 GiB."""
+    return dc.max_bytes_setting(TRACE_MAX_BYTES_ENV, DEFAULT_TRACE_MAX_BYTES)
+
+
+def evict_traces(folder: str | Path | None = None, max_bytes: int | None = None,
+                 keep: Path | None = None) -> int:
+    """Evict the traces folder down to its budget (see `disk_cache.evict`); bytes removed."""
+    root = Path(folder) if folder is not None else trace_cache_folder()
+    budget = trace_max_bytes_setting() if max_bytes is None else max_bytes
+    return dc.evict(root, budget, SUFFIX, keep=keep, legacy=_LEGACY_SUFFIXES)
+
+
+def cached_trace(key: Mapping[str, Any], build: Callable[[], Trace], enabled: bool = True,
+                 folder: str | Path | None = None, max_bytes: int | None = None) -> Trace:
+    """`build()` (a synthetic `Trace`, a pure function of `key` and the trace code), read
+    back memory-mapped when the traces folder has an intact entry for `key`, else built and
+    stored; a trace read back has the built one's arrays, dtypes, meta, source and digests.
+
+    `enabled=False` builds and touches no file, as does a key JSON cannot write (a
+    generator parameter of another type: it has no stable name); an unwritable folder
+    costs one warning."""
+    if not enabled:
+        return build()
+    fk = {**dc.full_key(key, TRACE_SOURCES, TRACE_SCHEMA_VERSION), "_numpy": np.__version__}
+    root = Path(folder) if folder is not None else trace_cache_folder()
+    try:
+        path = dc.entry_path(root, fk, SUFFIX)
+    except (TypeError, ValueError):
+        return build()
+    trace = _read(path, fk)
+    if trace is not None:
+        return trace
+    trace = build()
+    budget = trace_max_bytes_setting() if max_bytes is None else max_bytes
+    _write(root, path, fk, trace, budget)
+    return trace
+
+
+def _record_sha256(record: Mapping[str, Any], table_rows: Any, batch_size: Any,
+                   meta: Any) -> str:
+    """What guards the manifest's values the data files' CRCs do not cover."""
+    body = {"cache": record, "table_rows": table_rows, "batch_size": batch_size, "meta": meta}
+    return hashlib.sha256(dc.canonical(body).encode()).hexdigest()
+
+
+def _write(root: Path, path: Path, fk: dict[str, Any], trace: Trace, max_bytes: int) -> None:
+    index_dtype = np.dtype(trace.indices.dtype).str
+    if (index_dtype not in _INDEX_DTYPES or np.dtype(trace.table_rows.dtype).str != "<i8"
+            or any(np.dtype(getattr(trace, n).dtype).str != "<i8"
+                   for n in ("offsets", "batch_bounds"))):
+        return  # the store would change a dtype: not cached
+    size = sum(getattr(trace, n).nbytes for n in ("indices", "offsets", "batch_bounds"))
+    if size > max_bytes:
+        return  # would evict everything and itself
+    try:  # plain JSON values, as they will read back (meta JSON cannot write: not cached)
+        key = json.loads(dc.canonical(fk))
+        meta = json.loads(dc.canonical(trace.meta))
+    except (TypeError, ValueError):
+        return
+    record = {"key": key, "source": str(trace.source),
+              "content_sha256": trace.content_sha256(), "fingerprint": trace.fingerprint()}
+    rows = [int(x) for x in trace.table_rows]
+    record["sha256"] = _record_sha256(record, rows, int(trace.batch_size), meta)
+    stored = Trace(trace.table_rows, trace.indices, trace.offsets, trace.batch_bounds,
+                   trace.batch_size, meta, trace.source)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        write_trace(stored, path, index_dtype=index_dtype, extra={"cache": record})
+    except UserError:
+        return  # another process published this entry first: its trace is the same
+    except (OSError, ValueError) as e:
+        dc.warn(_WHAT, f"cannot write {path}: {e}")
+        return
+    evict_traces(root, max_bytes, keep=path)
+
+
+def _read(path: Path, fk: dict[str, Any]) -> Trace | None:
+    """The entry's trace (arrays memory-mapped read-only), or None when there is none; a
+    damaged entry or one of another key is removed (one warning) and None returned."""
+    if not path.exists():
+        return None
+    try:
+        m = read_manifest(path)
+        record = m.get("cache")
+        if not isinstance(record, dict):
+            raise _Damaged("no cache record")
+        rows, batch_size, meta = m["table_rows"], m["batch_size"], m.get("meta", {})
+        body = {k: v for k, v in record.items() if k != "sha256"}
+        if record.get("sha256") != _record_sha256(body, rows, batch_size, meta):
+            raise _Damaged("manifest checksum")
+        if dc.canonical(record["key"]) != dc.canonical(fk):
+            raise _Damaged("another key")
+        stored = read_trace(path, verify=True, manifest=m)
+        trace = Trace(np.asarray(rows, np.int64), np.asarray(stored.indices),
+                      np.asarray(stored.offsets), np.asarray(stored.batch_bounds),
+                      int(batch_size), dict(meta), str(record["source"]))
+        trace.with_digests(str(record["content_sha256"]), str(record["fingerprint"]))
+    except UserError as e:
+        return _damaged(path, e.message)
+    except _Damaged as e:
+        return _damaged(path, str(e))
+    except (KeyError, TypeError, ValueError) as e:
+        return _damaged(path, f"bad manifest: {e}")
+    except OSError as e:
+        dc.warn(_WHAT, f"cannot read {path}: {e}")
+        return None
+    dc.touch(path)  # recently used: evicted last
+    return trace
+
+
+class _Damaged(Exception):
+    pass
+
+
+def _damaged(path: Path, why: str) -> None:
+    dc.warn(_WHAT, f"removed a damaged entry {path.name} ({why}); recomputing")
+    dc.remove(path)
+    return None
