@@ -161,7 +161,8 @@ def tmp_policy(tmp_path):
         del sys.modules["tmp_policy_plugin"]
 
 
-def test_a_new_policy_with_a_parameter_is_one_file(tmp_policy, tmp_path, capsys):
+def test_a_new_policy_with_a_parameter_is_one_file(tmp_policy, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SCRATCHPIPE_CACHE_DIR", str(tmp_path / "cache"))  # no stored replay
     base = {**SMALL, "cache": {"capacity_rows": 300, "policy": "tmp-policy",
                                "params": {"factor": 7}}, "designs": ["lru-cache"]}
     row = simulate(base, replay_cache=False).iloc[0]

@@ -75,7 +75,8 @@ def test_stall_serves_surplus_over_uvm_and_is_slower_than_a_fitting_scratchpad()
 
 def test_bad_mode_is_one_line_exit_2(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("hardware: {preset: a100-gen4}\ncache: {on_overflow: wait}\n")
+    cfg.write_text("hardware: {preset: a100-gen4}\n"
+                   "design_params: {scratchpipe: {on_overflow: wait}}\n")
     assert main(["config", "show", str(cfg)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "design_params.scratchpipe.on_overflow" in err and "stall" in err

@@ -196,8 +196,8 @@ def test_window_below_the_shape_is_one_line_naming_the_minimum(tmp_path, capsys)
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("hardware: {preset: a100-gen4}\ndesigns: [scratchpipe]\n"
-                   "cache: {lookahead: 3, pipeline: [[plan], [collect], [exchange], [insert],"
-                   " [train]]}\n")
+                   "design_params: {scratchpipe: {lookahead: 3, pipeline: [[plan], [collect], "
+                   "[exchange], [insert], [train]]}}\n")
     assert main(["config", "show", str(cfg)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "design_params.scratchpipe.lookahead" in err and ">= 5" in err

@@ -212,7 +212,6 @@ class TraceConfig:
 #: the cache keys a design's or a policy's own parameters replaced (issue 23): each is now
 #: set where it is used, and an old key is an error naming its new place, never an alias
 _SP = "design_params.scratchpipe"
-_FB = "design_params.lru-cache (and design_params.lru-prefetch)"
 MOVED_CACHE_KEYS = {
     **{k: f"set {_SP}.{k}" for k in ("lookahead", "on_overflow", "queue_depth",
                                      "plan_ns_per_id", "plan_ns_per_eviction", "plan_threads",
@@ -221,8 +220,8 @@ MOVED_CACHE_KEYS = {
     "bagpipe_ttl_batches": "set design_params.bagpipe.ttl_batches",
     "static_policy": "set design_params.static-cache.policy",
     "static_profile": "set design_params.static-cache.profile",
-    "enforce_hbm": f"set {_FB}.enforce_hbm",
-    "record_miss_counter": f"set {_FB}.record_miss_counter",
+    **{k: f"set design_params.lru-cache.{k} (and design_params.lru-prefetch.{k})"
+       for k in ("enforce_hbm", "record_miss_counter")},
     "ways": "set cache.params.ways (the fbgemm-* policies' own parameter)",
 }
 
