@@ -24,6 +24,7 @@ from pathlib import Path
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.policies.engine import run_cache
 from scratchpipe_sim.timing import build_trace, simulate
+from scratchpipe_sim.timing.designs import design_params
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +55,8 @@ def main() -> None:
     for r in rows:
         pol = r["policy"]
         if pol not in ("none", "all-resident") and pol not in bare:
-            params = {"lookahead": cfg.cache.lookahead} if pol == "scratchpipe" else {}
+            params = ({"lookahead": design_params(cfg, "scratchpipe").lookahead}
+                      if pol == "scratchpipe" else {})
             res = run_cache(trace, pol, r["capacity_rows"], **params)
             bare[pol] = trace.num_accesses / res.wall_s
         wall = r["policy_wall_s"] + r["simpy_wall_s"]
@@ -102,7 +104,8 @@ def replay_cache_times(trace, rows, cfg) -> dict[str, tuple[float, float, int]]:
             pol = r["policy"]
             if pol in ("none", "all-resident") or pol in out:
                 continue
-            params = {"lookahead": cfg.cache.lookahead} if pol == "scratchpipe" else {}
+            params = ({"lookahead": design_params(cfg, "scratchpipe").lookahead}
+                      if pol == "scratchpipe" else {})
             t0 = time.perf_counter()
             rc.policy_columns(trace, pol, r["capacity_rows"], **params)
             t1 = time.perf_counter()

@@ -30,6 +30,7 @@ from scratchpipe_sim.cpu.fit import fit_aggregate_onchip
 from scratchpipe_sim.cpu.measure import timed
 from scratchpipe_sim.cpu.planner import run_planner
 from scratchpipe_sim.measure import host
+from scratchpipe_sim.timing.designs import design_params
 from scratchpipe_sim.timing.onchip import onchip_hits
 from scratchpipe_sim.timing.runner import Replays, build_trace
 
@@ -113,8 +114,9 @@ def collect(rounds: int) -> None:
     cfg, trace, rep, _qb = _quickstart(0)
     m = cfg.model
     run_trace = trace.slice(rep.prefix - rep.warm, trace.num_batches)
-    plan = run_planner(run_trace, cfg.capacity_rows(), cfg.cache.lookahead, keep_fills=True,
-                       on_overflow=cfg.cache.on_overflow)
+    sp = design_params(cfg, "scratchpipe")
+    plan = run_planner(run_trace, cfg.capacity_rows(), sp.lookahead, keep_fills=True,
+                       on_overflow=sp.on_overflow)
     fills = [f for f in plan.fills[rep.warm + m.warmup_batches:] if len(f)][:12]
     cols = m.moved_row_bytes // 4
     store = np.full((trace.total_rows, cols), 0.01, np.float32)

@@ -91,8 +91,9 @@ def fig2(root: Path) -> None:
 def fig3(root: Path) -> None:
     print("## fig3: scratchpipe over hybrid by window (queue depth 2)")
     for values, rs in points(root / "fig3_lookahead_queue"):
-        if values.get("cache.queue_depth", 2) == 2:
-            label = ", ".join(f"{k}={v}" for k, v in values.items() if k != "cache.queue_depth")
+        qd = "design_params.scratchpipe.queue_depth"
+        if values.get(qd, 2) == 2:
+            label = ", ".join(f"{k}={v}" for k, v in values.items() if k != qd)
             print(f"- {label}: {band([r['scratchpipe'] for r in rs])}")
 
 

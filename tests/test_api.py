@@ -23,7 +23,7 @@ SMALL = {
               "num_batches": 12, "warmup_batches": 2, "bottom_mlp": [13, 32, 16],
               "top_mlp": [20, 16, 1]},
     "trace": {"distribution": "zipf", "alpha": 1.1},
-    "cache": {"capacity_rows": 500, "lookahead": 5},
+    "cache": {"capacity_rows": 500}, "design_params": {"scratchpipe": {"lookahead": 5}},
     "seed": 5,
 }
 
@@ -80,12 +80,14 @@ def test_resolve_matches_config_show_and_takes_python_values(cfg_file):
     from scratchpipe_sim.config import resolve as resolve_texts
     from scratchpipe_sim.timing.designs import with_default_designs
 
-    got = scratchpipe_sim.resolve(cfg_file, {"cache.lookahead": 7}, seed=9)
+    got = scratchpipe_sim.resolve(cfg_file, {"design_params.scratchpipe.lookahead": 7}, seed=9)
     # config show's dict: the default designs filled in
-    assert got == with_default_designs(resolve_texts(cfg_file, ["cache.lookahead=7", "seed=9"]))
+    assert got == with_default_designs(
+        resolve_texts(cfg_file, ["design_params.scratchpipe.lookahead=7", "seed=9"])
+    )
     # a Python value is used as given: the text "7" is not parsed into a number
-    with pytest.raises(UserError, match="cache.lookahead"):
-        scratchpipe_sim.resolve(cfg_file, {"cache.lookahead": "seven"})
+    with pytest.raises(UserError, match="design_params.scratchpipe.lookahead"):
+        scratchpipe_sim.resolve(cfg_file, {"design_params.scratchpipe.lookahead": "seven"})
 
 
 @pytest.mark.parametrize("kwargs, words", [

@@ -78,8 +78,19 @@ def test_miss_counter_closed_form():
 @pytest.mark.parametrize("design", ["lru-cache", "lru-prefetch"])
 def test_record_miss_counter_adds_its_price_to_the_fetch_only(design):
     plain = simulate(cfg_of({"designs": [design]}), [design])[0]
-    counted = simulate(cfg_of({"designs": [design], "cache": {"record_miss_counter": True}}),
-                       [design])[0]
+    counted = simulate(
+        cfg_of(
+            {
+                "designs": [design],
+                "cache": {},
+                "design_params": {
+                    "lru-cache": {"record_miss_counter": True},
+                    "lru-prefetch": {"record_miss_counter": True},
+                },
+            }
+        ),
+        [design],
+    )[0]
     stage = "fetch" if design == "lru-cache" else "prefetch"
     assert counted[f"stage_{stage}_ns"] > plain[f"stage_{stage}_ns"]
     assert counted["stage_backward_ns"] == pytest.approx(plain["stage_backward_ns"])

@@ -14,6 +14,7 @@ from scratchpipe_sim.cli import main
 from scratchpipe_sim.config.describe import BEGIN, END, describe, markdown_table
 from scratchpipe_sim.config.hardware import HardwareConfig
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.timing.designs import param_sections
 
 ROOT = Path(__file__).resolve().parents[1]
 #: hardware fields that are not constants (a name, the ranges table itself)
@@ -36,7 +37,7 @@ def test_docs_table_is_the_generated_one() -> None:
     text = (ROOT / "docs" / "timing.md").read_text()
     assert text.count(BEGIN) == 1 and text.count(END) == 1
     inside = text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip()
-    assert inside == markdown_table(describe()), (
+    assert inside == markdown_table(describe(extra=param_sections())), (
         "docs/timing.md's constants table is stale: regenerate it with "
         "`scratchpipe-sim config describe --markdown`")
 
@@ -78,7 +79,7 @@ def test_cli_describe(capsys: pytest.CaptureFixture[str]) -> None:
     assert row["key"] == "hardware.cpu.plan_ns_per_id" and row["unit"] == "core-ns per id"
     assert set(row) == {"key", "unit", "default", "preset", "range", "source", "help"}
     assert main(["config", "describe", "--markdown"]) == 0
-    assert capsys.readouterr().out.strip() == markdown_table(describe())
+    assert capsys.readouterr().out.strip() == markdown_table(describe(extra=param_sections()))
     assert main(["config", "describe", "nonsense.key"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "KEY" in err[0] and "nonsense.key" in err[0]

@@ -18,14 +18,22 @@ from scratchpipe_sim.timing.counts import policy_counts
 from scratchpipe_sim.traces.generators import generate_trace
 
 TINY = {
-    "name": "tiny", "seed": 3, "hardware": {"preset": "a100-gen4"},
-    "model": {"tables": {"count": 2, "rows": 20000, "dim": 16, "bytes_per_element": 4},
-              "pooling": 4, "batch_size": 64, "optimizer": "adagrad",
-              "bottom_mlp": [13, 16], "top_mlp": [16, 1], "num_batches": 10,
-              "warmup_batches": 2},
+    "name": "tiny",
+    "seed": 3,
+    "hardware": {"preset": "a100-gen4"},
+    "model": {
+        "tables": {"count": 2, "rows": 20000, "dim": 16, "bytes_per_element": 4},
+        "pooling": 4,
+        "batch_size": 64,
+        "optimizer": "adagrad",
+        "bottom_mlp": [13, 16],
+        "top_mlp": [16, 1],
+        "num_batches": 10,
+        "warmup_batches": 2,
+    },
     "trace": {"distribution": "zipf", "alpha": 1.05},
-    "cache": {"capacity_rows": 2600, "lookahead": 5, "queue_depth": 2,
-              "warmup_batches": 4},
+    "cache": {"capacity_rows": 2600, "warmup_batches": 4},
+    "design_params": {"scratchpipe": {"lookahead": 5, "queue_depth": 2}},
     "designs": ["hybrid", "scratchpipe"],
 }
 

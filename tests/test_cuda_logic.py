@@ -169,14 +169,29 @@ def test_compare_error_percent_and_targets():
     assert "plan" in table and "+10.0" in table and "NO" in table
 
 
-SMALL = {"name": "tiny", "seed": 2, "hardware": {"preset": "h200-gen5"},
-         "model": {"tables": {"count": 2, "rows": 500, "dim": 16}, "pooling": 2,
-                   "batch_size": 32, "bottom_mlp": [4, 8], "top_mlp": [8, 1],
-                   "num_batches": 12, "warmup_batches": 2},
-         "trace": {"distribution": "zipf", "alpha": 1.05},
-         "cache": {"capacity_rows": 600, "lookahead": 3,
-                   "pipeline": [["plan"], ["collect", "exchange", "insert"], ["train"]]},
-         "designs": ["scratchpipe"]}
+SMALL = {
+    "name": "tiny",
+    "seed": 2,
+    "hardware": {"preset": "h200-gen5"},
+    "model": {
+        "tables": {"count": 2, "rows": 500, "dim": 16},
+        "pooling": 2,
+        "batch_size": 32,
+        "bottom_mlp": [4, 8],
+        "top_mlp": [8, 1],
+        "num_batches": 12,
+        "warmup_batches": 2,
+    },
+    "trace": {"distribution": "zipf", "alpha": 1.05},
+    "cache": {"capacity_rows": 600},
+    "design_params": {
+        "scratchpipe": {
+            "lookahead": 3,
+            "pipeline": [["plan"], ["collect", "exchange", "insert"], ["train"]],
+        }
+    },
+    "designs": ["scratchpipe"],
+}
 
 
 def test_cli_validate_with_saved_measurements(tmp_path, capsys):
@@ -205,17 +220,24 @@ def test_cli_validate_with_saved_measurements(tmp_path, capsys):
 def test_cli_validate_errors_are_one_line(tmp_path, capsys):
     cfgp = tmp_path / "tiny.yaml"
     cfgp.write_text(yaml.safe_dump(SMALL))
-    bad = dict(SMALL, cache={"capacity_rows": 600, "lookahead": 1,  # one stage group
-                             "pipeline": [["plan", "collect", "exchange", "insert", "train"]]})
+    bad = dict(SMALL, cache={"capacity_rows": 600},
+               design_params={"scratchpipe": {"lookahead": 1,  # one stage group
+                                              "pipeline": [["plan", "collect", "exchange",
+                                                            "insert", "train"]]}})
     badp = tmp_path / "bad.yaml"
     badp.write_text(yaml.safe_dump(bad))
     fp16 = tmp_path / "fp16.yaml"
     fp16.write_text(yaml.safe_dump(SMALL))
     cases = [] if _gpu_here() else [(["validate", str(cfgp)], "needs an NVIDIA GPU")]
     cases += [
-        (["validate", str(badp)], "cache.lookahead: the reference pipeline needs"),
-        (["validate", str(fp16), "--set", "model.tables.bytes_per_element=2"],
-         "model.tables.bytes_per_element"),
+        (
+            ["validate", str(badp)],
+            "design_params.scratchpipe.lookahead: the reference pipeline needs",
+        ),
+        (
+            ["validate", str(fp16), "--set", "model.tables.bytes_per_element=2"],
+            "model.tables.bytes_per_element",
+        ),
         (["validate", str(cfgp), "--measured", str(tmp_path / "none.json")], "no such JSON file"),
         (["validate", str(tmp_path / "missing.yaml")], "no such config file"),
     ]

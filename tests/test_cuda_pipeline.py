@@ -236,15 +236,30 @@ def test_validation_workload_runs_the_config_through_the_pipeline():
     from scratchpipe_sim.config import load_config
     from scratchpipe_sim.cuda.validation import measure_on_gpu, workload_of
 
-    cfg = load_config({"seed": 1, "hardware": {"preset": "h200-gen5"},
-                       "model": {"tables": {"count": 2, "rows": 40, "dim": 2}, "pooling": 2,
-                                 "batch_size": 3, "bottom_mlp": [2, 3], "top_mlp": [3, 1],
-                                 "num_batches": 4, "warmup_batches": 1,
-                                 "optimizer": "rowwise-adagrad"},
-                       "cache": {"capacity_rows": 40, "lookahead": 3,
-                                 "pipeline": [["plan"], ["collect", "exchange", "insert"],
-                                              ["train"]]},
-                       "designs": ["scratchpipe"]})
+    cfg = load_config(
+        {
+            "seed": 1,
+            "hardware": {"preset": "h200-gen5"},
+            "model": {
+                "tables": {"count": 2, "rows": 40, "dim": 2},
+                "pooling": 2,
+                "batch_size": 3,
+                "bottom_mlp": [2, 3],
+                "top_mlp": [3, 1],
+                "num_batches": 4,
+                "warmup_batches": 1,
+                "optimizer": "rowwise-adagrad",
+            },
+            "cache": {"capacity_rows": 40},
+            "design_params": {
+                "scratchpipe": {
+                    "lookahead": 3,
+                    "pipeline": [["plan"], ["collect", "exchange", "insert"], ["train"]],
+                }
+            },
+            "designs": ["scratchpipe"],
+        }
+    )
     w = workload_of(cfg)
     assert w.lookahead == 2 and w.capacity_rows == 40 and w.spec.width == 3
     assert w.mlp == ((3, 2, 3), (3, 3, 1))

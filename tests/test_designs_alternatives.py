@@ -14,7 +14,7 @@ from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing import build_trace, simulate
 from scratchpipe_sim.timing.counts import Workload, policy_counts, uncached_counts
-from scratchpipe_sim.timing.designs import DESIGNS, default_designs
+from scratchpipe_sim.timing.designs import DESIGNS, check_params, default_designs
 from scratchpipe_sim.timing.designs.multi_gpu import gpus_to_hold, shard
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.runner import fit_trace, sized_config
@@ -263,7 +263,7 @@ def test_a_longer_bagpipe_window_keeps_more_and_fetches_less():
 
 
 def test_bagpipe_design_prefetch_overlaps_training():
-    cfg = cfg_of({"cache": {"bagpipe_lookahead": 4}})
+    cfg = cfg_of({"cache": {}, "design_params": {"bagpipe": {"lookahead": 4}}})
     rows = {r["design"]: r for r in simulate(cfg, ["gpu-only", "lru-cache", "bagpipe"])}
     bp = rows["bagpipe"]
     assert bp["fills"] > 0 and bp["unplaced"] == 0
@@ -275,14 +275,18 @@ def test_bagpipe_design_prefetch_overlaps_training():
 
 
 def test_bagpipe_bad_window_is_a_config_error():
-    with pytest.raises(UserError) as e:
-        cfg_of({"cache": {"bagpipe_lookahead": 0}})
-    assert e.value.field == "cache.bagpipe_lookahead"
+    with pytest.raises(UserError) as e:  # design params: checked by the timing layer
+        check_params(cfg_of({"design_params": {"bagpipe": {"lookahead": 0}}}))
+    assert e.value.field == "design_params.bagpipe.lookahead"
 
 
 def test_bagpipe_on_demand_moves_each_batchs_unique_rows_both_ways():
-    cfg = cfg_of({"cache": {"bagpipe_lookahead": 1, "bagpipe_ttl_batches": 0,
-                            "capacity_rows": 2000}})
+    cfg = cfg_of(
+        {
+            "cache": {"capacity_rows": 2000},
+            "design_params": {"bagpipe": {"lookahead": 1, "ttl_batches": 0}},
+        }
+    )
     _, trace = timed_trace(cfg)
     U = uncached_counts(trace, "device").cols["unique"].astype(float)
     A = uncached_counts(trace, "device").cols["accesses"].astype(float)

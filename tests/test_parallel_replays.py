@@ -41,7 +41,7 @@ CASES = {
                    "model.tables={count: 2, rows: [20000, 5000], dim: [64, 128]}",
                    "model.pooling=[4, 2]", "cache.load_factor=0.3"],
     "static-oracle": ["model.num_batches=10", "model.batch_size=256",
-                      "cache.static_profile=oracle"],
+                      "design_params.static-cache.profile=oracle"],
 }
 
 

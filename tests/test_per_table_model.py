@@ -82,7 +82,7 @@ def test_heterogeneous_dims_add_up_table_by_table():
     # enforce_hbm: the adagrad state moves with each filled row (FBGEMM's default would
     # leave it in UVM: tests/test_timing_uvm_optimizers.py)
     cfg = cfg_of({"tables": {"dim": list(dims)}, "optimizer": "adagrad"},
-                 {"enforce_hbm": True})
+                 design_params={"lru-cache": {"enforce_hbm": True}})
     r_t = [d * 4 for d in dims]
     R_t = [d * 4 + 4 * d for d in dims]
     res = {r["design"]: r for r in simulate(cfg, ["hybrid", "gpu-only", "lru-cache"],
@@ -150,9 +150,19 @@ def test_scaled_down_criteo_terabyte_runs_every_design():
     # the production-size path (26 heterogeneous-row tables, dim 128), rows / 10,000
     base = load_config({"model": {"preset": "criteo-terabyte"}, "designs": ["hybrid"]})
     rows = [max(1, r // 10_000) for r in base.model.rows_per_table]
-    cfg = load_config({"model": {"preset": "criteo-terabyte", "tables": {"rows": rows},
-                                 "batch_size": 64, "num_batches": 6, "warmup_batches": 1},
-                       "cache": {"load_factor": 0.2, "lookahead": 5}})
+    cfg = load_config(
+        {
+            "model": {
+                "preset": "criteo-terabyte",
+                "tables": {"rows": rows},
+                "batch_size": 64,
+                "num_batches": 6,
+                "warmup_batches": 1,
+            },
+            "cache": {"load_factor": 0.2},
+            "design_params": {"scratchpipe": {"lookahead": 5}},
+        }
+    )
     res = {r["design"]: r for r in simulate(cfg)}
     assert len(res) == 6
     assert res["lru-cache"]["capacity_rows"] == math.ceil(0.2 * sum(rows))

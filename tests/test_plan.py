@@ -21,7 +21,7 @@ BASE = {
               "num_batches": 10, "warmup_batches": 2, "bottom_mlp": [13, 32, 16],
               "top_mlp": [20, 16, 1]},
     "trace": {"distribution": "zipf", "alpha": 1.05},
-    "cache": {"load_factor": 0.1, "bagpipe_lookahead": 4},
+    "cache": {"load_factor": 0.1}, "design_params": {"bagpipe": {"lookahead": 4}},
     "designs": ["lru-cache"],
     "seed": 2,
 }

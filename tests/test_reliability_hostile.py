@@ -24,7 +24,7 @@ SMALL = {
               "num_batches": 8, "warmup_batches": 2, "bottom_mlp": [13, 32, 16],
               "top_mlp": [20, 16, 1]},
     "trace": {"distribution": "zipf", "alpha": 1.1},
-    "cache": {"capacity_rows": 500, "lookahead": 5},
+    "cache": {"capacity_rows": 500}, "design_params": {"scratchpipe": {"lookahead": 5}},
     "seed": 5,
 }
 #: address-space limit of a subprocess case: a case that tries to allocate its way out dies
@@ -162,14 +162,29 @@ def _exp(tmp_path: Path, sweep: dict | str, name: str = "exp") -> Path:
     return p
 
 
-@pytest.mark.parametrize("sweep, count", [
-    ({"grid": {f"model.k{i}": list(range(10)) for i in range(6)}}, "1,000,000 points"),
-    ({"grid": {f"model.k{i}": list(range(100)) for i in range(40)}}, "points ("),
-    ({"grid": {"seed": list(range(200))},
-      "zip": [{"cache.lookahead": list(range(1, 201))}]}, "40,000 points (200 x 200)"),
-    ({"zip": [{"seed": list(range(150))}, {"cache.lookahead": list(range(1, 151))}]},
-     "22,500 points"),
-])
+@pytest.mark.parametrize(
+    "sweep, count",
+    [
+        ({"grid": {f"model.k{i}": list(range(10)) for i in range(6)}}, "1,000,000 points"),
+        ({"grid": {f"model.k{i}": list(range(100)) for i in range(40)}}, "points ("),
+        (
+            {
+                "grid": {"seed": list(range(200))},
+                "zip": [{"design_params.scratchpipe.lookahead": list(range(1, 201))}],
+            },
+            "40,000 points (200 x 200)",
+        ),
+        (
+            {
+                "zip": [
+                    {"seed": list(range(150))},
+                    {"design_params.scratchpipe.lookahead": list(range(1, 151))},
+                ]
+            },
+            "22,500 points",
+        ),
+    ],
+)
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_a_huge_sweep_is_refused_with_its_count(tmp_path, capsys, sweep, count, dry_run):
     exp = _exp(tmp_path, sweep)
@@ -204,7 +219,7 @@ def test_a_bad_limit_setting_is_one_line(tmp_path, capsys, value):
     ("{zip: [{}]}", "sweep.zip[0]"),
     ("{grid: {seed: [1, 2]}, zip: []}", "sweep.zip"),
     ("{grid: {seed: []}}", "sweep.grid.seed"),
-    ("{zip: {seed: [], cache.lookahead: []}}", "sweep.zip.seed"),
+    ("{zip: {seed: [], design_params.scratchpipe.lookahead: []}}", "sweep.zip.seed"),
     ("{grid: null}", "sweep.grid"),
     ("{}", "sweep"),
 ])
@@ -425,8 +440,8 @@ def test_symlink_loops_and_broken_links_say_so(tmp_path, capsys):
     ("hardware.gpu.hbm_capacity_GiB", "1e300", "GiB"),
     ("hardware.ranges", "{pcie.h2d_GBps: [1e-300, 10]}", "GB/s"),
     ("hardware.cpu.core_llc_GBps", "[[64, 1e-300], [256, 10]]", "GB/s"),
-    ("cache.lookahead", "100000000000", "batches of lookahead"),
-    ("cache.queue_depth", "10000000", "batches"),
+    ("design_params.scratchpipe.lookahead", "100000000000", "batches of lookahead"),
+    ("design_params.scratchpipe.queue_depth", "10000000", "batches"),
 ])
 def test_physically_absurd_values_are_refused(cfg, tmp_path, capsys, key, value, unit):
     refused(["run", str(cfg), "--set", f"{key}={value}", "--json", "-q", "--out",
@@ -507,7 +522,7 @@ def test_trace_gen_sizes_are_checked_before_allocating(tmp_path, flag, value, wo
     ("model.num_batches", BIG, "model.num_batches"),
     ("model.tables.rows", "1" + "0" * 20, "model.tables.rows"),
     ("model.tables.count", BIG, "expected 1 to 1,048,576 tables"),
-    ("cache.lookahead", BIG, "batches of lookahead"),
+    ("design_params.scratchpipe.lookahead", BIG, "batches of lookahead"),
 ])
 def test_run_sizes_name_the_key_that_is_too_big(cfg, tmp_path, key, value, blamed):
     refused(["run", str(cfg), "--set", f"{key}={value}", "--out", str(tmp_path / "o"), "-q"],

@@ -268,9 +268,17 @@ def test_progress_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch):
 
 
 def test_a_repeated_design_in_the_base_config_is_an_error(tmp_path, capsys):
-    exp = write_exp(tmp_path, grid={"cache.load_factor": [0.1]}, designs=None,
-                    base={"model": {"num_batches": 4, "warmup_batches": 1},
-                          "cache": {"lookahead": 5}, "designs": ["hybrid", "hybrid"]})
+    exp = write_exp(
+        tmp_path,
+        grid={"cache.load_factor": [0.1]},
+        designs=None,
+        base={
+            "model": {"num_batches": 4, "warmup_batches": 1},
+            "cache": {},
+            "design_params": {"scratchpipe": {"lookahead": 5}},
+            "designs": ["hybrid", "hybrid"],
+        },
+    )
     assert main(["sweep", str(exp), "--out", str(tmp_path / "o"), "-q"]) == 2
     assert "design 'hybrid' listed twice" in capsys.readouterr().err
 
@@ -297,11 +305,24 @@ def test_a_point_too_large_for_memory_is_an_error_row_not_a_crash(tmp_path, caps
                                                                    monkeypatch):
     monkeypatch.setenv("SCRATCHPIPE_MEMORY_BYTES", str(2 * 10**6))
     # 2 x 1000 rows fit in 2 MB; 2 x 100000 rows (28 B of state each) do not
-    exp = write_exp(tmp_path, grid={"model.tables.rows": [1000, 100000]}, designs=["hybrid"],
-                    metrics=["iter_ns_mean"],
-                    base={"model": {"num_batches": 4, "warmup_batches": 1, "batch_size": 16,
-                                    "pooling": 2, "tables": {"count": 2, "rows": 1000}},
-                          "cache": {"lookahead": 5}, "hardware": {"preset": "a100-gen4"}})
+    exp = write_exp(
+        tmp_path,
+        grid={"model.tables.rows": [1000, 100000]},
+        designs=["hybrid"],
+        metrics=["iter_ns_mean"],
+        base={
+            "model": {
+                "num_batches": 4,
+                "warmup_batches": 1,
+                "batch_size": 16,
+                "pooling": 2,
+                "tables": {"count": 2, "rows": 1000},
+            },
+            "cache": {},
+            "design_params": {"scratchpipe": {"lookahead": 5}},
+            "hardware": {"preset": "a100-gen4"},
+        },
+    )
     out = tmp_path / "o"
     assert main(["sweep", str(exp), "--out", str(out), "-q"]) == 1
     err = capsys.readouterr().err

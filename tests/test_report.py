@@ -17,11 +17,18 @@ from scratchpipe_sim.experiments.report import cell
 
 SMALL = {
     "hardware": {"preset": "a100-gen4"},
-    "model": {"tables": {"count": 2, "rows": 2000, "dim": 16}, "pooling": 4, "batch_size": 64,
-              "num_batches": 12, "warmup_batches": 2, "bottom_mlp": [13, 64, 16],
-              "top_mlp": [48, 32, 1]},
+    "model": {
+        "tables": {"count": 2, "rows": 2000, "dim": 16},
+        "pooling": 4,
+        "batch_size": 64,
+        "num_batches": 12,
+        "warmup_batches": 2,
+        "bottom_mlp": [13, 64, 16],
+        "top_mlp": [48, 32, 1],
+    },
     "trace": {"distribution": "zipf", "alpha": 1.1},
-    "cache": {"policy": "lru", "lookahead": 5, "load_factor": 0.3},
+    "cache": {"policy": "lru", "load_factor": 0.3},
+    "design_params": {"scratchpipe": {"lookahead": 5}},
     "seed": 3,
 }
 

@@ -20,7 +20,7 @@ SMALL = {
               "num_batches": 12, "warmup_batches": 2, "bottom_mlp": [13, 32, 16],
               "top_mlp": [20, 16, 1]},
     "trace": {"distribution": "zipf", "alpha": 1.1},
-    "cache": {"capacity_rows": 500, "lookahead": 5},
+    "cache": {"capacity_rows": 500}, "design_params": {"scratchpipe": {"lookahead": 5}},
     "seed": 5,
 }
 WALL = ("policy_wall_s", "simpy_wall_s")
@@ -107,19 +107,30 @@ def test_trace_file_input(cfg_file, tmp_path, capsys):
     assert row["accesses"] == 32 * 10  # 12 batches of 32 ids, 2 warm-up
 
 
-@pytest.mark.parametrize("sets, words", [
-    (["cache.capcity_rows=5"], ["cache.capcity_rows", "did you mean 'capacity_rows'"]),
-    (["model.pooling=many"], ["model.pooling", "expected an integer"]),
-    (["hardware.pcie.d2h_GBps=-4"], ["hardware.pcie.d2h_GBps", "> 0"]),
-    (["cache.capacity_rows=400", "hardware.gpu.hbm_capacity_GiB=0.00001",
-      "hardware.gpu.l2_MiB=0"],
-     ["cache.capacity_rows", "fits in HBM"]),
-    (["designs=[hybrid, scratchpip]"], ["designs", "did you mean 'scratchpipe'"]),
-    (["cache.capacity_rows=10"], ["cache.capacity_rows", "scratchpipe needs capacity >="]),
-    (["cache.policy=lruu"], ["cache.policy", "did you mean 'lru'"]),
-    (["cache.static_policy=statik"], ["cache.static_policy", "did you mean 'static'"]),
-    (["trace.distribution=zipff"], ["trace.distribution"]),
-])
+@pytest.mark.parametrize(
+    "sets, words",
+    [
+        (["cache.capcity_rows=5"], ["cache.capcity_rows", "did you mean 'capacity_rows'"]),
+        (["model.pooling=many"], ["model.pooling", "expected an integer"]),
+        (["hardware.pcie.d2h_GBps=-4"], ["hardware.pcie.d2h_GBps", "> 0"]),
+        (
+            [
+                "cache.capacity_rows=400",
+                "hardware.gpu.hbm_capacity_GiB=0.00001",
+                "hardware.gpu.l2_MiB=0",
+            ],
+            ["cache.capacity_rows", "fits in HBM"],
+        ),
+        (["designs=[hybrid, scratchpip]"], ["designs", "did you mean 'scratchpipe'"]),
+        (["cache.capacity_rows=10"], ["cache.capacity_rows", "scratchpipe needs capacity >="]),
+        (["cache.policy=lruu"], ["cache.policy", "did you mean 'lru'"]),
+        (
+            ["design_params.static-cache.policy=statik"],
+            ["design_params.static-cache.policy", "did you mean 'static'"],
+        ),
+        (["trace.distribution=zipff"], ["trace.distribution"]),
+    ],
+)
 def test_bad_config_is_one_line_exit_2(cfg_file, tmp_path, capsys, sets, words):
     argv = ["run", str(cfg_file), "--out", str(tmp_path / "o")]
     for s in sets:

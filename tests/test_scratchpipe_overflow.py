@@ -1,5 +1,5 @@
-"""`cache.on_overflow`: a scratchpad smaller than its window errors (naming the minimum) or
-stalls, serving the surplus rows from host memory over UVM."""
+"""`design_params.scratchpipe.on_overflow`: a scratchpad smaller than its window errors
+(naming the minimum) or stalls, serving the surplus rows from host memory over UVM."""
 
 from __future__ import annotations
 
@@ -13,21 +13,39 @@ from scratchpipe_sim.timing import build_trace, simulate
 
 BASE = {
     "hardware": {"preset": "a100-gen4"},
-    "model": {"tables": {"count": 2, "rows": 500, "dim": 32}, "pooling": 4, "batch_size": 64,
-              "num_batches": 12, "warmup_batches": 2, "bottom_mlp": [13, 64, 16],
-              "top_mlp": [20, 32, 1]},
+    "model": {
+        "tables": {"count": 2, "rows": 500, "dim": 32},
+        "pooling": 4,
+        "batch_size": 64,
+        "num_batches": 12,
+        "warmup_batches": 2,
+        "bottom_mlp": [13, 64, 16],
+        "top_mlp": [20, 32, 1],
+    },
     "trace": {"distribution": "zipf", "alpha": 1.05},
     # W = 3 needs a shape of at most 3 stage groups: plan | collect+exchange+insert | train
-    "cache": {"lookahead": 3, "pipeline": [["plan"], ["collect", "exchange", "insert"],
-                                           ["train"]]},
+    "cache": {},
+    "design_params": {
+        "scratchpipe": {
+            "lookahead": 3,
+            "pipeline": [["plan"], ["collect", "exchange", "insert"], ["train"]],
+        }
+    },
     "designs": ["scratchpipe"],
     "seed": 5,
 }
 
 
 def _cfg(capacity, mode):
-    return load_config(deep_merge(BASE, {"cache": {"capacity_rows": capacity,
-                                                   "on_overflow": mode}}))
+    return load_config(
+        deep_merge(
+            BASE,
+            {
+                "cache": {"capacity_rows": capacity},
+                "design_params": {"scratchpipe": {"on_overflow": mode}},
+            },
+        )
+    )
 
 
 def _min_capacity():
@@ -57,7 +75,8 @@ def test_stall_serves_surplus_over_uvm_and_is_slower_than_a_fitting_scratchpad()
 
 def test_bad_mode_is_one_line_exit_2(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("hardware: {preset: a100-gen4}\ncache: {on_overflow: wait}\n")
+    cfg.write_text("hardware: {preset: a100-gen4}\n"
+                   "design_params: {scratchpipe: {on_overflow: wait}}\n")
     assert main(["config", "show", str(cfg)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "cache.on_overflow" in err and "stall" in err
+    assert "\n" not in err and "design_params.scratchpipe.on_overflow" in err and "stall" in err

@@ -13,6 +13,7 @@ from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy
 from scratchpipe_sim.timing import build_trace, simulate
+from scratchpipe_sim.timing.designs import design_params
 from scratchpipe_sim.traces.trace import Trace
 
 FIVE = [["plan"], ["collect"], ["exchange"], ["insert"], ["train"]]
@@ -43,7 +44,7 @@ def cfg_of(*overs):
 
 
 def shape(groups, w):
-    return {"cache": {"pipeline": groups, "lookahead": w}}
+    return {"cache": {}, "design_params": {"scratchpipe": {"pipeline": groups, "lookahead": w}}}
 
 
 def measured_fills(cfg):
@@ -51,7 +52,7 @@ def measured_fills(cfg):
     cache warm-up prefix, then the timed batches)."""
     trace = build_trace(cfg)
     pol = make_policy("scratchpipe", cfg.capacity_rows(), trace.total_rows,
-                      lookahead=cfg.cache.lookahead)
+                      lookahead=design_params(cfg, "scratchpipe").lookahead)
     fills = np.concatenate([bc.counts[:, COUNTERS.index("fills")]
                             for bc in iter_cache(trace, pol)])
     return fills[len(fills) - cfg.model.num_batches + cfg.model.warmup_batches:]
@@ -125,15 +126,29 @@ def period_trace():
 
 
 def hazard_cfg(refetch, groups=FIVE):
-    return load_config({
-        "hardware": {"preset": "a100-gen4", "cpu": {"llc_MiB": 0},
-                     "gpu": {"l2_MiB": 0, "kernel_launch_ns": 10.0}},
-        "model": {"tables": {"count": 1, "rows": 2 * (W + 1), "dim": 64}, "pooling": 1,
-                  "batch_size": 2, "num_batches": N, "warmup_batches": 2,
-                  "bottom_mlp": [4, 8], "top_mlp": [8, 1]},
-        "cache": {"capacity_rows": 2 * W, "lookahead": W, "warmup_batches": 0,
-                  "refetch": refetch, "pipeline": groups},
-        "designs": ["scratchpipe"]})
+    return load_config(
+        {
+            "hardware": {
+                "preset": "a100-gen4",
+                "cpu": {"llc_MiB": 0},
+                "gpu": {"l2_MiB": 0, "kernel_launch_ns": 10.0},
+            },
+            "model": {
+                "tables": {"count": 1, "rows": 2 * (W + 1), "dim": 64},
+                "pooling": 1,
+                "batch_size": 2,
+                "num_batches": N,
+                "warmup_batches": 2,
+                "bottom_mlp": [4, 8],
+                "top_mlp": [8, 1],
+            },
+            "cache": {"capacity_rows": 2 * W, "warmup_batches": 0},
+            "design_params": {
+                "scratchpipe": {"lookahead": W, "refetch": refetch, "pipeline": groups}
+            },
+            "designs": ["scratchpipe"],
+        }
+    )
 
 
 def test_policy_reports_the_distance_one_refetches():
@@ -181,13 +196,13 @@ def test_window_below_the_shape_is_one_line_naming_the_minimum(tmp_path, capsys)
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("hardware: {preset: a100-gen4}\ndesigns: [scratchpipe]\n"
-                   "cache: {lookahead: 3, pipeline: [[plan], [collect], [exchange], [insert],"
-                   " [train]]}\n")
+                   "design_params: {scratchpipe: {lookahead: 3, pipeline: [[plan], [collect], "
+                   "[exchange], [insert], [train]]}}\n")
     assert main(["config", "show", str(cfg)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "cache.lookahead" in err and ">= 5" in err
+    assert "\n" not in err and "design_params.scratchpipe.lookahead" in err and ">= 5" in err
     # asked for by name while the config lists other designs: the same error, no starving
     d = deep_merge(BASE, shape(FIVE, 3))
     d["designs"] = ["hybrid"]
-    with pytest.raises(UserError, match=r"cache.lookahead >= 5, got 3"):
+    with pytest.raises(UserError, match=r"design_params.scratchpipe.lookahead >= 5, got 3"):
         simulate(load_config(d), ["scratchpipe"])

@@ -11,6 +11,7 @@ from small_configs import TWO_SMALL_TABLES
 from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing import simulate
+from scratchpipe_sim.timing.designs import check_params
 from scratchpipe_sim.timing.machine import Machine
 
 BASE = {**TWO_SMALL_TABLES,
@@ -19,8 +20,9 @@ BASE = {**TWO_SMALL_TABLES,
         "designs": ["scratchpipe"]}
 
 
-def run(cache=None):
-    return simulate(load_config(deep_merge(BASE, {"cache": cache or {}})), ["scratchpipe"])[0]
+def run(params=None):
+    over = {"design_params": {"scratchpipe": params or {}}}
+    return simulate(load_config(deep_merge(BASE, over)), ["scratchpipe"])[0]
 
 
 def test_gpu_collect_moves_the_rows_in_place_and_no_staging_copy():
@@ -56,6 +58,7 @@ def test_gpu_plan_closed_form():
 
 @pytest.mark.parametrize("key", ["planner", "collect"])
 def test_unknown_variant_names_the_key(key):
-    with pytest.raises(UserError) as e:
-        load_config(deep_merge(BASE, {"cache": {key: "fpga"}}))
-    assert e.value.field == f"cache.{key}"
+    with pytest.raises(UserError) as e:  # design params: checked by the timing layer
+        check_params(load_config(deep_merge(BASE, {"design_params": {"scratchpipe": {
+            key: "fpga"}}})))
+    assert e.value.field == f"design_params.scratchpipe.{key}"

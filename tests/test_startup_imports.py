@@ -63,7 +63,8 @@ model:
   bottom_mlp: [13, 32, 16]
   top_mlp: [20, 16, 1]
 trace: {distribution: zipf, alpha: 1.1}
-cache: {capacity_rows: 500, lookahead: 5}
+cache: {capacity_rows: 500}
+design_params: {scratchpipe: {lookahead: 5}}
 seed: 5
 """
 WALL = ("policy_wall_s", "simpy_wall_s")

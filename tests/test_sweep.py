@@ -29,7 +29,7 @@ BASE = {"model": {"num_batches": 4, "warmup_batches": 1,
                   "tables": {"count": 1, "rows": 1000}},
         "hardware": {"preset": "a100-gen4"},
         # scratchpipe's window must cover the pipeline's batches in flight (5 stage groups)
-        "cache": {"lookahead": 5}}
+        "cache": {}, "design_params": {"scratchpipe": {"lookahead": 5}}}
 
 
 def fake_point(config: dict, designs: tuple) -> list[dict]:

@@ -20,7 +20,7 @@ TINY = {"seed": 3, "hardware": {"preset": "a100-gen4"},
                   "batch_size": 64, "pooling": 4, "num_batches": 12, "warmup_batches": 2,
                   "bottom_mlp": [13, 64, 16], "top_mlp": [48, 32, 1]},
         "trace": {"distribution": "zipf", "alpha": 1.1},
-        "cache": {"policy": "lru", "lookahead": 5}}
+        "cache": {"policy": "lru"}, "design_params": {"scratchpipe": {"lookahead": 5}}}
 
 
 @pytest.fixture(scope="module")

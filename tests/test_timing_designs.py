@@ -14,17 +14,29 @@ from scratchpipe_sim.config import deep_merge, interpolate, load_config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.scratchpipe import min_scratchpipe_capacity
 from scratchpipe_sim.timing import build_trace, simulate
+from scratchpipe_sim.timing.designs import design_params
 from scratchpipe_sim.traces.trace import Trace
 
 ALL = ["hybrid", "gpu-only", "static-cache", "lru-cache", "lru-prefetch", "scratchpipe"]
 BASE = {
     "hardware": {"preset": "a100-gen4"},
-    "model": {"tables": {"count": 2, "rows": 500, "dim": 32}, "pooling": 4, "batch_size": 64,
-              "num_batches": 16, "warmup_batches": 4, "bottom_mlp": [13, 64, 16],
-              "top_mlp": [20, 32, 1]},
+    "model": {
+        "tables": {"count": 2, "rows": 500, "dim": 32},
+        "pooling": 4,
+        "batch_size": 64,
+        "num_batches": 16,
+        "warmup_batches": 4,
+        "bottom_mlp": [13, 64, 16],
+        "top_mlp": [20, 32, 1],
+    },
     "trace": {"distribution": "zipf", "alpha": 1.05},
-    "cache": {"capacity_rows": 600, "lookahead": 3,
-              "pipeline": [["plan"], ["collect", "exchange", "insert"], ["train"]]},
+    "cache": {"capacity_rows": 600},
+    "design_params": {
+        "scratchpipe": {
+            "lookahead": 3,
+            "pipeline": [["plan"], ["collect", "exchange", "insert"], ["train"]],
+        }
+    },
     "seed": 3,
 }
 #: on-chip caches and the DMA load off: the closed forms below price DRAM/HBM/PCIe alone
@@ -135,8 +147,15 @@ def test_gpu_only_closed_form():
 
 def test_static_cache_with_every_row_pinned_is_gpu_only_plus_its_lookup_kernel():
     # static-cache preloads its rows: no fills, hits counted and charged as HBM gathers only
-    cfg = cfg_of(deep_merge(PLAIN, {"cache": {"capacity_rows": 1000,
-                                              "static_profile": "oracle"}}))
+    cfg = cfg_of(
+        deep_merge(
+            PLAIN,
+            {
+                "cache": {"capacity_rows": 1000},
+                "design_params": {"static-cache": {"profile": "oracle"}},
+            },
+        )
+    )
     trace = build_trace(cfg)
     acc, uniq = per_batch_au(timed(cfg, trace))
     res = by_design(simulate(cfg, ["gpu-only", "static-cache"], trace=trace))
@@ -160,19 +179,40 @@ def test_static_cache_profiles_the_prefix_and_charges_what_it_misses():
     with pytest.raises(UserError, match="warm-up prefix"):
         simulate(cfg_of({"cache": {"capacity_rows": 200, "warmup_batches": 0}}),
                  ["static-cache"])
-    oracle = simulate(cfg_of({"cache": {"capacity_rows": 200, "static_profile": "oracle"}}),
-                      ["static-cache"])[0]
+    oracle = simulate(
+        cfg_of(
+            {
+                "cache": {"capacity_rows": 200},
+                "design_params": {"static-cache": {"profile": "oracle"}},
+            }
+        ),
+        ["static-cache"],
+    )[0]
     assert oracle["hit_ratio"] >= r["hit_ratio"]
 
 
 def test_scratchpipe_converges_to_its_slowest_stage():
     # PCIe made the bottleneck: steady-state iteration == exchange stage time.
-    cfg = cfg_of(deep_merge(PLAIN, {
-        "hardware": {"pcie": {"h2d_GBps": 0.01, "d2h_GBps": 0.01, "duplex_h2d_GBps": None},
-                     "gpu": {"kernel_launch_ns": 1000.0}},
-        "model": {"num_batches": 40, "warmup_batches": 8},
-        "cache": {"lookahead": 6, "queue_depth": 2, "capacity_rows": 800,
-                  "pipeline": [["plan"], ["collect"], ["exchange"], ["insert"], ["train"]]}}))
+    cfg = cfg_of(
+        deep_merge(
+            PLAIN,
+            {
+                "hardware": {
+                    "pcie": {"h2d_GBps": 0.01, "d2h_GBps": 0.01, "duplex_h2d_GBps": None},
+                    "gpu": {"kernel_launch_ns": 1000.0},
+                },
+                "model": {"num_batches": 40, "warmup_batches": 8},
+                "cache": {"capacity_rows": 800},
+                "design_params": {
+                    "scratchpipe": {
+                        "lookahead": 6,
+                        "queue_depth": 2,
+                        "pipeline": [["plan"], ["collect"], ["exchange"], ["insert"], ["train"]],
+                    }
+                },
+            },
+        )
+    )
     row = simulate(cfg, ["scratchpipe"])[0]
     stages = {k: v for k, v in row.items() if k.startswith("stage_")}
     slowest = max(stages, key=stages.get)
@@ -325,9 +365,22 @@ def test_pcie_bytes_are_fills_and_writebacks_times_row_bytes(optimizer):
         assert r["unplaced"] == 0 and r["fills"] > 0
         assert r["pcie_h2d_bytes"] == r["fills"] * r_w + r["unique"] * S_link + idx
         assert r["pcie_d2h_bytes"] == r["writebacks"] * r_w + r["unique"] * S_link
-    hbm = by_design(simulate(cfg_of({"model": {"optimizer": optimizer},
-                                     "cache": {"enforce_hbm": True}}),
-                             ["lru-cache", "lru-prefetch", "scratchpipe"], trace=trace))
+    hbm = by_design(
+        simulate(
+            cfg_of(
+                {
+                    "model": {"optimizer": optimizer},
+                    "cache": {},
+                    "design_params": {
+                        "lru-cache": {"enforce_hbm": True},
+                        "lru-prefetch": {"enforce_hbm": True},
+                    },
+                }
+            ),
+            ["lru-cache", "lru-prefetch", "scratchpipe"],
+            trace=trace,
+        )
+    )
     for d in ("lru-cache", "lru-prefetch", "scratchpipe"):
         # FBGEMM's fill kernel loads host rows in whole sectors; ScratchPipe's copies are DMA
         R_link = R if d == "scratchpipe" else -(-R // 32) * 32
@@ -341,7 +394,7 @@ def test_pcie_bytes_are_fills_and_writebacks_times_row_bytes(optimizer):
 
 
 def test_conflict_misses_travel_over_uvm():
-    cfg = cfg_of({"cache": {"policy": "fbgemm-lru", "ways": 2, "capacity_rows": 64}})
+    cfg = cfg_of({"cache": {"policy": "fbgemm-lru", "capacity_rows": 64, "params": {"ways": 2}}})
     trace = build_trace(cfg)
     acc, _ = per_batch_au(timed(cfg, trace))
     idx = index_bytes(cfg, acc)[cfg.model.warmup_batches:].sum()
@@ -439,12 +492,13 @@ CPU_TERMS = {"cores": 4, "parallel_efficiency": 0.5, "embedding_op_GBps": 10.0,
              "plan_ns_per_eviction": 50.0, "core_window_rows": 1.0}
 
 
-def lone_time(part, cpu=None, cache=None):
+def lone_time(part, cpu=None, scratchpipe=None):
     """Time of one Machine helper alone on a fresh SimPy environment."""
     from scratchpipe_sim.timing.machine import price_alone
 
     cfg = load_config({"hardware": {"preset": "a100-gen4", "cpu": {**CPU_TERMS, **(cpu or {})}},
-                       "cache": cache or {}, "designs": ["hybrid"]})
+                       "design_params": {"scratchpipe": scratchpipe or {}},
+                       "designs": ["hybrid"]})
     return float(price_alone(cfg, 1, part, [0])[0])
 
 
@@ -521,15 +575,15 @@ def test_aggregation_prices_on_chip_lookups_at_their_own_cost():
 def test_plan_costs_ids_and_evictions_and_one_thread_keeps_a_whole_core(threads, share):
     # 1000 ids x 10 + 100 evictions x 50 = 15000 core-ns. One thread runs at a whole core
     # (no parallel efficiency); T > 1 threads at T x 0.5 cores.
-    t = lone_time(lambda m, b: m.plan(b, 1000, 100), cache={"plan_threads": threads})
+    t = lone_time(lambda m, b: m.plan(b, 1000, 100), scratchpipe={"plan_threads": threads})
     assert t == pytest.approx(15000 / share, rel=1e-12)
     # the cache section's per-id override still wins over the hardware's
     t = lone_time(lambda m, b: m.plan(b, 1000, 100),
-                  cache={"plan_threads": 1, "plan_ns_per_id": 1.0})
+                  scratchpipe={"plan_threads": 1, "plan_ns_per_id": 1.0})
     assert t == pytest.approx(1000 * 1.0 + 100 * 50, rel=1e-12)
     # ... and so does its per-eviction twin
     t = lone_time(lambda m, b: m.plan(b, 1000, 100),
-                  cache={"plan_threads": 1, "plan_ns_per_eviction": 2.0})
+                  scratchpipe={"plan_threads": 1, "plan_ns_per_eviction": 2.0})
     assert t == pytest.approx(1000 * 10 + 100 * 2.0, rel=1e-12)
 
 
@@ -554,14 +608,14 @@ def test_scratchpipe_plan_stage_charges_the_policys_evictions():
     def run(per_ev):
         cfg = cfg_of(PLAIN, [f"hardware.cpu.plan_ns_per_eviction={per_ev}",
                              "hardware.cpu.cores=4", "hardware.cpu.parallel_efficiency=1.0",
-                             "cache.plan_threads=1"])
+                             "design_params.scratchpipe.plan_threads=1"])
         return cfg, simulate(cfg, ["scratchpipe"])[0]
 
     cfg, lo = run(0.0)
     _, hi = run(1000.0)
     trace = build_trace(cfg)
     ev = policy_counts(trace, "scratchpipe", cfg.capacity_rows(),
-                       lookahead=cfg.cache.lookahead).cols["evictions"]
+                       lookahead=design_params(cfg, "scratchpipe").lookahead).cols["evictions"]
     ev = ev[len(ev) - cfg.model.num_batches + cfg.model.warmup_batches:]
     assert ev.sum() > 0
     assert hi["stage_plan_ns"] - lo["stage_plan_ns"] == pytest.approx(1000 * ev.mean(),

@@ -296,7 +296,7 @@ def test_dma_copies_also_load_cpu_dram():
 def test_planner_shares_the_cores_with_collect():
     cfg = load_config({"hardware": {"cpu": {"cores": 4, "parallel_efficiency": 1.0,
                                             "plan_ns_per_id": 10.0}},
-                       "cache": {"plan_threads": 1}})
+                       "cache": {}, "design_params": {"scratchpipe": {"plan_threads": 1}}})
     env = simpy.Environment()
     m = Machine(env, cfg, 1)
     m.plan(0, 100)  # 1000 core-ns on at most 1 of 4 cores -> 1000 ns alone

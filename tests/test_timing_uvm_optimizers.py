@@ -119,7 +119,21 @@ def test_adam_state_crosses_the_link_under_lru_cache_unless_enforce_hbm():
     over = {"model": {"optimizer": "adam"}, "designs": ["lru-cache"]}
     cfg = cfg_of(over)
     uvm = simulate(cfg, ["lru-cache"])[0]
-    hbm = simulate(cfg_of(deep_merge(over, {"cache": {"enforce_hbm": True}})), ["lru-cache"])[0]
+    hbm = simulate(
+        cfg_of(
+            deep_merge(
+                over,
+                {
+                    "cache": {},
+                    "design_params": {
+                        "lru-cache": {"enforce_hbm": True},
+                        "lru-prefetch": {"enforce_hbm": True},
+                    },
+                },
+            )
+        ),
+        ["lru-cache"],
+    )[0]
     m = cfg.model
     assert uvm["fills"] == hbm["fills"] and uvm["fills"] > 0
     # the state in UVM: weights fill; each unique row's m and v read and written in place
@@ -127,17 +141,6 @@ def test_adam_state_crosses_the_link_under_lru_cache_unless_enforce_hbm():
     # enforce_hbm: the state moves with the row, and only on fills and write-backs
     assert hbm["pcie_d2h_bytes"] == hbm["writebacks"] * m.moved_row_bytes
     assert uvm["stage_backward_ns"] > hbm["stage_backward_ns"]
-
-
-def test_enforce_hbm_without_an_fbgemm_cache_is_one_line_exit_2(tmp_path, capsys):
-    import yaml
-
-    p = tmp_path / "c.yaml"
-    p.write_text(yaml.safe_dump(deep_merge(BASE, {"cache": {"enforce_hbm": True},
-                                                  "designs": ["gpu-only", "uvm"]})))
-    assert main(["run", str(p), "--quiet"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "cache.enforce_hbm" in err and str(p) in err
 
 
 def test_removed_uvm_efficiency_names_its_replacement(tmp_path, capsys):

@@ -66,8 +66,9 @@ def handle_show(args: argparse.Namespace) -> int:
 
 def handle_describe(args: argparse.Namespace) -> int:
     from scratchpipe_sim.config.describe import describe, markdown_table, text_table
+    from scratchpipe_sim.timing.designs import param_sections
 
-    rows = describe(args.key)
+    rows = describe(args.key, param_sections())
     if args.json:
         print(jsonout.dumps([r.to_json() for r in rows], indent=1))
     elif args.markdown:

@@ -152,7 +152,8 @@ def handle_cpu(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.rows is not None:
         overrides.append(f"model.tables.rows={args.rows}")
-    overrides.append("cache.plan_threads=1")  # the policy kernel runs on one thread
+    # the policy kernel runs on one thread
+    overrides.append("design_params.scratchpipe.plan_threads=1")
     cfg = load_config(args.config, overrides)
     cpu_designs(cfg)
     log = (lambda _s: None) if args.json else print
@@ -166,7 +167,7 @@ def handle_cpu(args: argparse.Namespace) -> int:
           f"{hw.name or '(inline)'}, cpu.cores {hw.cpu.cores}, "
           f"{cfg.model.tables.count} x {cfg.model.tables.rows} rows, "
           f"{results[0].batches} batches, {args.statistic} of {args.reps} passes; plan "
-          "priced with cache.plan_threads=1 (the policy kernel runs on one thread)")
+          "priced with plan_threads=1 (the policy kernel runs on one thread)")
     import numba
 
     if hw.cpu.cores > numba.config.NUMBA_NUM_THREADS:

@@ -10,6 +10,7 @@ value of the reference preset (`REFERENCE_PRESET`), which docs and the study use
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,20 +65,25 @@ def _walk(cls: type, prefix: str, default: Any, preset: Any) -> list[Constant]:
     return out
 
 
-def constants() -> list[Constant]:
-    """Every documented key, in the table's order (hardware, then model and cache)."""
+def constants(extra: Sequence[tuple[str, type]] = ()) -> list[Constant]:
+    """Every documented key, in the table's order (hardware, then model and cache, then the
+    `extra` sections: (dotted prefix, Params dataclass) of the designs' and policies' own
+    parameters, which the layers that own them list: `timing.designs.param_sections`)."""
     from scratchpipe_sim.config.loader import resolve  # noqa: PLC0415
 
     ref = resolve({"hardware": {"preset": REFERENCE_PRESET}})
     out: list[Constant] = []
     for section, cls in SECTIONS:
         out += _walk(cls, f"{section}.", cls(), ref.get(section, {}))
+    for section, cls in extra:
+        out += _walk(cls, f"{section}.", cls(), None)
     return out
 
 
-def describe(key: str | None = None) -> list[Constant]:
+def describe(key: str | None = None,
+             extra: Sequence[tuple[str, type]] = ()) -> list[Constant]:
     """The documented keys equal to `key` or below it (all of them without one)."""
-    rows = constants()
+    rows = constants(extra)
     if key is None:
         return rows
     k = key.strip(".")

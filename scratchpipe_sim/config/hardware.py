@@ -286,7 +286,7 @@ class GpuConfig:
         "HierarchicalKV README: find* 1.9-4.1 B keys/s on an A100 80GB PCIe, scaled by "
         "HBM bandwidth") | _pos(
         "billion lookups per second of a GPU hash table of row -> slot (ScratchPipe's "
-        "planner on the GPU, cache.planner: gpu)"))
+        "planner on the GPU, design_params.scratchpipe.planner: gpu)"))
     hash_insert_Gps: float = field(default=1.8, metadata=doc(
         "billion inserts/s", "x0.5-2",
         "HierarchicalKV README: insert_and_evict 1.0-1.1 B keys/s on an A100 80GB PCIe, "

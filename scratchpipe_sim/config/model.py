@@ -22,11 +22,7 @@ OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad", "adam")
 #: per table: sum / mean reduce a bag to one vector (TorchRec's EmbeddingBagCollection),
 #: none keeps one row per lookup (EmbeddingCollection: sequence embeddings)
 POOLING_MODES = ("sum", "mean", "none")
-#: designs with an FBGEMM managed cache (`cache.enforce_hbm` applies to them)
-FBGEMM_CACHE_DESIGNS = ("lru-cache", "lru-prefetch")
 GiB = 1 << 30
-#: scratchpipe's stages in data-flow order; `cache.pipeline` groups them.
-SCRATCHPIPE_STAGES = ("plan", "collect", "exchange", "insert", "train")
 
 
 #: rows per table when neither the config nor a trace file gives them
@@ -81,7 +77,7 @@ class ModelConfig:
     optimizer: str = field(default="sgd", metadata={
         "help": "sgd (no state), adagrad (one fp32 state per element), rowwise-adagrad (one "
                 "fp32 per row, FBGEMM's default), adam (two fp32 states per element); where "
-                "each design keeps the state: docs/timing.md, cache.enforce_hbm",
+                "each design keeps the state: docs/timing.md, design_params.lru-cache.enforce_hbm",
         "choices": OPTIMIZERS})
     bottom_mlp: tuple[int, ...] = field(default=(13, 512, 256, 64), metadata={
         "help": "layer widths, input first", "min": 1})
@@ -213,81 +209,46 @@ class TraceConfig:
         "help": "extra generator parameters (e.g. hot_fraction)"})
 
 
+#: the cache keys a design's or a policy's own parameters replaced (issue 23): each is now
+#: set where it is used, and an old key is an error naming its new place, never an alias
+_SP = "design_params.scratchpipe"
+MOVED_CACHE_KEYS = {
+    **{k: f"set {_SP}.{k}" for k in ("lookahead", "on_overflow", "queue_depth",
+                                     "plan_ns_per_id", "plan_ns_per_eviction", "plan_threads",
+                                     "pipeline", "planner", "collect", "refetch")},
+    "bagpipe_lookahead": "set design_params.bagpipe.lookahead",
+    "bagpipe_ttl_batches": "set design_params.bagpipe.ttl_batches",
+    "static_policy": "set design_params.static-cache.policy",
+    "static_profile": "set design_params.static-cache.profile",
+    **{k: f"set design_params.lru-cache.{k} (and design_params.lru-prefetch.{k})"
+       for k in ("enforce_hbm", "record_miss_counter")},
+    "ways": "set cache.params.ways (the fbgemm-* policies' own parameter)",
+}
+
+
 @dataclass(frozen=True)
 class CacheConfig:
+    """The cache every cached design sizes alike; a design's or a policy's own knobs live
+    with its code (`design_params`, `cache.params`), checked by the layer that knows it."""
+
+    RENAMED_KEYS = MOVED_CACHE_KEYS
+
     policy: str = field(default="lru", metadata={
-        "help": "policy of lru-cache / lru-prefetch: lru, lfu, fbgemm-lru, fbgemm-lfu"})
+        "help": "policy of lru-cache / lru-prefetch: lru, lfu, fbgemm-lru, fbgemm-lfu, or any "
+                "registered policy"})
+    params: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "the policy's own parameters (e.g. ways: 16 for fbgemm-*), checked against "
+                "its Params dataclass (scratchpipe_sim/policies/NAME.py); unset ones take "
+                "its defaults"})
     capacity_rows: int | None = field(default=None, metadata={
         "help": "cache rows (all tables); null: load_factor x rows", "min": 1})
     load_factor: float | None = field(default=0.2, metadata={
         "help": "FBGEMM cache_load_factor: capacity = ceil(load_factor x rows)", "gt": 0,
         "max": 1})
-    ways: int | None = field(default=None, metadata={"help": "fbgemm-* associativity",
-                                                      "min": 1})
-    static_policy: str = field(default="static", metadata={"help": "policy of static-cache"})
-    lookahead: int = field(default=5, metadata={
-        "help": "scratchpipe window W: batches in flight from plan to train", "min": 1})
-    on_overflow: str = field(default="error", metadata={
-        "help": "scratchpipe when the window's rows exceed the capacity: error (name the "
-                "minimum capacity) or stall (surplus rows served from host memory over UVM)",
-        "choices": ("error", "stall")})
-    queue_depth: int = field(default=2, metadata={
-        "help": "scratchpipe: batches buffered between consecutive stages", "min": 1})
-    plan_ns_per_id: float | None = field(default=None, metadata={
-        "help": "scratchpipe plan cost per looked-up id on one CPU core, core-ns (null: "
-                "hardware.cpu.plan_ns_per_id)", "min": 0})
-    plan_ns_per_eviction: float | None = field(default=None, metadata={
-        "help": "scratchpipe plan cost per evicted row on one CPU core, core-ns (null: "
-                "hardware.cpu.plan_ns_per_eviction)", "min": 0})
-    plan_threads: int | None = field(default=None, metadata=doc(
-        "cores", "1 - hardware.cpu.cores", "the planner may use every core") | {
-        "help": "cores the planner may use at once, shared with collect and write-back "
-                "(null: hardware.cpu.cores)", "min": 1})
-    pipeline: tuple[tuple[str, ...], ...] = field(
-        default=(("plan",), ("collect",), ("exchange",), ("insert",), ("train",)),
-        metadata={"help": "scratchpipe stage groups, in order; each group works on a "
-                          "different batch, so the window must be at least the number of "
-                          "groups; stages fused in one group stream concurrently"})
-    planner: str = field(default="cpu", metadata={
-        "help": "scratchpipe variant: where its planner runs — cpu (the paper: the policy on "
-                "the host cores) or gpu (a GPU hash table of the scratchpad's rows, priced "
-                "at hardware.gpu.hash_lookup_Gps / hash_insert_Gps on HBM; the batch's ids "
-                "cross PCIe before planning)", "choices": ("cpu", "gpu")})
-    collect: str = field(default="cpu", metadata={
-        "help": "scratchpipe variant: how missed rows reach the scratchpad — cpu (the paper: "
-                "host cores gather them into a pinned staging buffer, copied by DMA) or gpu "
-                "(GPU loads read them in place from host memory, victims stored back in "
-                "place: Machine.uvm_read / uvm_write)", "choices": ("cpu", "gpu")})
-    refetch: str = field(default="wait", metadata={
-        "help": "scratchpipe: a row evicted and needed again while its write-back is in "
-                "flight waits for the write-back (wait) or is copied from the victim "
-                "buffer (forward)", "choices": ("wait", "forward")})
     warmup_batches: int | str = field(default="auto", metadata={
         "help": "batches replayed through each cache policy before the timed batches "
                 "(policy only, no timing): the cache warm-up; auto = until the prefix has "
                 "touched as many distinct rows as the cache holds, at most model.num_batches"})
-    enforce_hbm: bool = field(default=False, metadata={
-        "help": "lru-cache / lru-prefetch: keep the optimizer state in HBM beside the cache "
-                "(FBGEMM's enforce_hbm). false, FBGEMM's default: the state is allocated "
-                "cacheable=False, stays in UVM, and every update reads and writes it in "
-                "place over the link"})
-    record_miss_counter: bool = field(default=False, metadata={
-        "help": "lru-cache / lru-prefetch: FBGEMM's RecordCacheMetrics"
-                "(record_cache_miss_counter=True): every prefetch probes the cache for all "
-                "the batch's lookups once more and counts the unique misses with "
-                "torch.unique (a 64-bit radix sort and a host sync). false, FBGEMM's "
-                "default; the recsys-examples benchmark of the published caching points "
-                "sets it"})
-    bagpipe_lookahead: int = field(default=200, metadata={
-        "help": "bagpipe: batches its oracle cacher looks ahead (Bagpipe's default 200)",
-        "min": 1})
-    bagpipe_ttl_batches: int | None = field(default=None, metadata={
-        "help": "bagpipe: batches a cached row lives past its last use in the window "
-                "(null: until its next use leaves the window)", "min": 0})
-    static_profile: str = field(default="prefix", metadata={
-        "help": "static-cache picks its hot rows from the warm-up prefix (prefix, as a "
-                "deployment would) or from the timed batches too (oracle)",
-        "choices": ("prefix", "oracle")})
 
 
 @dataclass(frozen=True)
@@ -311,6 +272,10 @@ class Config:
     designs: tuple[str, ...] | None = field(default=None, metadata={
         "help": "designs to run (names in scratchpipe_sim.timing.DESIGNS; null: every "
                 "design whose class sets `default = True`, resolved by the timing layer)"})
+    design_params: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
+        "help": "each design's own parameters, by design name (e.g. scratchpipe: {lookahead: "
+                "3}), checked against the design's Params dataclass (scratchpipe_sim/timing/"
+                "designs/NAME.py) by the timing layer; unset ones take its defaults"})
     seed: int = field(default=0, metadata={"help": "seed of every random choice", "min": 0})
     name: str = field(default="", metadata={"help": "label for results"})
     _source: str | None = field(default=None, compare=False, repr=False)
@@ -382,14 +347,6 @@ class Config:
                             else "model.top_mlp")
         if self.designs is not None and not self.designs:
             raise UserError("expected at least one design", source=src, field="designs")
-        self._check_pipeline()
-        # designs null: the defaults, which include lru-cache
-        if (self.cache.enforce_hbm and self.designs is not None
-                and not set(self.designs) & set(FBGEMM_CACHE_DESIGNS)):
-            raise UserError("enforce_hbm places the optimizer state of an FBGEMM managed "
-                            f"cache; none of the designs ({', '.join(self.designs)}) has one: "
-                            f"expected one of {', '.join(FBGEMM_CACHE_DESIGNS)} in designs, or "
-                            "enforce_hbm: false", source=src, field="cache.enforce_hbm")
         wb = self.cache.warmup_batches
         if isinstance(wb, str) and wb != "auto" or isinstance(wb, int) and wb < 0:
             raise UserError(f"expected a whole number of batches >= 0 or 'auto', got {wb!r}",
@@ -458,32 +415,6 @@ class Config:
                 raise UserError(f"unknown value {mode!r}{closest(str(mode), POOLING_MODES)}; "
                                 f"expected one of: {', '.join(POOLING_MODES)}", source=src,
                                 field=where)
-
-    def _check_pipeline(self) -> None:
-        """Every scratchpipe stage once, in data-flow order; the window covers the depth."""
-        c, src = self.cache, self.source
-        flat = [s for g in c.pipeline for s in g]
-        for i, g in enumerate(c.pipeline):
-            if not g:
-                raise UserError("expected a non-empty group of stages", source=src,
-                                field=f"cache.pipeline[{i}]")
-            for s in g:
-                if s not in SCRATCHPIPE_STAGES:
-                    raise UserError(f"unknown stage {s!r}{closest(s, SCRATCHPIPE_STAGES)}; "
-                                    f"expected one of: {', '.join(SCRATCHPIPE_STAGES)}",
-                                    source=src, field=f"cache.pipeline[{i}]")
-        if tuple(flat) != SCRATCHPIPE_STAGES:
-            raise UserError(f"expected each of {', '.join(SCRATCHPIPE_STAGES)} exactly once and "
-                            f"in that order, got {', '.join(flat)}", source=src,
-                            field="cache.pipeline")
-        depth = len(c.pipeline)
-        # designs None: the registry's defaults, scratchpipe among them (config sits below
-        # timing, so it cannot ask the registry; tests/test_registry.py pins that it is one)
-        if (self.designs is None or "scratchpipe" in self.designs) and c.lookahead < depth:
-            raise UserError(f"the pipeline has {depth} stage groups, so {depth} batches are in "
-                            f"flight: expected cache.lookahead >= {depth}, got {c.lookahead} "
-                            "(or fuse stages, e.g. cache.pipeline: [[plan], [collect, "
-                            "exchange, insert], [train]])", source=src, field="cache.lookahead")
 
     def with_model(self, **changes: Any) -> Config:
         """This config with model fields replaced (sizes learnt from a trace), re-checked."""

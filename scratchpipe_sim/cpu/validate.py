@@ -264,8 +264,8 @@ def _scratchpipe_stages(run: _Run) -> list[_Stage]:
     run_trace = run.trace.slice(replays.prefix - replays.warm, run.trace.num_batches)
 
     def plan_run(keep_fills: bool = False):
-        return run_planner(run_trace, cfg.capacity_rows(), cfg.cache.lookahead,
-                           keep_fills=keep_fills, on_overflow=cfg.cache.on_overflow)
+        return run_planner(run_trace, cfg.capacity_rows(), sp.params.lookahead,
+                           keep_fills=keep_fills, on_overflow=sp.params.on_overflow)
 
     first = plan_run(keep_fills=True)  # untimed: compiles, and gives the fill rows
     skip = replays.warm

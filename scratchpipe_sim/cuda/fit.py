@@ -41,7 +41,8 @@ class Measurements:
     gemm_tflops: float | None = None
     kernel_launch_ns: float | None = None
     #: the reference planner's cost per looked-up id on one host thread (not in the
-    #: hardware schema: `validate` passes it as cache.plan_ns_per_id with plan_threads 1)
+    #: hardware schema: `validate` passes it as design_params.scratchpipe.plan_ns_per_id
+    #: with plan_threads 1)
     plan_ns_per_id: float | None = None
 
     def to_json(self) -> str:
@@ -141,5 +142,5 @@ def preset_yaml(cal: Calibration, m: Measurements, base_name: str) -> str:
                     + ", ".join(f"{int(a)}B {b:.1f}" for a, b in m.dram_gather_hot) + ".")
     if m.plan_ns_per_id:
         head.append(f"# Reference planner: {m.plan_ns_per_id:.1f} ns per id on one thread "
-                    "(use as cache.plan_ns_per_id with cache.plan_threads 1).")
+                    "(use as design_params.scratchpipe.plan_ns_per_id with plan_threads 1).")
     return "\n".join(head) + "\n" + dump_yaml(cal.preset)

@@ -74,7 +74,7 @@ class PipelineOptions:
     def __post_init__(self) -> None:
         if self.lookahead < 1:
             raise UserError(f"expected lookahead >= 1, got {self.lookahead}",
-                            field="cache.lookahead")
+                            field="design_params.scratchpipe.lookahead")
         if self.capacity_rows < 1:
             raise UserError(f"expected capacity_rows >= 1, got {self.capacity_rows}",
                             field="cache.capacity_rows")

@@ -17,6 +17,7 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.cuda.compare import measured_stages
 from scratchpipe_sim.cuda.training import TrainSpec
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.timing.designs.base import design_params
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,11 @@ def workload_of(cfg: Config) -> Workload:
         raise UserError(f"the reference kernels are fp32: expected bytes_per_element 4, got "
                         f"{m.tables.bytes_per_element}", source=cfg.source,
                         field="model.tables.bytes_per_element")
-    W = cfg.cache.lookahead
+    W = design_params(cfg, "scratchpipe").lookahead
     if W < 2:
-        raise UserError(f"the reference pipeline needs cache.lookahead >= 2 (plan one batch "
-                        f"ahead of train), got {W}", source=cfg.source, field="cache.lookahead")
+        raise UserError(f"the reference pipeline needs a lookahead >= 2 (plan one batch "
+                        f"ahead of train), got {W}", source=cfg.source,
+                        field="design_params.scratchpipe.lookahead")
     B = m.batch_size
     mlp = tuple((B, a, b) for layers in (m.bottom_mlp, m.top_mlp)
                 for a, b in zip(layers, layers[1:], strict=False))

@@ -28,8 +28,8 @@ from scratchpipe_sim.errors import UserError
 
 GiB = 1 << 30
 AXES = ("capacity", "lookahead", "pcie", "gpus")
-#: where each lookahead axis lives, per design (others have no lookahead to choose)
-LOOKAHEAD_KEY = {"scratchpipe": "lookahead", "bagpipe": "bagpipe_lookahead"}
+#: the designs with a lookahead axis (`design_params.NAME.lookahead`; others have none)
+LOOKAHEAD_DESIGNS = ("scratchpipe", "bagpipe")
 #: PCIe grid, GB/s per direction: 2^(k/2) from 4 to 256
 PCIE_GRID = tuple(round(4 * 2 ** (k / 2), 2) for k in range(13))
 BAGPIPE_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 200, 256, 512, 1024)
@@ -80,9 +80,12 @@ def variant(cfg: Config, design: str, axis: str, value: float) -> Config:
     if axis == "capacity":
         d["cache"]["capacity_rows"] = int(value)
     elif axis == "lookahead":
-        d["cache"][LOOKAHEAD_KEY[design]] = int(value)
+        if design not in LOOKAHEAD_DESIGNS:
+            raise ValueError(design)
+        own = d.setdefault("design_params", {}).setdefault(design, {})
+        own["lookahead"] = int(value)
         if design == "scratchpipe":  # a window larger than the capacity holds: stall
-            d["cache"]["on_overflow"] = "stall"
+            own["on_overflow"] = "stall"
     elif axis == "pcie":
         pcie = d["hardware"]["pcie"]
         scale = value / pcie["h2d_GBps"]
@@ -109,7 +112,9 @@ def grid(cfg: Config, design: str, axis: str) -> tuple[float, ...]:
         if design == "bagpipe":
             return BAGPIPE_GRID
         if design == "scratchpipe":
-            depth = len(cfg.cache.pipeline)
+            from scratchpipe_sim.timing.designs.base import design_params
+
+            depth = len(design_params(cfg, "scratchpipe", cross_check=False).pipeline)
             return tuple(v for v in SCRATCHPIPE_GRID if v >= depth)
         return ()
     if axis == "pcie":

@@ -328,8 +328,8 @@ def config_dict(p: PublishedPoint, *, num_batches: int, warmup_batches: int,
     }
     if p.policy is not None:
         d["cache"]["policy"] = p.policy
-    if p.record_miss_counter:
-        d["cache"]["record_miss_counter"] = True
+    if p.record_miss_counter:  # a knob of the FBGEMM cache designs (lru-cache's points)
+        d["design_params"] = {p.design: {"record_miss_counter": True}}
     if capacity_rows is not None:
         d["cache"].update(capacity_rows=capacity_rows, load_factor=None)
     return d

@@ -22,6 +22,7 @@ kept rows keyed by (expiry, row) (stale entries dropped when popped; compacted w
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,11 +43,21 @@ def _whole(name: str, value: Any, low: int) -> int:
     return int(value)
 
 
+@dataclass(frozen=True)
+class BagpipeParams:
+    """The bagpipe policy's knobs, and the bagpipe design's (`design_params.bagpipe`)."""
+
+    lookahead: int = field(default=200, metadata={
+        "help": "batches its oracle cacher looks ahead (Bagpipe's default 200)", "min": 1})
+    ttl_batches: int | None = field(default=None, metadata={
+        "help": "batches a cached row lives past its last use in the window (null or -1: "
+                "until its next use leaves the window)", "min": -1})
+
+
 @POLICIES.register("bagpipe")
 class Bagpipe(Policy):
     needs_next_use = True
-    #: ttl_batches -1 = none (the window alone decides)
-    params = {"lookahead": 200, "ttl_batches": -1}
+    Params = BagpipeParams
 
     def __init__(self, capacity: int, num_rows: int, **params: Any):
         super().__init__(capacity, num_rows, **params)

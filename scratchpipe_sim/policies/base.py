@@ -21,7 +21,9 @@ global stream position of the next access to the same linearized id, or `NO_NEXT
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -37,13 +39,39 @@ NUM_EVENTS = 3
 NO_NEXT_USE = np.iinfo(np.int64).max
 
 
+@dataclass(frozen=True)
+class NoParams:
+    """The parameters of a policy that takes none."""
+
+
+def param_defaults(params_cls: type) -> dict[str, Any]:
+    """name -> default of a parameter dataclass (its one copy of each default)."""
+    out = {}
+    for f in dataclasses.fields(params_cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
 class Policy(ABC):
     """One cache replacement policy over `num_rows` linearized ids and `capacity` rows."""
 
     name: ClassVar[str] = ""
     needs_next_use: ClassVar[bool] = False
-    #: parameter name -> default; unknown parameters are errors (see `check_params`).
+    #: the policy's parameters: a frozen dataclass beside its code whose field metadata
+    #: (help, min/max/choices) is the config schema's; a run sets them as `cache.params`
+    #: (or a design's own params) and `timing.designs.policy_params` checks them there
+    Params: ClassVar[type] = NoParams
+    #: parameter name -> default, derived from `Params`; unknown parameters are errors
+    #: (see `check_params`)
     params: ClassVar[dict[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "Params" in cls.__dict__ or "params" not in cls.__dict__:
+            cls.params = param_defaults(cls.Params)
 
     def __init__(self, capacity: int, num_rows: int, **params: Any):
         if int(capacity) != capacity or capacity < 1:

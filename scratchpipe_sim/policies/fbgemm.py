@@ -28,6 +28,7 @@ and admits a missing row only if its count beats the least-frequent evictable wa
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -450,10 +451,17 @@ def _aligned(n: int, dtype: Any, fill: int) -> np.ndarray:
     return a
 
 
+@dataclass(frozen=True)
+class FbgemmParams:
+    ways: int = field(default=32, metadata={
+        "help": "associativity: rows per cache set (FBGEMM's 32; sets = ceil(capacity / "
+                "ways))", "min": 1})
+
+
 class _FbgemmCache(Policy):
     """Shared state of both FBGEMM variants: `sets * ways` slots, a timestamp per way."""
 
-    params: ClassVar[dict[str, Any]] = {"ways": 32}
+    Params = FbgemmParams
     lfu: ClassVar[bool] = False
 
     def __init__(self, capacity: int, num_rows: int, **params: Any):

@@ -22,7 +22,8 @@ of the last W batches (to unpin them and to check training).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -398,12 +399,25 @@ def _scratchpipe_chunk(ids, ptr, nus, first_batch, base, w_ids, w_ptr, w_nu, w_s
 
 
 # -- the policy ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScratchpipeParams:
+    """The policy's knobs; the scratchpipe design's params extend this class, so each has
+    one default (`design_params.scratchpipe.lookahead` is this field)."""
+
+    lookahead: int = field(default=5, metadata={
+        "help": "window W: batches in flight from plan to train", "min": 1})
+    on_overflow: str = field(default="error", metadata={
+        "help": "when the window's rows exceed the capacity: error (name the minimum "
+                "capacity) or stall (surplus rows served from host memory over UVM)",
+        "choices": ON_OVERFLOW})
+
+
 @POLICIES.register("scratchpipe")
 class ScratchPipe(Policy):
     """Lookahead scratchpad: pins the in-flight window, evicts by the known future."""
 
     needs_next_use = True
-    params: ClassVar[dict[str, Any]] = {"lookahead": 2, "on_overflow": "error"}
+    Params = ScratchpipeParams
 
     def __init__(self, capacity: int, num_rows: int, **params: Any):
         super().__init__(capacity, num_rows, **params)
@@ -485,7 +499,7 @@ class ScratchPipe(Policy):
                 f"scratchpipe needs capacity >= {need} rows for lookahead {self.lookahead} "
                 f"(got {self.capacity}): the rows pinned while batch {bad} is planned (batches "
                 f"{max(0, bad - self.lookahead + 1)}..{bad}) do not fit; raise the capacity or "
-                f"use on_overflow=stall (cache.on_overflow in a run config)",
+                f"use on_overflow=stall (design_params.scratchpipe.on_overflow in a run config)",
                 source=self._trace.source, field="capacity")
         if self.keep_slots:
             self.chunk_slots = slots.copy()  # the buffer is reused next chunk

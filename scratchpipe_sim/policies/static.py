@@ -15,6 +15,7 @@ accesses to pinned rows hit and there are no fills at all.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,9 +28,18 @@ _NOT_PINNED, _PINNED, _LOADED = 0, 1, 2
 _PF = 16  # prefetch distance in accesses
 
 
+@dataclass(frozen=True)
+class StaticParams:
+    profile_fraction: float = field(default=1.0, metadata={
+        "help": "leading share of the trace's batches whose counts pick the hot rows",
+        "gt": 0, "max": 1})
+    preload: bool = field(default=False, metadata={
+        "help": "the hot rows are in the cache before the first batch (no first-touch fill)"})
+
+
 @POLICIES.register("static")
 class Static(Policy):
-    params = {"profile_fraction": 1.0, "preload": False}
+    Params = StaticParams
 
     def __init__(self, capacity: int, num_rows: int, **params):
         super().__init__(capacity, num_rows, **params)

@@ -85,10 +85,14 @@ class Machine:
         self.mmu = server("gpu_mmu", 1.0, 0.0)
         # "bandwidth" in core-ns of work per ns
         self.cores = server("cpu_cores", cpu.cores * cpu.parallel_efficiency, 0.0)
-        self.plan_share = plan_share(cfg.cache.plan_threads, cpu.cores,
-                                     cpu.parallel_efficiency)
-        self.plan_ns_per_id = _override(cfg.cache.plan_ns_per_id, cpu.plan_ns_per_id)
-        self.plan_ns_per_eviction = _override(cfg.cache.plan_ns_per_eviction,
+        # the planner's knobs are scratchpipe's design params (bagpipe's oracle, the one
+        # other planner, is priced with them too); imported here: designs sit above Machine
+        from scratchpipe_sim.timing.designs.base import design_params
+
+        plan = design_params(cfg, "scratchpipe", cross_check=False)
+        self.plan_share = plan_share(plan.plan_threads, cpu.cores, cpu.parallel_efficiency)
+        self.plan_ns_per_id = _override(plan.plan_ns_per_id, cpu.plan_ns_per_id)
+        self.plan_ns_per_eviction = _override(plan.plan_ns_per_eviction,
                                               cpu.plan_ns_per_eviction)
         self.stage_ns: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(num_batches))
         self.stage_order: list[str] = []
@@ -387,7 +391,8 @@ class Machine:
             lambda: self.radix_sort(batch, lookups, 4, ib, set_bits, "populate set sort"))
 
     def cache_miss_counter(self, batch: int, lookups: float) -> simpy.Process:
-        """FBGEMM's record_cache_miss_counter (`cache.record_miss_counter`): each prefetch
+        """FBGEMM's record_cache_miss_counter (`record_miss_counter` of
+        `design_params.lru-cache`): each prefetch
         probes every lookup's set once more (lxu_cache_lookup, cache_probe_bytes each), then
         torch.where (4 + 8 B read, 8 B written a lookup) and torch.unique: a radix sort of
         its int64 keys on all 64 bits, a unique pass (16 B a lookup) and `length.item()`,

@@ -36,7 +36,12 @@ from scratchpipe_sim.timing.counts import (
     warmup_length,
 )
 from scratchpipe_sim.timing.designs import DESIGNS, WorkloadKey
-from scratchpipe_sim.timing.designs.base import baseline_design, config_designs
+from scratchpipe_sim.timing.designs.base import (
+    baseline_design,
+    check_params,
+    config_designs,
+    design_params,
+)
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.traces import generators
@@ -289,6 +294,9 @@ def check_designs(cfg: Config, designs: Sequence[str] | None) -> list[str]:
     names = list(config_designs(cfg) if designs is None else designs)
     for n in names:
         DESIGNS.get(n, source=cfg.source, field="designs")
+    check_params(cfg)
+    for n in names:  # a design asked for by name, outside cfg.designs
+        design_params(cfg, n)
     return names
 
 
@@ -318,8 +326,8 @@ def workload(trace: Trace, key: WorkloadKey, cfg: Config, memo: dict | None = No
             field = "cache.capacity_rows"
         elif field == "policy":
             field = key.policy_field
-        elif not field.startswith("cache."):
-            field = f"cache.{field}"
+        elif not field.startswith(("cache.", "design_params.")):
+            field = f"{key.params_field}.{field}"
         raise UserError(e.message, source=cfg.source, field=field) from None
 
 
@@ -476,7 +484,8 @@ class Replays:
         if profile is not None:  # static: profile the prefix (or everything), preload
             if profile == "prefix" and self.prefix == 0:
                 raise UserError("static-cache picks its rows from the warm-up prefix: expected "
-                                "cache.warmup_batches >= 1 (or cache.static_profile: oracle)",
+                                "cache.warmup_batches >= 1 (or design_params.static-cache."
+                                "profile: oracle)",
                                 source=cfg.source, field="cache.warmup_batches")
             n = self.trace.num_batches
             # ceil(fraction x n) = prefix batches exactly (the 0.5 keeps float error away)

@@ -8,11 +8,16 @@ from scratchpipe_sim.timing.designs.base import (
     Design,
     WorkloadKey,
     baseline_design,
+    check_params,
     config_designs,
     default_designs,
     design_order,
+    design_params,
+    param_sections,
+    policy_params,
     with_default_designs,
 )
 
-__all__ = ["DESIGNS", "Design", "WorkloadKey", "baseline_design", "config_designs",
-           "default_designs", "design_order", "with_default_designs"]
+__all__ = ["DESIGNS", "Design", "WorkloadKey", "baseline_design", "check_params",
+           "config_designs", "default_designs", "design_order", "design_params",
+           "param_sections", "policy_params", "with_default_designs"]

@@ -3,7 +3,7 @@ forward and backward ScratchPipe and Bagpipe reuse.
 
 fetch:    the cache's bookkeeping kernels (probe a tag set per lookup, per unique id and per
           fill; lru_cache_populate's two radix sorts over every lookup: `Machine.
-          cache_populate_sorts`; with `cache.record_miss_counter`, FBGEMM's miss counter
+          cache_populate_sorts`; with `record_miss_counter`, FBGEMM's miss counter
           first: `Machine.cache_miss_counter`), then
           evictions written back and misses filled (FBGEMM's lxu_cache_insert), streamed:
           fill = the F missed rows read in place from the UVM table (`Machine.uvm_read`, in
@@ -18,7 +18,7 @@ backward: sort + segment-reduce of all A gradient contributions, then the update
 Optimizer state (`state_in_uvm`): FBGEMM allocates a managed-caching table's state with
 cacheable=False, so it stays in UVM: fills and write-backs move the weights alone and the
 backward reads and writes every updated row's state in place over the link (published H100
-points T1.3/T1.4: Adam's backward 11.0 ms against SGD's 0.79). `cache.enforce_hbm` (and
+points T1.3/T1.4: Adam's backward 11.0 ms against SGD's 0.79). `enforce_hbm` (and
 ScratchPipe / Bagpipe, whose scratchpad holds the row with its state) keep it with the row:
 R bytes move and are updated. Lookups read weights only (r bytes).
 """
@@ -26,8 +26,32 @@ R bytes move and are updated. Lookups read weights only (r bytes).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
-from scratchpipe_sim.timing.designs.base import Columns, Design, WorkloadKey
+from scratchpipe_sim.policies.fbgemm import FbgemmParams
+from scratchpipe_sim.timing.designs.base import (
+    Columns,
+    Design,
+    WorkloadKey,
+    params_tuple,
+    policy_params,
+)
+
+
+@dataclass(frozen=True)
+class FbgemmCacheParams:
+    """The knobs of an FBGEMM managed cache (`design_params.lru-cache`, `.lru-prefetch`)."""
+
+    enforce_hbm: bool = field(default=False, metadata={
+        "help": "keep the optimizer state in HBM beside the cache (FBGEMM's enforce_hbm). "
+                "false, FBGEMM's default: the state is allocated cacheable=False, stays in "
+                "UVM, and every update reads and writes it in place over the link"})
+    record_miss_counter: bool = field(default=False, metadata={
+        "help": "FBGEMM's RecordCacheMetrics (record_cache_miss_counter=True): every "
+                "prefetch probes the cache for all the batch's lookups once more and counts "
+                "the unique misses with torch.unique (a 64-bit radix sort and a host sync). "
+                "false, FBGEMM's default; the recsys-examples benchmark of the published "
+                "caching points sets it"})
 
 
 class CacheStages:
@@ -40,11 +64,11 @@ class CacheStages:
                                 if state_in_uvm and m.moved_row_bytes > 0 else 0.0)
         #: the host allocation of the state alone (every row's state)
         self.state_table_bytes = design.cfg.total_rows * m.state_bytes
-        cache = design.cfg.cache
-        #: FBGEMM's cache sets (32 ways unless an fbgemm-* policy sets cache.ways)
-        self.sets = max(1, math.ceil(design.cfg.capacity_rows() / (cache.ways or 32)))
+        #: FBGEMM's cache sets (its default ways unless an fbgemm-* policy sets cache.params)
+        ways = getattr(policy_params(design.cfg), "ways", FbgemmParams.ways)
+        self.sets = max(1, math.ceil(design.cfg.capacity_rows() / ways))
         #: FBGEMM's record_cache_miss_counter: a second probe pass and torch.unique
-        self.miss_counter = cache.record_miss_counter
+        self.miss_counter = getattr(design.params, "record_miss_counter", False)
 
     def fetch(self, m, b):
         """One process: lookup kernels, then fills and write-backs streamed together."""
@@ -88,7 +112,4 @@ class CacheStages:
 
 def cache_key(design: Design) -> WorkloadKey:
     cfg = design.cfg
-    params = ()
-    if cfg.cache.ways is not None and cfg.cache.policy.startswith("fbgemm"):
-        params = (("ways", cfg.cache.ways),)
-    return WorkloadKey(cfg.cache.policy, cfg.capacity_rows(), params)
+    return WorkloadKey(cfg.cache.policy, cfg.capacity_rows(), params_tuple(policy_params(cfg)))

@@ -1,13 +1,13 @@
 """`bagpipe`: Bagpipe's lookahead oracle cacher with a separate prefetch process (SOSP'23).
 
-Counts: the `bagpipe` policy (cache.bagpipe_lookahead batches ahead, time-to-live eviction,
-capacity = the cache designs' capacity). Four SimPy processes per run, as Bagpipe's
+Counts: the `bagpipe` policy (`design_params.bagpipe.lookahead` batches ahead, time-to-live
+eviction, capacity = the cache designs' capacity). Four SimPy processes per run, as Bagpipe's
 oracle cacher, prefetcher, trainer and the write-back to the CPU tables are separate:
 
     oracle(b)     the caching decision on the CPU (plan: A x plan_ns_per_id core-ns on at
                   most plan_threads cores, the same per-id price as ScratchPipe's planner; its
                   TTL rule picks no victim by search, so no per-eviction term),
-                  running ahead of training by at most bagpipe_lookahead batches
+                  running ahead of training by at most `lookahead` batches
     prefetch(b)   after oracle(b): the batch's indices to the GPU (index_h2d) || its F
                   missing rows gathered by the CPU into a pinned buffer (Machine.collect:
                   table reads and buffer writes, cpu_gathers) || H2D of F x R || HBM
@@ -26,6 +26,7 @@ prefetch(b). No tag-probe kernel: the oracle remaps ids on the CPU (as Bagpipe d
 
 from __future__ import annotations
 
+from scratchpipe_sim.policies.bagpipe import BagpipeParams
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages
 from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
 
@@ -34,20 +35,22 @@ from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
 class Bagpipe(Design):
     order = 80
     summary = "oracle cacher: keeps rows reused within 200 batches, TTL eviction, prefetch"
+    #: the policy's own parameters are the design's (one default each)
+    Params = BagpipeParams
 
     def workload_key(self) -> WorkloadKey:
-        c = self.cfg.cache
-        ttl = -1 if c.bagpipe_ttl_batches is None else c.bagpipe_ttl_batches
+        p = self.params
+        ttl = -1 if p.ttl_batches is None else p.ttl_batches
         return WorkloadKey("bagpipe", self.cfg.capacity_rows(),
-                           (("lookahead", c.bagpipe_lookahead), ("ttl_batches", ttl)),
-                           policy_field="cache.bagpipe_lookahead")
+                           (("lookahead", p.lookahead), ("ttl_batches", ttl)),
+                           params_field="design_params.bagpipe")
 
     def run(self, m, w):
         env = m.env
         s = CacheStages(self, self.columns(w))
         c = s.c
         n = w.num_batches
-        L = self.cfg.cache.bagpipe_lookahead
+        L = self.params.lookahead
         decided = [env.event() for _ in range(n)]  # oracle(b) finished
         ready = [env.event() for _ in range(n)]  # prefetch(b) finished
         trained = [env.event() for _ in range(n)]

@@ -7,7 +7,11 @@ Per batch, in order: input_wait (indices copied while the previous batch ran) ->
 
 from __future__ import annotations
 
-from scratchpipe_sim.timing.designs._cache_stages import CacheStages, cache_key
+from scratchpipe_sim.timing.designs._cache_stages import (
+    CacheStages,
+    FbgemmCacheParams,
+    cache_key,
+)
 from scratchpipe_sim.timing.designs.base import (
     DESIGNS,
     Design,
@@ -21,12 +25,13 @@ class LruCache(Design):
     default = True
     order = 30
     summary = "on-demand cache: misses fetched and evictions written back before training"
+    Params = FbgemmCacheParams
 
     def workload_key(self) -> WorkloadKey:
         return cache_key(self)
 
     def run(self, m, w):
-        s = CacheStages(self, self.columns(w), state_in_uvm=not self.cfg.cache.enforce_hbm)
+        s = CacheStages(self, self.columns(w), state_in_uvm=not self.params.enforce_hbm)
         inputs = InputCopies(m, s.c, w.num_batches)
         for b in range(w.num_batches):
             yield from inputs.wait(b)

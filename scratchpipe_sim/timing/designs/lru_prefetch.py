@@ -11,7 +11,11 @@ which the counts approximate with the policy's own current-batch lock (documente
 
 from __future__ import annotations
 
-from scratchpipe_sim.timing.designs._cache_stages import CacheStages, cache_key
+from scratchpipe_sim.timing.designs._cache_stages import (
+    CacheStages,
+    FbgemmCacheParams,
+    cache_key,
+)
 from scratchpipe_sim.timing.designs.base import (
     DESIGNS,
     Design,
@@ -25,12 +29,13 @@ class LruPrefetch(Design):
     default = True
     order = 40
     summary = "lru-cache plus prefetch of batch i+1 during batch i's backward (TorchRec)"
+    Params = FbgemmCacheParams
 
     def workload_key(self) -> WorkloadKey:
         return cache_key(self)
 
     def run(self, m, w):
-        s = CacheStages(self, self.columns(w), state_in_uvm=not self.cfg.cache.enforce_hbm)
+        s = CacheStages(self, self.columns(w), state_in_uvm=not self.params.enforce_hbm)
         env = m.env
         n = w.num_batches
         inputs = InputCopies(m, s.c, n)

@@ -1,5 +1,8 @@
 """`scratchpipe`: the lookahead scratchpad, pipelined over mini-batches (Kwon & Rhu, ISCA'22).
 
+Its knobs are `design_params.scratchpipe` (`ScratchpipeDesignParams`, below: the policy's
+`ScratchpipeParams` and the pipeline's own).
+
 Stages of one batch (F fills, V victims, A lookups, U unique rows; R bytes per moved row):
 
     plan      the `scratchpipe` policy on the CPU cores: A x plan_ns_per_id + E x
@@ -14,26 +17,26 @@ Stages of one batch (F fills, V victims, A lookups, U unique rows; R bytes per m
               the staging buffer and scatters them into the table (Machine.write_back: two
               cpu_gathers): the write-back
     train     GPU: gather A lookups (forward) -> mlp -> sort + segment-reduce and update U
-              rows (backward); with cache.on_overflow=stall the surplus rows are read and
+              rows (backward); with on_overflow=stall the surplus rows are read and
               updated over UVM, as lru-cache's conflict misses are
 
-**Shape.** `cache.pipeline` groups the stages (default: one group each). Each group is one
+**Shape.** `pipeline` groups the stages (default: one group each). Each group is one
 SimPy process that works on one batch at a time, in order, and hands it to the next group
-through a `simpy.Store` of `cache.queue_depth` batches; so the groups work on different
+through a `simpy.Store` of `queue_depth` batches; so the groups work on different
 batches, the batches in flight are the number of groups, and in steady state the iteration
 is the slowest group. Inside a group, plan runs first, then the group's data-movement stages
 (collect, exchange, insert) stream concurrently — all their transfers start together, as
-lru-cache's fetch does — then train. A window of `cache.lookahead` = W tokens bounds what is
+lru-cache's fetch does — then train. A window of `lookahead` = W tokens bounds what is
 in flight: plan(j) takes one and train(j) returns it, so plan(j) starts after train(j-W):
 the policy's pinned set (batches j-W+1..j) is then exactly what is resident or in flight.
 W may exceed the number of groups (the planner then runs further ahead); it may not be
-smaller (Config.check names the minimum).
+smaller (`ScratchpipeDesignParams.check` names the minimum).
 
-**Variants** (issue 27: which of its parts decide its lead). `cache.planner: gpu` runs the
+**Variants** (issue 27: which of its parts decide its lead). `planner: gpu` runs the
 planner as a GPU hash table (`Machine.gpu_plan`: HierarchicalKV's measured lookup and
 insert-with-eviction rates, on HBM), after the batch's indices cross PCIe (they no longer
 ride with exchange); the plan's decisions stay on the GPU, which drives collect.
-`cache.collect: gpu` replaces the CPU gather into a pinned staging buffer and its DMA with
+`collect: gpu` replaces the CPU gather into a pinned staging buffer and its DMA with
 GPU loads of the missed rows in place (`Machine.uvm_read`, as FBGEMM's fills) and the
 victims' D2H + CPU scatter with GPU stores in place (`Machine.uvm_write`): exchange then
 moves nothing but the indices.
@@ -45,7 +48,7 @@ how many rows it refetches at each distance d (`refetch_d{d}` columns). When col
 starts, the rows whose insert(b-d) has not finished are *hazards*, counted in the metric
 `refetch_hazards` (a time-based count: it depends on the schedule; 0 in any shape where
 collect and insert share a group, since a group finishes batch j before it starts j+1).
-`cache.refetch`:
+`refetch`:
 
 * `wait` (default): those rows are gathered only after insert(b-d) has finished (the rest
   of collect proceeds); collect's stage time includes the wait, also reported as the stage
@@ -58,14 +61,86 @@ collect and insert share a group, since a group finishes batch j before it start
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import simpy
 
-from scratchpipe_sim.config import Config
-from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.config.hardware import doc
+from scratchpipe_sim.errors import UserError, closest
+from scratchpipe_sim.policies.scratchpipe import ScratchpipeParams
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages
-from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
+from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey, params_tuple
 
 DATA_STAGES = ("collect", "exchange", "insert")
+#: scratchpipe's stages in data-flow order; `pipeline` groups them
+STAGES = ("plan", "collect", "exchange", "insert", "train")
+
+
+@dataclass(frozen=True)
+class ScratchpipeDesignParams(ScratchpipeParams):
+    """`design_params.scratchpipe`: the policy's knobs (inherited, so one default each:
+    lookahead, on_overflow) and the pipeline's."""
+
+    queue_depth: int = field(default=2, metadata={
+        "help": "batches buffered between consecutive stages", "min": 1})
+    plan_ns_per_id: float | None = field(default=None, metadata={
+        "help": "plan cost per looked-up id on one CPU core, core-ns (null: "
+                "hardware.cpu.plan_ns_per_id; bagpipe's oracle is priced with it too)",
+        "min": 0})
+    plan_ns_per_eviction: float | None = field(default=None, metadata={
+        "help": "plan cost per evicted row on one CPU core, core-ns (null: "
+                "hardware.cpu.plan_ns_per_eviction)", "min": 0})
+    plan_threads: int | None = field(default=None, metadata=doc(
+        "cores", "1 - hardware.cpu.cores", "the planner may use every core") | {
+        "help": "cores the planner may use at once, shared with collect and write-back "
+                "(null: hardware.cpu.cores)", "min": 1})
+    pipeline: tuple[tuple[str, ...], ...] = field(
+        default=(("plan",), ("collect",), ("exchange",), ("insert",), ("train",)),
+        metadata={"help": "stage groups, in order; each group works on a different batch, "
+                          "so the window must be at least the number of groups; stages "
+                          "fused in one group stream concurrently"})
+    planner: str = field(default="cpu", metadata={
+        "help": "variant: where its planner runs — cpu (the paper: the policy on the host "
+                "cores) or gpu (a GPU hash table of the scratchpad's rows, priced at "
+                "hardware.gpu.hash_lookup_Gps / hash_insert_Gps on HBM; the batch's ids "
+                "cross PCIe before planning)", "choices": ("cpu", "gpu")})
+    collect: str = field(default="cpu", metadata={
+        "help": "variant: how missed rows reach the scratchpad — cpu (the paper: host cores "
+                "gather them into a pinned staging buffer, copied by DMA) or gpu (GPU loads "
+                "read them in place from host memory, victims stored back in place: "
+                "Machine.uvm_read / uvm_write)", "choices": ("cpu", "gpu")})
+    refetch: str = field(default="wait", metadata={
+        "help": "a row evicted and needed again while its write-back is in flight waits "
+                "for the write-back (wait) or is copied from the victim buffer (forward)",
+        "choices": ("wait", "forward")})
+
+    def policy_params(self) -> ScratchpipeParams:
+        """The policy's share of these knobs (what its replay is keyed by)."""
+        return ScratchpipeParams(lookahead=self.lookahead, on_overflow=self.on_overflow)
+
+    def check(self, source: str | None, where: str) -> None:
+        """Every stage once, in data-flow order; the window covers the pipeline's depth."""
+        flat = [s for g in self.pipeline for s in g]
+        for i, g in enumerate(self.pipeline):
+            if not g:
+                raise UserError("expected a non-empty group of stages", source=source,
+                                field=f"{where}.pipeline[{i}]")
+            for s in g:
+                if s not in STAGES:
+                    raise UserError(f"unknown stage {s!r}{closest(s, STAGES)}; expected one "
+                                    f"of: {', '.join(STAGES)}", source=source,
+                                    field=f"{where}.pipeline[{i}]")
+        if tuple(flat) != STAGES:
+            raise UserError(f"expected each of {', '.join(STAGES)} exactly once and in that "
+                            f"order, got {', '.join(flat)}", source=source,
+                            field=f"{where}.pipeline")
+        depth = len(self.pipeline)
+        if self.lookahead < depth:
+            raise UserError(f"the pipeline has {depth} stage groups, so {depth} batches are in "
+                            f"flight: expected {where}.lookahead >= {depth}, got "
+                            f"{self.lookahead} (or fuse stages, e.g. {where}.pipeline: "
+                            "[[plan], [collect, exchange, insert], [train]])", source=source,
+                            field=f"{where}.lookahead")
 
 
 @DESIGNS.register("scratchpipe")
@@ -73,25 +148,16 @@ class ScratchPipe(Design):
     default = True
     order = 50
     summary = "lookahead scratchpad: plan, collect, exchange, insert, train pipelined"
-
-    def __init__(self, cfg: Config):
-        super().__init__(cfg)
-        # Config.check says this when scratchpipe is among cfg.designs; a design asked for
-        # by name (simulate(cfg, ["scratchpipe"])) must not starve silently either
-        depth, w = len(cfg.cache.pipeline), cfg.cache.lookahead
-        if w < depth:
-            raise UserError(f"the pipeline has {depth} stage groups, so {depth} batches are in "
-                            f"flight: expected cache.lookahead >= {depth}, got {w}",
-                            source=cfg.source, field="cache.lookahead")
+    Params = ScratchpipeDesignParams
 
     def workload_key(self) -> WorkloadKey:
         return WorkloadKey("scratchpipe", self.cfg.capacity_rows(),
-                           (("lookahead", self.cfg.cache.lookahead),
-                            ("on_overflow", self.cfg.cache.on_overflow)))
+                           params_tuple(self.params.policy_params()),
+                           params_field="design_params.scratchpipe")
 
     def run(self, m, w):
         env = m.env
-        cache = self.cfg.cache
+        cache = self.params
         c = self.columns(w)
         train_parts = CacheStages(self, c)
         n = w.num_batches

@@ -1,8 +1,8 @@
 """`static-cache`: hot rows pinned in HBM (policy `static`), the rest served as in `hybrid`.
 
 The pinned rows are chosen from a profiling prefix (the cache warm-up batches; the whole
-trace only with `cache.static_profile: oracle`) and copied to the GPU before training, so
-accesses to them are hits and nothing is filled: hit ratio, bytes and time agree.
+trace only with `design_params.static-cache.profile: oracle`) and copied to the GPU before
+training, so accesses to them are hits and nothing is filled: hit ratio, bytes and time agree.
 
 Per batch: input_wait (the indices: the GPU remaps every id) -> forward = {lookup kernel,
 then HBM/L2 gather of the H hit accesses} || {CPU gather of the P unplaced accesses -> H2D
@@ -16,6 +16,8 @@ an unpooled table's host lookups each send their own row: B x its pooling output
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from scratchpipe_sim.timing.designs.base import (
     DESIGNS,
     Design,
@@ -24,17 +26,30 @@ from scratchpipe_sim.timing.designs.base import (
 )
 
 
+@dataclass(frozen=True)
+class StaticCacheParams:
+    policy: str = field(default="static", metadata={
+        "help": "the policy whose counts static-cache is priced from (static: the hot rows "
+                "pinned; any registered policy, with its default parameters)"})
+    profile: str = field(default="prefix", metadata={
+        "help": "the static policy picks its hot rows from the warm-up prefix (prefix, as a "
+                "deployment would) or from the timed batches too (oracle)",
+        "choices": ("prefix", "oracle")})
+
+
 @DESIGNS.register("static-cache")
 class StaticCache(Design):
     default = True
     order = 20
     summary = "hot rows pinned in HBM, the rest in CPU DRAM, both paths in parallel"
+    Params = StaticCacheParams
 
     def workload_key(self) -> WorkloadKey:
-        c = self.cfg.cache
-        params = (("profile", c.static_profile),) if c.static_policy == "static" else ()
-        return WorkloadKey(c.static_policy, self.cfg.capacity_rows(), params,
-                           policy_field="cache.static_policy")
+        p = self.params
+        params = (("profile", p.profile),) if p.policy == "static" else ()
+        return WorkloadKey(p.policy, self.cfg.capacity_rows(), params,
+                           policy_field="design_params.static-cache.policy",
+                           params_field="design_params.static-cache")
 
     def run(self, m, w):
         c = self.columns(w)
