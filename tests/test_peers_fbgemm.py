@@ -58,7 +58,7 @@ def test_fbgemm_cpu_tbe_pools_what_the_simulator_pools():
     )
 
     from scratchpipe_sim.config import load_config
-    from scratchpipe_sim.cpu.kernels import bag_pool
+    from scratchpipe_sim.cpu.host_kernels import bag_pool
     from scratchpipe_sim.timing import build_trace
 
     cfg = load_config(yaml.safe_load(CONFIG))

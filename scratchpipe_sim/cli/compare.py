@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from scratchpipe_sim.experiments.compare import compare, format_table
     from scratchpipe_sim.experiments.results import load_results
+    from scratchpipe_sim.experiments.speedups import compare, format_table
 
     c = compare(load_results(args.results), args.baseline, args.metric)
     if args.format == "table":

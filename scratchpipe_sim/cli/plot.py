@@ -45,7 +45,7 @@ def handle(args: argparse.Namespace) -> int:
     import sys
 
     from scratchpipe_sim.errors import UserError
-    from scratchpipe_sim.experiments.store import CSV_NAME, PARQUET_NAME
+    from scratchpipe_sim.experiments.results_store import CSV_NAME, PARQUET_NAME
     from scratchpipe_sim.safety.paths import input_kind
 
     if args.dpi < 1:

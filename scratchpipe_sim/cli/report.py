@@ -1,6 +1,6 @@
 """`scratchpipe-sim report RESULTS [--out report.html]`: one self-contained HTML page.
 
-The page (scratchpipe_sim.experiments.report) embeds everything: the config, versions,
+The page (scratchpipe_sim.experiments.html_report) embeds everything: the config, versions,
 tables and figures; it loads nothing from anywhere. An existing report is never replaced
 silently: exit 2 unless --force.
 """
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from scratchpipe_sim.experiments.report import write
+    from scratchpipe_sim.experiments.html_report import write
 
     print(write(args.results, args.out, force=args.force, bands=args.bands))
     return 0

@@ -175,7 +175,7 @@ def handle_gen(args: argparse.Namespace) -> int:
 
 
 def _gen_from_fit(args: argparse.Namespace) -> int:
-    from scratchpipe_sim.traces import fit as ft
+    from scratchpipe_sim.traces import distribution_fit as ft
 
     for flag, given in (("--distribution", args.distribution != "zipf"),
                         ("--alpha", args.alpha is not None), ("--param", bool(args.param)),
@@ -396,7 +396,7 @@ def handle_fit(args: argparse.Namespace) -> int:
     import dataclasses
 
     from scratchpipe_sim.policies.fit_check import check_fit
-    from scratchpipe_sim.traces import fit as ft
+    from scratchpipe_sim.traces import distribution_fit as ft
 
     outs = [Path(args.out)] + ([Path(args.preset)] if args.preset else [])
     for o in outs:
