@@ -35,16 +35,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fmt.add_argument("--flat", action="store_true", help="print one dotted key=value a line")
     show.set_defaults(func=handle_show)
     desc = sub.add_parser("describe", help="every documented constant: unit, built-in "
-                                           "default, the reference preset's value, source, "
-                                           "plausible range",
+                                           "default (= preset a100-gen4), source, plausible "
+                                           "range",
                           description="List the documented config keys (or those at and "
                                       "below KEY, e.g. cpu or hardware.gpu.tflops) with "
-                                      "their unit, built-in default, the reference preset's "
-                                      "value, source and plausible range, read from the "
+                                      "their unit, built-in default (the a100-gen4 preset's "
+                                      "value), source and plausible range, read from the "
                                       "fields' metadata.")
     desc.add_argument("key", nargs="?", metavar="KEY", help="a dotted key or a section")
     fmt = desc.add_mutually_exclusive_group()
-    add_json(fmt, "a JSON list of objects (key, unit, default, preset, range, source, help)")
+    add_json(fmt, "a JSON list of objects (key, unit, default, range, source, help)")
     fmt.add_argument("--markdown", action="store_true",
                      help="the table docs/timing.md holds (between its describe markers)")
     desc.set_defaults(func=handle_describe)
