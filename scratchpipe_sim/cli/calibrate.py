@@ -21,15 +21,18 @@ import re
 import sys
 from pathlib import Path
 
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.config.hardware import HardwareConfig
 from scratchpipe_sim.errors import UserError
 
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = "measure PCIe, HBM, DRAM and GEMM speed; write a hardware preset"
+ORDER = 100
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "calibrate", help=COMMANDS["calibrate"],
+        "calibrate", help=HELP,
         description="Microbenchmark this machine's GPU and host and write a hardware preset "
                     "in the timing model's schema (needs an NVIDIA GPU and numba-cuda).")
     p.add_argument("--out", type=Path, metavar="YAML",

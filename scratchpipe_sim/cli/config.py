@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import argparse
 
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_config, add_json, add_overrides
 from scratchpipe_sim.config import dump_yaml, flatten, resolve
 from scratchpipe_sim.safety import jsonout
 
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = "show the fully resolved config"
+ORDER = 40
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("config", help=COMMANDS["config"],
+    p = subparsers.add_parser("config", help=HELP,
                               description="Inspect configs: `config show CONFIG` prints what "
                                           "`run` would simulate.")
     sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 
-from scratchpipe_sim.cli import COMMANDS
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = "one self-contained HTML page for a run or sweep results folder"
+ORDER = 90
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help=COMMANDS["report"],
+    p = sub.add_parser("report", help=HELP,
                        description="Write one HTML file for a `run` or `sweep` results "
                        "folder: what ran (resolved config, versions, trace checksum, "
                        "date), the results table with its legend, the stage breakdown and "

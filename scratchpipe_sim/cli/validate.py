@@ -27,15 +27,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_json, add_overrides, load_config_of
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.safety import jsonout
 
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = ("compare the timing model with the GPU reference pipeline (--cpu: the CPU "
+        "stages run for real, --against fbgemm: FBGEMM's CPU TBE; --published: "
+        "published FBGEMM GPU runs)")
+ORDER = 110
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "validate", help=COMMANDS["validate"],
+        "validate", help=HELP,
         description="Run a config on the GPU (ScratchPipe reference pipeline) and in the "
                     "simulator; print predicted vs measured per stage and end to end.")
     p.add_argument("config", metavar="CONFIG", nargs="?", help="YAML config (not with "
