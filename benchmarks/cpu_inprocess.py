@@ -8,8 +8,8 @@ shared host the same gather moves 20-40% between them, so a pair's error mixes t
 error with the host's drift. Here both sides run in ONE process, interleaved round by
 round (a slow moment lands on both), one thread (pin it: `taskset -c 0`):
 
-    aggregate  calibrate's aggregation points (generated batches, `cpu.bench`) and the
-               quickstart's training batches; the on-chip fit (`cpu.fit`) of the former,
+    aggregate  calibrate's aggregation points (generated batches, `cpu.host_bench`) and the
+               quickstart's training batches; the on-chip fit (`cpu.host_preset_fit`) of the former,
                with hits counted at each LLC size, predicts the latter
     collect    validate's collect and write-back of the quickstart's fill rows vs a
                uniform gather + pool and a uniform copy of as many rows, same table: is a
@@ -24,11 +24,11 @@ import numba as nb
 import numpy as np
 
 from scratchpipe_sim.config import load_config
-from scratchpipe_sim.cpu import kernels as K
-from scratchpipe_sim.cpu.bench import CpuBenchSizes, _aggregate_streams
-from scratchpipe_sim.cpu.fit import fit_aggregate_onchip
+from scratchpipe_sim.cpu import host_kernels as K
+from scratchpipe_sim.cpu.host_bench import CpuBenchSizes, _aggregate_streams
+from scratchpipe_sim.cpu.host_preset_fit import fit_aggregate_onchip
 from scratchpipe_sim.cpu.measure import timed
-from scratchpipe_sim.cpu.planner import run_planner
+from scratchpipe_sim.cpu.plan_stage import run_planner
 from scratchpipe_sim.measure import host
 from scratchpipe_sim.timing.designs import design_params
 from scratchpipe_sim.timing.onchip import onchip_hits

@@ -52,13 +52,13 @@ def test_every_hardware_constant_has_its_unit_range_and_source() -> None:
     assert documented == {k for k, _ in _leaves(HardwareConfig, "hardware.")} - NOT_CONSTANTS
 
 
-def test_defaults_and_the_reference_preset_values_are_read_from_their_sources() -> None:
+def test_defaults_are_read_from_their_source_the_default_preset() -> None:
     preset = yaml.safe_load((ROOT / "configs/hardware/a100-gen4.yaml").read_text())
     rows = {c.key: c for c in describe("hardware")}
     for key, value in (("cpu.dram_GBps", preset["cpu"]["dram_GBps"]),
                        ("pcie.duplex_h2d_GBps", preset["pcie"]["duplex_h2d_GBps"]),
                        ("gpu.tflops", preset["gpu"]["tflops"])):
-        assert rows[f"hardware.{key}"].preset == value
+        assert rows[f"hardware.{key}"].default == value
     assert rows["hardware.cpu.dram_GBps"].default == HardwareConfig().cpu.dram_GBps
     assert rows["hardware.cxl.bandwidth_GBps"].default is None
 
@@ -77,7 +77,7 @@ def test_cli_describe(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "describe", "cpu.plan_ns_per_id", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["key"] == "hardware.cpu.plan_ns_per_id" and row["unit"] == "core-ns per id"
-    assert set(row) == {"key", "unit", "default", "preset", "range", "source", "help"}
+    assert set(row) == {"key", "unit", "default", "range", "source", "help"}
     assert main(["config", "describe", "--markdown"]) == 0
     assert capsys.readouterr().out.strip() == markdown_table(describe(extra=param_sections()))
     assert main(["config", "describe", "nonsense.key"]) == 2

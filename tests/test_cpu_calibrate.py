@@ -12,9 +12,9 @@ import yaml
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.config.hardware import CpuConfig
-from scratchpipe_sim.cpu import bench
-from scratchpipe_sim.cpu.bench import CpuMeasurements
-from scratchpipe_sim.cpu.fit import (
+from scratchpipe_sim.cpu import host_bench as bench
+from scratchpipe_sim.cpu.host_bench import CpuMeasurements
+from scratchpipe_sim.cpu.host_preset_fit import (
     cpu_preset_yaml,
     fit_aggregate,
     fit_aggregate_onchip,
@@ -143,7 +143,7 @@ def test_one_thread_does_not_claim_the_sockets_gather_efficiency():
 
 
 def _replace_cpu(cal):
-    from scratchpipe_sim.cpu.fit import _replace
+    from scratchpipe_sim.cpu.host_preset_fit import _replace
 
     return _replace(CpuConfig(), cal.values)
 

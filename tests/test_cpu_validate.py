@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from scratchpipe_sim.cli import main
-from scratchpipe_sim.cpu import kernels as K
-from scratchpipe_sim.cpu.planner import run_planner
-from scratchpipe_sim.cpu.validate import CPU_STAGES
+from scratchpipe_sim.cpu import host_kernels as K
+from scratchpipe_sim.cpu.host_validation import CPU_STAGES
+from scratchpipe_sim.cpu.plan_stage import run_planner
 from scratchpipe_sim.timing.counts import policy_counts
 from scratchpipe_sim.traces.generators import generate_trace
 

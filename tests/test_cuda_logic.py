@@ -1,6 +1,6 @@
 """CPU-only logic of `calibrate` and `validate`: fits, preset writer, comparison, CLI paths.
 
-No numba.cuda here: these run on any machine (the GPU measurement itself is in bench.py).
+No numba.cuda here: these run on any machine (the GPU measurement itself is in gpu_bench.py).
 """
 
 import csv
@@ -18,10 +18,10 @@ from reference_scratchpipe_plans import ref_plans
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.config.hardware import HardwareConfig
-from scratchpipe_sim.cuda.compare import Row, compare, format_table, measured_stages
-from scratchpipe_sim.cuda.fit import Measurements, build_preset, preset_yaml
-from scratchpipe_sim.cuda.plan import ScratchpadState
+from scratchpipe_sim.cuda.gpu_preset_fit import Measurements, build_preset, preset_yaml
 from scratchpipe_sim.cuda.runtime import gpu_status
+from scratchpipe_sim.cuda.scratchpad_plan import ScratchpadState
+from scratchpipe_sim.cuda.stage_errors import Row, compare, format_table, measured_stages
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.measure.fitting import efficiency_curve, fit_latency_bandwidth
 from scratchpipe_sim.measure.presets import write_preset
@@ -263,7 +263,7 @@ def test_no_gpu_status_has_a_reason_and_keeps_numba_cuda_unimported():
 
 @pytest.mark.skipif("not _gpu_here()", reason="needs a real NVIDIA GPU for event timing")
 def test_pcie_microbenchmark_times_grow_with_size_on_a_gpu():
-    from scratchpipe_sim.cuda import bench
+    from scratchpipe_sim.cuda import gpu_bench as bench
 
     m = Measurements()
     bench.measure_pcie(m, bench.BenchSizes(pcie_bytes=(1 << 16, 1 << 22, 1 << 26), reps=3))
@@ -276,7 +276,7 @@ def test_pcie_microbenchmark_times_grow_with_size_on_a_gpu():
 @settings(max_examples=80, deadline=None)
 @given(data=hst.data())
 def test_reference_planner_gives_the_policys_fills_and_victims(data):
-    """The CUDA path's planner (cuda/plan.py, one batch at a time) against the rules of
+    """The CUDA path's planner (cuda/scratchpad_plan.py, one batch at a time) against the rules of
     docs/policies.md in pure Python (tests/reference_scratchpipe_plans.py) and the
     `scratchpipe` policy run by the engine in chunks: identical fills and victims per batch,
     at the capacity floor and above."""

@@ -23,13 +23,13 @@ pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarn
 needs_sim = pytest.mark.skipif(not SIM, reason="races are deterministic only in the simulator")
 
 
-from scratchpipe_sim.cuda import kernels as K  # noqa: E402
+from scratchpipe_sim.cuda import gpu_kernels as K  # noqa: E402
 from scratchpipe_sim.cuda.pipeline import (  # noqa: E402
     PipelineOptions,
     ScratchPipeReference,
     train_on_gpu,
 )
-from scratchpipe_sim.cuda.plan import ScratchpadState  # noqa: E402
+from scratchpipe_sim.cuda.scratchpad_plan import ScratchpadState  # noqa: E402
 from scratchpipe_sim.cuda.training import (  # noqa: E402
     BatchIds,
     TrainSpec,
@@ -222,7 +222,7 @@ def test_gemm_kernel_matches_numpy():
 
 @needs_sim
 def test_microbenchmarks_run_and_report_no_gpu_numbers_in_the_simulator():
-    from scratchpipe_sim.cuda import bench
+    from scratchpipe_sim.cuda import gpu_bench as bench
 
     m = bench.measure_all(bench.TINY, log=lambda s: None)
     assert m.h2d == [] and m.d2h == [] and m.hbm_gather == [] and m.gemm_tflops is None
@@ -234,7 +234,7 @@ def test_microbenchmarks_run_and_report_no_gpu_numbers_in_the_simulator():
 @needs_sim
 def test_validation_workload_runs_the_config_through_the_pipeline():
     from scratchpipe_sim.config import load_config
-    from scratchpipe_sim.cuda.validation import measure_on_gpu, workload_of
+    from scratchpipe_sim.cuda.gpu_validation import measure_on_gpu, workload_of
 
     cfg = load_config(
         {

@@ -2,7 +2,7 @@
 
 The simulator's trace reader hands a batch as per-table ids with table-major bag offsets
 (`Trace.batch`) or linearized over one store (`Trace.linear_batch`, what hybrid's CPU gather
-`cpu.kernels.bag_pool` runs on). FBGEMM's `SplitTableBatchedEmbeddingBagsCodegen` on the CPU,
+`cpu.host_kernels.bag_pool` runs on). FBGEMM's `SplitTableBatchedEmbeddingBagsCodegen` on the CPU,
 given the same weights and the batch's ids and offsets, must pool the same vectors: then a
 comparison of their times (`validate --cpu --against fbgemm`, still to build) is of time
 on the same work. Skips without fbgemm-gpu-cpu (the `peers` extra).
@@ -58,7 +58,7 @@ def test_fbgemm_cpu_tbe_pools_what_the_simulator_pools():
     )
 
     from scratchpipe_sim.config import load_config
-    from scratchpipe_sim.cpu.kernels import bag_pool
+    from scratchpipe_sim.cpu.host_kernels import bag_pool
     from scratchpipe_sim.timing import build_trace
 
     cfg = load_config(yaml.safe_load(CONFIG))

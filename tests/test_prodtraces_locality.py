@@ -23,11 +23,12 @@ PRESETS = ROOT / "configs" / "traces"
 
 
 def _shared(name: str) -> Path:
-    for base in (ROOT.parent / "shared", Path("/work/shared")):
-        p = base / "data" / "dlrm_datasets_locality" / name
-        if p.is_file():
-            return p
-    pytest.skip(f"shared/data/dlrm_datasets_locality/{name} not available")
+    """Meta's published locality statistics, copied into the repository (MIT)."""
+    p = ROOT / "traces" / "dlrm_datasets_locality" / name
+    if not p.is_file():
+        pytest.skip(f"{p.relative_to(ROOT)} missing (a copy of github.com/facebookresearch/"
+                    "dlrm_datasets embedding_bag/*/locality_stats.txt)")
+    return p
 
 
 def meta_histogram(ids: np.ndarray):

@@ -758,7 +758,7 @@ def test_a_busy_hosts_curves_are_written_with_a_warning(tmp_path, capsys, monkey
     import math
 
     from scratchpipe_sim.config import load_config
-    from scratchpipe_sim.cpu import bench
+    from scratchpipe_sim.cpu import host_bench as bench
 
     monkeypatch.setattr(bench, "measure_all", lambda threads, sizes, statistic: _busy(kind))
     out = tmp_path / "busy.yaml"

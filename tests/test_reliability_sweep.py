@@ -21,9 +21,9 @@ from test_sweep import fake_point, table, write_exp
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.experiments import runner
+from scratchpipe_sim.experiments.results_store import LOCK, ResultStore
 from scratchpipe_sim.experiments.runner import run_sweep
 from scratchpipe_sim.experiments.spec import load_experiment
-from scratchpipe_sim.experiments.store import LOCK, ResultStore
 
 TESTS = str(Path(__file__).parent)
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from scratchpipe_sim.cli import main
-from scratchpipe_sim.experiments.report import cell
+from scratchpipe_sim.experiments.html_report import cell
 
 SMALL = {
     "hardware": {"preset": "a100-gen4"},

@@ -170,12 +170,13 @@ def test_resolved_config_reruns_to_identical_numbers(cfg_file, tmp_path, capsys)
 
 
 def test_help_without_importing_subcommands_equals_the_full_parser():
-    from scratchpipe_sim.cli import COMMANDS, build_parser
+    from scratchpipe_sim.cli import build_parser, commands
 
     full = build_parser()
     assert build_parser(None).format_help() == full.format_help()
     sub = next(a for a in full._actions if a.dest == "command")
-    assert {c.dest: c.help for c in sub._choices_actions} == COMMANDS
+    # the help lines read from the modules' text are the constants they import with
+    assert {c.dest: c.help for c in sub._choices_actions} == commands()
     # each command alone: its own parser is the full one's, the others stubs
     assert build_parser("run")._actions[-1].choices["run"].format_help() == \
         sub.choices["run"].format_help()
@@ -192,9 +193,10 @@ def test_main_imports_only_the_chosen_subcommand(argv, expect):
     import subprocess
     import sys
 
-    code = ("import sys\nfrom scratchpipe_sim.cli import COMMANDS, main\n"
+    code = ("import sys\nfrom scratchpipe_sim.cli import commands, main\n"
             f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
-            "print(sorted(c for c in COMMANDS if 'scratchpipe_sim.cli.' + c in sys.modules))")
+            "print(sorted(c for c in commands()\n"
+            "             if 'scratchpipe_sim.cli.' + c.replace('-', '_') in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip().splitlines()[-1]
     assert set(eval(out)) == expect  # noqa: S307

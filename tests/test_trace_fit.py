@@ -14,7 +14,7 @@ import yaml
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.engine import run_cache
-from scratchpipe_sim.traces import fit as ft
+from scratchpipe_sim.traces import distribution_fit as ft
 from scratchpipe_sim.traces.generators import ZipfSampler, generate_trace, trace_from_spec
 from scratchpipe_sim.traces.io import open_trace
 from scratchpipe_sim.traces.stats import lru_miss_ratio_curve

@@ -23,7 +23,8 @@ from scratchpipe_sim.traces.stats import (
     summarize,
 )
 
-META = Path("/work/shared/data/dlrm_datasets_locality")
+#: Meta's published locality statistics, copied into the repository (MIT; see its README)
+META = Path(__file__).resolve().parents[1] / "traces" / "dlrm_datasets_locality"
 
 
 def test_bucket_edges_are_metas():

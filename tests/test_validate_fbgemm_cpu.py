@@ -1,7 +1,7 @@
 """`validate --cpu --against fbgemm` (issue 25): FBGEMM's CPU TBE on the trace's own ids.
 
 The comparison is of time on the same work only if FBGEMM computes what the simulator's
-trace says: so the inputs `cpu/fbgemm.py` feeds FBGEMM (`fbgemm_inputs`, through the
+trace says: so the inputs `cpu/fbgemm_tbe.py` feeds FBGEMM (`fbgemm_inputs`, through the
 simulator's trace reader) must pool, for a given weight matrix, exactly what numpy pools
 from the same reader (sum, mean, and a mix, which runs as one TBE per mode), and the fused
 SGD backward must move each row by its lookups' gradients. Then the CLI end to end (the
@@ -63,7 +63,7 @@ def _setup(cfg):
     float32 sums) copied into them; returns (trace, tbes, per-table weights)."""
     import torch
 
-    from scratchpipe_sim.cpu import fbgemm
+    from scratchpipe_sim.cpu import fbgemm_tbe as fbgemm
     from scratchpipe_sim.timing import build_trace
 
     trace = build_trace(cfg, cache=False)
@@ -93,7 +93,7 @@ def _numpy_pooled(trace, k: int, weights, mode: str, t: int) -> np.ndarray:
 def test_fbgemm_pools_exactly_what_the_trace_reader_says(modes):
     import torch
 
-    from scratchpipe_sim.cpu import fbgemm
+    from scratchpipe_sim.cpu import fbgemm_tbe as fbgemm
 
     cfg = _cfg(pooling_mode=modes)
     trace, tbes, weights = _setup(cfg)
@@ -116,7 +116,7 @@ def test_fbgemm_unpooled_outputs_the_trace_readers_rows():
     """pooling_mode none: one output row per lookup, in the reader's order (table-major)."""
     import torch
 
-    from scratchpipe_sim.cpu import fbgemm
+    from scratchpipe_sim.cpu import fbgemm_tbe as fbgemm
 
     cfg = _cfg(pooling_mode="none")
     trace, tbes, weights = _setup(cfg)
@@ -133,7 +133,7 @@ def test_fbgemm_unpooled_outputs_the_trace_readers_rows():
 def test_fused_sgd_backward_moves_each_row_by_its_lookups():
     import torch
 
-    from scratchpipe_sim.cpu import fbgemm
+    from scratchpipe_sim.cpu import fbgemm_tbe as fbgemm
 
     cfg = _cfg()
     trace, tbes, weights = _setup(cfg)
@@ -164,7 +164,7 @@ def test_cli_json_shape(cfg_file, capsys):
 @needs_fbgemm
 def test_cli_table_and_row_cap(cfg_file, capsys, monkeypatch):
     """A config that does not fit comfortably is capped, with one line saying so."""
-    from scratchpipe_sim.cpu import fbgemm
+    from scratchpipe_sim.cpu import fbgemm_tbe as fbgemm
 
     cfg = load_config(str(cfg_file))
     monkeypatch.setenv("SCRATCHPIPE_MEMORY_BYTES", str(int(fbgemm.memory_needed(cfg) * 1.5)))
@@ -178,7 +178,7 @@ def test_cli_table_and_row_cap(cfg_file, capsys, monkeypatch):
 
 def test_capped_rows():
     """The capped tables fit in MEMORY_SHARE of what is available."""
-    from scratchpipe_sim.cpu import fbgemm
+    from scratchpipe_sim.cpu import fbgemm_tbe as fbgemm
 
     cfg = _cfg(tables={"count": 3, "rows": 800, "dim": 8})
     need = fbgemm.memory_needed(cfg)
@@ -229,8 +229,9 @@ def test_adam_is_refused_in_one_line(cfg_file, capsys):
 def test_calibrate_mix_on_fbgemms_forward():
     """calibrate --cpu --kernel fbgemm: the mix times FBGEMM's forward (tiny sizes): every
     point filled, times positive, the kernel recorded and named in the fitted comment."""
-    from scratchpipe_sim.cpu import bench, fbgemm
-    from scratchpipe_sim.cpu.fit import _fit_mix
+    from scratchpipe_sim.cpu import fbgemm_tbe as fbgemm
+    from scratchpipe_sim.cpu import host_bench as bench
+    from scratchpipe_sim.cpu.host_preset_fit import _fit_mix
 
     z = bench.TINY
     m = bench.CpuMeasurements(threads=[1], reps=z.reps, mix_kernel="fbgemm")
@@ -246,7 +247,7 @@ def test_calibrate_mix_on_fbgemms_forward():
 
 
 def test_calibrate_kernel_needs_cpu_and_the_package(tmp_path, capsys, monkeypatch):
-    from scratchpipe_sim.cpu import bench
+    from scratchpipe_sim.cpu import host_bench as bench
 
     called = []
     monkeypatch.setattr(bench, "measure_all", lambda *a, **k: called.append(1))

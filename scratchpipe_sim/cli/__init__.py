@@ -1,46 +1,82 @@
 """`scratchpipe-sim`: one console script, one module per subcommand.
 
-Each module in `COMMANDS` defines `register(subparsers)`, which adds its parser and sets
-`func=handler(args) -> int`. User mistakes raise `UserError`: printed as one line on stderr,
-exit status 2, no traceback.
+A subcommand is one file, `cli/NAME.py` (`compare_peers.py` is `compare-peers`), found by
+listing this package (modules not starting with `_`). It declares, as module constants,
+`HELP` (its one-line help: a string, or strings in parentheses) and `ORDER` (its place in
+`--help`, an integer), and defines `register(subparsers)`, which adds its parser with
+`help=HELP` and sets `func=handler(args) -> int`. A module that is not a top-level command
+says `COMMAND = None` (`trace_convert.py`: a `trace` action). User mistakes raise
+`UserError`: printed as one line on stderr, exit status 2, no traceback.
 
 Start-up: `main` imports only the chosen subcommand's module (they pull in numba, pandas,
-SimPy, matplotlib...: seconds). The other commands get a stub parser carrying the one-line
-help of `COMMANDS`, so `--help`, `--version` and unknown-command errors import none of them
-and print what the full parser would (a test compares the two).
+SimPy, matplotlib...: seconds). The others get a stub parser carrying their `HELP`, read
+from their source text (`_declared`: a string search in the file, no import), so `--help`,
+`--version` and unknown-command errors import none of them and print what the full parser
+would (a test compares the two, which also checks the text read against the constants).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import re
 import sys
 
 from scratchpipe_sim import __version__
 from scratchpipe_sim.errors import UserError
 
-#: subcommand module under scratchpipe_sim.cli -> its one-line help, in `--help`'s order:
-#: the one source of that line (each module's register() passes `help=COMMANDS[name]`, and
-#: the stub parsers of the commands not imported use it too).
-COMMANDS: dict[str, str] = {
-    "run": "simulate training-system designs on one trace and compare them",
-    "cache": "run one cache policy over a trace (hits, misses, evictions)",
-    "trace": "generate traces and print locality statistics",
-    "config": "show the fully resolved config",
-    "sweep": "run an experiment YAML (resumable, parallel)",
-    "plot": "draw a figure from sweep results (PNG + PDF)",
-    "compare": "speedup of every design over a baseline, per point",
-    "compare-peers": "TorchRec's planner estimates beside gpu-only, uvm and lru-cache "
-                     "(peers extra)",
-    "report": "one self-contained HTML page for a run or sweep results folder",
-    "calibrate": "measure PCIe, HBM, DRAM and GEMM speed; write a hardware preset",
-    "validate": "compare the timing model with the GPU reference pipeline (--cpu: the "
-                "CPU stages run for real, --against fbgemm: FBGEMM's CPU TBE; "
-                "--published: published FBGEMM GPU runs)",
-    "sensitivity": "vary the unmeasured hardware constants (hardware.ranges)",
-    "plan": "smallest cache / lookahead / PCIe / GPUs that reach a target fraction of "
-            "gpu-only throughput, with a cost per sample",
-}
+#: a string literal (the only kind `HELP` holds; several in parentheses are joined)
+_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+#: commands() by search path: main asks twice (the chosen command, the parser)
+_FOUND: dict[tuple[str, ...], dict[str, str]] = {}
+
+
+def _declared(text: str) -> dict[str, object]:
+    """A module's `HELP`, `ORDER` and `COMMAND` constants, read from its source text (a
+    `str.find` per name, cheaper than importing the module or compiling a pattern):
+    `NAME = "..."`, `NAME = ("..." "...")` up to the `)` ending a line, an integer or None,
+    at the start of a line."""
+    out: dict[str, object] = {}
+    text = "\n" + text
+    for name in ("HELP", "ORDER", "COMMAND"):
+        at = text.find(f"\n{name} = ")
+        if at < 0:
+            continue
+        rest = text[at + len(name) + 4:] + "\n"
+        if rest.startswith(("(", '"')):
+            end = rest.find(")\n") + 1 if rest[0] == "(" else rest.find("\n")
+            out[name] = "".join(_STRING.findall(rest[:end]))
+        else:
+            value = rest[:rest.find("\n")].split("#")[0].strip()
+            out[name] = None if value == "None" else int(value) if value.isdigit() else value
+    return out
+
+
+def commands() -> dict[str, str]:
+    """Every subcommand of this package (`__path__`, so a folder added to it counts):
+    {name: one-line help}, in `ORDER` (then name) order."""
+    key = tuple(__path__)
+    if key in _FOUND:
+        return _FOUND[key]
+    found: dict[str, tuple[int, str]] = {}
+    for folder in __path__:
+        for entry in sorted(os.listdir(folder)):
+            module, ext = os.path.splitext(entry)
+            if ext != ".py" or module.startswith("_"):
+                continue
+            with open(os.path.join(folder, entry), encoding="utf-8") as f:
+                d = _declared(f.read())
+            if "COMMAND" in d and d["COMMAND"] is None:
+                continue
+            if not isinstance(d.get("HELP"), str) or not isinstance(d.get("ORDER"), int):
+                raise RuntimeError(f"scratchpipe_sim/cli/{entry}: a subcommand module "
+                                   "declares HELP = \"...\" and ORDER = N, or COMMAND = None")
+            found.setdefault(module.replace("_", "-"), (d["ORDER"], d["HELP"]))
+    _FOUND[key] = {n: h for n, (_, h) in sorted(found.items(), key=lambda kv: (kv[1][0], kv[0]))}
+    return _FOUND[key]
+
+
 _ALL = object()
 
 
@@ -60,7 +96,7 @@ def build_parser(only: object = _ALL) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name, help_line in COMMANDS.items():
+    for name, help_line in commands().items():
         if only is _ALL or only == name:
             module = name.replace("-", "_")  # compare-peers -> compare_peers
             importlib.import_module(f"scratchpipe_sim.cli.{module}").register(sub)
@@ -73,7 +109,7 @@ def chosen_command(argv: list[str]) -> str | None:
     """The subcommand `argv` names: its first word not starting with "-" (no top-level
     option takes a value), when that is a command; else None."""
     word = next((a for a in argv if not a.startswith("-")), None)
-    return word if word in COMMANDS else None
+    return word if word in commands() else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """Options several subcommands share, declared once: the CONFIG argument, `--set` overrides
 and `--json`, so their names, metavars, defaults and help agree in every command (they were
-copied into five modules). Not a command: `COMMANDS` in `cli/__init__.py` lists those."""
+copied into five modules). Not a command: its name starts with `_`, so `cli/__init__.py`
+does not list it."""
 
 from __future__ import annotations
 

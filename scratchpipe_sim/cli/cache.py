@@ -11,7 +11,6 @@ import math
 import sys
 from typing import Any
 
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_json
 from scratchpipe_sim.config.loader import parse_yaml_value
 from scratchpipe_sim.config.schema import check_named
@@ -21,10 +20,14 @@ from scratchpipe_sim.policies.engine import CacheResult, run_cache
 from scratchpipe_sim.safety import jsonout, memory_guard
 from scratchpipe_sim.traces.io import formats, open_trace
 
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = "run one cache policy over a trace (hits, misses, evictions)"
+ORDER = 20
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "cache", help=COMMANDS["cache"],
+        "cache", help=HELP,
         description="Run one cache policy over a trace; one cache serves all tables over "
                     "linearized ids (table offset + row), as FBGEMM does.")
     p.add_argument("--trace", required=True, metavar="PATH",

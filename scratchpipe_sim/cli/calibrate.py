@@ -21,15 +21,18 @@ import re
 import sys
 from pathlib import Path
 
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.config.hardware import HardwareConfig
 from scratchpipe_sim.errors import UserError
 
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = "measure PCIe, HBM, DRAM and GEMM speed; write a hardware preset"
+ORDER = 100
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "calibrate", help=COMMANDS["calibrate"],
+        "calibrate", help=HELP,
         description="Microbenchmark this machine's GPU and host and write a hardware preset "
                     "in the timing model's schema (needs an NVIDIA GPU and numba-cuda).")
     p.add_argument("--out", type=Path, metavar="YAML",
@@ -105,8 +108,13 @@ def _base_ref(name: str | None) -> str | None:
 
 
 def handle_cpu(args: argparse.Namespace) -> int:
-    from scratchpipe_sim.cpu import bench
-    from scratchpipe_sim.cpu.fit import NOISY_WARNING, cpu_preset_yaml, fit_cpu, llc_from_sysfs
+    from scratchpipe_sim.cpu import host_bench as bench
+    from scratchpipe_sim.cpu.host_preset_fit import (
+        NOISY_WARNING,
+        cpu_preset_yaml,
+        fit_cpu,
+        llc_from_sysfs,
+    )
     from scratchpipe_sim.measure.presets import check_writable, write_preset
 
     if args.from_json is not None:
@@ -119,7 +127,7 @@ def handle_cpu(args: argparse.Namespace) -> int:
     threads = _threads(args.threads)
     sizes = bench.TINY if args.tiny else bench.QUICK if args.quick else bench.CpuBenchSizes()
     if args.kernel == "fbgemm":
-        from scratchpipe_sim.cpu import fbgemm
+        from scratchpipe_sim.cpu import fbgemm_tbe as fbgemm
 
         fbgemm.import_fbgemm()  # the missing package: one line, before measuring
         meas = bench.measure_all(threads, sizes, statistic=args.statistic,
@@ -143,7 +151,7 @@ def handle_cpu(args: argparse.Namespace) -> int:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from scratchpipe_sim.cuda.fit import Measurements, build_preset, preset_yaml
+    from scratchpipe_sim.cuda.gpu_preset_fit import Measurements, build_preset, preset_yaml
     from scratchpipe_sim.measure.presets import write_preset
 
     if args.cpu:
@@ -172,7 +180,7 @@ def handle(args: argparse.Namespace) -> int:
         st = gpu_status()
         if not st.usable:
             raise UserError(f"needs an NVIDIA GPU: {st.reason}")
-        from scratchpipe_sim.cuda import bench
+        from scratchpipe_sim.cuda import gpu_bench as bench
 
         sizes = bench.BenchSizes()
         if args.quick:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import math
 
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.timing.designs import baseline_design
 
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = "speedup of every design over a baseline, per point"
+ORDER = 70
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help=COMMANDS["compare"],
+    p = sub.add_parser("compare", help=HELP,
                        description="speedup = baseline time / design time, per point, with "
                        "the geometric mean and maximum over points.")
     p.add_argument("results", help="a sweep's or a `run`'s results folder (or its "
@@ -28,8 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from scratchpipe_sim.experiments.compare import compare, format_table
     from scratchpipe_sim.experiments.results import load_results
+    from scratchpipe_sim.experiments.speedups import compare, format_table
 
     c = compare(load_results(args.results), args.baseline, args.metric)
     if args.format == "table":

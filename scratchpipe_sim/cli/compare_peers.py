@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import argparse
 
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_json, add_overrides, load_config_of
 from scratchpipe_sim.safety import jsonout
+
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = ("TorchRec's planner estimates beside gpu-only, uvm and lru-cache "
+        "(peers extra)")
+ORDER = 80
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "compare-peers", help=COMMANDS["compare-peers"],
+        "compare-peers", help=HELP,
         description="TorchRec's planner estimates (forward / backward / storage for fused, "
                     "fused_uvm, fused_uvm_caching) beside gpu-only, uvm and lru-cache; TBE "
                     "stages only, ms per batch.")

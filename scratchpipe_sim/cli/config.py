@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import argparse
 
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_config, add_json, add_overrides
 from scratchpipe_sim.config import dump_yaml, flatten, resolve
 from scratchpipe_sim.safety import jsonout
 
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = "show the fully resolved config"
+ORDER = 40
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("config", help=COMMANDS["config"],
+    p = subparsers.add_parser("config", help=HELP,
                               description="Inspect configs: `config show CONFIG` prints what "
                                           "`run` would simulate.")
     sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
@@ -35,16 +38,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fmt.add_argument("--flat", action="store_true", help="print one dotted key=value a line")
     show.set_defaults(func=handle_show)
     desc = sub.add_parser("describe", help="every documented constant: unit, built-in "
-                                           "default, the reference preset's value, source, "
-                                           "plausible range",
+                                           "default (= preset a100-gen4), source, plausible "
+                                           "range",
                           description="List the documented config keys (or those at and "
                                       "below KEY, e.g. cpu or hardware.gpu.tflops) with "
-                                      "their unit, built-in default, the reference preset's "
-                                      "value, source and plausible range, read from the "
+                                      "their unit, built-in default (the a100-gen4 preset's "
+                                      "value), source and plausible range, read from the "
                                       "fields' metadata.")
     desc.add_argument("key", nargs="?", metavar="KEY", help="a dotted key or a section")
     fmt = desc.add_mutually_exclusive_group()
-    add_json(fmt, "a JSON list of objects (key, unit, default, preset, range, source, help)")
+    add_json(fmt, "a JSON list of objects (key, unit, default, range, source, help)")
     fmt.add_argument("--markdown", action="store_true",
                      help="the table docs/timing.md holds (between its describe markers)")
     desc.set_defaults(func=handle_describe)

@@ -11,15 +11,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_config, add_json, add_overrides, load_config_of
 from scratchpipe_sim.safety import jsonout
+
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = ("smallest cache / lookahead / PCIe / GPUs that reach a target fraction of "
+        "gpu-only throughput, with a cost per sample")
+ORDER = 130
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     from scratchpipe_sim.experiments.capacity_search import AXES
 
-    p = sub.add_parser("plan", help=COMMANDS["plan"],
+    p = sub.add_parser("plan", help=HELP,
                        description="Search each axis (one at a time, the others as "
                        "configured) by bisection on a fixed grid for the smallest value at "
                        "which each design reaches the target; price each answer from "

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scratchpipe_sim.cli import COMMANDS
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = "draw a figure from sweep results (PNG + PDF)"
+ORDER = 60
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     from scratchpipe_sim.experiments.figures import BUILTIN
 
-    p = sub.add_parser("plot", help=COMMANDS["plot"],
+    p = sub.add_parser("plot", help=HELP,
                        description="Built-in figures: " + ", ".join(BUILTIN) +
                        "; an experiment may declare more under 'figures:'.")
     p.add_argument("results", help="a sweep's or a `run`'s results folder (or its "
@@ -45,7 +47,7 @@ def handle(args: argparse.Namespace) -> int:
     import sys
 
     from scratchpipe_sim.errors import UserError
-    from scratchpipe_sim.experiments.store import CSV_NAME, PARQUET_NAME
+    from scratchpipe_sim.experiments.results_store import CSV_NAME, PARQUET_NAME
     from scratchpipe_sim.safety.paths import input_kind
 
     if args.dpi < 1:

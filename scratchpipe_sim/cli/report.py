@@ -1,6 +1,6 @@
 """`scratchpipe-sim report RESULTS [--out report.html]`: one self-contained HTML page.
 
-The page (scratchpipe_sim.experiments.report) embeds everything: the config, versions,
+The page (scratchpipe_sim.experiments.html_report) embeds everything: the config, versions,
 tables and figures; it loads nothing from anywhere. An existing report is never replaced
 silently: exit 2 unless --force.
 """
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 
-from scratchpipe_sim.cli import COMMANDS
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = "one self-contained HTML page for a run or sweep results folder"
+ORDER = 90
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help=COMMANDS["report"],
+    p = sub.add_parser("report", help=HELP,
                        description="Write one HTML file for a `run` or `sweep` results "
                        "folder: what ran (resolved config, versions, trace checksum, "
                        "date), the results table with its legend, the stage breakdown and "
@@ -33,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from scratchpipe_sim.experiments.report import write
+    from scratchpipe_sim.experiments.html_report import write
 
     print(write(args.results, args.out, force=args.force, bands=args.bands))
     return 0

@@ -23,7 +23,6 @@ from scratchpipe_sim.api import (
     run_trace,
     write_run,
 )
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_config, add_json, add_overrides
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.progress import Progress
@@ -32,10 +31,14 @@ from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.timing import DESIGNS
 from scratchpipe_sim.timing.runner import check_jobs, usable_cores
 
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = "simulate training-system designs on one trace and compare them"
+ORDER = 10
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "run", help=COMMANDS["run"],
+        "run", help=HELP,
         description="Run each design on the same trace and print iteration time, "
                     "throughput, hit ratio, bytes moved, resource utilisation and stage "
                     "times; write CSV, JSON, timelines and the resolved config.")

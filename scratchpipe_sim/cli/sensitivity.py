@@ -25,14 +25,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_config, add_json, add_overrides, load_config_of
 from scratchpipe_sim.safety import jsonout
+
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = "vary the unmeasured hardware constants (hardware.ranges)"
+ORDER = 120
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "sensitivity", help=COMMANDS["sensitivity"],
+        "sensitivity", help=HELP,
         description="Speedup range of every design over the plausible ranges of the "
                     "constants in hardware.ranges, one at a time and by Latin hypercube, "
                     "for one config or for every point of a sweep.")

@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_json
 from scratchpipe_sim.safety import jsonout
 
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = "run an experiment YAML (resumable, parallel)"
+ORDER = 50
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help=COMMANDS["sweep"],
+    p = sub.add_parser("sweep", help=HELP,
                        description="Run every point of an experiment YAML. A rerun skips "
                        "finished points; a killed sweep resumes where it stopped.")
     p.add_argument("experiment", help="experiment YAML (see experiments/ and "

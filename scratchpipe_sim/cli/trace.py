@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_json
 from scratchpipe_sim.config.loader import YamlRefused, load_yaml_text
 from scratchpipe_sim.config.schema import check_named
@@ -23,12 +22,17 @@ from scratchpipe_sim.traces import generators as gen
 from scratchpipe_sim.traces import stats as st
 from scratchpipe_sim.traces.io import formats, open_trace
 
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = "generate traces and print locality statistics"
+ORDER = 30
+
+
 #: modules under scratchpipe_sim.cli that add `trace` sub-subcommands.
 SUBCOMMAND_MODULES = ("trace_convert",)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("trace", help=COMMANDS["trace"],
+    p = subparsers.add_parser("trace", help=HELP,
                               description="Generate synthetic traces; print statistics.")
     sub = p.add_subparsers(dest="trace_command", metavar="ACTION",
                            parser_class=type(p))
@@ -175,7 +179,7 @@ def handle_gen(args: argparse.Namespace) -> int:
 
 
 def _gen_from_fit(args: argparse.Namespace) -> int:
-    from scratchpipe_sim.traces import fit as ft
+    from scratchpipe_sim.traces import distribution_fit as ft
 
     for flag, given in (("--distribution", args.distribution != "zipf"),
                         ("--alpha", args.alpha is not None), ("--param", bool(args.param)),
@@ -396,7 +400,7 @@ def handle_fit(args: argparse.Namespace) -> int:
     import dataclasses
 
     from scratchpipe_sim.policies.fit_check import check_fit
-    from scratchpipe_sim.traces import fit as ft
+    from scratchpipe_sim.traces import distribution_fit as ft
 
     outs = [Path(args.out)] + ([Path(args.preset)] if args.preset else [])
     for o in outs:

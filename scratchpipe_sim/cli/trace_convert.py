@@ -17,6 +17,9 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.traces import convert as cv
 
+#: not a top-level command: a `trace` action (cli/trace.py's SUBCOMMAND_MODULES)
+COMMAND = None
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     cv.load_converters()

@@ -8,12 +8,12 @@ Without a GPU (and no --measured): one line, exit status 2.
 
 `--cpu` (any machine): the CPU stages of hybrid and scratchpipe run for real on the config's
 trace (real tables in DRAM) and are compared, stage by stage, with the timing model's price
-of the same per-batch counts (see scratchpipe_sim/cpu/validate.py). `--rows N` scales every
+of the same per-batch counts (see scratchpipe_sim/cpu/host_validation.py). `--rows N` scales every
 table to N rows when the full size does not fit in memory.
 
 `--cpu --against fbgemm` (any machine with the `[peers]` extra): FBGEMM's CPU TBE forward
 and fused backward on the config's trace beside hybrid's predicted `cpu_gather` and
-`cpu_update` (scratchpipe_sim/cpu/fbgemm.py); rows capped, with one line, when the tables
+`cpu_update` (scratchpipe_sim/cpu/fbgemm_tbe.py); rows capped, with one line, when the tables
 would not fit comfortably in memory.
 
 `--published` (any machine, no CONFIG): published, measured FBGEMM TBE runs on named GPUs
@@ -27,15 +27,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scratchpipe_sim.cli import COMMANDS
 from scratchpipe_sim.cli._options import add_json, add_overrides, load_config_of
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.safety import jsonout
 
+#: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
+HELP = ("compare the timing model with the GPU reference pipeline (--cpu: the CPU "
+        "stages run for real, --against fbgemm: FBGEMM's CPU TBE; --published: "
+        "published FBGEMM GPU runs)")
+ORDER = 110
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "validate", help=COMMANDS["validate"],
+        "validate", help=HELP,
         description="Run a config on the GPU (ScratchPipe reference pipeline) and in the "
                     "simulator; print predicted vs measured per stage and end to end.")
     p.add_argument("config", metavar="CONFIG", nargs="?", help="YAML config (not with "
@@ -97,10 +102,10 @@ def handle_published(args: argparse.Namespace) -> int:
 
 
 def handle_fbgemm(args: argparse.Namespace) -> int:
-    """validate --cpu --against fbgemm (scratchpipe_sim/cpu/fbgemm.py)."""
+    """validate --cpu --against fbgemm (scratchpipe_sim/cpu/fbgemm_tbe.py)."""
     import os
 
-    from scratchpipe_sim.cpu import fbgemm
+    from scratchpipe_sim.cpu import fbgemm_tbe as fbgemm
 
     fbgemm.import_fbgemm()  # the missing package first, before any trace is built
     overrides = list(args.overrides) + ["designs=[hybrid]"]
@@ -137,7 +142,7 @@ def handle_fbgemm(args: argparse.Namespace) -> int:
 
 def handle_cpu(args: argparse.Namespace) -> int:
 
-    from scratchpipe_sim.cpu.validate import cpu_designs, format_table, validate_cpu
+    from scratchpipe_sim.cpu.host_validation import cpu_designs, format_table, validate_cpu
     from scratchpipe_sim.errors import UserError
 
     for flag in ("rows", "batches", "reps"):
@@ -145,7 +150,7 @@ def handle_cpu(args: argparse.Namespace) -> int:
         if v is not None and v < 1:
             raise UserError(f"expected a positive number, got {v}", field=f"--{flag}")
     if args.against is not None:
-        from scratchpipe_sim.cpu.fbgemm import check_against
+        from scratchpipe_sim.cpu.fbgemm_tbe import check_against
 
         check_against(args.against)
         return handle_fbgemm(args)
@@ -196,13 +201,13 @@ def handle(args: argparse.Namespace) -> int:
                         field="--against")
     if args.cpu:
         return handle_cpu(args)
-    from scratchpipe_sim.cuda.compare import compare, format_table, write_csv
-    from scratchpipe_sim.cuda.validation import (
+    from scratchpipe_sim.cuda.gpu_validation import (
         load_measured,
         measure_on_gpu,
         save_measured,
         workload_of,
     )
+    from scratchpipe_sim.cuda.stage_errors import compare, format_table, write_csv
     from scratchpipe_sim.timing import build_trace, simulate
 
     cfg = load_config_of(args)

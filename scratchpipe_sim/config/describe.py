@@ -3,8 +3,9 @@ unit, plausible range and source, written once beside the field): `config descri
 and the constants table of docs/timing.md are generated from it, so neither can drift from
 the code (tests/test_config_describe.py regenerates the table and compares).
 
-Each row also shows the built-in default (what a config without a preset runs on) and the
-value of the reference preset (`REFERENCE_PRESET`), which docs and the study use.
+Each row shows the built-in default, which is the value of the preset the defaults equal
+(`hardware.DEFAULT_PRESET`, tests/test_hardware_defaults.py): one column, not a default
+beside a preset.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scratchpipe_sim.config.hardware import HardwareConfig
+from scratchpipe_sim.config.hardware import DEFAULT_PRESET, HardwareConfig
 from scratchpipe_sim.config.model import CacheConfig, ModelConfig
 from scratchpipe_sim.errors import UserError, closest
 
-#: the preset whose values the table shows beside the built-in defaults
-REFERENCE_PRESET = "a100-gen4"
 #: the sections walked, in the table's order
 SECTIONS: tuple[tuple[str, type], ...] = (
     ("hardware", HardwareConfig), ("model", ModelConfig), ("cache", CacheConfig))
@@ -35,8 +34,7 @@ class Constant:
 
     key: str          # dotted, from the config's top (hardware.cpu.dram_GBps)
     unit: str
-    default: Any      # the dataclass default (no preset)
-    preset: Any       # REFERENCE_PRESET's value
+    default: Any      # the dataclass default (= DEFAULT_PRESET's value)
     range: str        # plausible range (text: docs and `hardware.ranges` cite it)
     source: str       # where the default comes from
     help: str
@@ -51,17 +49,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _walk(cls: type, prefix: str, default: Any, preset: Any) -> list[Constant]:
+def _walk(cls: type, prefix: str, default: Any) -> list[Constant]:
     out: list[Constant] = []
     for f in dataclasses.fields(cls):
         d = getattr(default, f.name)
-        p = preset.get(f.name) if isinstance(preset, dict) else None
         if dataclasses.is_dataclass(d):
-            out += _walk(type(d), f"{prefix}{f.name}.", d, p)
+            out += _walk(type(d), f"{prefix}{f.name}.", d)
         elif "unit" in f.metadata:
             m = f.metadata
-            out.append(Constant(f"{prefix}{f.name}", m["unit"], _plain(d), _plain(p),
-                                m["range"], m["source"], m.get("help", "")))
+            out.append(Constant(f"{prefix}{f.name}", m["unit"], _plain(d), m["range"],
+                                m["source"], m.get("help", "")))
     return out
 
 
@@ -69,14 +66,9 @@ def constants(extra: Sequence[tuple[str, type]] = ()) -> list[Constant]:
     """Every documented key, in the table's order (hardware, then model and cache, then the
     `extra` sections: (dotted prefix, Params dataclass) of the designs' and policies' own
     parameters, which the layers that own them list: `timing.designs.param_sections`)."""
-    from scratchpipe_sim.config.loader import resolve  # noqa: PLC0415
-
-    ref = resolve({"hardware": {"preset": REFERENCE_PRESET}})
     out: list[Constant] = []
-    for section, cls in SECTIONS:
-        out += _walk(cls, f"{section}.", cls(), ref.get(section, {}))
-    for section, cls in extra:
-        out += _walk(cls, f"{section}.", cls(), None)
+    for section, cls in (*SECTIONS, *extra):
+        out += _walk(cls, f"{section}.", cls())
     return out
 
 
@@ -108,13 +100,12 @@ def _cell(value: Any) -> str:
 
 
 def markdown_table(rows: list[Constant]) -> str:
-    """The docs table: key, unit, built-in default, the reference preset's value, source,
-    plausible range."""
-    lines = [f"| key | unit | default | {REFERENCE_PRESET} | source | plausible range |",
-             "|---|---|---|---|---|---|"]
+    """The docs table: key, unit, built-in default (= DEFAULT_PRESET), source, plausible
+    range."""
+    lines = [f"| key | unit | default ({DEFAULT_PRESET}) | source | plausible range |",
+             "|---|---|---|---|---|"]
     for r in rows:
-        cells = [f"`{r.key}`", r.unit, _cell(r.default), _cell(r.preset), r.source,
-                 r.range or "—"]
+        cells = [f"`{r.key}`", r.unit, _cell(r.default), r.source, r.range or "—"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 
@@ -124,7 +115,7 @@ def text_table(rows: list[Constant]) -> str:
     out = []
     for r in rows:
         out.append(f"{r.key}  [{r.unit}]  default {_cell(r.default)}, "
-                   f"{REFERENCE_PRESET} {_cell(r.preset)}, range {r.range or '—'}")
+                   f"range {r.range or '—'}")
         out.append(f"    {r.help}" if r.help else "")
         out.append(f"    source: {r.source}")
     return "\n".join(line for line in out if line)

@@ -4,6 +4,12 @@ preset YAML format).
 `configs/hardware/NAME.yaml` files and the `calibrate` command write exactly these keys.
 Units are in every name (GBps = 1e9 bytes/s, ns, GiB = 2**30 bytes). Field names are
 stable: other modules and calibrated presets depend on them.
+
+The defaults are the values of one named preset, `DEFAULT_PRESET`
+(configs/hardware/a100-gen4.yaml, the quickstart's and the study's), so a config without
+`preset:` runs on hardware its sources document; tests/test_hardware_defaults.py compares
+them field by field. Only `name` (the preset a config named) and `ranges` (a preset's
+uncertainty, for `sensitivity`) stay empty without one.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ from typing import ClassVar
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+
+#: the preset every default below equals (configs/hardware/NAME.yaml)
+DEFAULT_PRESET = "a100-gen4"
 
 #: (row_bytes, efficiency) points; efficiency = achieved / streaming bandwidth for random
 #: gathers of rows that size, linearly interpolated and clamped at the ends.
@@ -109,23 +118,23 @@ def check_curve(curve: Curve, source: str | None, where: str, unit: str = "effic
 
 @dataclass(frozen=True)
 class CpuConfig:
-    dram_GBps: float = field(default=110.0, metadata=doc(
+    dram_GBps: float = field(default=150.0, metadata=doc(
         "GB/s", "120-180",
         "DDR4 8 ch x 3200 MT/s, STREAM ~75%") | _pos("streaming DRAM bandwidth"))
-    dram_latency_ns: float = field(default=90.0, metadata=doc(
+    dram_latency_ns: float = field(default=100.0, metadata=doc(
         "ns", "80-150",
         "typical loaded DRAM latency") | _nonneg("unloaded DRAM latency"))
     gather_efficiency: Curve = field(
-        default=((64.0, 0.30), (128.0, 0.45), (256.0, 0.60), (512.0, 0.70)),
+        default=((64.0, 0.25), (128.0, 0.4), (256.0, 0.55), (512.0, 0.65)),
         metadata=doc(
         "fraction by row bytes", "0.15-0.8",
         "assumption; set by calibrate --cpu")
         | {"help": "[row_bytes, efficiency] points for random row gathers"})
-    cores: int = field(default=16, metadata=doc(
+    cores: int = field(default=32, metadata=doc(
         "cores", "",
         "host SKU") | {"help": "cores running embedding ops", "min": 1})
     embedding_op_GBps: float = field(
-        default=4.0, metadata=doc(
+        default=3.0, metadata=doc(
         "GB/s per core", "1.5-30",
         "assumption; set by calibrate --cpu")
         | _pos("gather/pool/update throughput of one core (bytes of rows)"))
@@ -148,7 +157,7 @@ class CpuConfig:
         "one core's gather + pool rate of rows that hit the LLC, in a stream that also "
         "misses (bytes of rows): core time of a hit is row bytes / min(this, "
         "embedding_op_GBps); a number, or [row_bytes, GBps] points"))
-    core_window_rows: float = field(default=1.0, metadata=doc(
+    core_window_rows: float = field(default=1.5, metadata=doc(
         "rows", "1-4",
         "rows one core overlaps; set by calibrate --cpu (this VM: 1.5-2.25)") | {
         "help": "rows one core overlaps (its memory-level parallelism, in rows): a window of "
@@ -181,11 +190,11 @@ class CpuConfig:
         "set by calibrate --cpu (this VM: 140-190)") | _nonneg(
         "ScratchPipe planner cost per evicted row on one core (core-ns: the victim search), "
         "beside plan_ns_per_id; set by calibrate --cpu"))
-    llc_MiB: float = field(default=32.0, metadata=doc(
+    llc_MiB: float = field(default=60.0, metadata=doc(
         "MiB", "0-256",
         "Intel ARK (Xeon 8380: 60 MB)") | _nonneg(
         "last-level cache one socket's embedding ops share (0: none)"))
-    llc_ways: int = field(default=16, metadata=doc(
+    llc_ways: int = field(default=12, metadata=doc(
         "ways", "",
         "Intel ARK (Xeon 8380)") | {"help": "LLC associativity", "min": 1})
     llc_GBps: float = field(default=1000.0, metadata=doc(
@@ -217,7 +226,7 @@ class PcieConfig:
         "bool", "",
         "PCIe is full duplex") | {
         "help": "both directions at once; false: one shared link, time-shared"})
-    duplex_h2d_GBps: float | None = field(default=None, metadata=doc(
+    duplex_h2d_GBps: float | None = field(default=11.0, metadata=doc(
         "GB/s", "0.44-1.0 x h2d_GBps",
         "nvbandwidth issues 42, 53: H2D 25 -> ~11 while D2H runs (A100 Gen4)") | _pos(
         "H2D bandwidth while a D2H transfer runs (null: h2d_GBps)"))
@@ -225,7 +234,7 @@ class PcieConfig:
         "GB/s", "",
         "no measured drop (null: d2h_GBps)") | _pos(
         "D2H bandwidth while an H2D transfer runs (null: d2h_GBps)"))
-    uvm_read_share: float = field(default=0.768, metadata=doc(
+    uvm_read_share: float = field(default=1.0, metadata=doc(
         "share of h2d_GBps", "0.722-1.0 (A100); 0.664-0.85 (H100)",
         "nvbandwidth SM H2D copy on A100, 25.13 GB/s (issue 42); H100: 0.807 fitted on "
         "published point T1.10's backward") | {
@@ -234,7 +243,7 @@ class PcieConfig:
                 "DMA) reach this share of h2d_GBps (bytes of rows in whole gpu.sector_bytes; "
                 "a faster link reads faster: GH200's C2C SM copy reaches 0.99 of its copy "
                 "engine, nvbandwidth issue 23)", "gt": 0, "max": 1})
-    uvm_write_share: float = field(default=0.996, metadata=doc(
+    uvm_write_share: float = field(default=1.0, metadata=doc(
         "share of d2h_GBps", "",
         "copy-engine D2H (A100: no SM figure); H100: 0.996 (SM D2H 52.8 GB/s, nvbandwidth"
         " issue 24)") | {
@@ -256,7 +265,7 @@ class GpuConfig:
         "ns", "",
         "assumption (A100 ~600)") | _nonneg("unloaded HBM latency"))
     gather_efficiency: Curve = field(
-        default=((64.0, 0.30), (128.0, 0.45), (256.0, 0.60), (512.0, 0.70)),
+        default=((64.0, 0.135), (128.0, 0.2025), (256.0, 0.27), (512.0, 0.315)),
         metadata=doc(
         "fraction by row bytes", "x0.88-1.11 (H100); x0.6-1.3 elsewhere",
         "fitted on published point T1.2 (FBGEMM DEVICE, H100 forward and backward); set "
@@ -264,7 +273,7 @@ class GpuConfig:
     hbm_capacity_GiB: float = field(default=80.0, metadata=doc(
         "GiB", "",
         "GPU datasheet") | _pos("HBM capacity"))
-    tflops: float = field(default=150.0, metadata=doc(
+    tflops: float = field(default=60.0, metadata=doc(
         "TFLOP/s", "30-120 (A100)",
         "~40% of TF32 peak (assumption)") | _pos("achievable dense TFLOP/s (MLPs)"))
     kernel_launch_ns: float = field(default=5_000.0, metadata=doc(
@@ -281,13 +290,13 @@ class GpuConfig:
         "a 32-way set of int64 tags (FBGEMM lxu_cache)") | _nonneg(
         "HBM bytes an on-demand cache's lookup kernel reads per unique id (a 32-way set "
         "of int64 tags)"))
-    hash_lookup_Gps: float = field(default=3.4, metadata=doc(
+    hash_lookup_Gps: float = field(default=2.0, metadata=doc(
         "billion lookups/s", "x0.5-2",
         "HierarchicalKV README: find* 1.9-4.1 B keys/s on an A100 80GB PCIe, scaled by "
         "HBM bandwidth") | _pos(
         "billion lookups per second of a GPU hash table of row -> slot (ScratchPipe's "
         "planner on the GPU, design_params.scratchpipe.planner: gpu)"))
-    hash_insert_Gps: float = field(default=1.8, metadata=doc(
+    hash_insert_Gps: float = field(default=1.05, metadata=doc(
         "billion inserts/s", "x0.5-2",
         "HierarchicalKV README: insert_and_evict 1.0-1.1 B keys/s on an A100 80GB PCIe, "
         "scaled by HBM bandwidth") | _pos(
@@ -297,7 +306,7 @@ class GpuConfig:
         "L2 sector of every NVIDIA GPU since Volta") | _pos(
         "granularity of a GPU read of host memory: a row read in place moves its bytes "
         "rounded up to whole sectors (32 B L2 sectors on every NVIDIA GPU since Volta)"))
-    uvm_translation_ns: float = field(default=19.7, metadata=doc(
+    uvm_translation_ns: float = field(default=7.8, metadata=doc(
         "ns per TLB-missing translation, whole GPU", "7.5-8.5 (H100); 4-16 elsewhere",
         "fitted on published point T1.10's forward (H100, FBGEMM MANAGED; FK.3 fits "
         "7.83)") | _nonneg(
@@ -319,7 +328,7 @@ class GpuConfig:
     l2_ways: int = field(default=16, metadata=doc(
         "ways", "",
         "assumption") | {"help": "L2 associativity", "min": 1})
-    l2_GBps: float = field(default=5000.0, metadata=doc(
+    l2_GBps: float = field(default=4950.0, metadata=doc(
         "GB/s", "3000-7000",
         "A100 whitepaper: 2.3x V100's 2155 GB/s (Jia et al.)")
         | _pos("L2 bandwidth for rows that hit"))
@@ -388,7 +397,7 @@ class CxlConfig:
 @dataclass(frozen=True)
 class HardwareConfig:
     name: str = field(default="", metadata={"help": "preset name (filled from `preset`)"})
-    clock_GHz: float = field(default=1.0, metadata=doc(
+    clock_GHz: float = field(default=1.41, metadata=doc(
         "GHz", "",
         "GPU boost clock (datasheet); reporting only") | _pos("clock for reporting cycles"))
     cpu: CpuConfig = field(default_factory=CpuConfig)

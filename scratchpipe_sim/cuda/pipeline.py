@@ -11,7 +11,7 @@ Schedule (L = lookahead). In step s the host, in this order:
 Exchange(s+1) is issued before train(s), so on a GPU they overlap; step 2 runs on a host
 thread while steps 3-4 are issued (for L >= 2), so planning overlaps the GPU too.
 
-Planning is the simulator's `scratchpipe` policy with window W = L + 1 (plan.py): plan(k)
+Planning is the simulator's `scratchpipe` policy with window W = L + 1 (scratchpad_plan.py): plan(k)
 pins batches k-L..k, the ones planned and not yet trained, so the scratchpad needs the
 union of the rows of any L+1 consecutive batches (`min_scratchpipe_capacity(trace, L+1)`).
 
@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from scratchpipe_sim.cuda import kernels as K
-from scratchpipe_sim.cuda.plan import Plan, ScratchpadState
+from scratchpipe_sim.cuda import gpu_kernels as K
 from scratchpipe_sim.cuda.runtime import EventTimer, cuda
+from scratchpipe_sim.cuda.scratchpad_plan import Plan, ScratchpadState
 from scratchpipe_sim.cuda.training import (
     BatchIds,
     TrainSpec,

@@ -15,7 +15,12 @@ from typing import Any
 import pandas as pd
 
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.experiments.store import CSV_NAME, MANIFEST, PARQUET_NAME, read_manifest
+from scratchpipe_sim.experiments.results_store import (
+    CSV_NAME,
+    MANIFEST,
+    PARQUET_NAME,
+    read_manifest,
+)
 from scratchpipe_sim.safety.paths import input_kind
 
 #: the columns of a results table that hold text; every other column but a swept key is a

@@ -21,15 +21,15 @@ from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.experiments.executors import Outcome, PointFn, execute
 from scratchpipe_sim.experiments.hashing import config_hash
 from scratchpipe_sim.experiments.progress import Progress
-from scratchpipe_sim.experiments.run_folder import versions
-from scratchpipe_sim.experiments.spec import ExperimentSpec, Point, Resolver, expand_points
-from scratchpipe_sim.experiments.store import (
+from scratchpipe_sim.experiments.results_store import (
     ERROR,
     INFEASIBLE,
     OK,
     ResultStore,
     columns_for,
 )
+from scratchpipe_sim.experiments.run_folder import versions
+from scratchpipe_sim.experiments.spec import ExperimentSpec, Point, Resolver, expand_points
 
 #: metrics kept when an experiment does not list its own (the timing model's result keys).
 DEFAULT_METRICS = ("iter_ns_mean", "iter_ns_p50", "iter_ns_p99",

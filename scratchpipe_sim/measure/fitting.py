@@ -1,5 +1,5 @@
-"""Least-squares fits of raw measurements, shared by `calibrate` (cuda/fit.py) and
-`calibrate --cpu` (cpu/fit.py): one affine latency + bandwidth model and one efficiency
+"""Least-squares fits of raw measurements, shared by `calibrate` (cuda/gpu_preset_fit.py) and
+`calibrate --cpu` (cpu/host_preset_fit.py): one affine latency + bandwidth model and one efficiency
 curve for both, so a CPU and a GPU preset are fitted the same way.
 
 A transfer of `s` bytes is modelled as `latency + s / bandwidth` — the same affine cost the

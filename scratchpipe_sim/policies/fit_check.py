@@ -1,7 +1,7 @@
 """`trace fit --check`: a fitted trace judged by what a cache sees, LRU and static hit
 ratios of the source vs a trace generated from the fit.
 
-Here, not in traces/fit.py, because it replays a policy (static) and traces sits below
+Here, not in traces/distribution_fit.py, because it replays a policy (static) and traces sits below
 policies.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scratchpipe_sim.policies.engine import run_cache
-from scratchpipe_sim.traces.fit import Fit, spec_from_fit
+from scratchpipe_sim.traces.distribution_fit import Fit, spec_from_fit
 from scratchpipe_sim.traces.generators import trace_from_spec
 from scratchpipe_sim.traces.stats import lru_miss_ratio_curve
 from scratchpipe_sim.traces.trace import Trace

@@ -12,7 +12,7 @@
   a Fenwick tree over access times marks each id's latest access, so an access's stack
   distance is the number of marks after its id's previous access, O(log n) per access.
   `stack_distances(ids, num_ids)` gives each access's distance from the same kernel (the
-  project's one stack-distance kernel: `traces/fit.py` and `reuse_distance.py` use it).
+  project's one stack-distance kernel: `traces/distribution_fit.py` and `reuse_distance.py` use it).
 
 Memory: 8 bytes per row (count + batch stamp) for `summarize`; for the curve, 8 bytes per row
 plus a tree of about 2 slots per row (int32) whose positions are renumbered when they run

@@ -15,8 +15,8 @@ item: what LRU exploits). Each access of a table's stream is
 A repeat copies an earlier access, so by induction every access has the popularity law as
 its marginal distribution: `alpha` and `head_scale` set the static (frequency) hit curve,
 `repeat_fraction`, `lag_alpha` the extra LRU hits. A lag beyond the stream so far draws
-fresh. `scratchpipe-sim trace fit` fits the four per table (`fit.py`); lists give one value
-per table (see `generators.per_table_params`).
+fresh. `scratchpipe-sim trace fit` fits the four per table (`distribution_fit.py`); lists
+give one value per table (see `generators.per_table_params`).
 
 Memory per table: `max_lag` int64 ids of history (512 KiB at the default) plus the Zipf
 table. The history carries over calls, so a trace cut into RNG blocks is one stream.

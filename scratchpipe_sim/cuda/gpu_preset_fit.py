@@ -1,7 +1,7 @@
 """Pure logic of `calibrate`: the GPU measurements, their fits and the hardware preset they
 make (the fits themselves, shared with `calibrate --cpu`, are measure/fitting.py).
 
-Kept apart from the GPU measurement (bench.py) so it is tested on CPU with synthetic samples.
+Kept apart from the GPU measurement (gpu_bench.py) so it is tested on CPU with synthetic samples.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from scratchpipe_sim.measure.fitting import LinkFit, efficiency_curve, fit_laten
 
 @dataclass
 class Measurements:
-    """Raw calibration samples (what bench.py measures; JSON-serialisable)."""
+    """Raw calibration samples (what gpu_bench.py measures; JSON-serialisable)."""
 
     device: str = ""
     h2d: list[tuple[float, float]] = field(default_factory=list)  # (bytes, seconds)

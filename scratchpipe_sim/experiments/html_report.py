@@ -4,7 +4,7 @@ The page needs nothing but itself: CSS inline, figures as base64 PNG `data:` URI
 and no link to anything outside it. It says what ran (the resolved config, the versions, the
 trace checksum, when), shows the results table with its column legend, the per-stage
 breakdown and the figures (drawn by `experiments.plots`, as `plot` draws them), the speedups
-over the baseline (`experiments.compare`, as `compare` prints them), the points that did not
+over the baseline (`experiments.speedups`, as `compare` prints them), the points that did not
 run, optionally a `sensitivity` folder's bands or tornado figure, and how to reproduce it.
 """
 
@@ -24,6 +24,7 @@ from typing import Any
 
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.results import Results, load_results
+from scratchpipe_sim.experiments.results_store import POINTS, atomic_write
 from scratchpipe_sim.experiments.run_folder import (
     RUN_CONFIG,
     RUN_JSON,
@@ -32,7 +33,6 @@ from scratchpipe_sim.experiments.run_folder import (
     WALL_COLUMNS,
     versions,
 )
-from scratchpipe_sim.experiments.store import POINTS, atomic_write
 from scratchpipe_sim.safety.paths import input_kind
 
 #: the report's file name inside the results folder when no --out is given
@@ -271,7 +271,7 @@ def _not_run(f: Folder) -> str:
 
 
 def _speedups(f: Folder) -> str:
-    from scratchpipe_sim.experiments.compare import compare
+    from scratchpipe_sim.experiments.speedups import compare
 
     try:
         c = compare(f.results)

@@ -45,10 +45,10 @@ import numpy as np
 import simpy
 
 from scratchpipe_sim.config import Config
-from scratchpipe_sim.cpu import kernels as K
+from scratchpipe_sim.cpu import host_kernels as K
 from scratchpipe_sim.cpu.measure import summarize
 from scratchpipe_sim.cpu.measure import timed as _timed
-from scratchpipe_sim.cpu.planner import run_planner
+from scratchpipe_sim.cpu.plan_stage import run_planner
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.measure import host
 from scratchpipe_sim.policies.engine import COUNTERS

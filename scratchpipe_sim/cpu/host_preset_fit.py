@@ -54,7 +54,7 @@ import numpy as np
 
 from scratchpipe_sim.config.hardware import CpuConfig
 from scratchpipe_sim.config.schema import build, to_plain
-from scratchpipe_sim.cpu.bench import CpuMeasurements
+from scratchpipe_sim.cpu.host_bench import CpuMeasurements
 from scratchpipe_sim.measure.fitting import efficiency_curve, fit_latency_bandwidth
 
 #: the written preset's and the command's warning when a curve stayed out of order

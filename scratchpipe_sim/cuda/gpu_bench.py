@@ -17,7 +17,7 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.cuda.fit import Measurements
+from scratchpipe_sim.cuda.gpu_preset_fit import Measurements
 from scratchpipe_sim.cuda.runtime import EventTimer, cuda, gpu_status
 from scratchpipe_sim.measure import host
 
@@ -104,7 +104,7 @@ def measure_pcie(m: Measurements, z: BenchSizes) -> None:
 
 
 def measure_hbm(m: Measurements, z: BenchSizes) -> None:
-    from scratchpipe_sim.cuda import kernels as K  # noqa: PLC0415
+    from scratchpipe_sim.cuda import gpu_kernels as K  # noqa: PLC0415
 
     c = cuda()
     s = c.stream()
@@ -156,7 +156,7 @@ def measure_dram(m: Measurements, z: BenchSizes) -> None:
 def measure_planner(m: Measurements, z: BenchSizes) -> None:
     """The reference plan stage (the `scratchpipe` policy, one batch at a time, W = 2) on
     Zipf batches, one thread."""
-    from scratchpipe_sim.cuda.plan import ScratchpadState  # noqa: PLC0415
+    from scratchpipe_sim.cuda.scratchpad_plan import ScratchpadState  # noqa: PLC0415
     from scratchpipe_sim.policies.scratchpipe import min_scratchpipe_capacity  # noqa: PLC0415
     from scratchpipe_sim.traces.trace import Trace  # noqa: PLC0415
 
@@ -177,7 +177,7 @@ def measure_planner(m: Measurements, z: BenchSizes) -> None:
 
 
 def measure_compute(m: Measurements, z: BenchSizes) -> None:
-    from scratchpipe_sim.cuda import kernels as K  # noqa: PLC0415
+    from scratchpipe_sim.cuda import gpu_kernels as K  # noqa: PLC0415
 
     c = cuda()
     s = c.stream()

@@ -43,8 +43,8 @@ import numpy as np
 import simpy
 
 from scratchpipe_sim.config import Config
+from scratchpipe_sim.cpu.host_validation import PROBE_LOOKUPS, Probe
 from scratchpipe_sim.cpu.measure import summarize, timed
-from scratchpipe_sim.cpu.validate import PROBE_LOOKUPS, Probe
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.designs import DESIGNS

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchpipe_sim.config import Config
-from scratchpipe_sim.cuda.compare import measured_stages
+from scratchpipe_sim.cuda.stage_errors import measured_stages
 from scratchpipe_sim.cuda.training import TrainSpec
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing.designs.base import design_params

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numba as nb
 import numpy as np
 
-from scratchpipe_sim.cpu import kernels as K
+from scratchpipe_sim.cpu import host_kernels as K
 from scratchpipe_sim.cpu.measure import Timing, best_of, settle_curve, summarize, timed
 from scratchpipe_sim.measure import host
 from scratchpipe_sim.policies.engine import COUNTERS
@@ -437,7 +437,7 @@ def measure_planner(m: CpuMeasurements, z: CpuBenchSizes) -> None:
     at several scratchpad sizes so that evictions per id vary (0.16-0.22 at 3.5-8% of
     rows) — the regressor varies where the model uses it. The next-use pass is spread over
     the ids of each batch (the model's plan_ns_per_id carries it too)."""
-    from scratchpipe_sim.cpu.planner import run_planner  # noqa: PLC0415
+    from scratchpipe_sim.cpu.plan_stage import run_planner  # noqa: PLC0415
     from scratchpipe_sim.traces.generators import generate_trace  # noqa: PLC0415
 
     per = max(1, z.plan_rows // z.plan_tables)
@@ -476,7 +476,7 @@ PoolFactory = Callable[[np.ndarray, int, int], Callable[[np.ndarray, np.ndarray,
 
 def numba_pool(store: np.ndarray, dim: int, _rows: int
                ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], object]:
-    """The simulator's own gather + pool (cpu/kernels.py) on `store`."""
+    """The simulator's own gather + pool (cpu/host_kernels.py) on `store`."""
     return lambda ids, ptr, out: K.bag_pool(store, dim, ids, ptr, out)
 
 
