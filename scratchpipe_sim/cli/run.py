@@ -55,7 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="recompute every policy replay (and generate the trace) instead of "
                         "reading the on-disk replay and trace caches "
-                        "(scratchpipe_sim.policies.replay_cache; results are identical)")
+                        "(scratchpipe_sim.policies.replay_cache and "
+                        "scratchpipe_sim.traces.trace_cache; results are identical)")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                    help="processes for the independent cache replays, on-chip passes and "
                         "a generated trace's tables "

@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="recompute every policy replay (and generate the traces) instead of "
                         "reading the on-disk replay and trace caches "
-                        "(scratchpipe_sim.policies.replay_cache; results are identical)")
+                        "(scratchpipe_sim.policies.replay_cache and "
+                        "scratchpipe_sim.traces.trace_cache; results are identical)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the points (hash and axis values) and exit")
     p.add_argument("--quiet", "-q", action="store_true",
