@@ -22,6 +22,8 @@ Resources (one `Server` each, processor sharing — see resources.py):
     gpu_compute dense MLPs: tflops x 1e3 FLOP/ns; latency = kernels x kernel_launch_ns
     gpu_mmu     address translations of host pages that miss the GPU TLB (UVM reads and
                 writes in place): uvm_translation_ns per walk, walks sharing the walkers
+    nvlink_tx,  this GPU's NVLink/NVSwitch port, per direction (made on a design's first
+    nvlink_rx   `collective`, so only the designs that talk to other GPUs have them)
 
 Every design prices its work through the helpers below, so the same work costs the same
 in every design (docs/timing.md lists each formula and its source).
@@ -112,6 +114,7 @@ class Machine:
         self.R = m.moved_row_bytes
         self.index_bytes = m.index_bytes
         self.tables = m.table_count
+        self._nvlink: tuple[Server, Server] | None = None
 
     def batch_done(self, b: int) -> None:
         """Batch b finished training; at the end of warm-up, snapshot busy times."""
@@ -407,6 +410,30 @@ class Machine:
             lambda: self.radix_sort(batch, lookups, ib, 0, 8 * ib, "miss counter sort"),
             lambda: self.hbm.stream(lookups * 2 * ib, batch, "miss counter unique"),
             lambda: self.env.timeout(MISS_COUNTER_KERNELS * gpu.kernel_launch_ns))
+
+    # -- GPU to GPU ----------------------------------------------------------------------------
+    @property
+    def nvlink(self) -> tuple[Server, Server]:
+        """This GPU's NVLink port (tx, rx): one server per direction at nvlink_GBps, each
+        transfer paying nvlink_latency_ns. Made on first use: a server has no SimPy state
+        until a transfer, so the designs that never use it price exactly as without it."""
+        if self._nvlink is None:
+            ic = self.cfg.hardware.interconnect
+            self._nvlink = tuple(
+                Server(self.env, name, ic.nvlink_GBps, ic.nvlink_latency_ns,
+                       self.num_batches, self.recorder) for name in ("nvlink_tx", "nvlink_rx"))
+        return self._nvlink
+
+    def collective(self, batch: int, send: float, recv: float, label: str,
+                   kind: str = "alltoall") -> simpy.Event | None:
+        """One step of an all-to-all (`kind` "alltoall") or all-reduce ("allreduce") over
+        NVLink: `send` bytes out || `recv` bytes in, at nvlink_GBps x the collective's
+        efficiency (alltoall_efficiency / allreduce_efficiency)."""
+        ic = self.cfg.hardware.interconnect
+        eff = ic.alltoall_efficiency if kind == "alltoall" else ic.allreduce_efficiency
+        tx, rx = self.nvlink
+        return self.all_of([tx.transfer(send, batch, label, efficiency=eff),
+                            rx.transfer(recv, batch, label, efficiency=eff)])
 
     def mlp(self, batch: int, samples: int) -> simpy.Process:
         m = self.cfg.model

@@ -31,9 +31,8 @@ and the design is gpu-only. Approximations: unique rows per GPU scale with its l
 share; the L2 hit fraction is the single-GPU stream's (each GPU has its own L2 over a 1/N
 slice, so this understates hits).
 
-`nvlink_collective` below is the one new kind of cost; it belongs on the Machine (a helper
-beside pcie.h2d, so every design prices collectives alike) and still lives here: moving it
-is open in issue 23.
+The collectives are priced by `Machine.collective` (the NVLink port is a Machine resource,
+so every design that talks to other GPUs prices them alike).
 """
 
 from __future__ import annotations
@@ -47,7 +46,6 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.cost import usd_per_million
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
-from scratchpipe_sim.timing.resources import Server
 
 GiB = 1 << 30
 
@@ -183,32 +181,6 @@ def mlp_param_bytes(cfg: Config) -> float:
     return 4.0 * total
 
 
-class NvLink:
-    """Each GPU's NVLink/NVSwitch port, one server per direction (tx, rx)."""
-
-    def __init__(self, m, cfg: Config):
-        ic = cfg.hardware.interconnect
-        self.ic = ic
-        self.tx = Server(m.env, "nvlink_tx", ic.nvlink_GBps, ic.nvlink_latency_ns,
-                         m.num_batches, m.recorder)
-        self.rx = Server(m.env, "nvlink_rx", ic.nvlink_GBps, ic.nvlink_latency_ns,
-                         m.num_batches, m.recorder)
-
-    def collective(self, m, batch: int, send: float, recv: float, label: str,
-                   efficiency: float) -> simpy.Event | None:
-        """A collective step: `send` bytes out || `recv` bytes in at nvlink x efficiency."""
-        return m.all_of([self.tx.transfer(send, batch, label, efficiency=efficiency),
-                         self.rx.transfer(recv, batch, label, efficiency=efficiency)])
-
-
-def nvlink_collective(m, link: NvLink, batch: int, send: float, recv: float, label: str,
-                      kind: str = "alltoall") -> simpy.Event | None:
-    """The Machine helper this design needs: an all-to-all or all-reduce step over NVLink."""
-    ic = link.ic
-    eff = ic.alltoall_efficiency if kind == "alltoall" else ic.allreduce_efficiency
-    return link.collective(m, batch, send, recv, label, eff)
-
-
 @DESIGNS.register("multi-gpu")
 class MultiGpu(Design):
     order = 60
@@ -234,7 +206,6 @@ class MultiGpu(Design):
         c = self.columns(w)
         n = w.num_batches
         N, s = self.gpus, self.share
-        link = NvLink(m, self.cfg)
         ib = m.index_bytes
         k = (N - 1) / N
         ar = 2 * k * mlp_param_bytes(self.cfg)
@@ -246,7 +217,7 @@ class MultiGpu(Design):
             if ev is not None:
                 yield ev
             ids = (A + B * m.tables) * ib
-            ev = nvlink_collective(m, link, b, ids / N * k, ids * s * k, "input_dist")
+            ev = m.collective(b, ids / N * k, ids * s * k, "input_dist")
             if ev is not None:
                 yield ev
 
@@ -266,19 +237,19 @@ class MultiGpu(Design):
             send, recv = self.sharding.alltoall_bytes(B, self.out_t)
             a2a_per_batch.append(max(send, recv))
             yield from m.stage("output_dist", b, [
-                nvlink_collective(m, link, b, send, recv, "pooled")])
+                m.collective(b, send, recv, "pooled")])
             yield from m.stage("mlp", b, [m.mlp(b, B / N)])
             yield from m.stage("grad_dist", b, [
-                nvlink_collective(m, link, b, recv, send, "grads")])
+                m.collective(b, recv, send, "grads")])
             yield from m.stage("emb_backward", b, [
                 m.gpu_backward(b, s * A, s * U, c.l2_update[b], c.r[b], c.R[b]),
-                nvlink_collective(m, link, b, ar, ar, "allreduce", "allreduce")])
+                m.collective(b, ar, ar, "allreduce", "allreduce")])
             m.batch_done(b)
             if b == m.warmup - 1:
-                busy0 = {x.name: x.busy_now() for x in (link.tx, link.rx)}
-        self._report(m, c, link, busy0, a2a_per_batch)
+                busy0 = {x.name: x.busy_now() for x in m.nvlink}
+        self._report(m, c, busy0, a2a_per_batch)
 
-    def _report(self, m, c, link: NvLink, busy0: dict, a2a: list[float]) -> None:
+    def _report(self, m, c, busy0: dict, a2a: list[float]) -> None:
         wu = m.warmup
         done = m.done
         span = float(done[-1] - (done[wu - 1] if wu > 0 else 0.0))
@@ -295,6 +266,6 @@ class MultiGpu(Design):
             "usd_per_million_samples": usd_per_million(self.cfg, sps, self.gpus),
             "alltoall_bytes_per_gpu": (sum(a2a[wu:]) / len(a2a[wu:])) if a2a[wu:] else 0.0,
         })
-        for x in (link.tx, link.rx):
+        for x in m.nvlink:
             busy = x.busy_now() - busy0.get(x.name, 0.0)
             m.counters[f"busy_{x.name}"] = busy / window if window > 0 else 0.0
