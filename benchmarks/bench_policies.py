@@ -46,7 +46,7 @@ import numpy as np
 from scratchpipe_sim.policies import POLICIES, engine
 from scratchpipe_sim.policies.engine import compute_next_use, make_policy, run_cache
 from scratchpipe_sim.policies.oracle_general import write_oracle_general
-from scratchpipe_sim.traces.trace import Trace
+from scratchpipe_sim.traces.csr_trace import Trace
 
 
 def bounded_zipf(n: int, rows: int, alpha: float, seed: int) -> np.ndarray:

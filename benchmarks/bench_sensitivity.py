@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def one(config: str, samples: int, seed: int, point: int) -> dict:
     """Price one sensitivity in this process (a sweep: its `point`-th point, as `sensitivity
     SWEEP` analyses it); seconds in `price_all` and a digest."""
-    import scratchpipe_sim.experiments.sensitivity as sens  # noqa: PLC0415
+    import scratchpipe_sim.experiments.sensitivity_analysis as sens  # noqa: PLC0415
     from scratchpipe_sim.config import load_config  # noqa: PLC0415
     from scratchpipe_sim.config.model import Config  # noqa: PLC0415
     from scratchpipe_sim.errors import UserError  # noqa: PLC0415
@@ -51,8 +51,8 @@ def one(config: str, samples: int, seed: int, point: int) -> dict:
         res = sens.run_sensitivity(load_config(config), samples=samples, seed=seed, jobs=1)
     except UserError:  # a sweep: one of its points
         from scratchpipe_sim.experiments.bands import pinned_by  # noqa: PLC0415
-        from scratchpipe_sim.experiments.runner import point_trace  # noqa: PLC0415
         from scratchpipe_sim.experiments.spec import expand_points, load_experiment  # noqa: PLC0415
+        from scratchpipe_sim.experiments.sweep_runner import point_trace  # noqa: PLC0415
 
         spec = load_experiment(config)
         pt = expand_points(spec)[point]

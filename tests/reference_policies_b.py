@@ -210,7 +210,7 @@ def build_trace(per_batch: list[list[list[int]]], table_rows: list[int]):
     """
     import numpy as np
 
-    from scratchpipe_sim.traces.trace import Trace
+    from scratchpipe_sim.traces.csr_trace import Trace
 
     offs = [sum(table_rows[:t]) for t in range(len(table_rows))]
     ids: list[int] = []

@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from scratchpipe_sim.config import Config
-    from scratchpipe_sim.experiments.runner import SweepSummary
     from scratchpipe_sim.experiments.spec import ExperimentSpec
-    from scratchpipe_sim.traces.trace import Trace
+    from scratchpipe_sim.experiments.sweep_runner import SweepSummary
+    from scratchpipe_sim.traces.csr_trace import Trace
 
 # re-exported: the run folder's files and versions, written once in experiments.run_folder
 from scratchpipe_sim.experiments.run_folder import (  # noqa: E402, F401
@@ -268,8 +268,8 @@ def run_experiment(experiment: str | os.PathLike | ExperimentSpec,
                    options: SweepOptions | None = None) -> SweepSummary:
     """Run every unfinished point of an experiment into `out` (default results/NAME):
     resumable, one sweep per folder. Returns the summary `sweep` prints."""
-    from scratchpipe_sim.experiments.runner import run_sweep
     from scratchpipe_sim.experiments.spec import ExperimentSpec, load_experiment
+    from scratchpipe_sim.experiments.sweep_runner import run_sweep
 
     options = options or SweepOptions()
     spec = experiment if isinstance(experiment, ExperimentSpec) else \

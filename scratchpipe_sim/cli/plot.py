@@ -149,7 +149,10 @@ def _plot_analysis(args: argparse.Namespace, folder: Path, marker: str) -> int:
 def _analysis_figure(folder: Path, marker: str):
     """The one figure of the analysis result `marker` in `folder`."""
     if ANALYSES[marker] == "tornado":
-        from scratchpipe_sim.experiments.sensitivity import load_sensitivity, tornado_figure
+        from scratchpipe_sim.experiments.sensitivity_analysis import (
+            load_sensitivity,
+            tornado_figure,
+        )
 
         return tornado_figure(load_sensitivity(folder))
     from scratchpipe_sim.experiments.band_plots import band_figure

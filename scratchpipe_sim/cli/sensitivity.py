@@ -16,7 +16,7 @@ nominal speedup (what `sweep` reports), min, max, the parameter that moves it mo
 often the design is overtaken and the point's order changes; `--plot` adds bands.png/.pdf
 (nominal with min-max bars per design along the swept axis). A range key that the sweep
 sets (fig2's hardware.pcie.duplex_h2d_GBps) is pinned at the point's value.
-See scratchpipe_sim/experiments/sensitivity.py (one config) and bands.py (a sweep).
+See scratchpipe_sim/experiments/sensitivity_analysis.py (one config) and bands.py (a sweep).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def handle(args: argparse.Namespace) -> int:
 
 def _handle_config(args: argparse.Namespace) -> int:
     from scratchpipe_sim.errors import UserError
-    from scratchpipe_sim.experiments.sensitivity import (
+    from scratchpipe_sim.experiments.sensitivity_analysis import (
         format_report,
         run_sensitivity,
         write_outputs,

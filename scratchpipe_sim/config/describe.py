@@ -1,10 +1,10 @@
 """Every documented constant of a config, read from its field's metadata (`hardware.doc`:
 unit, plausible range and source, written once beside the field): `config describe [KEY]`
 and the constants table of docs/timing.md are generated from it, so neither can drift from
-the code (tests/test_config_describe.py regenerates the table and compares).
+the code (tests/config/test_config_describe.py regenerates the table and compares).
 
 Each row shows the built-in default, which is the value of the preset the defaults equal
-(`hardware.DEFAULT_PRESET`, tests/test_hardware_defaults.py): one column, not a default
+(`hardware.DEFAULT_PRESET`, tests/config/test_hardware_defaults.py): one column, not a default
 beside a preset.
 """
 

@@ -7,7 +7,7 @@ stable: other modules and calibrated presets depend on them.
 
 The defaults are the values of one named preset, `DEFAULT_PRESET`
 (configs/hardware/a100-gen4.yaml, the quickstart's and the study's), so a config without
-`preset:` runs on hardware its sources document; tests/test_hardware_defaults.py compares
+`preset:` runs on hardware its sources document; tests/config/test_hardware_defaults.py compares
 them field by field. Only `name` (the preset a config named) and `ranges` (a preset's
 uncertainty, for `sensitivity`) stay empty without one.
 """

@@ -50,7 +50,7 @@ from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.designs import DESIGNS
 from scratchpipe_sim.timing.machine import Machine, price_alone
 from scratchpipe_sim.timing.runner import Replays, build_trace, config_accesses
-from scratchpipe_sim.traces.trace import Trace
+from scratchpipe_sim.traces.csr_trace import Trace
 
 #: what `--against` accepts
 AGAINST = ("fbgemm",)

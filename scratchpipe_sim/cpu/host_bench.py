@@ -494,8 +494,8 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes,
     not change: the simulator's set index is a hash). `pool` is the kernel timed (the
     simulator's by default; FBGEMM's forward with calibrate --cpu --kernel fbgemm, on its
     own table of the same rows)."""
+    from scratchpipe_sim.traces.csr_trace import Trace  # noqa: PLC0415
     from scratchpipe_sim.traces.generators import generate_trace  # noqa: PLC0415
-    from scratchpipe_sim.traces.trace import Trace  # noqa: PLC0415
 
     rng = np.random.default_rng(13)
     nb.set_num_threads(1)

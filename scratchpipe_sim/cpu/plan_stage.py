@@ -16,7 +16,7 @@ import numpy as np
 
 from scratchpipe_sim.policies.base import MISS, Policy
 from scratchpipe_sim.policies.engine import compute_next_use, iter_cache, make_policy
-from scratchpipe_sim.traces.trace import Trace
+from scratchpipe_sim.traces.csr_trace import Trace
 
 
 @dataclass

@@ -158,7 +158,7 @@ def measure_planner(m: Measurements, z: BenchSizes) -> None:
     Zipf batches, one thread."""
     from scratchpipe_sim.cuda.scratchpad_plan import ScratchpadState  # noqa: PLC0415
     from scratchpipe_sim.policies.scratchpipe import min_scratchpipe_capacity  # noqa: PLC0415
-    from scratchpipe_sim.traces.trace import Trace  # noqa: PLC0415
+    from scratchpipe_sim.traces.csr_trace import Trace  # noqa: PLC0415
 
     rng = np.random.default_rng(2)
     perm = rng.permutation(z.plan_rows)

@@ -28,7 +28,7 @@ Hazards, and why this order avoids them:
   gathers it again right after writeback(j) has scattered it (step j <= b-1, before
   exchange(b) copies the staging buffer) - the timing model's `cache.refetch: wait`.
   `order_refetch=False` (tests only) skips that and trains on stale rows.
-Turning either off corrupts the trained table; see tests/test_cuda_pipeline.py.
+Turning either off corrupts the trained table; see tests/cuda/test_cuda_pipeline.py.
 Under the CUDA simulator everything runs in issue order, so those races show up
 deterministically — exactly the interleaving a GPU is allowed to pick.
 """
@@ -54,7 +54,7 @@ from scratchpipe_sim.cuda.training import (
 )
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.measure.host import gather_rows, scatter_rows
-from scratchpipe_sim.traces.trace import Trace
+from scratchpipe_sim.traces.csr_trace import Trace
 
 #: stages timed per batch (seconds; None where timing is not available)
 STAGES = ("plan", "collect", "h2d", "h2d_index", "d2h", "insert", "writeback", "train")

@@ -28,7 +28,7 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.base import EVICTIONS, MISS, NUM_EVENTS
 from scratchpipe_sim.policies.engine import compute_next_use
 from scratchpipe_sim.policies.scratchpipe import ScratchPipe, min_scratchpipe_capacity
-from scratchpipe_sim.traces.trace import Trace
+from scratchpipe_sim.traces.csr_trace import Trace
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.traces.trace import Trace
+from scratchpipe_sim.traces.csr_trace import Trace
 
 OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad")
 

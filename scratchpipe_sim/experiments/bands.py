@@ -3,7 +3,7 @@
 Why: the study's headline speedups come from sweeps, and each is only as firm as the
 unmeasured constants behind it. This expands the sweep's points (experiments.spec.
 expand_points, the `sweep` command's own expansion), runs the one-config analysis of
-experiments/sensitivity.py at each selected point (its own preset's ranges; a range key the
+experiments/sensitivity_analysis.py at each selected point (its own preset's ranges; a range key the
 sweep sets is pinned at the point's value) and writes one row per (point, design). Every
 point uses the same seed, hence the same Latin-hypercube unit sample: differences between
 points are not sampling noise (common random numbers).
@@ -19,7 +19,7 @@ from typing import Any
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.experiments.sensitivity import run_sensitivity
+from scratchpipe_sim.experiments.sensitivity_analysis import run_sensitivity
 from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.timing.designs import baseline_design
 from scratchpipe_sim.timing.runner import check_designs, check_jobs, usable_cores
@@ -118,7 +118,7 @@ def band_point(config: dict, designs: tuple, *, samples: int, seed: int | None,
     """One sweep point's analysis (a point function for experiments.executors): the
     resolved config as `sweep` runs it, its trace built once per worker process; `jobs`
     processes price its varied configs."""
-    from scratchpipe_sim.experiments.runner import point_trace  # noqa: PLC0415
+    from scratchpipe_sim.experiments.sweep_runner import point_trace  # noqa: PLC0415
 
     cfg = Config.from_dict(config, source="sweep point")
     trace = point_trace(config, cfg)

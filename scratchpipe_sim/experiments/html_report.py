@@ -313,7 +313,7 @@ def sensitivity_kind(path: Path) -> str:
     """Which figure a `sensitivity --out` folder holds: "bands" (a sweep's) or "tornado"
     (a config's); any other path is a UserError."""
     from scratchpipe_sim.experiments.bands import BANDS_JSON
-    from scratchpipe_sim.experiments.sensitivity import SENSITIVITY_JSON
+    from scratchpipe_sim.experiments.sensitivity_analysis import SENSITIVITY_JSON
 
     if (path / BANDS_JSON).is_file():
         return "bands"
@@ -331,7 +331,10 @@ def _bands(path: Path) -> str:
 
         fig, what = band_figure(load_bands(path)), "bands over the unmeasured constants"
     else:
-        from scratchpipe_sim.experiments.sensitivity import load_sensitivity, tornado_figure
+        from scratchpipe_sim.experiments.sensitivity_analysis import (
+            load_sensitivity,
+            tornado_figure,
+        )
 
         fig, what = tornado_figure(load_sensitivity(path)), "sensitivity (tornado)"
     return (f"<h2>Sensitivity</h2>{_note(f'{what}, from {path}')}<figure>{_png(fig)}"

@@ -43,7 +43,7 @@ from scratchpipe_sim.config.loader import CONFIGS_DIR, read_yaml
 from scratchpipe_sim.errors import UserError, closest
 
 if TYPE_CHECKING:
-    from scratchpipe_sim.traces.trace import Trace
+    from scratchpipe_sim.traces.csr_trace import Trace
 
 #: the shipped data file
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "published_points.yaml"

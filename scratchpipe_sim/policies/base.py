@@ -31,7 +31,7 @@ import numpy as np
 from scratchpipe_sim.config.schema import check_named
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.registry import Registry
-from scratchpipe_sim.traces.trace import Chunk
+from scratchpipe_sim.traces.csr_trace import Chunk
 
 HIT, MISS, UNPLACED = 0, 1, 2
 FILLS, EVICTIONS, WRITEBACKS = 0, 1, 2

@@ -31,7 +31,7 @@ from scratchpipe_sim.policies.base import (
     Policy,
 )
 from scratchpipe_sim.traces._jit import njit
-from scratchpipe_sim.traces.trace import DEFAULT_CHUNK_ACCESSES, Trace
+from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, Trace
 
 #: Columns of `BatchCounts.counts`, in order.
 #: `unique_unplaced`: unique rows of the batch whose first access in it was UNPLACED (the

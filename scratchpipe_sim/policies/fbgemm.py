@@ -46,7 +46,7 @@ from scratchpipe_sim.policies.base import (
     Policy,
 )
 from scratchpipe_sim.traces._jit import njit, on_numba
-from scratchpipe_sim.traces.trace import Chunk
+from scratchpipe_sim.traces.csr_trace import Chunk
 
 _C1 = np.uint64(0xFF51AFD7ED558CCD)
 _C2 = np.uint64(0xC4CEB9FE1A85EC53)

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from scratchpipe_sim.policies.engine import run_cache
+from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.distribution_fit import Fit, spec_from_fit
 from scratchpipe_sim.traces.generators import trace_from_spec
 from scratchpipe_sim.traces.stats import lru_miss_ratio_curve
-from scratchpipe_sim.traces.trace import Trace
 
 
 def check_fit(trace: Trace, fit: Fit, fractions: Sequence[float] = (0.01, 0.02, 0.05, 0.1, 0.2),

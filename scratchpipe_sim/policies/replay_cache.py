@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from scratchpipe_sim.traces import disk_cache as dc
-from scratchpipe_sim.traces.trace import Trace
+from scratchpipe_sim.traces.csr_trace import Trace
 
 #: bump when the entry layout or the meaning of a stored column changes
 SCHEMA_VERSION = 2  # 2: extras as ordered pairs (their order is the result columns' order)
@@ -63,8 +63,8 @@ def max_bytes_setting(env: str = MAX_BYTES_ENV, default: int = DEFAULT_MAX_BYTES
 
 # -- keys -------------------------------------------------------------------------------------
 #: the sources whose code produces policy counts: the policies, and the trace chunking and
-#: fingerprint (`traces/trace.py`)
-POLICY_SOURCES = ("policies/*.py", "traces/trace.py")
+#: fingerprint (`traces/csr_trace.py`)
+POLICY_SOURCES = ("policies/*.py", "traces/csr_trace.py")
 
 
 def code_digest(sources: tuple[str, ...] = POLICY_SOURCES) -> str:

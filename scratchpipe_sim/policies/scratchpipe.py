@@ -41,7 +41,7 @@ from scratchpipe_sim.policies.base import (
     Policy,
 )
 from scratchpipe_sim.traces._jit import njit
-from scratchpipe_sim.traces.trace import DEFAULT_CHUNK_ACCESSES, Chunk, Trace
+from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, Chunk, Trace
 
 ON_OVERFLOW = ("error", "stall")
 # indices into the int64 `st` state vector of the kernel

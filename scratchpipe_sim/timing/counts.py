@@ -25,7 +25,7 @@ from scratchpipe_sim.policies.engine import (
     seen_first,
 )
 from scratchpipe_sim.traces._jit import njit
-from scratchpipe_sim.traces.trace import Trace
+from scratchpipe_sim.traces.csr_trace import Trace
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import numpy as np
 
 from scratchpipe_sim.policies.fbgemm import cache_set
 from scratchpipe_sim.traces._jit import njit
-from scratchpipe_sim.traces.trace import DEFAULT_CHUNK_ACCESSES, Trace
+from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, Trace
 
 EMPTY = -1
 

@@ -45,8 +45,8 @@ from scratchpipe_sim.timing.designs.base import (
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.traces import generators
+from scratchpipe_sim.traces.csr_trace import Trace, slice_trace
 from scratchpipe_sim.traces.forked import FAILED, can_fork, fork_map
-from scratchpipe_sim.traces.trace import Trace, slice_trace
 from scratchpipe_sim.traces.trace_cache import cached_trace
 
 #: `cache.warmup_batches: auto` on a generated trace lengthens its warm-up prefix (doubling
@@ -332,9 +332,9 @@ def workload(trace: Trace, key: WorkloadKey, cfg: Config, memo: dict | None = No
 
 
 #: code behind the trace passes `Replays` caches (see `traces.disk_cache.code_digest`)
-_COUNTS_SOURCES = ("timing/counts.py", "traces/trace.py")
-_ONCHIP_SOURCES = ("timing/onchip.py", "traces/trace.py")
-_AUTO_SOURCES = ("timing/counts.py", "timing/runner.py", "traces/trace.py")
+_COUNTS_SOURCES = ("timing/counts.py", "traces/csr_trace.py")
+_ONCHIP_SOURCES = ("timing/onchip.py", "traces/csr_trace.py")
+_AUTO_SOURCES = ("timing/counts.py", "timing/runner.py", "traces/csr_trace.py")
 
 
 class Replays:

@@ -32,9 +32,9 @@ from scratchpipe_sim.traces.convert import (
     register_converter,
     sample_major_batches,
 )
+from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.io import register_reader
 from scratchpipe_sim.traces.store import read_trace
-from scratchpipe_sim.traces.trace import Trace
 
 NUM_INT = 13
 NUM_CAT = 26

@@ -32,9 +32,9 @@ import numpy as np
 
 from scratchpipe_sim.config.loader import load_yaml_text, read_text
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.stats import stack_distances
 from scratchpipe_sim.traces.temporal import DEFAULT_MAX_LAG, BurstSampler
-from scratchpipe_sim.traces.trace import Trace
 
 FIT_VERSION = 1
 #: capacities (shares of a table's rows) at which the LRU and static curves are matched.

@@ -29,9 +29,9 @@ from scratchpipe_sim.traces.convert import (
     open_writer,
     register_converter,
 )
+from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.io import flat_trace, register_reader
 from scratchpipe_sim.traces.readers import _last_separator, _parse_block
-from scratchpipe_sim.traces.trace import Trace
 
 _INT64_MAX = np.iinfo(np.int64).max
 

@@ -6,7 +6,7 @@ so only the items and the results are pickled. Numba is imported (and every kern
 dispatcher built) once in the parent first (`traces/_jit.materialize`), so the workers
 inherit it instead of each importing it. The one home of the pattern: `run --jobs`'s
 passes (timing/runner.py), the table-parallel trace draw (traces/generators.py) and
-`sensitivity --jobs` (experiments/sensitivity.py).
+`sensitivity --jobs` (experiments/sensitivity_analysis.py).
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.registry import Registry
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.store import TraceWriter
-from scratchpipe_sim.traces.trace import Trace
 
 GENERATOR_VERSION = 1
 #: fewest accesses of a pass (a trace to draw, a replay) for which forking workers pays: a

@@ -20,8 +20,8 @@ import numpy as np
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.registry import Registry
 from scratchpipe_sim.safety.paths import input_kind
+from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.store import SUFFIX, is_store, read_trace
-from scratchpipe_sim.traces.trace import Trace
 
 #: read(path, batch_size, num_rows) -> Trace (not yet validated; open_trace validates).
 ReadFn = Callable[[Path, "int | None", "int | None"], Trace]

@@ -29,8 +29,8 @@ from scratchpipe_sim.traces.convert import (
     open_writer,
     register_converter,
 )
+from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.io import register_reader
-from scratchpipe_sim.traces.trace import Trace
 
 _NAME = re.compile(r"t(\d+)_bs(\d+)")
 

@@ -14,8 +14,8 @@ import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.io import flat_trace, register_reader
-from scratchpipe_sim.traces.trace import Trace
 
 #: bytes of text parsed at a time (the parsed ids are kept; the text is not).
 TEXT_BLOCK_BYTES = 1 << 24

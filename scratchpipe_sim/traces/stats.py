@@ -30,7 +30,7 @@ import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces._jit import njit
-from scratchpipe_sim.traces.trace import DEFAULT_CHUNK_ACCESSES, Trace
+from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, Trace
 
 #: Upper bucket edges of Meta's histogram: (0,1], (1,2], (2,4], ..., (16384,32768], (32768+.
 BUCKET_EDGES = tuple([0] + [1 << i for i in range(16)])

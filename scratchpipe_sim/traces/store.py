@@ -29,7 +29,7 @@ import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety.paths import input_file
-from scratchpipe_sim.traces.trace import Trace
+from scratchpipe_sim.traces.csr_trace import Trace
 
 FORMAT = "scratchpipe-trace"
 VERSION = 1

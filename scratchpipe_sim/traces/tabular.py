@@ -26,9 +26,9 @@ from scratchpipe_sim.traces.convert import (
     open_writer,
     register_converter,
 )
+from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.io import register_reader
 from scratchpipe_sim.traces.store import read_trace
-from scratchpipe_sim.traces.trace import Trace
 
 COLUMNS = ("sample", "table", "id")
 #: text formats and their field separators.

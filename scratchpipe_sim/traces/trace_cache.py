@@ -25,8 +25,8 @@ import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces import disk_cache as dc
+from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.store import SUFFIX, read_manifest, read_trace, write_trace
-from scratchpipe_sim.traces.trace import Trace
 
 #: the sources a generated trace depends on (generators, distributions, the Trace type)
 TRACE_SOURCES = ("traces/*.py",)

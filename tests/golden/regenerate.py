@@ -1,6 +1,6 @@
 """The golden results: the quickstart's `run` and every study sweep's table, checked in.
 
-tests/test_golden_regression.py recomputes them and compares (counts and strings exactly,
+tests/golden/test_golden_regression.py recomputes them and compares (counts and strings exactly,
 floats to 1e-9 relative), so a refactoring that changes any number fails CI. A *model
 change* (a named bug fix or a new mechanism) rewrites them in one command, and the diff of
 tests/golden/*.json is reviewed with the change:
@@ -95,13 +95,13 @@ def sweep_result(path: Path) -> dict[str, Any]:
     """The results-table rows `scratchpipe-sim sweep --no-cache` stores for the selected
     points of one experiment, without the point hash."""
     from scratchpipe_sim.experiments.executors import Outcome
-    from scratchpipe_sim.experiments.runner import (
+    from scratchpipe_sim.experiments.spec import expand_points, load_experiment
+    from scratchpipe_sim.experiments.sweep_runner import (
         DEFAULT_METRICS,
         point_rows,
         simulate_point,
         sweep_designs,
     )
-    from scratchpipe_sim.experiments.spec import expand_points, load_experiment
 
     spec = load_experiment(path)
     points = expand_points(spec)
