@@ -214,8 +214,9 @@ class TraceConfig:
 _SP = "design_params.scratchpipe"
 MOVED_CACHE_KEYS = {
     **{k: f"set {_SP}.{k}" for k in ("lookahead", "on_overflow", "queue_depth",
-                                     "plan_ns_per_id", "plan_ns_per_eviction", "plan_threads",
                                      "pipeline", "planner", "collect", "refetch")},
+    **{k: f"set {_SP}.{k} (and design_params.bagpipe.{k})"
+       for k in ("plan_ns_per_id", "plan_ns_per_eviction", "plan_threads")},
     "bagpipe_lookahead": "set design_params.bagpipe.lookahead",
     "bagpipe_ttl_batches": "set design_params.bagpipe.ttl_batches",
     "static_policy": "set design_params.static-cache.policy",

@@ -282,7 +282,8 @@ def _scratchpipe_stages(run: _Run) -> list[_Stage]:
                          for b in measured])
 
     out = [_Stage("scratchpipe", "plan", plan_pass,
-                  run.predicted(lambda mm, b: mm.plan(b, c.accesses[b], c.evictions[b])))]
+                  run.predicted(lambda mm, b: mm.plan(b, c.accesses[b], c.evictions[b],
+                                                         sp.params)))]
     staging = np.zeros((max(1, max(len(f) for f in first.fills)), R // 4), np.float32)
     victims = _victims(first, skip, set(measured))
     fills_of = {b: first.fills[skip + b] for b in measured}

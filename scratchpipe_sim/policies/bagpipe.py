@@ -45,7 +45,7 @@ def _whole(name: str, value: Any, low: int) -> int:
 
 @dataclass(frozen=True)
 class BagpipeParams:
-    """The bagpipe policy's knobs, and the bagpipe design's (`design_params.bagpipe`)."""
+    """The bagpipe policy's knobs (also `design_params.bagpipe`'s, with its oracle's cost)."""
 
     lookahead: int = field(default=200, metadata={
         "help": "batches its oracle cacher looks ahead (Bagpipe's default 200)", "min": 1})

@@ -34,12 +34,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 
 from scratchpipe_sim.config import Config, interpolate
-from scratchpipe_sim.config.hardware import rate_at
+from scratchpipe_sim.config.hardware import doc, rate_at
 from scratchpipe_sim.config.model import GiB
 from scratchpipe_sim.timing.resources import AllDone, Memory, Pcie, Recorder, Server, Span
 
@@ -50,6 +51,28 @@ RADIX_BITS = 8
 #: select-add and a copy each) -> 2 + 1 + 1 + 1 + 2 + 2 (fbgemm_gpu
 #: split_table_batched_embeddings_ops_training.py, _update_cache_miss_counter)
 MISS_COUNTER_KERNELS = 9
+
+
+@dataclass(frozen=True)
+class PlannerParams:
+    """The cost knobs of a planner on the host cores, priced by `Machine.plan`. A design
+    with such a planner inherits these fields into its own params (`design_params.NAME`),
+    so each design's setting prices only that design; null takes hardware.cpu's value."""
+
+    plan_ns_per_id: float | None = field(default=None, metadata={
+        "help": "plan cost per looked-up id on one CPU core, core-ns (null: "
+                "hardware.cpu.plan_ns_per_id)", "min": 0})
+    plan_ns_per_eviction: float | None = field(default=None, metadata={
+        "help": "plan cost per evicted row on one CPU core, core-ns (null: "
+                "hardware.cpu.plan_ns_per_eviction)", "min": 0})
+    plan_threads: int | None = field(default=None, metadata=doc(
+        "cores", "1 - hardware.cpu.cores", "the planner may use every core") | {
+        "help": "cores the planner may use at once, shared with collect and write-back "
+                "(null: hardware.cpu.cores)", "min": 1})
+
+
+#: every knob from the hardware (what a design without its own planner knobs is priced with)
+PLANNER_DEFAULTS = PlannerParams()
 
 
 class Machine:
@@ -87,15 +110,6 @@ class Machine:
         self.mmu = server("gpu_mmu", 1.0, 0.0)
         # "bandwidth" in core-ns of work per ns
         self.cores = server("cpu_cores", cpu.cores * cpu.parallel_efficiency, 0.0)
-        # the planner's knobs are scratchpipe's design params (bagpipe's oracle, the one
-        # other planner, is priced with them too); imported here: designs sit above Machine
-        from scratchpipe_sim.timing.designs.base import design_params
-
-        plan = design_params(cfg, "scratchpipe", cross_check=False)
-        self.plan_share = plan_share(plan.plan_threads, cpu.cores, cpu.parallel_efficiency)
-        self.plan_ns_per_id = _override(plan.plan_ns_per_id, cpu.plan_ns_per_id)
-        self.plan_ns_per_eviction = _override(plan.plan_ns_per_eviction,
-                                              cpu.plan_ns_per_eviction)
         self.stage_ns: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(num_batches))
         self.stage_order: list[str] = []
         #: design-specific totals written as metric columns (e.g. refetch_hazards)
@@ -229,12 +243,17 @@ class Machine:
         busy_ns = ids / gpu.hash_lookup_Gps + evictions / gpu.hash_insert_Gps
         return self.hbm.server.transfer(busy_ns * gpu.hbm_GBps, batch, "gpu plan")
 
-    def plan(self, batch: int, ids: float, evictions: float = 0.0) -> simpy.Process | None:
-        """ScratchPipe's planner: ids x plan_ns_per_id + evictions x plan_ns_per_eviction
-        core-ns on at most plan_threads cores, sharing the cores with collect and
-        write-back."""
-        work = ids * self.plan_ns_per_id + evictions * self.plan_ns_per_eviction
-        return self.cpu_work(work, batch, "plan", self.plan_share)
+    def plan(self, batch: int, ids: float, evictions: float = 0.0,
+             knobs: PlannerParams = PLANNER_DEFAULTS) -> simpy.Process | None:
+        """A host-side planner (ScratchPipe's plan stage, Bagpipe's oracle): ids x
+        plan_ns_per_id + evictions x plan_ns_per_eviction core-ns on at most plan_threads
+        cores, sharing the cores with collect and write-back; `knobs` are the calling
+        design's own (a null knob takes hardware.cpu's)."""
+        cpu = self.cfg.hardware.cpu
+        work = (ids * _override(knobs.plan_ns_per_id, cpu.plan_ns_per_id)
+                + evictions * _override(knobs.plan_ns_per_eviction, cpu.plan_ns_per_eviction))
+        share = plan_share(knobs.plan_threads, cpu.cores, cpu.parallel_efficiency)
+        return self.cpu_work(work, batch, "plan", share)
 
     # -- GPU work ----------------------------------------------------------------------------
     def index_h2d(self, batch: int, lookups: float, samples: float) -> simpy.Event | None:
@@ -479,7 +498,7 @@ class Machine:
 
 
 def _override(value: float | None, default: float) -> float:
-    """The cache section's own value where set, else the hardware's."""
+    """A design's own value where set, else the hardware's."""
     return default if value is None else value
 
 

@@ -15,6 +15,7 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.scratchpipe import min_scratchpipe_capacity
 from scratchpipe_sim.timing import build_trace, simulate
 from scratchpipe_sim.timing.designs import design_params
+from scratchpipe_sim.timing.machine import PlannerParams
 from scratchpipe_sim.traces.csr_trace import Trace
 
 ALL = ["hybrid", "gpu-only", "static-cache", "lru-cache", "lru-prefetch", "scratchpipe"]
@@ -492,12 +493,11 @@ CPU_TERMS = {"cores": 4, "parallel_efficiency": 0.5, "embedding_op_GBps": 10.0,
              "plan_ns_per_eviction": 50.0, "core_window_rows": 1.0}
 
 
-def lone_time(part, cpu=None, scratchpipe=None):
+def lone_time(part, cpu=None):
     """Time of one Machine helper alone on a fresh SimPy environment."""
     from scratchpipe_sim.timing.machine import price_alone
 
     cfg = load_config({"hardware": {"preset": "a100-gen4", "cpu": {**CPU_TERMS, **(cpu or {})}},
-                       "design_params": {"scratchpipe": scratchpipe or {}},
                        "designs": ["hybrid"]})
     return float(price_alone(cfg, 1, part, [0])[0])
 
@@ -575,16 +575,19 @@ def test_aggregation_prices_on_chip_lookups_at_their_own_cost():
 def test_plan_costs_ids_and_evictions_and_one_thread_keeps_a_whole_core(threads, share):
     # 1000 ids x 10 + 100 evictions x 50 = 15000 core-ns. One thread runs at a whole core
     # (no parallel efficiency); T > 1 threads at T x 0.5 cores.
-    t = lone_time(lambda m, b: m.plan(b, 1000, 100), scratchpipe={"plan_threads": threads})
+    t = lone_time(lambda m, b: m.plan(b, 1000, 100, PlannerParams(plan_threads=threads)))
     assert t == pytest.approx(15000 / share, rel=1e-12)
-    # the cache section's per-id override still wins over the hardware's
-    t = lone_time(lambda m, b: m.plan(b, 1000, 100),
-                  scratchpipe={"plan_threads": 1, "plan_ns_per_id": 1.0})
+    # the design's per-id knob wins over the hardware's
+    t = lone_time(lambda m, b: m.plan(b, 1000, 100,
+                                      PlannerParams(plan_threads=1, plan_ns_per_id=1.0)))
     assert t == pytest.approx(1000 * 1.0 + 100 * 50, rel=1e-12)
     # ... and so does its per-eviction twin
-    t = lone_time(lambda m, b: m.plan(b, 1000, 100),
-                  scratchpipe={"plan_threads": 1, "plan_ns_per_eviction": 2.0})
+    t = lone_time(lambda m, b: m.plan(b, 1000, 100,
+                                      PlannerParams(plan_threads=1, plan_ns_per_eviction=2.0)))
     assert t == pytest.approx(1000 * 10 + 100 * 2.0, rel=1e-12)
+    # without knobs: every one from the hardware (all cores, here 4 x 0.5)
+    assert lone_time(lambda m, b: m.plan(b, 1000, 100)) == pytest.approx(15000 / 2.0,
+                                                                          rel=1e-12)
 
 
 @pytest.mark.parametrize("helper", ["collect", "write_back"])

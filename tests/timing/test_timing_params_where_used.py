@@ -19,6 +19,7 @@ from scratchpipe_sim.policies.base import POLICIES
 from scratchpipe_sim.policies.scratchpipe import ScratchPipe, ScratchpipeParams
 from scratchpipe_sim.timing.designs import DESIGNS, check_params, design_params
 from scratchpipe_sim.timing.designs.scratchpipe import ScratchpipeDesignParams
+from scratchpipe_sim.timing.machine import PlannerParams
 
 SMALL = {
     "hardware": {"preset": "a100-gen4"},
@@ -44,7 +45,27 @@ def test_one_default_per_knob():
     # the design's params extend the policy's: the same field, the same default
     assert issubclass(ScratchpipeDesignParams, ScratchpipeParams)
     assert ScratchPipe.params["lookahead"] == ScratchpipeDesignParams().lookahead
-    assert DESIGNS.get("bagpipe").Params is POLICIES.get("bagpipe").Params
+    assert issubclass(DESIGNS.get("bagpipe").Params, POLICIES.get("bagpipe").Params)
+    # the planner's cost knobs are declared once (PlannerParams) and inherited by each
+    # design with a planner on the host cores
+    for name in ("scratchpipe", "bagpipe"):
+        assert issubclass(DESIGNS.get(name).Params, PlannerParams)
+
+
+def test_each_design_prices_its_planner_with_its_own_knobs():
+    """bagpipe's oracle follows design_params.bagpipe's planner knobs, never scratchpipe's."""
+    both = {**SMALL, "designs": ["bagpipe", "scratchpipe"]}
+
+    def oracle_and_plan(design_params):
+        rows = simulate({**both, "design_params": design_params}, replay_cache=False)
+        by = rows.set_index("design")
+        return by.loc["bagpipe", "stage_oracle_ns"], by.loc["scratchpipe", "stage_plan_ns"]
+
+    oracle, plan = oracle_and_plan({})
+    sp_oracle, sp_plan = oracle_and_plan({"scratchpipe": {"plan_ns_per_id": 5000.0}})
+    assert sp_oracle == oracle and sp_plan > 10 * plan
+    bp_oracle, bp_plan = oracle_and_plan({"bagpipe": {"plan_ns_per_id": 5000.0}})
+    assert bp_plan == plan and bp_oracle > 10 * oracle
 
 
 @pytest.mark.parametrize("old, new", [

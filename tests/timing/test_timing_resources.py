@@ -11,7 +11,7 @@ import pytest
 import simpy
 
 from scratchpipe_sim.config import interpolate, load_config
-from scratchpipe_sim.timing.machine import Machine
+from scratchpipe_sim.timing.machine import Machine, PlannerParams
 from scratchpipe_sim.timing.resources import Server
 
 PRESETS = ("v100-gen3", "a100-gen4", "h100-gen5", "h200-gen5", "mi250-gen4", "gh200-c2c",
@@ -295,16 +295,16 @@ def test_dma_copies_also_load_cpu_dram():
 
 def test_planner_shares_the_cores_with_collect():
     cfg = load_config({"hardware": {"cpu": {"cores": 4, "parallel_efficiency": 1.0,
-                                            "plan_ns_per_id": 10.0}},
-                       "cache": {}, "design_params": {"scratchpipe": {"plan_threads": 1}}})
+                                            "plan_ns_per_id": 10.0}}, "cache": {}})
+    one_thread = PlannerParams(plan_threads=1)
     env = simpy.Environment()
     m = Machine(env, cfg, 1)
-    m.plan(0, 100)  # 1000 core-ns on at most 1 of 4 cores -> 1000 ns alone
+    m.plan(0, 100, knobs=one_thread)  # 1000 core-ns on at most 1 of 4 cores: 1000 ns
     env.run()
     assert env.now == pytest.approx(1000.0)
     env = simpy.Environment()
     m = Machine(env, cfg, 1)
-    m.plan(0, 100)
+    m.plan(0, 100, knobs=one_thread)
     m.cpu_work(3000.0, 0, "collect")  # the other 3 cores: both end at 1000 ns
     env.run()
     assert env.now == pytest.approx(1000.0)

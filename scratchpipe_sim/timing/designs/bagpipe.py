@@ -4,9 +4,10 @@ Counts: the `bagpipe` policy (`design_params.bagpipe.lookahead` batches ahead, t
 eviction, capacity = the cache designs' capacity). Four SimPy processes per run, as Bagpipe's
 oracle cacher, prefetcher, trainer and the write-back to the CPU tables are separate:
 
-    oracle(b)     the caching decision on the CPU (plan: A x plan_ns_per_id core-ns on at
-                  most plan_threads cores, the same per-id price as ScratchPipe's planner; its
-                  TTL rule picks no victim by search, so no per-eviction term),
+    oracle(b)     the caching decision on the CPU (Machine.plan: A x plan_ns_per_id core-ns
+                  on at most plan_threads cores, design_params.bagpipe's own planner knobs,
+                  by default hardware.cpu's, as ScratchPipe's; its TTL rule picks no victim
+                  by search, so no per-eviction term),
                   running ahead of training by at most `lookahead` batches
     prefetch(b)   after oracle(b): the batch's indices to the GPU (index_h2d) || its F
                   missing rows gathered by the CPU into a pinned buffer (Machine.collect:
@@ -26,17 +27,26 @@ prefetch(b). No tag-probe kernel: the oracle remaps ids on the CPU (as Bagpipe d
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from scratchpipe_sim.policies.bagpipe import BagpipeParams
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages
 from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
+from scratchpipe_sim.timing.machine import PlannerParams
+
+
+@dataclass(frozen=True)
+class BagpipeDesignParams(BagpipeParams, PlannerParams):
+    """`design_params.bagpipe`: the policy's knobs (inherited: lookahead, ttl_batches) and
+    its oracle's planner cost knobs (`PlannerParams`)."""
 
 
 @DESIGNS.register("bagpipe")
 class Bagpipe(Design):
     order = 80
     summary = "oracle cacher: keeps rows reused within 200 batches, TTL eviction, prefetch"
-    #: the policy's own parameters are the design's (one default each)
-    Params = BagpipeParams
+    #: the policy's own parameters (one default each) and the oracle's cost knobs
+    Params = BagpipeDesignParams
 
     def workload_key(self) -> WorkloadKey:
         p = self.params
@@ -60,7 +70,7 @@ class Bagpipe(Design):
             for b in range(n):
                 if b >= L:
                     yield trained[b - L]  # it sees at most L batches beyond training
-                yield from m.stage("oracle", b, [m.plan(b, c.accesses[b])])
+                yield from m.stage("oracle", b, [m.plan(b, c.accesses[b], 0.0, self.params)])
                 decided[b].succeed()
 
         def prefetch(b):

@@ -65,11 +65,11 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from scratchpipe_sim.config.hardware import doc
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.policies.scratchpipe import ScratchpipeParams
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages
 from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey, params_tuple
+from scratchpipe_sim.timing.machine import PlannerParams
 
 DATA_STAGES = ("collect", "exchange", "insert")
 #: scratchpipe's stages in data-flow order; `pipeline` groups them
@@ -77,23 +77,13 @@ STAGES = ("plan", "collect", "exchange", "insert", "train")
 
 
 @dataclass(frozen=True)
-class ScratchpipeDesignParams(ScratchpipeParams):
+class ScratchpipeDesignParams(ScratchpipeParams, PlannerParams):
     """`design_params.scratchpipe`: the policy's knobs (inherited, so one default each:
-    lookahead, on_overflow) and the pipeline's."""
+    lookahead, on_overflow), the planner's cost knobs (`PlannerParams`) and the
+    pipeline's."""
 
     queue_depth: int = field(default=2, metadata={
         "help": "batches buffered between consecutive stages", "min": 1})
-    plan_ns_per_id: float | None = field(default=None, metadata={
-        "help": "plan cost per looked-up id on one CPU core, core-ns (null: "
-                "hardware.cpu.plan_ns_per_id; bagpipe's oracle is priced with it too)",
-        "min": 0})
-    plan_ns_per_eviction: float | None = field(default=None, metadata={
-        "help": "plan cost per evicted row on one CPU core, core-ns (null: "
-                "hardware.cpu.plan_ns_per_eviction)", "min": 0})
-    plan_threads: int | None = field(default=None, metadata=doc(
-        "cores", "1 - hardware.cpu.cores", "the planner may use every core") | {
-        "help": "cores the planner may use at once, shared with collect and write-back "
-                "(null: hardware.cpu.cores)", "min": 1})
     pipeline: tuple[tuple[str, ...], ...] = field(
         default=(("plan",), ("collect",), ("exchange",), ("insert",), ("train",)),
         metadata={"help": "stage groups, in order; each group works on a different batch, "
@@ -253,7 +243,7 @@ class ScratchPipe(Design):
                         lambda b=b: m.gpu_plan(b, c.accesses[b], c.evictions[b]))])
                 elif "plan" in stages:
                     yield from m.stage("plan", b, [m.plan(b, c.accesses[b],
-                                                          c.evictions[b])])
+                                                          c.evictions[b], cache)])
                 if data:  # fused stages stream: all their transfers start together
                     yield m.all_of([env.process(data_stage(s, b)) for s in data])
                 if "train" in stages:
