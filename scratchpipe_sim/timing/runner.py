@@ -400,7 +400,7 @@ class Replays:
             task = ("onchip", name, rows, ways)
             if rows > 0 and name not in self._memo and task not in shared:
                 shared.append(task)
-        if any(k.policy is not None and dict(k.params).get("profile") is None for k in todo):
+        if any(k.policy is not None and k.warm == "replay" for k in todo):
             if "first" not in self._memo:
                 shared.append(("first",))
         if todo and self.cfg.model.heterogeneous and "bytes" not in self._memo:
@@ -471,7 +471,7 @@ class Replays:
         cols = self._onchip(key)
         if self.cfg.model.heterogeneous:
             cols.update(self._table_bytes())
-        if key.policy is not None and dict(key.params).get("profile") is None:
+        if key.policy is not None and key.warm == "replay":
             cols["first_touches"] = self._first_touches()
         return w.with_columns(cols)
 
@@ -479,18 +479,16 @@ class Replays:
         """The counts `key`'s policy (or none) makes over the timed batches, before the
         columns every design shares (on-chip hits, first touches, per-table bytes)."""
         cfg = self.cfg
-        params = dict(key.params)
-        profile = params.pop("profile", None)
-        if profile is not None:  # static: profile the prefix (or everything), preload
-            if profile == "prefix" and self.prefix == 0:
-                raise UserError("static-cache picks its rows from the warm-up prefix: expected "
-                                "cache.warmup_batches >= 1 (or design_params.static-cache."
-                                "profile: oracle)",
+        if key.policy is not None and key.warm != "replay":  # profile, preload
+            if key.warm == "profile-prefix" and self.prefix == 0:
+                raise UserError(f"{key.policy} picks its rows from the warm-up prefix: "
+                                "expected cache.warmup_batches >= 1 (or profile every batch, "
+                                f"as an oracle: see {key.params_field})",
                                 source=cfg.source, field="cache.warmup_batches")
             n = self.trace.num_batches
             # ceil(fraction x n) = prefix batches exactly (the 0.5 keeps float error away)
-            frac = 1.0 if profile == "oracle" else (self.prefix - 0.5) / n
-            params.update(profile_fraction=frac, preload=True)
+            frac = 1.0 if key.warm == "profile-all" else (self.prefix - 0.5) / n
+            params = {**dict(key.params), "profile_fraction": frac, "preload": True}
             k = dataclasses.replace(key, params=tuple(sorted(params.items())))
             w = workload(self.trace, k, cfg, self._memo, self.replay_cache).tail(self.prefix)
         elif key.policy is None:  # no cache, nothing to warm: the timed batches alone

@@ -41,6 +41,11 @@ class WorkloadKey:
     capacity: int = 0
     params: tuple[tuple[str, Any], ...] = field(default=())
     where: str = "host"
+    #: how the cache's state before the timed batches is made: "replay" (the policy runs
+    #: over the last warm-up batches), "profile-prefix" (it profiles the whole warm-up
+    #: prefix and starts the timed batches preloaded with its picks) or "profile-all" (it
+    #: profiles every batch, timed ones included: an oracle)
+    warm: str = "replay"
     #: the config key naming the policy (for error messages)
     policy_field: str = field(default="cache.policy", compare=False)
     #: the config key holding `params` (for error messages)

@@ -46,8 +46,9 @@ class StaticCache(Design):
 
     def workload_key(self) -> WorkloadKey:
         p = self.params
-        params = (("profile", p.profile),) if p.policy == "static" else ()
-        return WorkloadKey(p.policy, self.cfg.capacity_rows(), params,
+        warm = ("replay" if p.policy != "static" else
+                "profile-all" if p.profile == "oracle" else "profile-prefix")
+        return WorkloadKey(p.policy, self.cfg.capacity_rows(), warm=warm,
                            policy_field="design_params.static-cache.policy",
                            params_field="design_params.static-cache")
 
