@@ -24,3 +24,39 @@ TWO_SMALL_TABLES = {
     },
     "seed": 5,
 }
+
+#: a two-table config whose hardware is only three ranges (no preset: a preset brings its
+#: own), for sensitivity's tests of one config and of a sweep
+SENSITIVITY_BASE = {
+    "seed": 3,
+    "hardware": {
+        "ranges": {  # no preset: only these ranges (a preset brings its own)
+            "pcie.duplex_h2d_GBps": [11, 25],
+            "cpu.dram_GBps": [50, 300],
+            "gpu.gather_efficiency": [0.6, 1.2],
+        }
+    },
+    "model": {
+        "tables": {"count": 2, "rows": 20000, "dim": 16, "bytes_per_element": 4},
+        "pooling": 4,
+        "batch_size": 64,
+        "bottom_mlp": [13, 16],
+        "top_mlp": [16, 1],
+        "num_batches": 8,
+        "warmup_batches": 2,
+    },
+    "trace": {"distribution": "zipf", "alpha": 1.05},
+    "cache": {"load_factor": 0.2},
+    "design_params": {"scratchpipe": {"lookahead": 5, "queue_depth": 2}},
+}
+
+#: two 400-row tables on a100-gen4, 12 batches: the API's and the input checks' config
+SMALL_A100 = {
+    "hardware": {"preset": "a100-gen4"},
+    "model": {"tables": {"count": 2, "rows": 400, "dim": 16}, "pooling": 3, "batch_size": 32,
+              "num_batches": 12, "warmup_batches": 2, "bottom_mlp": [13, 32, 16],
+              "top_mlp": [20, 16, 1]},
+    "trace": {"distribution": "zipf", "alpha": 1.1},
+    "cache": {"capacity_rows": 500}, "design_params": {"scratchpipe": {"lookahead": 5}},
+    "seed": 5,
+}

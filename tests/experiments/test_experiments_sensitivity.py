@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 import yaml
+from small_configs import SENSITIVITY_BASE
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import load_config
@@ -19,30 +20,8 @@ from scratchpipe_sim.experiments.sensitivity_analysis import (
 )
 from scratchpipe_sim.timing import build_trace
 
-BASE = {
-    "name": "sens",
-    "seed": 3,
-    "hardware": {
-        "ranges": {  # no preset: only these ranges (a preset brings its own)
-            "pcie.duplex_h2d_GBps": [11, 25],
-            "cpu.dram_GBps": [50, 300],
-            "gpu.gather_efficiency": [0.6, 1.2],
-        }
-    },
-    "model": {
-        "tables": {"count": 2, "rows": 20000, "dim": 16, "bytes_per_element": 4},
-        "pooling": 4,
-        "batch_size": 64,
-        "bottom_mlp": [13, 16],
-        "top_mlp": [16, 1],
-        "num_batches": 8,
-        "warmup_batches": 2,
-    },
-    "trace": {"distribution": "zipf", "alpha": 1.05},
-    "cache": {"load_factor": 0.2},
-    "design_params": {"scratchpipe": {"lookahead": 5, "queue_depth": 2}},
-    "designs": ["hybrid", "gpu-only", "lru-cache", "scratchpipe"],
-}
+BASE = {"name": "sens", **SENSITIVITY_BASE,
+        "designs": ["hybrid", "gpu-only", "lru-cache", "scratchpipe"]}
 
 
 def _cfg(ranges=None):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from small_configs import SENSITIVITY_BASE
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.experiments.band_plots import band_axes, plot_bands
@@ -20,28 +21,7 @@ from scratchpipe_sim.experiments.spec import load_experiment
 DESIGNS = ["hybrid", "gpu-only", "lru-cache", "scratchpipe"]
 SPEC = {
     "name": "tiny-bands",
-    "base": {
-        "seed": 3,
-        "hardware": {
-            "ranges": {
-                "pcie.duplex_h2d_GBps": [11, 25],
-                "cpu.dram_GBps": [50, 300],
-                "gpu.gather_efficiency": [0.6, 1.2],
-            }
-        },
-        "model": {
-            "tables": {"count": 2, "rows": 20000, "dim": 16, "bytes_per_element": 4},
-            "pooling": 4,
-            "batch_size": 64,
-            "bottom_mlp": [13, 16],
-            "top_mlp": [16, 1],
-            "num_batches": 8,
-            "warmup_batches": 2,
-        },
-        "trace": {"distribution": "zipf", "alpha": 1.05},
-        "cache": {"load_factor": 0.2},
-        "design_params": {"scratchpipe": {"lookahead": 5, "queue_depth": 2}},
-    },
+    "base": SENSITIVITY_BASE,
     # 0.002 of 40k rows = 80 rows: scratchpipe's window does not fit (an infeasible point)
     "sweep": {"grid": {"cache.load_factor": [0.002, 0.2], "trace.alpha": [1.05, 1.2]}},
     "designs": DESIGNS,

@@ -12,19 +12,12 @@ import json
 import numpy as np
 import pytest
 import yaml
+from small_configs import SMALL_A100
 
 from scratchpipe_sim.cli import build_parser, main
 from scratchpipe_sim.config import load_config, resolve
 
-SMALL = {
-    "hardware": {"preset": "a100-gen4"},
-    "model": {"tables": {"count": 2, "rows": 400, "dim": 16}, "pooling": 3, "batch_size": 32,
-              "num_batches": 8, "warmup_batches": 2, "bottom_mlp": [13, 32, 16],
-              "top_mlp": [20, 16, 1]},
-    "trace": {"distribution": "zipf", "alpha": 1.1},
-    "cache": {"capacity_rows": 500}, "design_params": {"scratchpipe": {"lookahead": 5}},
-    "seed": 5,
-}
+SMALL = {**SMALL_A100, "model": {**SMALL_A100["model"], "num_batches": 8}}
 
 
 @pytest.fixture
