@@ -11,12 +11,20 @@ by `store.read_trace(verify=True)`. Its manifest also holds the record `cache`: 
 trace's `content_sha256` and `fingerprint` (so a trace read back is never hashed), its
 source, and a sha256 over the record, the table rows, the batch size and the meta. A
 damaged, truncated or foreign entry is reported in one line, removed and rebuilt.
+
+The CRC pass reads every byte (~50 ms for the quickstart's 100 MB), so a fully cached run
+would pay it for a trace it never reads. After a pass, `verified.json` records each data
+file's (size, mtime_ns, inode); a later read whose files still have that stat skips the
+pass. Git's racy-clean rule keeps this sound on a coarse clock: the record is kept only
+when every file is strictly older than the record itself, so a change written later, even
+within the clock tick of the files' last write, always changes a file's mtime.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -40,6 +48,9 @@ TRACE_MAX_BYTES_ENV = "SCRATCHPIPE_TRACE_CACHE_MAX_BYTES"
 _WHAT = "trace cache"
 #: the index dtypes an entry keeps exactly (the store's); a trace of another is not cached
 _INDEX_DTYPES = ("<u4", "<i8")
+#: the record of the data files' stat at their last CRC pass, and the files it covers
+_VERIFIED = "verified.json"
+_DATA_FILES = ("indices.bin", "offsets.bin", "batch_bounds.bin")
 
 
 def trace_cache_folder() -> Path:
@@ -140,7 +151,11 @@ def _read(path: Path, fk: dict[str, Any]) -> Trace | None:
             raise _Damaged("manifest checksum")
         if dc.canonical(record["key"]) != dc.canonical(fk):
             raise _Damaged("another key")
-        stored = read_trace(path, verify=True, manifest=m)
+        stamp = _stat_stamp(path)
+        trusted = stamp is not None and _still_verified(path, stamp)
+        stored = read_trace(path, verify=not trusted, manifest=m)
+        if stamp is not None and not trusted:
+            _mark_verified(path, stamp)
         trace = Trace(np.asarray(rows, np.int64), np.asarray(stored.indices),
                       np.asarray(stored.offsets), np.asarray(stored.batch_bounds),
                       int(batch_size), dict(meta), str(record["source"]))
@@ -160,6 +175,37 @@ def _read(path: Path, fk: dict[str, Any]) -> Trace | None:
 
 class _Damaged(Exception):
     pass
+
+
+def _stat_stamp(path: Path) -> list[list[Any]] | None:
+    """(name, size, mtime_ns, inode) of each data file; None when one cannot be read (the
+    store's own checks then name it)."""
+    try:
+        return [[n, st.st_size, st.st_mtime_ns, st.st_ino]
+                for n in _DATA_FILES for st in [(path / n).stat()]]
+    except OSError:
+        return None
+
+
+def _still_verified(path: Path, stamp: list[list[Any]]) -> bool:
+    try:
+        return json.loads((path / _VERIFIED).read_text(encoding="utf-8")) == stamp
+    except (OSError, ValueError):
+        return False
+
+
+def _mark_verified(path: Path, stamp: list[list[Any]]) -> None:
+    """Record `stamp` after a CRC pass (best effort: an unwritable entry verifies each
+    time); dropped again when a file is not strictly older than the record (racy)."""
+    rec = path / _VERIFIED
+    tmp = path / f"{_VERIFIED}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps(stamp), encoding="utf-8")
+        os.replace(tmp, rec)
+        if any(mtime >= rec.stat().st_mtime_ns for _, _, mtime, _ in stamp):
+            rec.unlink()
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def _damaged(path: Path, why: str) -> None:

@@ -225,6 +225,40 @@ def test_trace_cache_budget_setting(monkeypatch):
         tc.trace_max_bytes_setting()
 
 
+def test_a_verified_entry_skips_the_crc_pass_until_a_file_changes(monkeypatch, capsys):
+    key = {"kind": "test-trace", "seed": 7}
+    want = tc.cached_trace(key, _multi_trace)
+    (entry,) = _trace_entries()
+    passes = []
+    real = tc.read_trace
+
+    def spy(path, verify=False, manifest=None):
+        passes.append(verify)
+        return real(path, verify=verify, manifest=manifest)
+
+    monkeypatch.setattr(tc, "read_trace", spy)
+    # files written this instant are racy (a change within the same clock tick would keep
+    # their stat): checked on every read, and no record is kept
+    future = time.time_ns() + 10**10
+    for name in tc._DATA_FILES:
+        os.utime(entry / name, ns=(future, future))
+    tc.cached_trace(key, _multi_trace)
+    assert passes == [True] and not (entry / tc._VERIFIED).exists()
+    # files older than the record: checked once, then trusted while their stat holds
+    old = time.time_ns() - 10**10
+    for name in tc._DATA_FILES:
+        os.utime(entry / name, ns=(old, old))
+    for _ in range(3):
+        _same_trace(tc.cached_trace(key, _multi_trace), want)
+    assert passes == [True, True, False, False]
+    # a byte changed later changes the file's mtime: checked again, found damaged, rebuilt
+    _flip("indices.bin", 0.5)(entry)
+    calls = []
+    got = tc.cached_trace(key, lambda: calls.append(1) or _multi_trace())
+    assert passes[-1] is True and calls == [1] and "damaged entry" in capsys.readouterr().err
+    _same_trace(got, want)
+
+
 def test_store_crc_detects_damage_and_old_stores_pass(tmp_path):
     t = _multi_trace()
     path = write_trace(t, tmp_path / "t.sptrace")
