@@ -46,7 +46,6 @@ from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.traces import generators
 from scratchpipe_sim.traces.csr_trace import Trace, slice_trace
-from scratchpipe_sim.traces.forked import FAILED, can_fork, fork_map
 from scratchpipe_sim.traces.trace_cache import cached_trace
 
 #: `cache.warmup_batches: auto` on a generated trace lengthens its warm-up prefix (doubling
@@ -457,7 +456,12 @@ class Replays:
         also where `fork` is unavailable)."""
         tasks = self._read_cached(self.passes(keys))
         jobs = min(int(jobs), len(tasks))
-        if jobs <= 1 or not can_fork():
+        if jobs <= 1:
+            return 1
+        # imported here: a fully cached run forks nothing (multiprocessing costs ~7 ms)
+        from scratchpipe_sim.traces.forked import FAILED, can_fork, fork_map  # noqa: PLC0415
+
+        if not can_fork():
             return 1
         made = fork_map(_timed_pass, self, tasks, jobs, skip_failures=True)
         for t, got in zip(tasks, made, strict=True):
