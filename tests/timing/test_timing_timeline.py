@@ -1,0 +1,55 @@
+"""Timelines: the text `write_timeline` renders is, byte for byte, `json.dumps` of the event
+dicts (the oracle), for every design's real spans and for the awkward values (integer and
+non-finite numbers, names that need escaping)."""
+
+from __future__ import annotations
+
+import json
+
+import simpy
+from small_configs import TWO_SMALL_TABLES
+
+from scratchpipe_sim.config import load_config
+from scratchpipe_sim.timing import build_trace
+from scratchpipe_sim.timing.designs import DESIGNS
+from scratchpipe_sim.timing.designs.base import design_order
+from scratchpipe_sim.timing.machine import Machine
+from scratchpipe_sim.timing.resources import Span
+from scratchpipe_sim.timing.runner import Replays, fit_trace, sized_config
+from scratchpipe_sim.timing.timeline import timeline_events, timeline_json, write_timeline
+
+
+def _oracle(design: str, spans: list[Span]) -> str:
+    return json.dumps({"traceEvents": timeline_events(design, spans),
+                       "displayTimeUnit": "ns", "otherData": {"design": design}})
+
+
+def test_every_designs_timeline_is_json_dumps_of_its_events(tmp_path):
+    cfg = load_config({**TWO_SMALL_TABLES, "hardware": {"preset": "a100-gen4"},
+                       "designs": list(design_order())})
+    trace = build_trace(cfg, cache=False)
+    cfg = sized_config(cfg, trace)
+    trace = fit_trace(trace, cfg)
+    replays = Replays(cfg, trace, True, replay_cache=False)
+    seen = 0
+    for name in design_order():
+        design = DESIGNS.get(name)(cfg)
+        w, _ = replays.get(design.workload_key())
+        env = simpy.Environment()
+        m = Machine(env, cfg, w.num_batches, keep_spans=True)
+        env.process(design.run(m, w))
+        env.run()
+        path = write_timeline(tmp_path / f"{name}.json", name, m)
+        assert path.read_text() == _oracle(name, m.recorder.spans), name
+        seen += len(m.recorder.spans)
+    assert seen > 1000
+
+
+def test_awkward_values_render_as_json_does():
+    spans = [Span("pcie_h2d", "fills", 0.0, 1500.5, 0, 4096),
+             Span("pcie_h2d", "fills", 10.0, 20.0, 1, 1e300),
+             Span("stages", 'plan "q"\n\u00e9', 3.0, float("inf"), 2, float("nan")),
+             Span("hbm", "x", -0.0, 1.0 / 3.0, 3, 0.0)]
+    got = timeline_json("lru-cache \u2713", spans)
+    assert got == _oracle("lru-cache \u2713", spans)
+    assert json.loads(got)["traceEvents"][-1]["args"]["batch"] in (0, 1, 2, 3)
