@@ -644,11 +644,14 @@ def auto_warmup_trace(cfg: Config, replay_cache: bool, jobs: int = 1) -> Trace:
         trace = config_trace(cfg, cache=replay_cache, prefix_batches=prefix, jobs=jobs)
 
         def compute(trace=trace, prefix=prefix):
+            # a prefix that fills the cache decides alone (it stops as soon as it has
+            # `capacity` rows): the two whole-trace passes only when it does not
+            if warmup_length(trace, prefix, capacity) < prefix:
+                return {}, {"warm": 1}
             new = first_touches(trace)[prefix + m.warmup_batches:]
             _, unique = access_unique(slice_trace(trace, prefix + m.warmup_batches,
                                                   trace.num_batches))
-            full = warmup_length(trace, prefix, capacity) < prefix
-            return {}, {"warm": int(full or steady(new, unique)[0])}
+            return {}, {"warm": int(steady(new, unique)[0])}
 
         if replay_cache:  # a warm run decides from the on-disk cache, as for replays
             _, extra = cached_columns(
