@@ -240,6 +240,28 @@ def test_full_capacity_lru_cache_matches_gpu_only_after_warmup():
     assert res["lru-cache"]["iter_ns_mean"] > res["gpu-only"]["iter_ns_mean"]
 
 
+def test_auto_warmup_makes_its_whole_trace_passes_only_when_the_prefix_cannot_fill(
+        monkeypatch):
+    """A prefix that touches `capacity` rows decides alone; a cache larger than every row
+    the prefix touches needs the first-touch rate (and gets the same answer as before)."""
+    import scratchpipe_sim.timing.runner as runner_mod
+
+    calls = []
+    real = runner_mod.first_touches
+
+    def counted(trace):
+        calls.append(1)
+        return real(trace)
+
+    monkeypatch.setattr(runner_mod, "first_touches", counted)
+    small = cfg_of({"cache": {"capacity_rows": 100}})
+    trace = runner_mod.auto_warmup_trace(small, replay_cache=False)
+    assert calls == [] and trace.meta[runner_mod.AUTO_PREFIX] == small.model.num_batches
+    large = cfg_of({"cache": {"capacity_rows": 1000}})  # every row of the two tables
+    trace = runner_mod.auto_warmup_trace(large, replay_cache=False)
+    assert calls and trace.meta[runner_mod.AUTO_PREFIX] >= large.model.num_batches
+
+
 def test_without_warmup_the_cold_start_shows():
     trace = covering_trace(batches=32)
     cfg = cfg_of(deep_merge(PLAIN, {"cache": {"capacity_rows": 1000, "warmup_batches": 0},
