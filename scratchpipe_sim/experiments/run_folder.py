@@ -41,10 +41,10 @@ def _normalized(name: str) -> str:
 def installed_versions(names: tuple[str, ...]) -> dict[str, str | None]:
     """The version of each distribution in `names` (None: not installed). The fast path
     reads it from the one `NAME-VERSION.dist-info` folder of the first `sys.path` entry
-    that holds one (the wheel spec's name for it: importlib.metadata finds the same folder,
-    then parses its METADATA), listing each entry once; anything else (no such folder, two
-    of them, an egg) asks importlib.metadata, whose import alone (~12 ms) was most of a
-    cached run's record of versions."""
+    that holds metadata of that name (the wheel spec's folder name: importlib.metadata
+    finds the same folder, then parses its METADATA), listing each entry once; anything
+    else (two such folders, an `.egg-info`, no folder at all) asks importlib.metadata,
+    whose import alone (~12 ms) was most of a cached run's record of versions."""
     want = {_normalized(n): n for n in names}
     out: dict[str, str | None] = {}
     slow: list[str] = []
@@ -55,17 +55,20 @@ def installed_versions(names: tuple[str, ...]) -> dict[str, str | None]:
             listing = os.listdir(entry or ".")
         except OSError:
             continue
-        hits: dict[str, list[str]] = {}
+        found: dict[str, list[str | None]] = {}  # None: metadata this path cannot read
         for d in listing:
-            stem = d[:-len(".dist-info")]
-            if d.endswith(".dist-info") and stem.count("-") == 1:
-                dist, version = stem.split("-")
-                key = _normalized(dist)
-                if key in want and want[key] not in out and want[key] not in slow:
-                    hits.setdefault(key, []).append(version)
-        for key, vs in hits.items():
-            if len(vs) == 1:
-                out[want[key]] = vs[0]
+            if d.endswith(".dist-info") and d.count("-") == 2:
+                dist, version = d[:-len(".dist-info")].split("-")
+            elif d.endswith(".egg-info"):
+                dist, version = d.split("-")[0].removesuffix(".egg-info"), None
+            else:
+                continue
+            key = _normalized(dist)
+            if key in want and want[key] not in out and want[key] not in slow:
+                found.setdefault(key, []).append(version)
+        for key, versions in found.items():
+            if len(versions) == 1 and versions[0] is not None:
+                out[want[key]] = versions[0]
             else:
                 slow.append(want[key])
     slow += [n for n in names if n not in out and n not in slow]

@@ -39,3 +39,16 @@ def test_two_dist_info_folders_of_one_name_ask_importlib_metadata(tmp_path, monk
     want = _oracle("twice-here")
     assert want in ("1.0", "2.0")
     assert rf.installed_versions(("twice-here",)) == {"twice-here": want}
+
+
+def test_an_egg_info_beside_the_name_asks_importlib_metadata(tmp_path, monkeypatch):
+    egg = tmp_path / "eggy_pkg-3.0-py3.11.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: eggy-pkg\nVersion: 3.0\n")
+    later = tmp_path / "later"
+    dist = later / "eggy_pkg-4.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: eggy-pkg\nVersion: 4.0\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), str(later), *sys.path])
+    assert _oracle("eggy-pkg") == "3.0"
+    assert rf.installed_versions(("eggy-pkg",)) == {"eggy-pkg": "3.0"}
