@@ -449,7 +449,7 @@ class Machine:
         NVLink: `send` bytes out || `recv` bytes in, at nvlink_GBps x the collective's
         efficiency (alltoall_efficiency / allreduce_efficiency)."""
         ic = self.cfg.hardware.interconnect
-        eff = ic.alltoall_efficiency if kind == "alltoall" else ic.allreduce_efficiency
+        eff = {"alltoall": ic.alltoall_efficiency, "allreduce": ic.allreduce_efficiency}[kind]
         tx, rx = self.nvlink
         return self.all_of([tx.transfer(send, batch, label, efficiency=eff),
                             rx.transfer(recv, batch, label, efficiency=eff)])
