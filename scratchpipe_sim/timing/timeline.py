@@ -5,10 +5,10 @@ Concurrent transfers on a processor-sharing resource overlap in time, which comp
 events on one thread cannot show, so overlapping spans go to numbered lanes
 ("pcie_h2d #1", ...) by greedy interval partitioning. Times are microseconds.
 
-`write_timeline` writes exactly the text `json.dumps` makes of `timeline_events`'s document
-(a test compares them byte for byte), but renders the complete ("X") events itself: a run
-writes ~1,000 of them per design, and building a dict per event for json cost ~20 ms of a
-fully cached run.
+`write_timeline` writes exactly the text `json.dumps` would make of the events as dicts
+(tests/timing/test_timing_timeline.py builds those and compares byte for byte), but renders
+the complete ("X") events itself: a run writes ~1,000 of them per design, and building a
+dict per event for json cost ~20 ms of a fully cached run.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _lanes(spans: list[Span]) -> list[int]:
     return lane
 
 
-def _tracks(design: str, spans: list[Span]):
+def timeline_tracks(design: str, spans: list[Span]):
     """The document's events in order: ("M", metadata dict) or ("X", span, pid, tid)."""
     by_track: dict[str, list[Span]] = {}
     for s in spans:
@@ -65,20 +65,6 @@ def _tracks(design: str, spans: list[Span]):
             yield "X", s, pid, base + k
 
 
-def timeline_events(design: str, spans: list[Span]) -> list[dict]:
-    """The Chrome Trace events of one design's run, as dicts."""
-    out: list[dict] = []
-    for kind, *rest in _tracks(design, spans):
-        if kind == "M":
-            out.append(rest[0])
-        else:
-            s, pid, tid = rest
-            out.append({"ph": "X", "name": s.name, "pid": pid, "tid": tid,
-                        "ts": s.start_ns / 1e3, "dur": (s.end_ns - s.start_ns) / 1e3,
-                        "args": {"batch": s.batch, "bytes": s.nbytes}})
-    return out
-
-
 def _number(x: float | int) -> str:
     """A number as `json.dumps` writes it (float repr; Infinity / NaN by name)."""
     if type(x) is int:
@@ -92,7 +78,7 @@ def timeline_json(design: str, spans: list[Span]) -> str:
     """`json.dumps` of the timeline document, byte for byte, without a dict per event."""
     names: dict[str, str] = {}
     parts = []
-    for kind, *rest in _tracks(design, spans):
+    for kind, *rest in timeline_tracks(design, spans):
         if kind == "M":
             parts.append(json.dumps(rest[0]))
             continue

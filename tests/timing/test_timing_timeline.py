@@ -16,12 +16,22 @@ from scratchpipe_sim.timing.designs.base import design_order
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.resources import Span
 from scratchpipe_sim.timing.runner import Replays, fit_trace, sized_config
-from scratchpipe_sim.timing.timeline import timeline_events, timeline_json, write_timeline
+from scratchpipe_sim.timing.timeline import timeline_json, timeline_tracks, write_timeline
 
 
 def _oracle(design: str, spans: list[Span]) -> str:
-    return json.dumps({"traceEvents": timeline_events(design, spans),
-                       "displayTimeUnit": "ns", "otherData": {"design": design}})
+    """The document as dicts, through json.dumps (the timeline's lanes and order as made)."""
+    events = []
+    for kind, *rest in timeline_tracks(design, spans):
+        if kind == "M":
+            events.append(rest[0])
+        else:
+            s, pid, tid = rest
+            events.append({"ph": "X", "name": s.name, "pid": pid, "tid": tid,
+                           "ts": s.start_ns / 1e3, "dur": (s.end_ns - s.start_ns) / 1e3,
+                           "args": {"batch": s.batch, "bytes": s.nbytes}})
+    return json.dumps({"traceEvents": events, "displayTimeUnit": "ns",
+                       "otherData": {"design": design}})
 
 
 def test_every_designs_timeline_is_json_dumps_of_its_events(tmp_path):
