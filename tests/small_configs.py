@@ -1,6 +1,11 @@
-"""Config fragments several test files share (one copy each, not a dict per file)."""
+"""Config fragments and small traces several test files share (one copy each, not a dict
+per file)."""
 
 from __future__ import annotations
+
+import numpy as np
+
+from scratchpipe_sim.traces.csr_trace import Trace
 
 #: two 4,000-row tables, 12 small batches, scratchpipe's fused three-group pipeline at W = 3:
 #: a run of every design in well under a second (no hardware: each file picks its preset)
@@ -60,3 +65,23 @@ SMALL_A100 = {
     "cache": {"capacity_rows": 500}, "design_params": {"scratchpipe": {"lookahead": 5}},
     "seed": 5,
 }
+
+#: two 4,000-row tables on h100-gen5 with the on-chip caches and the DMA load off (so the
+#: closed forms price DRAM, HBM and PCIe alone), 6 batches; each file adds its `designs`
+H100_OFF_CHIP = {
+    "hardware": {"preset": "h100-gen5", "cpu": {"llc_MiB": 0}, "gpu": {"l2_MiB": 0},
+                 "pcie": {"dma_loads_dram": False}},
+    "model": {"tables": {"count": 2, "rows": 4000, "dim": 32}, "pooling": 4, "batch_size": 64,
+              "num_batches": 6, "warmup_batches": 2, "bottom_mlp": [13, 64, 16],
+              "top_mlp": [20, 32, 1]},
+    "trace": {"distribution": "zipf", "alpha": 1.05},
+    "cache": {"capacity_rows": 600},
+    "seed": 5,
+}
+
+
+def small_zipf_trace(seed: int, n: int = 600, rows: int = 80, batch: int = 7) -> Trace:
+    """One table of `rows` rows, `n` Zipf(1.3) ids (unpermuted), batches of `batch` ids."""
+    rng = np.random.default_rng(seed)
+    ids = np.minimum(rng.zipf(1.3, n) - 1, rows - 1).astype(np.int64)
+    return Trace.single_table(ids, rows, batch)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from small_configs import small_zipf_trace
 
 from scratchpipe_sim.policies import replay_cache as rc
 from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy
@@ -25,12 +26,6 @@ POLICY_CASES = [("lru", {}), ("lfu", {}), ("belady", {}), ("belady-bypass", {}),
 def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SCRATCHPIPE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv(rc.MAX_BYTES_ENV, raising=False)
-
-
-def _trace(seed: int, n: int = 600, rows: int = 80, batch: int = 7) -> Trace:
-    rng = np.random.default_rng(seed)
-    ids = np.minimum(rng.zipf(1.3, n) - 1, rows - 1).astype(np.int64)
-    return Trace.single_table(ids, rows, batch)
 
 
 def _direct(trace: Trace, name: str, capacity: int, params: dict) -> dict[str, np.ndarray]:
@@ -51,7 +46,7 @@ def _entries(folder: Path) -> list[Path]:
        seed=st.integers(0, 10_000), batch=st.sampled_from([1, 3, 16]))
 def test_counts_identical_with_and_without_cache(tmp_path, case, capacity, seed, batch):
     name, params = case
-    trace = _trace(seed, batch=batch)
+    trace = small_zipf_trace(seed, batch=batch)
     want = _direct(trace, name, capacity, params)
     off, off_extra = rc.policy_columns(trace, name, capacity, enabled=False, **params)
     first, extra1 = rc.policy_columns(trace, name, capacity, **params)  # miss: computes
@@ -64,7 +59,7 @@ def test_counts_identical_with_and_without_cache(tmp_path, case, capacity, seed,
 
 
 def test_disabled_touches_no_file(tmp_path):
-    trace = _trace(1)
+    trace = small_zipf_trace(1)
     rc.policy_columns(trace, "lru", 10, enabled=False)
     assert not rc.cache_folder().exists() or not _entries(rc.cache_folder())
     rc.policy_columns(trace, "lru", 10)
@@ -86,13 +81,13 @@ def test_hit_does_not_recompute_and_key_parts_matter(tmp_path):
     rc.cached_columns({**key, "capacity": 5}, compute)
     assert len(calls) == 2
     # a different trace content gives a different fingerprint, an equal one the same
-    a, b = _trace(1), _trace(1)
+    a, b = small_zipf_trace(1), small_zipf_trace(1)
     assert a.fingerprint() == b.fingerprint()
     ids = a.indices.copy()
     ids[17] = (ids[17] + 1) % 80
     c = Trace.single_table(ids, 80, 7)
     assert c.fingerprint() != a.fingerprint()
-    assert _trace(1, batch=8).fingerprint() != a.fingerprint()
+    assert small_zipf_trace(1, batch=8).fingerprint() != a.fingerprint()
 
 
 def _damage_truncate(p: Path) -> None:
@@ -119,7 +114,7 @@ def _damage_empty(p: Path) -> None:
 @pytest.mark.parametrize("damage", [_damage_truncate, _damage_flip, _damage_header,
                                     _damage_empty])
 def test_damaged_entry_is_detected_removed_and_recomputed(tmp_path, damage, capsys):
-    trace = _trace(2)
+    trace = small_zipf_trace(2)
     want, want_extra = rc.policy_columns(trace, "fbgemm-lru", 12, enabled=False, ways=4)
     rc.policy_columns(trace, "fbgemm-lru", 12, ways=4)
     (entry,) = _entries(rc.cache_folder())
@@ -222,7 +217,7 @@ def test_concurrent_writers_leave_one_valid_entry(tmp_path):
 
 # -- a slice's replay ---------------------------------------------------------------------------
 def test_a_slices_replay_through_the_cache_equals_a_fresh_copys():
-    t = _trace(4, n=700, batch=5)
+    t = small_zipf_trace(4, n=700, batch=5)
     a, a2 = slice_trace(t, 3, 40), slice_trace(t, 3, 40)
     fresh = Trace.single_table(np.asarray(a.indices).copy(), 80, 5)
     want, _ = rc.policy_columns(fresh, "lru", 9, enabled=False)

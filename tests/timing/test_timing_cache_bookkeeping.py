@@ -7,22 +7,13 @@ from __future__ import annotations
 import math
 
 import pytest
+from small_configs import H100_OFF_CHIP
 
 from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.timing import simulate
 from scratchpipe_sim.timing.machine import MISS_COUNTER_KERNELS, RADIX_BITS, price_alone
 
-BASE = {
-    "hardware": {"preset": "h100-gen5", "cpu": {"llc_MiB": 0}, "gpu": {"l2_MiB": 0},
-                 "pcie": {"dma_loads_dram": False}},
-    "model": {"tables": {"count": 2, "rows": 4000, "dim": 32}, "pooling": 4, "batch_size": 64,
-              "num_batches": 6, "warmup_batches": 2, "bottom_mlp": [13, 64, 16],
-              "top_mlp": [20, 32, 1]},
-    "trace": {"distribution": "zipf", "alpha": 1.05},
-    "cache": {"capacity_rows": 600},
-    "designs": ["lru-cache"],
-    "seed": 5,
-}
+BASE = {**H100_OFF_CHIP, "designs": ["lru-cache"]}
 A = 1_048_570.0  # the published points' lookups per iteration
 
 

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import simpy
+from small_configs import H100_OFF_CHIP
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import deep_merge, load_config
@@ -17,17 +18,7 @@ from scratchpipe_sim.timing import simulate
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.traces.csr_trace import Trace
 
-BASE = {
-    "hardware": {"preset": "h100-gen5", "cpu": {"llc_MiB": 0}, "gpu": {"l2_MiB": 0},
-                 "pcie": {"dma_loads_dram": False}},
-    "model": {"tables": {"count": 2, "rows": 4000, "dim": 32}, "pooling": 4, "batch_size": 64,
-              "num_batches": 6, "warmup_batches": 2, "bottom_mlp": [13, 64, 16],
-              "top_mlp": [20, 32, 1]},
-    "trace": {"distribution": "zipf", "alpha": 1.05},
-    "cache": {"capacity_rows": 600},
-    "designs": ["uvm"],
-    "seed": 5,
-}
+BASE = {**H100_OFF_CHIP, "designs": ["uvm"]}
 
 
 def cfg_of(over=None):

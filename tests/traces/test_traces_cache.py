@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from small_configs import small_zipf_trace
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces import trace_cache as tc
@@ -26,12 +27,6 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.delenv(tc.TRACE_MAX_BYTES_ENV, raising=False)
 
 
-def _trace(seed: int, n: int = 600, rows: int = 80, batch: int = 7) -> Trace:
-    rng = np.random.default_rng(seed)
-    ids = np.minimum(rng.zipf(1.3, n) - 1, rows - 1).astype(np.int64)
-    return Trace.single_table(ids, rows, batch)
-
-
 def _multi_trace() -> Trace:
     from scratchpipe_sim.traces.generators import generate_trace
 
@@ -40,7 +35,7 @@ def _multi_trace() -> Trace:
 
 # -- digests ------------------------------------------------------------------------------------
 def test_content_sha256_is_the_int64_arrays_hash_and_slices_derive_their_fingerprint():
-    t = _trace(4, n=700, batch=5)
+    t = small_zipf_trace(4, n=700, batch=5)
     h = hashlib.sha256()  # the oracle: the four arrays as little-endian int64, in order
     for arr in (t.table_rows, t.indices, t.offsets, t.batch_bounds):
         h.update(np.asarray(arr, "<i8").tobytes())
