@@ -34,7 +34,7 @@ from scratchpipe_sim.traces.csr_trace import Trace
 FORMAT = "scratchpipe-trace"
 VERSION = 1
 SUFFIX = ".sptrace"
-_FILES = ("indices.bin", "offsets.bin", "batch_bounds.bin")
+DATA_FILES = ("indices.bin", "offsets.bin", "batch_bounds.bin")
 #: the index dtypes TraceWriter writes (raw little-endian integers)
 _INDEX_DTYPES = ("<u4", "<i8")
 
@@ -70,11 +70,11 @@ class TraceWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = Path(tempfile.mkdtemp(prefix=self.path.name + ".", suffix=".tmp",
                                           dir=self.path.parent))
-        self._f = {name: open(self._tmp / name, "wb") for name in _FILES}
+        self._f = {name: open(self._tmp / name, "wb") for name in DATA_FILES}
         self._num_indices = 0
         self._num_bags = 0
         self._num_batches = 0
-        self._crc = dict.fromkeys(_FILES, 0)
+        self._crc = dict.fromkeys(DATA_FILES, 0)
         self._write("offsets.bin", np.zeros(1, "<i8"))
         self._write("batch_bounds.bin", np.zeros(1, "<i8"))
 
@@ -238,7 +238,7 @@ def _manifest(path: Path) -> dict:
     if not isinstance(m.get("meta", {}), dict):
         raise bad("meta", "a mapping")
     crc = m.get("crc32", {})
-    if not (isinstance(crc, dict) and set(crc) <= set(_FILES)
+    if not (isinstance(crc, dict) and set(crc) <= set(DATA_FILES)
             and all(_count(v, 0) and v < 2**32 for v in crc.values())):
         raise bad("crc32", "a mapping of data file names to CRC-32 values")
     return m
@@ -328,7 +328,7 @@ def _check_crc(arr: np.ndarray, m: dict, name: str, src: str) -> None:
 
 def _checksum(folder: Path) -> str:
     h = hashlib.sha256()
-    for name in _FILES:
+    for name in DATA_FILES:
         with open(folder / name, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)

@@ -34,7 +34,13 @@ import numpy as np
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces import disk_cache as dc
 from scratchpipe_sim.traces.csr_trace import Trace
-from scratchpipe_sim.traces.store import SUFFIX, read_manifest, read_trace, write_trace
+from scratchpipe_sim.traces.store import (
+    DATA_FILES,
+    SUFFIX,
+    read_manifest,
+    read_trace,
+    write_trace,
+)
 
 #: the sources a generated trace depends on (generators, distributions, the Trace type)
 TRACE_SOURCES = ("traces/*.py",)
@@ -48,9 +54,8 @@ TRACE_MAX_BYTES_ENV = "SCRATCHPIPE_TRACE_CACHE_MAX_BYTES"
 _WHAT = "trace cache"
 #: the index dtypes an entry keeps exactly (the store's); a trace of another is not cached
 _INDEX_DTYPES = ("<u4", "<i8")
-#: the record of the data files' stat at their last CRC pass, and the files it covers
+#: the record of the data files' stat (store.DATA_FILES) at their last CRC pass
 _VERIFIED = "verified.json"
-_DATA_FILES = ("indices.bin", "offsets.bin", "batch_bounds.bin")
 
 
 def trace_cache_folder() -> Path:
@@ -182,7 +187,7 @@ def _stat_stamp(path: Path) -> list[list[Any]] | None:
     store's own checks then name it)."""
     try:
         return [[n, st.st_size, st.st_mtime_ns, st.st_ino]
-                for n in _DATA_FILES for st in [(path / n).stat()]]
+                for n in DATA_FILES for st in [(path / n).stat()]]
     except OSError:
         return None
 

@@ -18,7 +18,7 @@ from small_configs import small_zipf_trace
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces import trace_cache as tc
 from scratchpipe_sim.traces.csr_trace import Trace, slice_trace
-from scratchpipe_sim.traces.store import read_trace, verify_store, write_trace
+from scratchpipe_sim.traces.store import DATA_FILES, read_trace, verify_store, write_trace
 
 
 @pytest.fixture(autouse=True)
@@ -235,13 +235,13 @@ def test_a_verified_entry_skips_the_crc_pass_until_a_file_changes(monkeypatch, c
     # files written this instant are racy (a change within the same clock tick would keep
     # their stat): checked on every read, and no record is kept
     future = time.time_ns() + 10**10
-    for name in tc._DATA_FILES:
+    for name in DATA_FILES:
         os.utime(entry / name, ns=(future, future))
     tc.cached_trace(key, _multi_trace)
     assert passes == [True] and not (entry / tc._VERIFIED).exists()
     # files older than the record: checked once, then trusted while their stat holds
     old = time.time_ns() - 10**10
-    for name in tc._DATA_FILES:
+    for name in DATA_FILES:
         os.utime(entry / name, ns=(old, old))
     for _ in range(3):
         _same_trace(tc.cached_trace(key, _multi_trace), want)
