@@ -70,7 +70,7 @@ class Bagpipe(Design):
             for b in range(n):
                 if b >= L:
                     yield trained[b - L]  # it sees at most L batches beyond training
-                yield from m.stage("oracle", b, [m.plan(b, c.accesses[b], 0.0, self.params)])
+                yield from m.stage("oracle", b, [m.plan(b, c.accesses[b], knobs=self.params)])
                 decided[b].succeed()
 
         def prefetch(b):
