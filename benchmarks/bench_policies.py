@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from scratchpipe_sim.policies import POLICIES, engine
+from scratchpipe_sim.policies.base import NUM_EVENTS
 from scratchpipe_sim.policies.engine import compute_next_use, make_policy, run_cache
 from scratchpipe_sim.policies.oracle_general import write_oracle_general
 from scratchpipe_sim.traces.csr_trace import Trace
@@ -93,7 +94,7 @@ def kernel_seconds(trace: Trace, name: str, capacity: int, chunks, next_use) -> 
     ~1.5 ns an access at batch size 1, charged to the policy before 2026-12-03 18:00)."""
     policy = make_policy(name, capacity, trace.total_rows)
     out_buf = np.empty(max(len(c.ids) for c in chunks), np.uint8)
-    events_buf = np.zeros((max(c.num_batches for c in chunks), 3), np.int64)
+    events_buf = np.zeros((max(c.num_batches for c in chunks), NUM_EVENTS), np.int64)
     start = clock()
     policy.prepare(trace)
     for c in chunks:

@@ -46,6 +46,7 @@ class _Timed(Policy):
         self.capacity = inner.capacity
         self.num_rows = inner.num_rows
         self.needs_next_use = inner.needs_next_use
+        self.counts_unique = inner.counts_unique
         self.seconds = np.zeros(num_batches)
         self.fills: list[np.ndarray] = [np.zeros(0, np.int64)] * num_batches
         self.keep_fills = keep_fills

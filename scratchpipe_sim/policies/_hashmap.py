@@ -119,7 +119,11 @@ def probe_pair(table, mask, shift, key):
 
 @njit(cache=True)
 def erase_pair(table, mask, shift, i):
-    """Delete the entry at position `i` by backward shift (see `erase`)."""
+    """Delete the entry at position `i` by backward shift (see `erase`). Returns the position
+    it left free: the only position the erase frees
+    (the shift moves entries back within their run and stops at the run's free end), so a
+    caller holding an insert position p for a key with home h knows the new one without a
+    second probe: the freed position if it lies cyclically in [h, p), else p."""
     j = i
     while True:
         j = (j + 1) & mask
@@ -136,6 +140,7 @@ def erase_pair(table, mask, shift, i):
         table[i, 1] = table[j, 1]
         i = j
     table[i, 0] = EMPTY
+    return i
 
 
 def pair_map_keys(table: np.ndarray) -> np.ndarray:

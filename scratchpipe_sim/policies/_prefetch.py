@@ -23,6 +23,9 @@ from scratchpipe_sim.traces._jit import on_numba
 #: bucket of access j + PF_FAR, then (read from the bucket, by then in cache) the slot's own
 #: data at j + PF_MID, then what a hit on it will touch next at j + PF_NEAR
 PF_FAR, PF_MID, PF_NEAR = 24, 12, 4
+#: how far ahead of a queue's front (in entries) `lru` prefetches the map bucket an entry's
+#: check will probe: pops come in bursts at misses, so the distance is counted in pops
+PF_QUEUE = 16
 
 
 def prefetch(arr: Any, idx: int) -> None:

@@ -10,7 +10,10 @@ Per chunk the kernel writes, for every access j, `outcome[j]`:
     UNPLACED  it was not, and the row was *not* placed (an FBGEMM conflict miss, a bypass,
               a static-cache miss): the access is served from host memory
 
-and, for every mini-batch b of the chunk, `events[b, FILLS | EVICTIONS | WRITEBACKS]`.
+and, for every mini-batch b of the chunk, `events[b, FILLS | EVICTIONS | WRITEBACKS]`
+(added to: the engine hands them in zeroed). A policy that knows its batches' unique rows
+(`counts_unique = True`) also sets `events[b, UNIQUE]` to that number, or to -1 for a batch
+it cannot tell: the engine then counts them itself (one set probe per access otherwise).
 A fill may serve several accesses of the same batch (the first is MISS, later ones HIT).
 Every row touched in training is updated, so an evicted row is dirty: policies write back
 every eviction unless they say otherwise.
@@ -34,8 +37,8 @@ from scratchpipe_sim.registry import Registry
 from scratchpipe_sim.traces.csr_trace import Chunk
 
 HIT, MISS, UNPLACED = 0, 1, 2
-FILLS, EVICTIONS, WRITEBACKS = 0, 1, 2
-NUM_EVENTS = 3
+FILLS, EVICTIONS, WRITEBACKS, UNIQUE = 0, 1, 2, 3
+NUM_EVENTS = 4
 NO_NEXT_USE = np.iinfo(np.int64).max
 
 
@@ -60,6 +63,8 @@ class Policy(ABC):
 
     name: ClassVar[str] = ""
     needs_next_use: ClassVar[bool] = False
+    #: the kernel writes each batch's unique rows (or -1) in `events[:, UNIQUE]`
+    counts_unique: ClassVar[bool] = False
     #: the policy's parameters: a frozen dataclass beside its code whose field metadata
     #: (help, min/max/choices) is the config schema's; a run sets them as `cache.params`
     #: (or a design's own params) and `timing.designs.policy_params` checks them there
@@ -100,7 +105,8 @@ class Policy(ABC):
     @abstractmethod
     def process(self, chunk: Chunk, next_use: np.ndarray | None, outcome: np.ndarray,
                 events: np.ndarray) -> None:
-        """Run the chunk: fill `outcome` (len(chunk.ids)) and `events` (chunk batches x 3).
+        """Run the chunk: fill `outcome` (len(chunk.ids)) and `events` (chunk batches x
+        NUM_EVENTS).
 
         `next_use` is the slice for this chunk's accesses (global positions), or None.
         """

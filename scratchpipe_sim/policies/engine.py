@@ -26,6 +26,7 @@ from scratchpipe_sim.policies.base import (
     NO_NEXT_USE,
     NUM_EVENTS,
     POLICIES,
+    UNIQUE,
     UNPLACED,
     WRITEBACKS,
     Policy,
@@ -150,12 +151,14 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
             counts = np.zeros((nbat, NUM_COUNTERS), np.int64)
             _count_chunk(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch,
                          outcome, events, seen.slots, seen.shift, seen.epoch, counts, 1, tables,
-                         per_table is not None, nu_arg, chunk.first_access, nu is not None)
+                         per_table is not None, nu_arg, chunk.first_access, nu is not None,
+                         policy.counts_unique)
             yield chunk.first_batch, counts
         else:
             _count_chunk(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch,
                          outcome, events, seen.slots, seen.shift, seen.epoch, totals, 0, tables,
-                         per_table is not None, nu_arg, chunk.first_access, nu is not None)
+                         per_table is not None, nu_arg, chunk.first_access, nu is not None,
+                         policy.counts_unique)
             yield chunk.first_batch, totals
     policy.finish()
 
@@ -396,7 +399,7 @@ def _add_totals(counts, acc, uniq, hits, fill, evict, wb, unpl, uniq_unpl):
 
 @njit(cache=True)
 def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, shift, epoch,
-                 counts, stride, per_table, do_tables, next_use, base, has_nu):
+                 counts, stride, per_table, do_tables, next_use, base, has_nu, has_uniq):
     """One pass over a chunk's outcomes adding every counter of batch b to `counts[b * stride]`
     (stride 1: per batch; stride 0: totals only, summed in locals and added once: the
     compiler cannot keep `counts` in registers across the loop, and at batch size 1 nine
@@ -407,7 +410,8 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
     accesses whose next use lies past the batch (each row's last access), which needs no
     per-access set (~10 ns an access at batch size 4096: the set's store-to-load chains);
     the set is walked only for a batch with an UNPLACED outcome (unique_unplaced needs each
-    row's first access) and without next uses."""
+    row's first access) and without next uses. A policy that counts unique rows itself
+    (`has_uniq`: `Policy.counts_unique`) spares the set's pass wherever its count is known."""
     if stride == 0 and not do_tables and _all_single(batch_ptr):
         _count_singles(outcome, events, counts)
         return
@@ -427,6 +431,7 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
             unpl = o == 2
             uniq_unpl = unpl
         else:
+            known = has_uniq and events[b, UNIQUE] >= 0
             if has_nu:  # a row's last access in the batch is the one whose next use lies
                 end = base + hi  # past it: unique rows = those accesses (no set needed)
                 for j in range(lo, hi):
@@ -434,7 +439,13 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
                     uniq += next_use[j] >= end
                     hits += o == 0
                     unpl += o == 2
-            if not has_nu or unpl > 0:  # unique_unplaced needs each row's first access
+            elif known:
+                uniq = events[b, UNIQUE]
+                for j in range(lo, hi):
+                    o = outcome[j]
+                    hits += o == 0
+                    unpl += o == 2
+            if not (has_nu or known) or unpl > 0:  # unique_unplaced: each row's first access
                 uniq = hits = unpl = 0
                 tag = seen_batch(slots, epoch, first_batch + b)
                 for j in range(lo, hi):  # branch-free counting: outcomes are unpredictable
@@ -474,9 +485,10 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
         events[b, 0] = 0  # ready for the next chunk (no separate pass clearing them)
         events[b, 1] = 0
         events[b, 2] = 0
+        events[b, UNIQUE] = 0
     if stride == 0:
         _add_totals(counts, t_acc, t_uniq, t_hits, t_fill, t_evict, t_wb, t_unpl, t_uu)
 
 
 assert (A_HIT, A_MISS, A_FILL, A_UNPL, A_UNIQ_UNPL) == (2, 3, 4, 7, 8)
-assert HIT == 0 and UNPLACED == 2 and (FILLS, EVICTIONS, WRITEBACKS) == (0, 1, 2)
+assert HIT == 0 and UNPLACED == 2 and (FILLS, EVICTIONS, WRITEBACKS, UNIQUE) == (0, 1, 2, 3)
