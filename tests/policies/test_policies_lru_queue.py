@@ -1,5 +1,6 @@
-"""`lru`'s stamp map + queue: exact LRU through its compactions, the unique rows it counts
-per batch (or -1 where it cannot tell), and the map's erase that returns what it freed."""
+"""`lru`'s queue of rows + map of positions: exact LRU through its compactions, the unique
+rows it counts per batch (or -1 where it cannot tell), and the map's erase that returns
+the position it freed."""
 
 from __future__ import annotations
 
@@ -65,18 +66,38 @@ def test_lru_matches_an_ordered_dict_and_counts_unique_rows(rows, capacity, n, b
                                                             seed):
     """Outcomes and events equal a textbook LRU's (the queue is compacted many times: it
     holds 8 entries per slot at most, the traces are up to 400 accesses); a batch's unique
-    rows are exact, and -1 exactly when the batch evicted a row it had itself used."""
+    rows are exact, or -1, always when the batch evicted a row it had itself used, otherwise
+    only when it compacted the queue."""
     rng = np.random.default_rng(seed)
     ids = (rng.zipf(1.3, n) - 1) % rows
     ptr = np.append(np.arange(0, n, batch), n).astype(np.int64)
     want_out, want_batches, want_resident = _reference(ids, ptr, capacity)
     pol, outcome, events = _run_kernel(ids, ptr, capacity, rows, chunk)
     np.testing.assert_array_equal(outcome, want_out)
+    entries = len(pol.queue)
     for b, (uniq, evictions, self_evicted) in enumerate(want_batches):
         fills = int((outcome[ptr[b]:ptr[b + 1]] == MISS).sum())
         assert (events[b, FILLS], events[b, EVICTIONS]) == (fills, evictions)
-        assert events[b, UNIQUE] == (-1 if self_evicted else uniq)
+        if self_evicted:
+            assert events[b, UNIQUE] == -1
+        elif events[b, UNIQUE] == -1:
+            assert int(ptr[b + 1]) > entries  # the queue was full: a compaction
+        else:
+            assert events[b, UNIQUE] == uniq
     np.testing.assert_array_equal(pol.resident(), want_resident)
+
+
+def test_wide_row_ids_use_an_int64_queue():
+    """Ids past int32 (a table of 2^31 rows or more) keep their queue in int64, same counts."""
+    rng = np.random.default_rng(3)
+    ids = (rng.zipf(1.2, 3000) - 1) % 50
+    ptr = np.append(np.arange(0, 3000, 7), 3000).astype(np.int64)
+    narrow, out_narrow, ev_narrow = _run_kernel(ids, ptr, 9, 50, 100)
+    wide, out_wide, ev_wide = _run_kernel(ids + 2**31, ptr, 9, 2**31 + 50, 100)
+    assert narrow.queue.dtype == np.int32 and wide.queue.dtype == np.int64
+    np.testing.assert_array_equal(out_narrow, out_wide)
+    np.testing.assert_array_equal(ev_narrow, ev_wide)
+    np.testing.assert_array_equal(wide.resident(), narrow.resident() + 2**31)
 
 
 def test_queue_stays_bounded_under_a_hot_row():
