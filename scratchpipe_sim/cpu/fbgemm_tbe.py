@@ -40,7 +40,6 @@ from typing import Any
 
 import numba as nb
 import numpy as np
-import simpy
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.cpu.host_validation import PROBE_LOOKUPS, Probe
@@ -48,8 +47,8 @@ from scratchpipe_sim.cpu.measure import summarize, timed
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.designs import DESIGNS
-from scratchpipe_sim.timing.machine import Machine, price_alone
-from scratchpipe_sim.timing.runner import Replays, build_trace, config_accesses
+from scratchpipe_sim.timing.machine import price_alone
+from scratchpipe_sim.timing.runner import Replays, build_trace, config_accesses, run_design
 from scratchpipe_sim.traces.csr_trace import Trace
 
 #: what `--against` accepts
@@ -243,10 +242,7 @@ def predicted_stages(cfg: Config, trace: Trace, replays: Replays) -> dict[str, n
     """Hybrid's own `run` on a fresh Machine: each stage of STAGES, ns per timed batch."""
     design = DESIGNS.get("hybrid")(cfg)
     w = replays.get(design.workload_key())[0]
-    env = simpy.Environment()
-    m = Machine(env, cfg, w.num_batches)
-    env.process(design.run(m, w))
-    env.run()
+    m = run_design(cfg, design, w)
     return {s: np.asarray(m.stage_ns[s], float) for s in STAGES}
 
 

@@ -27,19 +27,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import simpy
 
 from scratchpipe_sim.config import Config, set_dotted
 from scratchpipe_sim.config.hardware import RATE_CURVE_KEYS
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.timing.designs import DESIGNS, baseline_design
-from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.runner import (
     Replays,
     build_trace,
     check_designs,
     fit_trace,
+    run_design,
     sized_config,
     summarize,
 )
@@ -280,11 +279,7 @@ class Pricer:
         replays = self._replays_for(cfg)
         design = DESIGNS.get(name)(cfg)
         w, _ = replays.get(design.workload_key())
-        env = simpy.Environment()
-        m = Machine(env, cfg, w.num_batches)
-        env.process(design.run(m, w))
-        env.run()
-        return summarize(cfg, name, m, w)["iter_ns_mean"]
+        return summarize(cfg, name, run_design(cfg, design, w), w)["iter_ns_mean"]
 
     def speedups(self, cfg: Config) -> dict[str, float]:
         known = self._known if cfg is self._probed else {}

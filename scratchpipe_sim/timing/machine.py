@@ -42,7 +42,15 @@ import simpy
 from scratchpipe_sim.config import Config, interpolate
 from scratchpipe_sim.config.hardware import doc, rate_at
 from scratchpipe_sim.config.model import GiB
-from scratchpipe_sim.timing.resources import AllDone, Memory, Pcie, Recorder, Server, Span
+from scratchpipe_sim.timing.resources import (
+    AllDone,
+    Memory,
+    Pcie,
+    Recorder,
+    Server,
+    Span,
+    run_to_end,
+)
 
 #: bits a CUB onesweep radix-sort pass sorts on (CCCL dispatch_radix_sort: ONESWEEP_RADIX_BITS)
 RADIX_BITS = 8
@@ -567,5 +575,5 @@ def price_alone(cfg: Config, num_batches: int,
             out[i] = env.now - t0
 
     env.process(run())
-    env.run()
+    run_to_end(env)
     return out

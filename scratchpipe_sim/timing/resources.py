@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from heapq import heappush
+from heapq import heappop, heappush
 
 import numpy as np
 import simpy
@@ -45,6 +45,22 @@ class _Timer:
         self._ok = True
         self._value = None
         self.args = args
+
+
+def run_to_end(env: simpy.Environment) -> None:
+    """`env.run()` (until no event is left) with SimPy's `step` inlined: the same pops in the
+    same order, the same callbacks and the same crash on an undefused failed event, without
+    a method call and a try block per event (a sensitivity point steps ~2M events)."""
+    queue = env._queue
+    while queue:
+        env._now, _, _, event = heappop(queue)
+        callbacks, event.callbacks = event.callbacks, None
+        for callback in callbacks:
+            callback(event)
+        if not event._ok and not hasattr(event, "_defused"):
+            exc = type(event._value)(*event._value.args)
+            exc.__cause__ = event._value
+            raise exc
 
 
 class AllDone(simpy.Event):

@@ -37,12 +37,14 @@ from scratchpipe_sim.timing.counts import (
 )
 from scratchpipe_sim.timing.designs import DESIGNS, WorkloadKey
 from scratchpipe_sim.timing.designs.base import (
+    Design,
     baseline_design,
     check_params,
     config_designs,
     design_params,
 )
 from scratchpipe_sim.timing.machine import Machine
+from scratchpipe_sim.timing.resources import run_to_end
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.traces import generators
 from scratchpipe_sim.traces.csr_trace import Trace, slice_trace
@@ -599,10 +601,7 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
             progress("policy", name, len(rows), len(names))
         w, policy_s = replays.get(key)
         t0 = time.perf_counter()
-        env = simpy.Environment()
-        m = Machine(env, cfg, w.num_batches, keep_spans=timeline_dir is not None)
-        env.process(design.run(m, w))
-        env.run()
+        m = run_design(cfg, design, w, keep_spans=timeline_dir is not None)
         done = m.done
         sim_s = time.perf_counter() - t0
         if np.isnan(done).any():
@@ -694,6 +693,17 @@ def steady(fills: np.ndarray, unique: np.ndarray | None = None, tol: float = STE
     drift = (a - b) / max(a, b) if max(a, b) > 0 else 0.0
     small = unique is not None and abs(a - b) <= tol * float(np.mean(unique))
     return abs(drift) <= tol or small, drift
+
+
+def run_design(cfg: Config, design: Design, w: Workload, keep_spans: bool = False
+               ) -> Machine:
+    """Price one design's run of workload `w`: its SimPy process on a fresh environment and
+    Machine, to the last event (`run_to_end`); the machine holds what it measured."""
+    env = simpy.Environment()
+    m = Machine(env, cfg, w.num_batches, keep_spans=keep_spans)
+    env.process(design.run(m, w))
+    run_to_end(env)
+    return m
 
 
 def percentile(values: np.ndarray, q: float) -> float:
