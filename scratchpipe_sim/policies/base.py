@@ -13,7 +13,8 @@ Per chunk the kernel writes, for every access j, `outcome[j]`:
 and, for every mini-batch b of the chunk, `events[b, FILLS | EVICTIONS | WRITEBACKS]`
 (added to: the engine hands them in zeroed). A policy that knows its batches' unique rows
 (`counts_unique = True`) also sets `events[b, UNIQUE]` to that number, or to -1 for a batch
-it cannot tell: the engine then counts them itself (one set probe per access otherwise).
+it cannot tell (the engine then counts them itself: one set probe per access), and
+`events[b, UNIQUE_UNPLACED]` to the rows whose first access in the batch is UNPLACED.
 A fill may serve several accesses of the same batch (the first is MISS, later ones HIT).
 Every row touched in training is updated, so an evicted row is dirty: policies write back
 every eviction unless they say otherwise.
@@ -37,8 +38,8 @@ from scratchpipe_sim.registry import Registry
 from scratchpipe_sim.traces.csr_trace import Chunk
 
 HIT, MISS, UNPLACED = 0, 1, 2
-FILLS, EVICTIONS, WRITEBACKS, UNIQUE = 0, 1, 2, 3
-NUM_EVENTS = 4
+FILLS, EVICTIONS, WRITEBACKS, UNIQUE, UNIQUE_UNPLACED = 0, 1, 2, 3, 4
+NUM_EVENTS = 5
 NO_NEXT_USE = np.iinfo(np.int64).max
 
 
@@ -63,7 +64,8 @@ class Policy(ABC):
 
     name: ClassVar[str] = ""
     needs_next_use: ClassVar[bool] = False
-    #: the kernel writes each batch's unique rows (or -1) in `events[:, UNIQUE]`
+    #: the kernel writes each batch's unique rows (or -1) in `events[:, UNIQUE]` and its
+    #: unique unplaced rows in `events[:, UNIQUE_UNPLACED]`
     counts_unique: ClassVar[bool] = False
     #: the policy's parameters: a frozen dataclass beside its code whose field metadata
     #: (help, min/max/choices) is the config schema's; a run sets them as `cache.params`

@@ -27,6 +27,7 @@ from scratchpipe_sim.policies.base import (
     NUM_EVENTS,
     POLICIES,
     UNIQUE,
+    UNIQUE_UNPLACED,
     UNPLACED,
     WRITEBACKS,
     Policy,
@@ -441,11 +442,12 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
                     unpl += o == 2
             elif known:
                 uniq = events[b, UNIQUE]
+                uniq_unpl = events[b, UNIQUE_UNPLACED]
                 for j in range(lo, hi):
                     o = outcome[j]
                     hits += o == 0
                     unpl += o == 2
-            if not (has_nu or known) or unpl > 0:  # unique_unplaced: each row's first access
+            if not known and (not has_nu or unpl > 0):  # unique_unplaced: first accesses
                 uniq = hits = unpl = 0
                 tag = seen_batch(slots, epoch, first_batch + b)
                 for j in range(lo, hi):  # branch-free counting: outcomes are unpredictable
@@ -486,9 +488,11 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
         events[b, 1] = 0
         events[b, 2] = 0
         events[b, UNIQUE] = 0
+        events[b, UNIQUE_UNPLACED] = 0
     if stride == 0:
         _add_totals(counts, t_acc, t_uniq, t_hits, t_fill, t_evict, t_wb, t_unpl, t_uu)
 
 
 assert (A_HIT, A_MISS, A_FILL, A_UNPL, A_UNIQ_UNPL) == (2, 3, 4, 7, 8)
-assert HIT == 0 and UNPLACED == 2 and (FILLS, EVICTIONS, WRITEBACKS, UNIQUE) == (0, 1, 2, 3)
+assert HIT == 0 and UNPLACED == 2
+assert (FILLS, EVICTIONS, WRITEBACKS, UNIQUE, UNIQUE_UNPLACED) == (0, 1, 2, 3, 4)

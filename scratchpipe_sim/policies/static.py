@@ -10,6 +10,12 @@ compulsory miss per row it caches; with preload=False the static cache does the 
 first access to a pinned row is a MISS and a fill), which keeps `belady-bypass <= static`
 and comparisons fair. preload=True models rows copied to the GPU before training: all
 accesses to pinned rows hit and there are no fills at all.
+
+One int32 per row holds the row's state (low bits) and the last batch that touched it
+(above them, relative to an epoch): the one random access a lookup makes also tells whether
+it is the row's first in its batch, so the kernel counts each batch's unique rows and
+unique unplaced rows itself (`counts_unique`) instead of the engine probing its own
+unique-row set once per access (half of this policy's replay before).
 """
 
 from __future__ import annotations
@@ -21,10 +27,23 @@ import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies._prefetch import prefetch
-from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, UNPLACED, Policy
+from scratchpipe_sim.policies.base import (
+    HIT,
+    MISS,
+    POLICIES,
+    UNIQUE,
+    UNIQUE_UNPLACED,
+    UNPLACED,
+    Policy,
+)
 from scratchpipe_sim.traces._jit import njit
 
 _NOT_PINNED, _PINNED, _LOADED = 0, 1, 2
+_STATE_BITS = 2  # a row's state in the low bits of its int32, its batch tag above
+_STATE_MASK = (1 << _STATE_BITS) - 1
+#: batches per epoch of the tags (they fit the int32 above the state bits); the tags are
+#: cleared when a batch is that far past the epoch's first
+TAG_LIMIT = (1 << (31 - _STATE_BITS)) - 1
 _PF = 16  # prefetch distance in accesses
 
 
@@ -40,6 +59,7 @@ class StaticParams:
 @POLICIES.register("static")
 class Static(Policy):
     Params = StaticParams
+    counts_unique = True
 
     def __init__(self, capacity: int, num_rows: int, **params):
         super().__init__(capacity, num_rows, **params)
@@ -50,7 +70,10 @@ class Static(Policy):
         if not isinstance(self.p["preload"], bool):
             raise UserError(f"expected true or false, got {self.p['preload']!r}",
                             field="preload")
-        self.pinned: np.ndarray | None = None  # uint8 per row: _NOT_PINNED/_PINNED/_LOADED
+        # int32 per row: tag << _STATE_BITS | _NOT_PINNED/_PINNED/_LOADED
+        self.rowstate: np.ndarray | None = None
+        self.epoch = np.zeros(1, np.int64)  # the global batch of tag 1
+        self.tag_limit = TAG_LIMIT
 
     def prepare(self, trace) -> None:
         nbatch = max(1, math.ceil(self.p["profile_fraction"] * trace.num_batches))
@@ -60,22 +83,23 @@ class Static(Policy):
                 break
             _count(chunk.ids, chunk.batch_ptr, nbatch - chunk.first_batch, counts)
         top = top_k(counts, self.capacity)
-        self.pinned = np.zeros(self.num_rows, np.uint8)
-        self.pinned[top] = _LOADED if self.p["preload"] else _PINNED
+        self.rowstate = np.zeros(self.num_rows, np.int32)
+        self.rowstate[top] = _LOADED if self.p["preload"] else _PINNED
 
     def process(self, chunk, next_use, outcome, events):
-        if self.pinned is None:
+        if self.rowstate is None:
             raise RuntimeError("static policy used before prepare(trace)")
-        _static_chunk(chunk.ids, chunk.batch_ptr, self.pinned, outcome, events)
+        _static_chunk(chunk.ids, chunk.batch_ptr, chunk.first_batch, self.rowstate,
+                      self.epoch, self.tag_limit, outcome, events)
 
     def resident(self) -> np.ndarray:
-        if self.pinned is None:
+        if self.rowstate is None:
             return np.zeros(0, np.int64)
-        return np.flatnonzero(self.pinned == _LOADED).astype(np.int64)
+        return np.flatnonzero(self.rowstate & _STATE_MASK == _LOADED).astype(np.int64)
 
     def chosen(self) -> np.ndarray:
         """The pinned rows, sorted (for tests and reports)."""
-        return np.flatnonzero(self.pinned != _NOT_PINNED).astype(np.int64)
+        return np.flatnonzero(self.rowstate & _STATE_MASK != _NOT_PINNED).astype(np.int64)
 
 
 def top_k(counts: np.ndarray, k: int) -> np.ndarray:
@@ -143,20 +167,37 @@ def _count(ids, batch_ptr, max_batches, counts):
 
 
 @njit(cache=True)
-def _static_chunk(ids, batch_ptr, pinned, outcome, events):
+def _static_chunk(ids, batch_ptr, first_batch, rowstate, epoch, tag_limit, outcome, events):
     n = len(ids)
     for b in range(len(batch_ptr) - 1):
+        stamp = first_batch + b - epoch[0] + 1
+        if stamp > tag_limit:  # tags would not fit: forget them (keep every state)
+            for i in range(len(rowstate)):
+                rowstate[i] &= _STATE_MASK
+            epoch[0] = first_batch + b
+            stamp = 1
+        tag = np.int32(stamp << _STATE_BITS)
         fills = 0
+        uniq = 0
+        uniq_unplaced = 0
         for j in range(batch_ptr[b], batch_ptr[b + 1]):
             if j + _PF < n:
-                prefetch(pinned, ids[j + _PF])
-            m = pinned[ids[j]]
+                prefetch(rowstate, ids[j + _PF])
+            r = ids[j]
+            v = rowstate[r]
+            m = v & _STATE_MASK
+            first = (v & ~_STATE_MASK) != tag  # the row's first access in this batch
+            uniq += first
             if m == _LOADED:
                 outcome[j] = HIT
             elif m == _PINNED:
                 outcome[j] = MISS
-                pinned[ids[j]] = _LOADED
+                m = _LOADED
                 fills += 1
             else:
                 outcome[j] = UNPLACED
+                uniq_unplaced += first
+            rowstate[r] = tag | m
         events[b, 0] += fills
+        events[b, UNIQUE] = uniq
+        events[b, UNIQUE_UNPLACED] = uniq_unplaced
