@@ -23,6 +23,7 @@ import simpy
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.model import DEFAULT_ROWS, per_table
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.policies import POLICIES
 from scratchpipe_sim.policies.replay_cache import NotCached, cached_columns, lookup_only
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.counts import (
@@ -338,6 +339,17 @@ _ONCHIP_SOURCES = ("timing/onchip.py", "traces/csr_trace.py")
 _AUTO_SOURCES = ("timing/counts.py", "timing/runner.py", "traces/csr_trace.py")
 
 
+def _pass_rank(task: tuple) -> int:
+    """Which passes to start first (lower: longer), by what a pass does per access (the
+    quickstart's passes, serial, on the 2-core VM of docs/performance.md: scratchpipe 1.30 s,
+    the LLC and L2 walks 0.64 / 0.51, static 0.56, lru 0.42, unique rows 0.36, first
+    touches 0.24): a replay that also needs each access's next use (scratchpipe, belady,
+    bagpipe), then the set-associative on-chip walks, other replays, the single passes."""
+    if task[0] == "part" and task[1].policy is not None:
+        return 0 if POLICIES.get(task[1].policy).needs_next_use else 2
+    return 1 if task[0] == "onchip" else 3
+
+
 class Replays:
     """The counts every design of one `simulate` call is priced from, each computed once.
 
@@ -392,8 +404,8 @@ class Replays:
     def passes(self, keys: Sequence[WorkloadKey]) -> list[tuple]:
         """The independent passes over the trace that `get(key)` for every key needs and
         has not made yet: ("part", key) per distinct key, ("onchip", name, rows, ways) per
-        on-chip cache, ("first",) and ("bytes",) when a key needs them. Longest first (the
-        on-chip passes walk the trace with a set-associative cache; replays next)."""
+        on-chip cache, ("first",) and ("bytes",) when a key needs them. Longest first
+        (`_pass_rank`), so that workers taking them in order finish together."""
         todo = [k for k in dict.fromkeys(keys) if k not in self._cache and k not in self._parts]
         shared: list[tuple] = []
         for k in todo:
@@ -406,7 +418,7 @@ class Replays:
                 shared.append(("first",))
         if todo and self.cfg.model.heterogeneous and "bytes" not in self._memo:
             shared.append(("bytes",))
-        return shared + [("part", k) for k in todo]
+        return sorted(shared + [("part", k) for k in todo], key=_pass_rank)
 
     def run_pass(self, task: tuple) -> Any:
         """One pass of `passes` (what a forked worker runs): its result."""
