@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from policy_recorder import OutcomeRecorder
 
 from scratchpipe_sim.policies import engine
 from scratchpipe_sim.policies.base import HIT, UNPLACED
@@ -20,21 +21,6 @@ from scratchpipe_sim.traces.csr_trace import Trace
 
 POLICIES = [("lru", {}), ("belady-bypass", {}), ("static", {"profile_fraction": 0.4}),
             ("fbgemm-lru", {"ways": 2}), ("fbgemm-lfu", {"ways": 4})]
-
-
-class _Recorder:
-    """Wraps a policy and keeps every outcome it wrote (the engine reuses its buffers)."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.outcomes: list[np.ndarray] = []
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def process(self, chunk, next_use, outcome, events):
-        self.inner.process(chunk, next_use, outcome, events)
-        self.outcomes.append(outcome.copy())
 
 
 def _python_counts(stream: list[int], ptr: list[int], outcome: np.ndarray) -> np.ndarray:
@@ -82,7 +68,7 @@ def traces(draw):
        chunk=st.sampled_from([1, 5, 64, 1 << 20]))
 def test_counters_match_python(trace, case, capacity, chunk):
     name, params = case
-    rec = _Recorder(make_policy(name, capacity, trace.total_rows, **params))
+    rec = OutcomeRecorder(make_policy(name, capacity, trace.total_rows, **params))
     counts = np.concatenate([bc.counts for bc in iter_cache(trace, rec, chunk)])
     stream = trace.linear_ids().tolist()
     ptr = trace.batch_access_ptr().tolist()

@@ -6,23 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from policy_recorder import OutcomeRecorder
 
 from scratchpipe_sim.policies.base import MISS, UNPLACED
 from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy
 from scratchpipe_sim.traces.csr_trace import Trace
-
-
-class _Recorder:
-    def __init__(self, inner):
-        self.inner = inner
-        self.outcomes: list[np.ndarray] = []
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def process(self, chunk, next_use, outcome, events):
-        self.inner.process(chunk, next_use, outcome, events)
-        self.outcomes.append(outcome.copy())
 
 
 @pytest.mark.parametrize("tag_limit", [1, 2, 3, None])
@@ -34,7 +22,7 @@ def test_static_unique_counts_match_sets(zipf_ids, tag_limit, chunk, preload):
     pol = make_policy("static", 30, 300, profile_fraction=0.5, preload=preload)
     if tag_limit is not None:
         pol.tag_limit = tag_limit
-    rec = _Recorder(pol)
+    rec = OutcomeRecorder(pol)
     counts = np.concatenate([bc.counts for bc in iter_cache(trace, rec, chunk)])
     out = np.concatenate(rec.outcomes)
     u, uu = COUNTERS.index("unique"), COUNTERS.index("unique_unplaced")
