@@ -66,6 +66,9 @@ SMALL_A100 = {
     "seed": 5,
 }
 
+#: SMALL_A100 with 8 batches: the input and hostile-input checks' config (short runs)
+SHORT_A100 = {**SMALL_A100, "model": {**SMALL_A100["model"], "num_batches": 8}}
+
 #: two 4,000-row tables on h100-gen5 with the on-chip caches and the DMA load off (so the
 #: closed forms price DRAM, HBM and PCIe alone), 6 batches; each file adds its `designs`
 H100_OFF_CHIP = {

@@ -8,21 +8,15 @@ import json
 import numpy as np
 import pytest
 import yaml
+from cli_errors import one_line_error
+from small_configs import SMALL_A100
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import load_config, resolve
 from scratchpipe_sim.timing import simulate
 from scratchpipe_sim.timing.designs import with_default_designs
 
-SMALL = {
-    "hardware": {"preset": "a100-gen4"},
-    "model": {"tables": {"count": 2, "rows": 400, "dim": 16}, "pooling": 3, "batch_size": 32,
-              "num_batches": 12, "warmup_batches": 2, "bottom_mlp": [13, 32, 16],
-              "top_mlp": [20, 16, 1]},
-    "trace": {"distribution": "zipf", "alpha": 1.1},
-    "cache": {"capacity_rows": 500}, "design_params": {"scratchpipe": {"lookahead": 5}},
-    "seed": 5,
-}
+SMALL = SMALL_A100
 WALL = ("policy_wall_s", "simpy_wall_s")
 
 
@@ -31,16 +25,6 @@ def cfg_file(tmp_path):
     p = tmp_path / "small.yaml"
     p.write_text(yaml.safe_dump(SMALL))
     return p
-
-
-def one_line_error(capsys, argv, *words):
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert "Traceback" not in err
-    for w in words:
-        assert w in err, (w, err)
-    return err
 
 
 def test_run_writes_every_artifact(cfg_file, tmp_path, capsys):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from processes import run_together
 from small_configs import small_zipf_trace
 
 from scratchpipe_sim.policies import replay_cache as rc
@@ -191,22 +192,14 @@ def test_concurrent_writers_leave_one_valid_entry(tmp_path):
     barrier = ctx.Barrier(2)
     n = 200_000  # 3.2 MB: writes take long enough to overlap
     procs = [ctx.Process(target=_writer, args=(folder, barrier, n)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    run_together(procs)
     # one last concurrent round without deleting
     procs = [ctx.Process(target=rc.cached_columns,
                          args=({"same": "entry"},
                                lambda: ({"a": np.arange(n, dtype=np.int64),
                                          "b": np.arange(n, dtype=np.int64) * 3}, {"n": n})),
                          kwargs={"folder": folder}) for _ in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    run_together(procs)
     names = sorted(os.listdir(folder))
     assert len(names) == 1 and names[0].endswith(rc.SUFFIX), names  # no temporary left
     cols, extra = rc.cached_columns({"same": "entry"}, lambda: pytest.fail("recomputed"),

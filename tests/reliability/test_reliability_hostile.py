@@ -15,18 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from small_configs import SHORT_A100
 
 from scratchpipe_sim.cli import main
 
-SMALL = {
-    "hardware": {"preset": "a100-gen4"},
-    "model": {"tables": {"count": 2, "rows": 400, "dim": 16}, "pooling": 3, "batch_size": 32,
-              "num_batches": 8, "warmup_batches": 2, "bottom_mlp": [13, 32, 16],
-              "top_mlp": [20, 16, 1]},
-    "trace": {"distribution": "zipf", "alpha": 1.1},
-    "cache": {"capacity_rows": 500}, "design_params": {"scratchpipe": {"lookahead": 5}},
-    "seed": 5,
-}
+SMALL = SHORT_A100
 #: address-space limit of a subprocess case: a case that tries to allocate its way out dies
 #: with a MemoryError (a traceback, so the test fails) instead of swapping the machine.
 AS_LIMIT_BYTES = 8 << 30

@@ -12,12 +12,13 @@ import json
 import numpy as np
 import pytest
 import yaml
-from small_configs import SMALL_A100
+from cli_errors import one_line_error
+from small_configs import SHORT_A100
 
 from scratchpipe_sim.cli import build_parser, main
 from scratchpipe_sim.config import load_config, resolve
 
-SMALL = {**SMALL_A100, "model": {**SMALL_A100["model"], "num_batches": 8}}
+SMALL = SHORT_A100
 
 
 @pytest.fixture
@@ -27,26 +28,16 @@ def cfg_file(tmp_path):
     return p
 
 
-def one_line(capsys, argv, *words, code=2):
-    assert main(argv) == code
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert "Traceback" not in err
-    for w in words:
-        assert w in err, (w, err)
-    return err
-
-
 # -- config files ------------------------------------------------------------------------
 
 def test_a_duplicate_yaml_key_is_an_error_naming_both_lines(tmp_path, capsys):
     p = tmp_path / "dup.yaml"
     p.write_text("seed: 1\nmodel:\n  pooling: 3\n  pooling: 4\n")
-    one_line(capsys, ["config", "show", str(p)], str(p), "duplicate key 'pooling'",
+    one_line_error(capsys, ["config", "show", str(p)], str(p), "duplicate key 'pooling'",
              "first at line 3", "line 4")
     flow = tmp_path / "flow.yaml"
     flow.write_text("model: {pooling: 3, pooling: 4}\n")
-    one_line(capsys, ["config", "show", str(flow)], "duplicate key 'pooling'")
+    one_line_error(capsys, ["config", "show", str(flow)], "duplicate key 'pooling'")
     # merges (<<: *anchor) may be overridden: not a duplicate
     merge = tmp_path / "merge.yaml"
     merge.write_text("x: &t {count: 2, rows: 400}\nmodel:\n  tables:\n    <<: *t\n"
@@ -59,21 +50,21 @@ def test_a_duplicate_key_in_an_experiment_is_an_error(tmp_path, capsys):
     p = tmp_path / "exp.yaml"
     p.write_text("base: {seed: 1}\nsweep: {grid: {cache.load_factor: [0.1]}}\n"
                  "sweep: {grid: {cache.load_factor: [0.2]}}\n")
-    one_line(capsys, ["sweep", str(p), "--dry-run"], "duplicate key 'sweep'")
+    one_line_error(capsys, ["sweep", str(p), "--dry-run"], "duplicate key 'sweep'")
 
 
 def test_a_non_utf8_config_is_one_line(tmp_path, capsys):
     p = tmp_path / "latin1.yaml"
     p.write_bytes("name: caf\u00e9\n".encode("latin-1"))
-    one_line(capsys, ["run", str(p)], str(p), "not UTF-8 text (byte 0xe9 at offset 9)")
-    one_line(capsys, ["config", "show", str(p)], "not UTF-8")
+    one_line_error(capsys, ["run", str(p)], str(p), "not UTF-8 text (byte 0xe9 at offset 9)")
+    one_line_error(capsys, ["config", "show", str(p)], "not UTF-8")
 
 
 @pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
 def test_an_empty_config_is_an_error_saying_what_is_expected(tmp_path, capsys, text):
     p = tmp_path / "empty.yaml"
     p.write_text(text)
-    one_line(capsys, ["run", str(p), "--out", str(tmp_path / "o")], str(p),
+    one_line_error(capsys, ["run", str(p), "--out", str(tmp_path / "o")], str(p),
              "empty config file: expected a YAML mapping")
     assert not (tmp_path / "o").exists()
 
@@ -85,7 +76,7 @@ def test_an_empty_config_is_an_error_saying_what_is_expected(tmp_path, capsys, t
     ("cache.load_factor", ".nan"),
 ])
 def test_infinite_or_nan_sizes_and_rates_are_rejected(cfg_file, capsys, key, value):
-    err = one_line(capsys, ["config", "show", str(cfg_file), "--set", f"{key}={value}"],
+    err = one_line_error(capsys, ["config", "show", str(cfg_file), "--set", f"{key}={value}"],
                    key)
     assert "finite" in err or "expected an integer" in err, err
 
@@ -100,10 +91,10 @@ def test_a_quoted_override_stays_a_string(cfg_file, capsys):
 
 
 def test_a_repeated_design_is_an_error(cfg_file, tmp_path, capsys):
-    one_line(capsys, ["run", str(cfg_file), "--design", "hybrid", "--design", "gpu-only",
+    one_line_error(capsys, ["run", str(cfg_file), "--design", "hybrid", "--design", "gpu-only",
                       "--design", "hybrid", "--out", str(tmp_path / "o")],
              "--design", "design 'hybrid' given twice")
-    one_line(capsys, ["run", str(cfg_file), "--set", "designs=[hybrid, hybrid]", "--out",
+    one_line_error(capsys, ["run", str(cfg_file), "--set", "designs=[hybrid, hybrid]", "--out",
                       str(tmp_path / "o")], str(cfg_file), "designs: design 'hybrid' given "
                                                            "twice")
     assert not (tmp_path / "o").exists()
@@ -113,19 +104,19 @@ def test_a_repeated_design_is_an_error(cfg_file, tmp_path, capsys):
 
 def test_run_out_that_cannot_be_written_is_one_line(cfg_file, tmp_path, capsys):
     (tmp_path / "file").write_text("x")
-    one_line(capsys, ["run", str(cfg_file), "--out", str(tmp_path / "file" / "res"), "-q"],
+    one_line_error(capsys, ["run", str(cfg_file), "--out", str(tmp_path / "file" / "res"), "-q"],
              "--out", "cannot create the results folder", "is an existing file")
 
 
 def test_plot_out_that_cannot_be_written_is_one_line(run_folder, tmp_path, capsys):
     (tmp_path / "file").write_text("x")
-    one_line(capsys, ["plot", str(run_folder), "--out", str(tmp_path / "file" / "fig")],
+    one_line_error(capsys, ["plot", str(run_folder), "--out", str(tmp_path / "file" / "fig")],
              "--out", "cannot write the figure")
 
 
 def test_rows_beyond_any_memory_are_one_line_before_allocating(cfg_file, tmp_path, capsys):
     # 10**30 rows with a small cache used to end in an OverflowError traceback
-    one_line(capsys, ["run", str(cfg_file), "--set", "model.tables.rows=" + "1" + "0" * 30,
+    one_line_error(capsys, ["run", str(cfg_file), "--set", "model.tables.rows=" + "1" + "0" * 30,
                       "--set", "cache.capacity_rows=100", "--design", "gpu-only",
                       "--out", str(tmp_path / "o")],
              "model.tables.rows", "needs about", "of memory", "expected fewer or smaller "
@@ -137,7 +128,7 @@ def test_run_memory_estimate_against_the_available_memory(cfg_file, tmp_path, ca
                                                           monkeypatch):
     # per-row state of 800 rows (28 B each) + per-access arrays: more than 1 kB
     monkeypatch.setenv("SCRATCHPIPE_MEMORY_BYTES", "1000")
-    one_line(capsys, ["run", str(cfg_file), "--design", "gpu-only", "-q",
+    one_line_error(capsys, ["run", str(cfg_file), "--design", "gpu-only", "-q",
                       "--out", str(tmp_path / "o")], "needs about", "1e+03 B available")
     monkeypatch.setenv("SCRATCHPIPE_MEMORY_BYTES", str(10**9))
     assert main(["run", str(cfg_file), "--design", "gpu-only", "-q", "--no-timeline",
@@ -148,7 +139,7 @@ def test_cache_on_a_trace_with_one_huge_hashed_id_is_one_line(tmp_path, capsys):
     ids = np.arange(100, dtype=np.int64)
     ids[50] = 2**45  # one hashed id: per-row arrays would need 2**45 entries
     np.save(tmp_path / "ids.npy", ids)
-    one_line(capsys, ["cache", "--trace", str(tmp_path / "ids.npy"), "--policy", "lru",
+    one_line_error(capsys, ["cache", "--trace", str(tmp_path / "ids.npy"), "--policy", "lru",
                       "--capacity", "100"], "ids.npy", "needs about", "TiB",
              "renumber sparse (hashed) ids densely")
 
@@ -178,7 +169,7 @@ def test_cache_warns_when_the_capacity_exceeds_the_rows_and_aligns_tables(tmp_pa
 def test_cache_format_flag_exists_where_the_error_suggests_it(tmp_path, capsys):
     p = tmp_path / "ids.weird"
     p.write_bytes(b"\x00\x01\x02\xff garbage")
-    one_line(capsys, ["cache", "--trace", str(p), "--policy", "lru", "--capacity", "2"],
+    one_line_error(capsys, ["cache", "--trace", str(p), "--policy", "lru", "--capacity", "2"],
              "cannot tell the trace format", "pass the format explicitly")
     q = tmp_path / "ids.bin"
     with open(q, "wb") as f:
@@ -236,7 +227,7 @@ def test_compare_and_plot_read_a_run_folder(run_folder, tmp_path, capsys):
     printed = capsys.readouterr().out.split()
     assert printed == [str(run_folder / "figures" / "stage-breakdown.png"),
                        str(run_folder / "figures" / "stage-breakdown.pdf")]
-    one_line(capsys, ["plot", str(run_folder), "--figure", "speedup-vs-cache-size"],
+    one_line_error(capsys, ["plot", str(run_folder), "--figure", "speedup-vs-cache-size"],
              "a `run` folder is one point", "--figure stage-breakdown")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from processes import run_together
 from small_configs import small_zipf_trace
 
 from scratchpipe_sim.errors import UserError
@@ -288,18 +289,10 @@ def test_concurrent_trace_writers_leave_one_valid_entry(tmp_path, capsys):
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(2)
     procs = [ctx.Process(target=_trace_writer, args=(folder, barrier)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    run_together(procs)
     procs = [ctx.Process(target=tc.cached_trace, args=({"same": "entry"}, _multi_trace),
                          kwargs={"folder": folder}) for _ in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    run_together(procs)
     names = sorted(os.listdir(folder))
     assert len(names) == 1 and names[0].endswith(tc.SUFFIX), names  # no temporary left
     got = tc.cached_trace({"same": "entry"}, lambda: pytest.fail("rebuilt"), folder=folder)
