@@ -15,6 +15,11 @@ the cache, never on hardware speeds, so the designs are re-priced on the same co
 geometry (`llc_MiB`, `llc_ways`, `l2_MiB`, `l2_ways`) changes the counts: a sample that
 varies it gets its own replays (slow; sizes are datasheet facts and carry no range in the
 shipped presets).
+
+Why most one-at-a-time ends cost no SimPy run: the nominal pricing of each design records
+which hardware keys it read (`config.read_tracking`); a variant that changes none of them
+prices that design exactly as the nominal (a deterministic function of what it reads), so
+the nominal's float is reused. Which keys a design reads is observed, never declared.
 """
 
 from __future__ import annotations
@@ -30,6 +35,13 @@ import numpy as np
 
 from scratchpipe_sim.config import Config, set_dotted
 from scratchpipe_sim.config.hardware import RATE_CURVE_KEYS
+from scratchpipe_sim.config.read_tracking import (
+    UntrackedAccess,
+    hardware_diff,
+    reads_any,
+    track_hardware_reads,
+    untracked,
+)
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.timing.designs import DESIGNS, baseline_design
@@ -254,10 +266,10 @@ class Pricer:
         self.names = (self.designs if self.base in self.designs
                       else [self.base, *self.designs])
         self._replays: dict[tuple, Replays] = {}
-        #: the config `infeasible` probed (the nominal) and its iteration times: its SimPy
-        #: runs are not repeated
-        self._probed: Config | None = None
-        self._known: dict[str, float] = {}
+        #: design -> (its nominal iteration time, the hardware keys that pricing read, or
+        #: None where they could not be recorded): a variant changing none of those keys is
+        #: priced as the nominal (`reused`)
+        self._nominal: dict[str, tuple[float, frozenset[str] | None]] = {}
 
     def drop(self, names: Sequence[str]) -> None:
         """Leave `names` out of every later pricing (the baseline stays)."""
@@ -265,25 +277,56 @@ class Pricer:
         self.names = [n for n in self.names if n not in names or n == self.base]
 
     def _replays_for(self, cfg: Config) -> Replays:
+        """The replays of `cfg`'s on-chip geometry (read through `cfg`, so a tracked
+        pricing records those keys; the replays themselves keep the plain config, as they
+        serve every later variant of that geometry)."""
         hw = cfg.hardware
         geo = (hw.cpu.llc_MiB, hw.cpu.llc_ways, hw.gpu.l2_MiB, hw.gpu.l2_ways)
         if geo not in self._replays:
-            cached = any(DESIGNS.get(n)(cfg).workload_key().policy is not None
+            plain = untracked(cfg)
+            cached = any(DESIGNS.get(n)(plain).workload_key().policy is not None
                          for n in self.names)
-            self._replays[geo] = Replays(cfg, self.trace, cached)
+            self._replays[geo] = Replays(plain, self.trace, cached)
         return self._replays[geo]
 
-    def iter_ns(self, cfg: Config, name: str) -> float:
-        """Mean iteration time of one design, as `simulate` reports it (same replays, same
-        SimPy run, same summary)."""
+    def _price(self, cfg: Config, name: str) -> float:
         replays = self._replays_for(cfg)
         design = DESIGNS.get(name)(cfg)
         w, _ = replays.get(design.workload_key())
         return summarize(cfg, name, run_design(cfg, design, w), w)["iter_ns_mean"]
 
+    def _nominal_of(self, name: str) -> float:
+        """The nominal's iteration time, priced once with its hardware reads recorded."""
+        if name not in self._nominal:
+            reads: set[str] = set()
+            try:
+                value = self._price(track_hardware_reads(self.cfg, reads), name)
+                self._nominal[name] = (value, frozenset(reads))
+            except UntrackedAccess:  # priced again without the view; nothing reused
+                self._nominal[name] = (self._price(self.cfg, name), None)
+        return self._nominal[name][0]
+
+    def iter_ns(self, cfg: Config, name: str) -> float:
+        """Mean iteration time of one design, as `simulate` reports it (same replays, same
+        SimPy run, same summary)."""
+        return self._nominal_of(name) if cfg is self.cfg else self._price(cfg, name)
+
+    def reused(self, cfg: Config) -> list[str]:
+        """The designs whose nominal pricing read none of the hardware keys `cfg` changes:
+        each prices `cfg` as the nominal, float for float, without a SimPy run."""
+        diff = hardware_diff(self.cfg, cfg)
+        if cfg is self.cfg or diff is None:
+            return []
+        out = []
+        for name in self.names:
+            _value, reads = self._nominal.get(name, (0.0, None))
+            if reads is not None and not reads_any(reads, diff):
+                out.append(name)
+        return out
+
     def speedups(self, cfg: Config) -> dict[str, float]:
-        known = self._known if cfg is self._probed else {}
-        iters = {name: known[name] if name in known else self.iter_ns(cfg, name)
+        same = set(self.reused(cfg))
+        iters = {name: self._nominal[name][0] if name in same else self.iter_ns(cfg, name)
                  for name in self.names}
         return {d: iters[self.base] / iters[d] for d in self.designs}
 
@@ -301,10 +344,9 @@ class Pricer:
                 bad[name] = e.line()
         if bad:
             self.drop(list(bad))
-        self._probed, self._known = cfg, {}
         for name in list(self.names):
             try:
-                self._known[name] = self.iter_ns(cfg, name)
+                self.iter_ns(cfg, name)
             except UserError as e:
                 if name == self.base:
                     raise
@@ -373,8 +415,11 @@ def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: 
     lhs_cfgs = [with_values(cfg, {p.key: float(v) for p, v in zip(params, row, strict=True)})
                 for row in vals]
     todo = [c for c in ends if c is not None] + lhs_cfgs
+    reused = sum(len(pricer.reused(c)) for c in todo)
     say(f"sensitivity: {len(todo)} varied configs ({len(params)} ranges at both ends, "
-        f"{len(lhs_cfgs)} LHS samples){f' in {jobs} processes' if jobs > 1 else ''}")
+        f"{len(lhs_cfgs)} LHS samples){f' in {jobs} processes' if jobs > 1 else ''}; "
+        f"{reused} of {len(todo) * len(pricer.names)} design pricings reused from the "
+        "nominal (the design reads none of the keys the variant changes)")
     priced = iter(price_all(pricer, todo, jobs))
     at = [dict(nominal) if c is None else next(priced) for c in ends]
     oat = {p.key: (at[2 * i], at[2 * i + 1]) for i, p in enumerate(params)}
