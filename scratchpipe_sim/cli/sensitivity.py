@@ -55,7 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "repeatable: the union (default: every point)")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="J",
                    help="a sweep: points in parallel, one process each (default 1: one "
-                        "point at a time, its varied configs priced on every core); a "
+                        "point at a time, its varied configs priced on every core; a "
+                        "single selected point: priced in J processes); a "
                         "config: processes pricing its varied configs (default: the cores "
                         "this process may use); the same result for every J")
     p.add_argument("--out", type=Path, metavar="DIR",

@@ -206,16 +206,19 @@ def run_bands(spec: Any, selectors: Sequence[str] = (), designs: Sequence[str] |
         raise UserError("expected a 'designs:' list (the base config has none)",
                         source=spec.source, field="designs")
     check_designs(Config.from_dict(points[0].config, source=spec.source), names)
-    # one point at a time: its varied configs are priced on every core instead
+    # points in parallel, one process each; one point at a time (`--jobs 1`, or a sweep
+    # of one selected point) prices its varied configs on the cores instead (every usable
+    # core for `--jobs 1`, else `jobs`): the same floats either way
+    parallel = min(jobs, len(chosen)) > 1
     fn = functools.partial(band_point, samples=samples, seed=seed,
                            pinned=pinned_by(spec.axes),
-                           jobs=usable_cores() if jobs == 1 else 1)
+                           jobs=1 if parallel else usable_cores() if jobs == 1 else jobs)
     say = log or (lambda _s: None)
     by_key = {p.key: p for p in chosen}
     done: dict[str, tuple[dict | None, str | None]] = {}
     t0 = time.perf_counter()
     tasks = [(p.key, p.config, tuple(names)) for p in chosen]
-    for outcome in execute("process" if jobs > 1 else "local", fn, tasks, jobs):
+    for outcome in execute("process" if parallel else "local", fn, tasks, jobs):
         sens = outcome.rows[0]["sensitivity"] if outcome.error is None else None
         done[outcome.key] = (sens, outcome.error)
         p = by_key[outcome.key]

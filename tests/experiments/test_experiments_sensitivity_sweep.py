@@ -13,6 +13,7 @@ import pytest
 import yaml
 from small_configs import SENSITIVITY_BASE
 
+import scratchpipe_sim.experiments.sensitivity_analysis as sens
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.experiments.band_plots import band_axes, plot_bands
 from scratchpipe_sim.experiments.bands import load_bands, run_bands
@@ -107,6 +108,26 @@ def test_parallel_points_give_the_same_table(tmp_path):
     for jobs, name in (("1", "one"), ("2", "two")):
         assert main(["sensitivity", str(exp), "--points", "2-3", "--samples", "2",
                      "--seed", "1", "--jobs", jobs, "--out", str(tmp_path / name)]) == 0
+    assert (tmp_path / "one" / "bands.csv").read_bytes() == \
+        (tmp_path / "two" / "bands.csv").read_bytes()
+
+
+def test_a_single_point_is_priced_in_the_processes_asked(tmp_path, monkeypatch):
+    """One selected point and --jobs 2: no second point to run beside it, so its varied
+    configs are priced in two processes (the same table as --jobs 1)."""
+    exp = _write(tmp_path, SPEC)
+    asked = []
+    real = sens.price_all
+
+    def spy(pricer, cfgs, jobs=1):
+        asked.append(jobs)
+        return real(pricer, cfgs, jobs)
+
+    monkeypatch.setattr(sens, "price_all", spy)
+    for jobs, name in (("1", "one"), ("2", "two")):
+        assert main(["sensitivity", str(exp), "--points", "3", "--samples", "2",
+                     "--seed", "1", "--jobs", jobs, "--out", str(tmp_path / name)]) == 0
+    assert asked[-1] == 2
     assert (tmp_path / "one" / "bands.csv").read_bytes() == \
         (tmp_path / "two" / "bands.csv").read_bytes()
 
