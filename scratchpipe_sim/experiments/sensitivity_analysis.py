@@ -314,8 +314,8 @@ class Pricer:
     def reused(self, cfg: Config) -> list[str]:
         """The designs whose nominal pricing read none of the hardware keys `cfg` changes:
         each prices `cfg` as the nominal, float for float, without a SimPy run."""
-        diff = hardware_diff(self.cfg, cfg)
-        if cfg is self.cfg or diff is None:
+        diff = None if cfg is self.cfg else hardware_diff(self.cfg, cfg)
+        if diff is None:
             return []
         out = []
         for name in self.names:
