@@ -19,7 +19,8 @@ shipped presets).
 Why most one-at-a-time ends cost no SimPy run: the nominal pricing of each design records
 which hardware keys it read (`config.read_tracking`); a variant that changes none of them
 prices that design exactly as the nominal (a deterministic function of what it reads), so
-the nominal's float is reused. Which keys a design reads is observed, never declared.
+the nominal's float is reused. Which keys a design reads is observed, never declared (and
+kept only where the tracked nominal pricing gives the plain one's float).
 """
 
 from __future__ import annotations
@@ -296,14 +297,18 @@ class Pricer:
         return summarize(cfg, name, run_design(cfg, design, w), w)["iter_ns_mean"]
 
     def _nominal_of(self, name: str) -> float:
-        """The nominal's iteration time, priced once with its hardware reads recorded."""
+        """The nominal's iteration time, and the hardware keys its pricing read: priced
+        once plainly and once through the recording view. The read set is kept only when
+        both give the same float, so a view that changed the computation (rather than
+        failing loudly) can cost reuse but never a wrong result."""
         if name not in self._nominal:
+            value = self._price(self.cfg, name)
             reads: set[str] = set()
             try:
-                value = self._price(track_hardware_reads(self.cfg, reads), name)
-                self._nominal[name] = (value, frozenset(reads))
-            except UntrackedAccess:  # priced again without the view; nothing reused
-                self._nominal[name] = (self._price(self.cfg, name), None)
+                same = self._price(track_hardware_reads(self.cfg, reads), name) == value
+            except UntrackedAccess:
+                same = False
+            self._nominal[name] = (value, frozenset(reads) if same else None)
         return self._nominal[name][0]
 
     def iter_ns(self, cfg: Config, name: str) -> float:

@@ -12,7 +12,7 @@ from small_configs import SMALL_A100
 
 import scratchpipe_sim.experiments.sensitivity_analysis as sens
 from scratchpipe_sim.config import load_config
-from scratchpipe_sim.config.read_tracking import hardware_diff
+from scratchpipe_sim.config.read_tracking import HardwareReads, hardware_diff
 from scratchpipe_sim.experiments.sensitivity_analysis import (
     Pricer,
     params_of,
@@ -116,6 +116,29 @@ def test_reads_that_cannot_be_recorded_reuse_nothing(monkeypatch):
     assert all(reads is None for _v, reads in pricer._nominal.values())
     assert pricer.reused(with_values(sized, {"gpu.uvm_translation_ns": 15.0})) == []
     assert run_sensitivity(cfg, samples=2, seed=4, trace=trace).to_json() == reference
+
+
+def test_a_view_that_changes_the_price_reuses_nothing(monkeypatch):
+    """Were the view to change a pricing's result instead of failing (a type check on a
+    hardware section, say), its read set is dropped: the nominal is the plain pricing's."""
+    cfg = _cfg()
+    trace = build_trace(cfg)
+    sized = sized_config(cfg, trace)
+    plain = Pricer(sized, check_designs(sized, None), fit_trace(trace, sized))
+    plain.speedups(sized)
+    real = sens.summarize
+
+    def perturbed(c, name, run, w):
+        row = real(c, name, run, w)
+        if isinstance(c.hardware, HardwareReads):
+            row = {**row, "iter_ns_mean": row["iter_ns_mean"] * 2.0}
+        return row
+
+    monkeypatch.setattr(sens, "summarize", perturbed)
+    pricer = Pricer(sized, check_designs(sized, None), fit_trace(trace, sized))
+    assert pricer.speedups(sized) == plain.speedups(sized)
+    assert all(reads is None for _v, reads in pricer._nominal.values())
+    assert pricer.reused(with_values(sized, {"gpu.uvm_translation_ns": 15.0})) == []
 
 
 def test_every_design_is_tracked_without_falling_back(priced):
