@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from scratchpipe_sim.config.model import Config
+from scratchpipe_sim.config.schema import flatten
 
 
 class UntrackedAccess(BaseException):
@@ -104,23 +105,13 @@ def untracked(cfg: Config) -> Config:
     return out
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def hardware_diff(base: Config, other: Config) -> frozenset[str] | None:
     """Dotted hardware keys whose values differ between two configs; None when anything
     outside `hardware` differs too (then no hardware read set can vouch for equality)."""
     if dataclasses.replace(other, hardware=base.hardware) != base:
         return None
-    a = _flat(dataclasses.asdict(base.hardware))
-    b = _flat(dataclasses.asdict(other.hardware))
+    a = flatten(dataclasses.asdict(base.hardware))
+    b = flatten(dataclasses.asdict(other.hardware))
     return frozenset(k for k in a.keys() | b.keys()
                      if k not in a or k not in b or not _same(a[k], b[k]))
 
