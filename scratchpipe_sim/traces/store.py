@@ -36,7 +36,7 @@ VERSION = 1
 SUFFIX = ".sptrace"
 DATA_FILES = ("indices.bin", "offsets.bin", "batch_bounds.bin")
 #: the index dtypes TraceWriter writes (raw little-endian integers)
-_INDEX_DTYPES = ("<u4", "<i8")
+INDEX_DTYPES = ("<u4", "<i8")
 
 
 def is_store(path: str | os.PathLike) -> bool:
@@ -52,7 +52,7 @@ class TraceWriter:
     def __init__(self, path: str | os.PathLike, table_rows, batch_size: int,
                  meta: dict | None = None, overwrite: bool = False,
                  index_dtype: str | None = None, extra: dict | None = None):
-        """`index_dtype`: one of `_INDEX_DTYPES` (default: uint32 when every table fits,
+        """`index_dtype`: one of `INDEX_DTYPES` (default: uint32 when every table fits,
         else int64); `extra`: more manifest keys (e.g. the trace cache's record)."""
         self.path = Path(path)
         if self.path.exists() and not overwrite:
@@ -62,9 +62,9 @@ class TraceWriter:
         self.meta = dict(meta or {})
         self.overwrite = overwrite
         if index_dtype is None:
-            index_dtype = _INDEX_DTYPES[0] if self.table_rows.max() <= 2**32 else _INDEX_DTYPES[1]
-        if np.dtype(index_dtype).str not in _INDEX_DTYPES:
-            raise ValueError(f"index dtype {index_dtype}: expected one of {_INDEX_DTYPES}")
+            index_dtype = INDEX_DTYPES[0] if self.table_rows.max() <= 2**32 else INDEX_DTYPES[1]
+        if np.dtype(index_dtype).str not in INDEX_DTYPES:
+            raise ValueError(f"index dtype {index_dtype}: expected one of {INDEX_DTYPES}")
         self.index_dtype = np.dtype(index_dtype)
         self.extra = dict(extra or {})
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,8 +231,8 @@ def _manifest(path: Path) -> dict:
         dtype = np.dtype(m.get("index_dtype"))
     except (TypeError, ValueError, SyntaxError):
         dtype = None
-    if dtype is None or m.get("index_dtype") not in _INDEX_DTYPES:
-        raise bad("index_dtype", f"an integer dtype ({' or '.join(_INDEX_DTYPES)})")
+    if dtype is None or m.get("index_dtype") not in INDEX_DTYPES:
+        raise bad("index_dtype", f"an integer dtype ({' or '.join(INDEX_DTYPES)})")
     if not isinstance(m.get("sha256"), str):
         raise bad("sha256", "a hex string")
     if not isinstance(m.get("meta", {}), dict):

@@ -36,6 +36,7 @@ from scratchpipe_sim.traces import disk_cache as dc
 from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.store import (
     DATA_FILES,
+    INDEX_DTYPES,
     SUFFIX,
     read_manifest,
     read_trace,
@@ -52,8 +53,6 @@ _LEGACY_SUFFIXES = (".spt",)
 DEFAULT_TRACE_MAX_BYTES = 2 << 30
 TRACE_MAX_BYTES_ENV = "SCRATCHPIPE_TRACE_CACHE_MAX_BYTES"
 _WHAT = "trace cache"
-#: the index dtypes an entry keeps exactly (the store's); a trace of another is not cached
-_INDEX_DTYPES = ("<u4", "<i8")
 #: the record of the data files' stat (store.DATA_FILES) at their last CRC pass
 _VERIFIED = "verified.json"
 
@@ -111,7 +110,7 @@ def _record_sha256(record: Mapping[str, Any], table_rows: Any, batch_size: Any,
 
 def _write(root: Path, path: Path, fk: dict[str, Any], trace: Trace, max_bytes: int) -> None:
     index_dtype = np.dtype(trace.indices.dtype).str
-    if (index_dtype not in _INDEX_DTYPES or np.dtype(trace.table_rows.dtype).str != "<i8"
+    if (index_dtype not in INDEX_DTYPES or np.dtype(trace.table_rows.dtype).str != "<i8"
             or any(np.dtype(getattr(trace, n).dtype).str != "<i8"
                    for n in ("offsets", "batch_bounds"))):
         return  # the store would change a dtype: not cached
