@@ -69,11 +69,18 @@ SMALL_A100 = {
 #: SMALL_A100 with 8 batches: the input and hostile-input checks' config (short runs)
 SHORT_A100 = {**SMALL_A100, "model": {**SMALL_A100["model"], "num_batches": 8}}
 
+def off_chip(preset: str | None = None) -> dict:
+    """A `hardware` section with the on-chip caches (CPU LLC, GPU L2) and the DMA's DRAM
+    load off, so that closed forms price DRAM, HBM and PCIe alone; `preset` named if given.
+    A new dict each call (tests merge into it)."""
+    hw: dict = {"cpu": {"llc_MiB": 0}, "gpu": {"l2_MiB": 0}, "pcie": {"dma_loads_dram": False}}
+    return hw if preset is None else {"preset": preset, **hw}
+
+
 #: two 4,000-row tables on h100-gen5 with the on-chip caches and the DMA load off (so the
 #: closed forms price DRAM, HBM and PCIe alone), 6 batches; each file adds its `designs`
 H100_OFF_CHIP = {
-    "hardware": {"preset": "h100-gen5", "cpu": {"llc_MiB": 0}, "gpu": {"l2_MiB": 0},
-                 "pcie": {"dma_loads_dram": False}},
+    "hardware": off_chip("h100-gen5"),
     "model": {"tables": {"count": 2, "rows": 4000, "dim": 32}, "pooling": 4, "batch_size": 64,
               "num_batches": 6, "warmup_batches": 2, "bottom_mlp": [13, 64, 16],
               "top_mlp": [20, 32, 1]},

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from small_configs import off_chip
 
 from scratchpipe_sim.config import deep_merge, interpolate, load_config
 from scratchpipe_sim.errors import UserError
@@ -41,8 +42,7 @@ BASE = {
     "seed": 3,
 }
 #: on-chip caches and the DMA load off: the closed forms below price DRAM/HBM/PCIe alone
-PLAIN = {"hardware": {"cpu": {"llc_MiB": 0}, "gpu": {"l2_MiB": 0},
-                      "pcie": {"dma_loads_dram": False}}}
+PLAIN = {"hardware": off_chip()}
 WALL = ("policy_wall_s", "simpy_wall_s")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from small_configs import off_chip
 
 from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.errors import UserError
@@ -19,10 +20,8 @@ from scratchpipe_sim.traces.csr_trace import Trace
 FIVE = [["plan"], ["collect"], ["exchange"], ["insert"], ["train"]]
 FUSED = [["plan"], ["collect", "exchange", "insert"], ["train"]]
 BASE = {
-    "hardware": {"preset": "a100-gen4",
-                 # on-chip caches and the DMA load off: the closed forms price PCIe alone
-                 "cpu": {"llc_MiB": 0}, "gpu": {"l2_MiB": 0},
-                 "pcie": {"dma_loads_dram": False}},
+    # on-chip caches and the DMA load off: the closed forms price PCIe alone
+    "hardware": off_chip("a100-gen4"),
     "model": {"tables": {"count": 2, "rows": 5000, "dim": 32}, "pooling": 4, "batch_size": 64,
               "num_batches": 40, "warmup_batches": 8, "bottom_mlp": [13, 64, 16],
               "top_mlp": [20, 32, 1]},

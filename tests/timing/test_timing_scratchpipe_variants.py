@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import simpy
-from small_configs import TWO_SMALL_TABLES
+from small_configs import TWO_SMALL_TABLES, off_chip
 
 from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.errors import UserError
@@ -15,8 +15,7 @@ from scratchpipe_sim.timing.designs import check_params
 from scratchpipe_sim.timing.machine import Machine
 
 BASE = {**TWO_SMALL_TABLES,
-        "hardware": {"preset": "a100-gen4", "cpu": {"llc_MiB": 0}, "gpu": {"l2_MiB": 0},
-                     "pcie": {"dma_loads_dram": False}},
+        "hardware": off_chip("a100-gen4"),
         "designs": ["scratchpipe"]}
 
 
