@@ -403,11 +403,15 @@ class Replays:
 
     def passes(self, keys: Sequence[WorkloadKey]) -> list[tuple]:
         """The independent passes over the trace that `get(key)` for every key needs and
-        has not made yet: ("part", key) per distinct key, ("onchip", name, rows, ways) per
-        on-chip cache, ("first",) and ("bytes",) when a key needs them. Longest first
-        (`_pass_rank`), so that workers taking them in order finish together."""
+        has not made yet: ("part", key) per distinct key with a cache policy,
+        ("onchip", name, rows, ways) per on-chip cache, ("first",), ("access_unique",) (the
+        one pass the keys without a policy share: their parts are made from it in a moment)
+        and ("bytes",) when a key needs them. Longest first (`_pass_rank`), so that workers
+        taking them in order finish together."""
         todo = [k for k in dict.fromkeys(keys) if k not in self._cache and k not in self._parts]
         shared: list[tuple] = []
+        if any(k.policy is None for k in todo) and "access_unique" not in self._memo:
+            shared.append(("access_unique",))
         for k in todo:
             name, rows, ways = self._onchip_cache(k)
             task = ("onchip", name, rows, ways)
@@ -418,7 +422,8 @@ class Replays:
                 shared.append(("first",))
         if todo and self.cfg.model.heterogeneous and "bytes" not in self._memo:
             shared.append(("bytes",))
-        return sorted(shared + [("part", k) for k in todo], key=_pass_rank)
+        parts = [("part", k) for k in todo if k.policy is not None]
+        return sorted(shared + parts, key=_pass_rank)
 
     def run_pass(self, task: tuple) -> Any:
         """One pass of `passes` (what a forked worker runs): its result."""
@@ -428,6 +433,8 @@ class Replays:
             return self._onchip_columns(*task[1:])
         if task[0] == "first":
             return self._first_touches()
+        if task[0] == "access_unique":
+            return self._access_unique()
         return self._table_bytes()
 
     def keep_pass(self, task: tuple, result: Any, seconds: float) -> None:
@@ -510,18 +517,24 @@ class Replays:
             k = dataclasses.replace(key, params=tuple(sorted(params.items())))
             w = workload(self.trace, k, cfg, self._memo, self.replay_cache).tail(self.prefix)
         elif key.policy is None:  # no cache, nothing to warm: the timed batches alone
-            if "access_unique" not in self._memo:
-                def compute():
-                    acc, uniq = access_unique(self._timed_trace)
-                    return {"accesses": acc, "unique": uniq}, {}
-
-                cols, _ = self._cached("access-unique", self._timed_trace, compute,
-                                       _COUNTS_SOURCES)
-                self._memo["access_unique"] = (cols["accesses"], cols["unique"])
+            self._access_unique()
             w = workload(self._timed_trace, key, cfg, self._memo, self.replay_cache)
         else:
             w = workload(self._run, key, cfg, self._memo, self.replay_cache).tail(self.warm)
         return w
+
+    def _access_unique(self) -> tuple[np.ndarray, np.ndarray]:
+        """Accesses and unique rows of each timed batch: what every design without a cache
+        (hybrid, gpu-only) is priced from, one pass shared by all of them."""
+        if "access_unique" not in self._memo:
+            def compute():
+                acc, uniq = access_unique(self._timed_trace)
+                return {"accesses": acc, "unique": uniq}, {}
+
+            cols, _ = self._cached("access-unique", self._timed_trace, compute,
+                                   _COUNTS_SOURCES)
+            self._memo["access_unique"] = (cols["accesses"], cols["unique"])
+        return self._memo["access_unique"]
 
     def _table_bytes(self) -> dict[str, np.ndarray]:
         if "bytes" not in self._memo:

@@ -81,6 +81,22 @@ def test_parallel_and_serial_replays_give_the_same_columns(case: str) -> None:
     assert any(k.endswith(".l2_hits") for k in serial)  # the on-chip passes are covered
 
 
+def test_designs_without_a_cache_share_one_access_unique_pass() -> None:
+    """hybrid and gpu-only are priced from the same accesses and unique rows: one pass makes
+    them for both (each forked worker once made its own), and their parts are no passes."""
+    cfg = _config(CASES["quickstart-small"])
+    trace = build_trace(cfg, cache=False)
+    cfg = sized_config(cfg, trace)
+    trace = fit_trace(trace, cfg)
+    keys = [DESIGNS.get(n)(cfg).workload_key() for n in ALL_DESIGNS]
+    assert sum(k.policy is None for k in set(keys)) == 2  # hybrid (host), gpu-only (device)
+    passes = Replays(cfg, trace, True, replay_cache=False).passes(keys)
+    assert passes.count(("access_unique",)) == 1
+    assert not [t for t in passes if t[0] == "part" and t[1].policy is None]
+    assert len({t[1] for t in passes if t[0] == "part"}) == sum(
+        k.policy is not None for k in set(keys))
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_parallel_and_serial_runs_give_the_same_rows(case: str) -> None:
     cfg = _config(CASES[case])
