@@ -28,11 +28,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.fbgemm import cache_set
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, Trace
 
 EMPTY = -1
+#: accesses ahead whose set the walk hashes and prefetches (the sets, 16 B a way, outgrow
+#: the core's L2: 3.75 MiB for a 40 MiB LLC of 256 B rows); each set index is hashed once,
+#: kept in a ring of _PF_RING entries until its access comes. 8 was the fastest of 8, 16, 32,
+#: 64 on the quickstart's LLC and L2 walks (docs/performance.md)
+_PF_ONCHIP = 8
+_PF_RING = 16  # a power of two > _PF_ONCHIP
 
 
 @dataclass(frozen=True)
@@ -80,28 +87,48 @@ def onchip_hits(trace: Trace, capacity_rows: int, ways: int,
     # (row, timestamp) per way, interleaved: a set's ways share cache lines (1.5x faster
     # than two arrays on a 10M-access Zipf trace)
     slots = np.full((sets * w, 2), EMPTY, np.int64)
+    ring = np.zeros(_PF_RING, np.int64)
     for chunk in trace.iter_chunks(chunk_accesses):
         lo = chunk.first_batch
         _onchip_chunk(chunk.ids, chunk.batch_ptr, chunk.first_access, sets, w, slots,
-                      lookup[lo : lo + chunk.num_batches], update[lo : lo + chunk.num_batches])
+                      lookup[lo : lo + chunk.num_batches], update[lo : lo + chunk.num_batches],
+                      ring)
     return OnChipCounts(lookup, update, sets, w)
 
 
 @njit(cache=True)
-def _onchip_chunk(ids, batch_ptr, first_access, sets, ways, slots, lookup, update):
+def _set_base(r, sets, ways):
+    """First slot of row r's set."""
+    return cache_set(r, sets) * ways if sets > 1 else 0
+
+
+@njit(cache=True)
+def _onchip_chunk(ids, batch_ptr, first_access, sets, ways, slots, lookup, update, ring):
     """One chunk of whole batches. `resident` counts the batch's unique rows now on chip:
     +1 when a row enters (a miss) or is hit for the first time in the batch, -1 when a row the
     batch touched is evicted. "Touched in this batch" = timestamp at or after the batch's first
     access (every access restamps its row, a re-inserted row included), so no per-row state.
-    Empty ways carry timestamp -1, so they are the first victims."""
+    Empty ways carry timestamp -1, so they are the first victims. The set of access j + _PF_ONCHIP
+    is hashed and prefetched (a hint: no result depends on it) at access j; `ring` (_PF_RING
+    int64) keeps each hashed set base until its access."""
+    n = len(ids)
+    mask = _PF_RING - 1
+    for a in range(min(_PF_ONCHIP, n)):
+        ring[a] = _set_base(ids[a], sets, ways)
     for b in range(len(batch_ptr) - 1):
         lo, hi = batch_ptr[b], batch_ptr[b + 1]
         batch_start = first_access + lo
         hits = 0
         resident = 0
         for j in range(lo, hi):
+            ahead = j + _PF_ONCHIP
+            if ahead < n:
+                pb = _set_base(ids[ahead], sets, ways)
+                ring[ahead & mask] = pb
+                prefetch(slots, 2 * pb)
+                prefetch(slots, 2 * (pb + ways) - 1)
             r = ids[j]
-            base = cache_set(r, sets) * ways if sets > 1 else 0
+            base = ring[j & mask]
             found = -1
             victim = base
             oldest = slots[base, 1]
