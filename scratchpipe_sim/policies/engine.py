@@ -33,7 +33,7 @@ from scratchpipe_sim.policies.base import (
     Policy,
 )
 from scratchpipe_sim.traces._jit import njit
-from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, Trace
+from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, ChunkBuffers, Trace
 
 #: Columns of `BatchCounts.counts`, in order.
 #: `unique_unplaced`: unique rows of the batch whose first access in it was UNPLACED (the
@@ -139,7 +139,9 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
     outcome_buf = np.empty(0, np.uint8)
     events_buf = np.zeros((max_batches, NUM_EVENTS), np.int64)
     totals = None if per_batch else np.zeros((1, NUM_COUNTERS), np.int64)
-    for chunk in trace.iter_chunks(chunk_accesses, max_batches=max_batches, ptr=ptr):
+    # policies copy what they keep of a chunk (scratchpipe's window): one buffer serves
+    for chunk in trace.iter_chunks(chunk_accesses, max_batches=max_batches, ptr=ptr,
+                                   reuse_buffers=True):
         n = len(chunk.ids)
         nbat = chunk.num_batches
         if len(outcome_buf) < n:
@@ -235,8 +237,9 @@ def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
             else np.full(trace.total_rows, NO_NEXT_USE, np.int64))
     ptr = trace.batch_access_ptr() if ptr is None else ptr
     starts = trace.chunk_starts(chunk_accesses, ptr=ptr)
+    buffers = ChunkBuffers()
     for k, end in reversed(list(zip(starts[:-1], starts[1:], strict=True))):
-        first, ids = trace.chunk_ids(k, end, ptr)
+        first, ids = trace.chunk_ids(k, end, ptr, buffers)
         view = out[first : first + len(ids)]
         if narrow:
             _next_use_backward_narrow(ids, first, last, view)
@@ -358,7 +361,7 @@ def access_unique(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     acc = np.zeros(trace.num_batches, np.int64)
     uniq = np.zeros(trace.num_batches, np.int64)
     seen = SeenSet(trace, ptr)
-    for chunk in trace.iter_chunks(ptr=ptr):
+    for chunk in trace.iter_chunks(ptr=ptr, reuse_buffers=True):
         _unique_chunk(chunk.ids, chunk.batch_ptr, chunk.first_batch, seen.slots, seen.shift,
                       seen.epoch, acc, uniq)
     return acc, uniq

@@ -26,7 +26,7 @@ from scratchpipe_sim.policies.engine import (
     seen_first,
 )
 from scratchpipe_sim.traces._jit import njit
-from scratchpipe_sim.traces.csr_trace import Trace
+from scratchpipe_sim.traces.csr_trace import ChunkBuffers, Trace
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def first_touches(trace: Trace) -> np.ndarray:
         return hit[1]
     out = np.zeros(trace.num_batches, np.int64)
     seen = np.zeros(trace.total_rows, np.uint8)
-    for chunk in trace.iter_chunks():
+    for chunk in trace.iter_chunks(reuse_buffers=True):
         _new_rows(chunk.ids, chunk.batch_ptr, seen, out, chunk.first_batch)
     out.setflags(write=False)
     try:
@@ -151,8 +151,9 @@ def warmup_length(trace: Trace, prefix: int, capacity: int) -> int:
     seen = np.zeros(trace.total_rows, np.uint8)
     count = np.zeros(1, np.int64)
     ptr = trace.batch_access_ptr()
+    buffers = ChunkBuffers()
     for k in range(1, prefix + 1):
-        chunk = trace.chunk(prefix - k, prefix - k + 1, ptr)
+        chunk = trace.chunk(prefix - k, prefix - k + 1, ptr, buffers)
         _new_rows(chunk.ids, chunk.batch_ptr, seen, count, 0)
         if count[0] >= capacity:
             return k
@@ -187,7 +188,7 @@ def table_bytes(trace: Trace, r_t: tuple[int, ...], R_t: tuple[int, ...]
     ptr = trace.batch_access_ptr()
     seen = SeenSet(trace, ptr)  # the engine's unique-row set (`access_unique`'s too)
     r_arr, R_arr = np.asarray(r_t, np.float64), np.asarray(R_t, np.float64)
-    for chunk in trace.iter_chunks(ptr=ptr):
+    for chunk in trace.iter_chunks(ptr=ptr, reuse_buffers=True):
         _table_bytes(chunk.ids, chunk.tables, chunk.batch_ptr, chunk.first_batch, seen.slots,
                      seen.shift, seen.epoch, r_arr, R_arr, lookup, unique)
     return {"lookup_bytes": lookup, "unique_bytes": unique}

@@ -88,7 +88,7 @@ def onchip_hits(trace: Trace, capacity_rows: int, ways: int,
     # than two arrays on a 10M-access Zipf trace)
     slots = np.full((sets * w, 2), EMPTY, np.int64)
     ring = np.zeros(_PF_RING, np.int64)
-    for chunk in trace.iter_chunks(chunk_accesses):
+    for chunk in trace.iter_chunks(chunk_accesses, reuse_buffers=True):
         lo = chunk.first_batch
         _onchip_chunk(chunk.ids, chunk.batch_ptr, chunk.first_access, sets, w, slots,
                       lookup[lo : lo + chunk.num_batches], update[lo : lo + chunk.num_batches],

@@ -226,54 +226,70 @@ class Trace:
     def iter_chunks(
         self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0,
         max_batches: int | None = None, ptr: np.ndarray | None = None,
+        reuse_buffers: bool = False,
     ) -> Iterator[Chunk]:
         """Consecutive whole batches of about `max_accesses` linearized ids each (and at most
         `max_batches` batches, if given: per-batch buffers stay small at tiny batch sizes).
 
         A chunk always holds at least one batch, so one huge batch is one chunk. `ptr`:
         `batch_access_ptr()` if already at hand (it is one int64 per batch).
+        `reuse_buffers=True`: every chunk's `ids` and `tables` are written into the same two
+        arrays (`ChunkBuffers`), so a chunk is valid only until the next one is yielded: for
+        passes that keep nothing of a chunk but copies.
         """
         ptr = self.batch_access_ptr() if ptr is None else ptr
         starts = self.chunk_starts(max_accesses, start_batch, ptr, max_batches)
+        buffers = None
+        if reuse_buffers:  # sized once, to the largest chunk
+            first = np.asarray(starts, np.int64)
+            buffers = ChunkBuffers(int(np.max(ptr[first[1:]] - ptr[first[:-1]], initial=0)))
         for k, end in zip(starts[:-1], starts[1:], strict=True):
-            yield self.chunk(k, end, ptr)
+            yield self.chunk(k, end, ptr, buffers)
 
-    def chunk(self, k: int, end: int, ptr: np.ndarray | None = None) -> Chunk:
-        """Batches k..end-1 as one chunk (`ptr`: `batch_access_ptr()`, if already at hand)."""
+    def chunk(self, k: int, end: int, ptr: np.ndarray | None = None,
+              buffers: ChunkBuffers | None = None) -> Chunk:
+        """Batches k..end-1 as one chunk (`ptr`: `batch_access_ptr()`, if already at hand;
+        `buffers`: arrays to write the ids and tables into instead of new ones)."""
         ptr = self.batch_access_ptr() if ptr is None else ptr
         lo, hi = int(self.batch_bounds[k]), int(self.batch_bounds[end])
         base = int(ptr[k])
         bptr = ptr[k : end + 1] - base
         if self.num_tables == 1:
-            ids = self._one_table_ids(base, base + int(bptr[-1]))
+            ids = self._one_table_ids(base, base + int(bptr[-1]), buffers)
             return Chunk(k, base, ids, self._zero_tables(len(ids)), bptr)
         offs = np.asarray(self.offsets[lo : hi + 1], dtype=np.int64)
         bounds = np.asarray(self.batch_bounds[k : end + 1], dtype=np.int64) - lo
         raw = np.asarray(self.indices[offs[0] : offs[-1]])
         ids, tables = _linearize(raw, offs - offs[0], bounds, self.table_offsets,
-                                 self.num_tables)
+                                 self.num_tables, buffers)
         return Chunk(k, int(offs[0]), ids, tables, bptr)
 
-    def chunk_ids(self, k: int, end: int, ptr: np.ndarray | None = None
-                  ) -> tuple[int, np.ndarray]:
+    def chunk_ids(self, k: int, end: int, ptr: np.ndarray | None = None,
+                  buffers: ChunkBuffers | None = None) -> tuple[int, np.ndarray]:
         """(global position of the first access, linearized ids) of batches k..end-1: what
         `chunk` holds without its per-batch pointers (one int64 a batch to build: 32 MiB per
         4M-access chunk at batch size 1) when a pass needs only the ids."""
         if self.num_tables == 1:
             ptr = self.batch_access_ptr() if ptr is None else ptr
             base = int(ptr[k])
-            return base, self._one_table_ids(base, int(ptr[end]))
-        c = self.chunk(k, end, ptr)
+            return base, self._one_table_ids(base, int(ptr[end]), buffers)
+        c = self.chunk(k, end, ptr, buffers)
         return c.first_access, c.ids
 
-    def _one_table_ids(self, lo: int, hi: int) -> np.ndarray:
+    def _one_table_ids(self, lo: int, hi: int, buffers: ChunkBuffers | None = None
+                       ) -> np.ndarray:
         """Accesses lo..hi-1 of a one-table trace as int64 ids: its linear ids are the
         indices themselves, whatever the bags (a view when they are already int64: kernels
-        only read chunk ids; else a copy: one array type, one compiled kernel)."""
+        only read chunk ids; else a copy, into `buffers` if given: one array type, one
+        compiled kernel)."""
         raw = self.indices[lo:hi]
         ids = np.asarray(raw)
         if ids.dtype != np.int64 or not ids.flags.writeable or not ids.flags.c_contiguous:
-            ids = np.array(raw, dtype=np.int64)
+            if buffers is None:
+                return np.array(raw, dtype=np.int64)
+            out = buffers.take(len(ids))[0]
+            np.copyto(out, ids, casting="unsafe")
+            return out
         return ids
 
     def _zero_tables(self, n: int) -> np.ndarray:
@@ -444,14 +460,38 @@ def forget_slices() -> None:
     _SLICE_MEMO.clear()
 
 
+class ChunkBuffers:
+    """The ids and tables arrays `Trace.chunk` writes chunks into, reused chunk after chunk.
+
+    Why: a pass that takes a fresh 12 B-an-access pair per chunk often gets pages the
+    allocator has just handed back to the kernel, and faults its ~50 MB in again (the
+    quickstart's scratchpipe replay: ~0.15 s of its ~1 s). Made for `accesses` ids, grown
+    if a larger chunk is asked for, never shrunk."""
+
+    def __init__(self, accesses: int = 0) -> None:
+        self.ids = np.empty(accesses, np.int64)
+        self.tables = np.empty(accesses, np.int32)
+
+    def take(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first n entries of each array (contents undefined)."""
+        if len(self.ids) < n:
+            self.ids = np.empty(n, np.int64)
+            self.tables = np.empty(n, np.int32)
+        return self.ids[:n], self.tables[:n]
+
+
 def _linearize(raw: np.ndarray, offs: np.ndarray, bounds: np.ndarray,
-               table_offsets: np.ndarray, num_tables: int) -> tuple[np.ndarray, np.ndarray]:
+               table_offsets: np.ndarray, num_tables: int,
+               buffers: ChunkBuffers | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(global int64 ids, int32 table of each id) of a chunk's accesses; the outputs are
-    allocated here, not in the kernel (an allocating kernel compiles np.empty's overload at
-    the first run)."""
+    allocated here (or taken from `buffers`), not in the kernel (an allocating kernel
+    compiles np.empty's overload at the first run)."""
     n = len(raw)
-    ids = np.empty(n, np.int64)
-    tables = np.empty(n, np.int32)
+    if buffers is None:
+        ids = np.empty(n, np.int64)
+        tables = np.empty(n, np.int32)
+    else:
+        ids, tables = buffers.take(n)
     _linearize_into(raw, offs, bounds, np.asarray(table_offsets, np.int64), num_tables,
                     ids, tables)
     return ids, tables

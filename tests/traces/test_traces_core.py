@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -92,6 +94,36 @@ def test_validate_names_out_of_range_id():
     t = Trace.single_table(np.array([0, 1, 9]), num_rows=5, batch_size=2)
     with pytest.raises(UserError, match=r"id 9 at access 2 .* table 0: expected 0 <= id < 5"):
         t.validate()
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, 100])
+@pytest.mark.parametrize("trace", ["two-table", "one-table-int32"])
+def test_chunks_in_reused_buffers_hold_what_fresh_chunks_hold(chunk, trace):
+    """`reuse_buffers=True` writes every chunk into the same two arrays: each chunk, read
+    before the next is made, equals the fresh one (ids, tables, pointers, positions)."""
+    t = two_table_trace()
+    if trace == "one-table-int32":  # int32 ids, as a store can hold them: copied to int64
+        t = Trace.single_table(np.array([3, 1, 4, 1, 5, 9, 2, 6]), 10, batch_size=3)
+        t = dataclasses.replace(t, indices=t.indices.astype(np.int32))
+    fresh = list(t.iter_chunks(max_accesses=chunk))
+    seen = []
+    for c in t.iter_chunks(max_accesses=chunk, reuse_buffers=True):
+        seen.append((c.first_batch, c.first_access, c.ids.tolist(), c.tables.tolist(),
+                     c.batch_ptr.tolist(), c.ids))
+    assert [s[:5] for s in seen] == [(c.first_batch, c.first_access, c.ids.tolist(),
+                                      c.tables.tolist(), c.batch_ptr.tolist()) for c in fresh]
+    if len(seen) > 1:  # the buffers are really shared: the first chunk's ids were overwritten
+        assert np.shares_memory(seen[0][5], seen[-1][5])
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, 100])
+def test_next_use_of_a_two_table_trace_matches_brute_force(chunk):
+    t = two_table_trace()
+    ids = t.linear_ids()
+    nu = compute_next_use(t, chunk)
+    for j, r in enumerate(ids):
+        later = np.nonzero(ids[j + 1 :] == r)[0]
+        assert nu[j] == (j + 1 + later[0] if len(later) else NO_NEXT_USE)
 
 
 def test_single_table_cuts_batches_with_short_tail():
