@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._prefetch import prefetch
 
 EMPTY = -1
+#: prefetch distances in accesses used by the map-based kernels (lru, belady, lfu): the map
+#: bucket of access j + PF_FAR, then (read from the bucket, by then in cache) the slot's own
+#: data at j + PF_MID, then what a hit on it will touch next at j + PF_NEAR
+PF_FAR, PF_MID, PF_NEAR = 24, 12, 4
+#: how far ahead of a queue's front (in entries) `lru` prefetches the map bucket an entry's
+#: check will probe: pops come in bursts at misses, so the distance is counted in pops
+PF_QUEUE = 16
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 

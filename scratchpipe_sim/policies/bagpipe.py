@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, UNPLACED, Policy
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._prefetch import prefetch
 
 _SIZE, _HN, _CAP_EVICT, _PEAK = range(4)
 _PF = 16  # prefetch distance in accesses

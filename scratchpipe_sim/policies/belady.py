@@ -15,6 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from scratchpipe_sim.policies._hashmap import (
+    PF_FAR,
+    PF_MID,
+    PF_NEAR,
     erase,
     home_slot,
     map_keys,
@@ -23,9 +26,9 @@ from scratchpipe_sim.policies._hashmap import (
     probe,
 )
 from scratchpipe_sim.policies._heap import increase_key, insert, replace_top
-from scratchpipe_sim.policies._prefetch import PF_FAR, PF_MID, PF_NEAR, prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, UNPLACED, Policy
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._prefetch import prefetch
 
 _SIZE, _HEAP = 0, 1
 

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import (
     EVICTIONS,
     FILLS,
@@ -33,6 +32,7 @@ from scratchpipe_sim.policies.base import (
     Policy,
 )
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._prefetch import prefetch
 from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, ChunkBuffers, Trace
 
 #: Columns of `BatchCounts.counts`, in order.

@@ -34,7 +34,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import (
     EVICTIONS,
     FILLS,
@@ -46,6 +45,7 @@ from scratchpipe_sim.policies.base import (
     Policy,
 )
 from scratchpipe_sim.traces._jit import njit, on_numba
+from scratchpipe_sim.traces._prefetch import prefetch
 from scratchpipe_sim.traces.csr_trace import Chunk
 
 _C1 = np.uint64(0xFF51AFD7ED558CCD)

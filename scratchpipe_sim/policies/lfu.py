@@ -14,6 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from scratchpipe_sim.policies._hashmap import (
+    PF_FAR,
+    PF_MID,
+    PF_NEAR,
     erase,
     home_slot,
     map_keys,
@@ -21,9 +24,9 @@ from scratchpipe_sim.policies._hashmap import (
     prefetch_home,
     probe,
 )
-from scratchpipe_sim.policies._prefetch import PF_FAR, PF_MID, PF_NEAR, prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, Policy
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._prefetch import prefetch
 
 # state: resident rows, first (least-frequent) bucket, free-bucket stack depth
 _SIZE, _FIRST, _NFREE = 0, 1, 2

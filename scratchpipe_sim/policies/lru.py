@@ -25,15 +25,17 @@ from __future__ import annotations
 import numpy as np
 
 from scratchpipe_sim.policies._hashmap import (
+    PF_FAR,
+    PF_QUEUE,
     erase_pair,
     home,
     new_pair_map,
     pair_map_keys,
     probe_pair,
 )
-from scratchpipe_sim.policies._prefetch import PF_FAR, PF_QUEUE, prefetch
 from scratchpipe_sim.policies.base import HIT, MISS, POLICIES, UNIQUE, Policy
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._prefetch import prefetch
 
 #: queue entries per cache slot (rounded up to a power of two): with q entries per slot a
 #: compaction re-checks at most one slot's worth of current entries per (q - 1) pushes, so

@@ -29,7 +29,6 @@ import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies._hashmap import EMPTY, erase_pair, home, new_pair_map, probe_pair
-from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import (
     EVICTIONS,
     FILLS,
@@ -41,6 +40,7 @@ from scratchpipe_sim.policies.base import (
     Policy,
 )
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._prefetch import prefetch
 from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, Chunk, Trace
 
 ON_OVERFLOW = ("error", "stall")

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.base import (
     HIT,
     MISS,
@@ -37,6 +36,7 @@ from scratchpipe_sim.policies.base import (
     Policy,
 )
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._prefetch import prefetch
 
 _NOT_PINNED, _PINNED, _LOADED = 0, 1, 2
 _STATE_BITS = 2  # a row's state in the low bits of its int32, its batch tag above

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.engine import (
     SeenSet,
     access_unique,
@@ -26,6 +25,7 @@ from scratchpipe_sim.policies.engine import (
     seen_first,
 )
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._prefetch import prefetch
 from scratchpipe_sim.traces.csr_trace import ChunkBuffers, Trace
 
 

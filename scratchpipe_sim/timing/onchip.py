@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.fbgemm import cache_set
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._prefetch import prefetch
 from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, Trace
 
 EMPTY = -1

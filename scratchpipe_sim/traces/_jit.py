@@ -4,7 +4,7 @@ Why: a fully cached `run` (trace and replay columns read from the cache) calls n
 yet importing the modules that define them imported Numba (~0.1 s of a ~0.45 s run). Here
 `@njit(cache=True)` returns a `LazyKernel`; the first call of any of them (or Numba typing
 one: `_numba_type_`) imports Numba, runs the extension hooks (`on_numba`: the `@overload`s
-and `@intrinsic`s of policies/_prefetch.py and policies/fbgemm.py, registered before any
+and `@intrinsic`s of traces/_prefetch.py and policies/fbgemm.py, registered before any
 kernel compiles), builds the real dispatcher of every kernel defined so far with the same
 options, and puts it in place of the `LazyKernel` in every module of the package, so a
 kernel compiling later sees real dispatchers as its globals. Kernels defined after that get

@@ -11,8 +11,8 @@ import sys
 
 import numpy as np
 
-from scratchpipe_sim.policies._prefetch import prefetch
 from scratchpipe_sim.policies.fbgemm import trailing_zeros
+from scratchpipe_sim.traces._prefetch import prefetch
 
 #: a small two-table trace and every kind of kernel: map-based (lru, lfu, belady),
 #: scratchpipe's window, bagpipe's heap, FBGEMM's set-associative SWAR scan, static

@@ -1,4 +1,5 @@
-"""`prefetch(arr, i)`: a software prefetch of `arr.flat[i]` for the Numba policy kernels.
+"""`prefetch(arr, i)`: a software prefetch of `arr.flat[i]` for the Numba kernels (the trace
+generators, the policies, the timing layer's passes: it lives in the lowest layer using it).
 
 Why: once a cache's maps outgrow the last-level cache (10% of 10M rows: a 32 MB row -> slot
 map), every access pays a dependent DRAM miss for its hash bucket, and the out-of-order core
@@ -18,14 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 from scratchpipe_sim.traces._jit import on_numba
-
-#: prefetch distances in accesses used by the map-based kernels (lru, belady, lfu): the map
-#: bucket of access j + PF_FAR, then (read from the bucket, by then in cache) the slot's own
-#: data at j + PF_MID, then what a hit on it will touch next at j + PF_NEAR
-PF_FAR, PF_MID, PF_NEAR = 24, 12, 4
-#: how far ahead of a queue's front (in entries) `lru` prefetches the map bucket an entry's
-#: check will probe: pops come in bursts at misses, so the distance is counted in pops
-PF_QUEUE = 16
 
 
 def prefetch(arr: Any, idx: int) -> None:
