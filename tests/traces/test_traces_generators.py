@@ -230,6 +230,23 @@ def test_guided_inverse_cdf_equals_searchsorted_exactly(rows, alpha):
     u = u[u < 1.0]
     got = gen._guided_searchsorted(cdf, z.guide, u)
     assert got.tolist() == np.searchsorted(cdf, u, side="right").tolist()
+    # the fused path (search, then the permutation's id) gives the same ids as the two steps
+    perm = np.random.default_rng(rows + 1).permutation(rows).astype(np.int32)
+    fused = gen._guided_searchsorted(cdf, z.guide, u, perm)
+    assert fused.dtype == np.int64
+    assert fused.tolist() == perm[np.searchsorted(cdf, u, side="right")].tolist()
+
+
+def test_zipf_sampler_draws_the_same_ids_through_the_fused_search():
+    """`ZipfSampler.sample` takes the fused search + permutation when every rank is in its
+    table and the permutation is a table: the ids equal the rank search, then the
+    permutation (`Permutation.__call__`), from the same draws."""
+    ZipfSampler._cache.clear()
+    z = gen.zipf(5000, np.random.SeedSequence(3), alpha=1.1)
+    assert z.perm.table is not None and len(z.cdf) == z.rows  # the fused path is taken
+    got = z.sample(np.random.default_rng(9), 20_000)
+    u = np.random.default_rng(9).random(20_000)
+    assert got.tolist() == z.perm(np.searchsorted(z.cdf, u, side="right")).tolist()
 
 
 # -- pooling jitter --------------------------------------------------------------------------
