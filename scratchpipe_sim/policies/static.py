@@ -78,9 +78,9 @@ class Static(Policy):
     def prepare(self, trace) -> None:
         nbatch = max(1, math.ceil(self.p["profile_fraction"] * trace.num_batches))
         counts = np.zeros(self.num_rows, np.int64)
-        for chunk in trace.iter_chunks():
-            if chunk.first_batch >= nbatch:
-                break
+        # the profiled batches alone (a chunk past them was linearized for nothing)
+        profiled = trace if nbatch >= trace.num_batches else trace.slice(0, nbatch)
+        for chunk in profiled.iter_chunks(reuse_buffers=True):
             _count(chunk.ids, chunk.batch_ptr, nbatch - chunk.first_batch, counts)
         top = top_k(counts, self.capacity)
         self.rowstate = np.zeros(self.num_rows, np.int32)
