@@ -341,10 +341,11 @@ _AUTO_SOURCES = ("timing/counts.py", "timing/runner.py", "traces/csr_trace.py")
 
 def _pass_rank(task: tuple) -> int:
     """Which passes to start first (lower: longer), by what a pass does per access (the
-    quickstart's passes, serial, on the 2-core VM of docs/performance.md: scratchpipe 1.30 s,
-    the LLC and L2 walks 0.64 / 0.51, static 0.56, lru 0.42, unique rows 0.36, first
-    touches 0.24): a replay that also needs each access's next use (scratchpipe, belady,
-    bagpipe), then the set-associative on-chip walks, other replays, the single passes."""
+    quickstart's passes, serial, on the 2-core VM of docs/performance.md, session 6:
+    scratchpipe ~1.0 s, static 0.44, lru 0.40, the L2 and LLC walks 0.32 / 0.28, unique rows
+    0.13, first touches 0.13): a replay that also needs each access's next use (scratchpipe,
+    belady, bagpipe), then the set-associative on-chip walks, other replays, the single
+    passes (either order of the middle two ends the quickstart's passes within ~0.02 s)."""
     if task[0] == "part" and task[1].policy is not None:
         return 0 if POLICIES.get(task[1].policy).needs_next_use else 2
     return 1 if task[0] == "onchip" else 3
