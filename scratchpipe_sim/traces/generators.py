@@ -35,7 +35,7 @@ from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces._prefetch import prefetch
 from scratchpipe_sim.traces.csr_trace import Trace
-from scratchpipe_sim.traces.store import TraceWriter
+from scratchpipe_sim.traces.store import TraceWriter, index_dtype_for
 
 GENERATOR_VERSION = 1
 #: fewest accesses of a pass (a trace to draw, a replay) for which forking workers pays: a
@@ -683,15 +683,19 @@ def trace_from_spec(spec: GenSpec, jobs: int = 1) -> Trace:
     W = spec.accesses_per_batch
     n = spec.num_batches * W
     jobs = min(int(jobs), spec.num_tables)
+    # uint32 ids where every table fits, as a store holds them (half the memory and the
+    # traffic of every pass over the trace; the ids and `content_sha256` are the same)
+    dtype = index_dtype_for(spec.table_rows)
     if jobs > 1 and n >= PARALLEL_MIN_ACCESSES:
         import mmap
 
-        buf = mmap.mmap(-1, max(n, 1) * 8)  # MAP_SHARED | MAP_ANONYMOUS: the workers' writes
-        indices = np.frombuffer(buf, np.int64, count=n)
+        # MAP_SHARED | MAP_ANONYMOUS: the workers' writes
+        buf = mmap.mmap(-1, max(n, 1) * dtype.itemsize)
+        indices = np.frombuffer(buf, dtype, count=n)
         if not _fill_parallel(spec, indices.reshape(spec.num_batches, W), jobs):
             _fill_tables(spec, range(spec.num_tables), indices.reshape(spec.num_batches, W))
     else:
-        indices = np.empty(n, np.int64)
+        indices = np.empty(n, dtype)
         _fill_tables(spec, range(spec.num_tables), indices.reshape(spec.num_batches, W))
     offsets, bounds = _block_layout(spec, spec.num_batches)
     return Trace(np.asarray(spec.table_rows, np.int64), indices, offsets, bounds,

@@ -39,6 +39,14 @@ DATA_FILES = ("indices.bin", "offsets.bin", "batch_bounds.bin")
 INDEX_DTYPES = ("<u4", "<i8")
 
 
+def index_dtype_for(table_rows) -> np.dtype:
+    """The narrowest of `INDEX_DTYPES` that holds every row id of tables of `table_rows`
+    rows (uint32 up to 2^32 rows a table): what a store writes, and what a generated trace
+    holds in memory, so both feed the kernels the same array type."""
+    fits = int(np.max(np.asarray(table_rows, np.int64), initial=0)) <= 2**32
+    return np.dtype(INDEX_DTYPES[0] if fits else INDEX_DTYPES[1])
+
+
 def is_store(path: str | os.PathLike) -> bool:
     return (Path(path) / "manifest.json").is_file()
 
@@ -62,7 +70,7 @@ class TraceWriter:
         self.meta = dict(meta or {})
         self.overwrite = overwrite
         if index_dtype is None:
-            index_dtype = INDEX_DTYPES[0] if self.table_rows.max() <= 2**32 else INDEX_DTYPES[1]
+            index_dtype = index_dtype_for(self.table_rows)
         if np.dtype(index_dtype).str not in INDEX_DTYPES:
             raise ValueError(f"index dtype {index_dtype}: expected one of {INDEX_DTYPES}")
         self.index_dtype = np.dtype(index_dtype)

@@ -55,13 +55,25 @@ def test_content_sha256_is_the_int64_arrays_hash_and_slices_derive_their_fingerp
 
 def test_digest_values_are_the_ones_caches_were_written_with():
     """Computed by the id()-keyed functions of policies/replay_cache.py before they moved
-    to Trace: the same values, so trace-cache keys and stored fingerprints stay valid."""
+    to Trace: the same values, so trace-cache keys and stored fingerprints stay valid. A
+    generated trace holds uint32 ids since issue 26's session 6 (as a store does): its
+    content digest is unchanged (it hashes the ids as int64), its fingerprint names the
+    dtype; the same ids as int64 give the fingerprints caches were written with before."""
     t = _multi_trace()
+    assert t.indices.dtype == np.uint32
     assert t.content_sha256() == \
         "2b77bb33bd923394625a9846e46dee0df250a88651a84525c7ba40d956bd9be8"
     assert t.fingerprint() == \
-        "5205ae822474e02e0bb08c6ed7d11b2452463bcade9a2cb8e7344e7d7e4f695b"
+        "ea35d9b4fd5bf06851f4ea7c6ab92f521311e79caf9199a47c0c2084b2e71b4f"
     assert t.slice(2, 7).fingerprint() == \
+        "58f38ea41d311dfa57fca461125ac474516d822b13a7d41229e543fb3040fc65"
+    wide = _multi_trace()
+    wide = Trace(wide.table_rows, wide.indices.astype(np.int64), wide.offsets,
+                 wide.batch_bounds, wide.batch_size, wide.meta, wide.source)
+    assert wide.content_sha256() == t.content_sha256()
+    assert wide.fingerprint() == \
+        "5205ae822474e02e0bb08c6ed7d11b2452463bcade9a2cb8e7344e7d7e4f695b"
+    assert wide.slice(2, 7).fingerprint() == \
         "c1911091205edfb95aec09443fecbc0faf7ff42a675c48c320f2e6274a8209a2"
 
 
