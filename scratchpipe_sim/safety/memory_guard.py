@@ -31,8 +31,9 @@ RUN_BYTES_PER_ROW = 28
 #: the engine's unique-row set, which is per batch unless a batch is comparable to the
 #: table (then 8 B a row: the estimate is 4 B a row short).
 CACHE_BYTES_PER_ROW = 20
-#: per access: the id (int64), its table (int32) and one int64 working array (next use, or
-#: the generator's draw).
+#: per access: the id (int64 at most: a generated trace or a store holds uint32 when every
+#: table fits), its table (int32) and one int64 working array (next use, or the generator's
+#: draw).
 BYTES_PER_ACCESS = 20
 ENV = "SCRATCHPIPE_MEMORY_BYTES"
 
