@@ -111,6 +111,9 @@ class Policy(ABC):
         NUM_EVENTS).
 
         `next_use` is the slice for this chunk's accesses (global positions), or None.
+        The engine writes every chunk's `ids` and `tables` into the same buffers
+        (`Trace.iter_chunks(reuse_buffers=True)`): what a policy keeps of a chunk past this
+        call it must copy (as scratchpipe's window does).
         """
 
     def finish(self) -> None:  # noqa: B027 - optional hook
