@@ -344,11 +344,12 @@ def _pass_rank(task: tuple) -> int:
     quickstart's passes, serial, on the 2-core VM of docs/performance.md, session 6:
     scratchpipe ~1.0 s, static 0.44, lru 0.40, the L2 and LLC walks 0.32 / 0.28, unique rows
     0.13, first touches 0.13): a replay that also needs each access's next use (scratchpipe,
-    belady, bagpipe), then the set-associative on-chip walks, other replays, the single
-    passes (either order of the middle two ends the quickstart's passes within ~0.02 s)."""
+    belady, bagpipe), then other replays, the set-associative on-chip walks, the single
+    passes: longest first, so the short ones fill the end (with the walks before the other
+    replays, lru started last and one worker idled ~0.3 s at the end)."""
     if task[0] == "part" and task[1].policy is not None:
-        return 0 if POLICIES.get(task[1].policy).needs_next_use else 2
-    return 1 if task[0] == "onchip" else 3
+        return 0 if POLICIES.get(task[1].policy).needs_next_use else 1
+    return 2 if task[0] == "onchip" else 3
 
 
 class Replays:
