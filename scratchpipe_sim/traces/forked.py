@@ -2,11 +2,12 @@
 
 Why fork: the work shares hundreds of MB of arrays (a trace, the replays of a run, a
 sensitivity pricer); a forked worker inherits them copy-on-write and reads them in place,
-so only the items and the results are pickled. Numba is imported (and every kernel's
-dispatcher built) once in the parent first (`traces/_jit.materialize`), so the workers
-inherit it instead of each importing it. The one home of the pattern: `run --jobs`'s
-passes (timing/runner.py), the table-parallel trace draw (traces/generators.py) and
-`sensitivity --jobs` (experiments/sensitivity_analysis.py).
+so only the items and the results are pickled. Numba is imported, every kernel's
+dispatcher built and Numba's CPU target set up once in the parent first
+(`traces/_jit.ready_target`), so the workers inherit them instead of each making them.
+The one home of the pattern: `run --jobs`'s passes (timing/runner.py), the table-parallel
+trace draw (traces/generators.py) and `sensitivity --jobs`
+(experiments/sensitivity_analysis.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from scratchpipe_sim.traces._jit import materialize
+from scratchpipe_sim.traces._jit import ready_target
 
 #: what `fork_map(skip_failures=True)` gives for an item whose call raised (the caller
 #: makes it again serially, where its error is raised as it would be without workers)
@@ -43,7 +44,7 @@ def fork_map(fn: Callable[[Any, Any], Any], state: Any, items: Sequence[Any], jo
     function; `state` inherited, never pickled). `skip_failures`: an item whose call raised
     gives `FAILED` instead of raising. Callers check `can_fork()` first."""
     global _WORK
-    materialize()
+    ready_target()
     _WORK = (fn, state)
     try:
         ctx = multiprocessing.get_context("fork")

@@ -608,28 +608,22 @@ def iter_blocks(spec: GenSpec) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndar
         yield indices, offsets, bounds
 
 
-def _fill_tables(spec: GenSpec, tables: Sequence[int], out: np.ndarray,
-                 built: Mapping[int, Sampler] | None = None) -> None:
+def _fill_tables(spec: GenSpec, tables: Sequence[int], out: np.ndarray) -> None:
     """Write the ids of `tables` into `out` (num_batches x ids a batch, the in-memory
-    trace's indices): table t's at columns sum(widths[:t]).. of every batch (`built`:
-    samplers made already, by table)."""
+    trace's indices): table t's at columns sum(widths[:t]).. of every batch."""
     widths = _widths(spec)
     col = np.concatenate(([0], np.cumsum(widths))).astype(np.int64)
-    built = built or {}
-    samplers = _samplers(spec, [t for t in tables if t not in built])
-    samplers.update({t: built[t] for t in tables if t in built})
-    for t, sampler in samplers.items():
+    for t, sampler in _samplers(spec, tables).items():
         first = 0
         for ids in _table_blocks(spec, t, sampler):
             out[first:first + len(ids), col[t]:col[t + 1]] = ids
             first += len(ids)
 
 
-def _fill_group(state: tuple[GenSpec, np.ndarray, dict[int, Sampler]], tables: list[int]
-                ) -> None:
+def _fill_group(state: tuple[GenSpec, np.ndarray], tables: list[int]) -> None:
     """A forked worker's share of `_fill_parallel` (`fork_map`)."""
-    spec, out, built = state
-    _fill_tables(spec, tables, out, built)
+    spec, out = state
+    _fill_tables(spec, tables, out)
 
 
 def _fill_parallel(spec: GenSpec, out: np.ndarray, jobs: int) -> bool:
@@ -642,19 +636,11 @@ def _fill_parallel(spec: GenSpec, out: np.ndarray, jobs: int) -> bool:
     widths = _widths(spec)
     groups: list[list[int]] = [[] for _ in range(jobs)]
     load = [0] * jobs
-    order = sorted(range(spec.num_tables), key=lambda t: -widths[t])  # longest first
-    for t in order:
+    for t in sorted(range(spec.num_tables), key=lambda t: -widths[t]):  # longest first
         k = load.index(min(load))
         groups[k].append(t)
         load[k] += widths[t]
-    # one draw here first, thrown away: the workers inherit what it set up instead of each
-    # making it again (Numba's compiler target, ~0.1 s on a process's first kernel call,
-    # which the run's next pass here would pay anyway; the draw kernel loaded from Numba's
-    # cache; zipf's CDF tables, read by every worker from the same pages). Its worker takes
-    # the sampler as it is.
-    built = _samplers(spec, order[:1])
-    built[order[0]].sample(np.random.default_rng(0), 1)
-    fork_map(_fill_group, (spec, out, built), [g for g in groups if g], jobs)
+    fork_map(_fill_group, (spec, out), [g for g in groups if g], jobs)
     return True
 
 
