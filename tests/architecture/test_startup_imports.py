@@ -134,3 +134,28 @@ def test_lazy_kernels_become_numba_dispatchers_on_first_call():
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "ok"
+
+
+READY_PROBE = """
+import sys
+from scratchpipe_sim.policies import lru
+from scratchpipe_sim.traces import _jit
+assert "numba" not in sys.modules and not _jit.built()
+_jit.ready_target()
+from numba.core.registry import CPUDispatcher
+assert _jit.built() and isinstance(lru._lru_chunk, CPUDispatcher)
+# the trivial kernel was called, so this process has Numba's CPU target set up
+assert isinstance(_jit._first_kernel, CPUDispatcher) and _jit._first_kernel.signatures
+_jit.ready_target()  # again: nothing more to do
+print("ok")
+"""
+
+
+def test_ready_target_builds_the_kernels_and_calls_one_before_a_fork():
+    """`fork_map` calls `ready_target` so forked workers inherit Numba's CPU target (~0.1 s
+    a process otherwise pays on its first kernel call): every kernel is a dispatcher and
+    the trivial kernel has been compiled or loaded."""
+    out = subprocess.run([sys.executable, "-c", READY_PROBE], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "ok"
