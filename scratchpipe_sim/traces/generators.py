@@ -230,9 +230,8 @@ def _guide_lo(guide, slot, j):
 def _search_from(cdf, guide, G, u, slot, j):
     """Draw j's rank: the binary search between its guide entries."""
     x = u[j]
-    a = slot[j] - 1
     b = slot[j] + 2
-    lo = guide[a if a > 0 else 0]
+    lo = _guide_lo(guide, slot, j)
     hi = guide[b if b < G else G]
     while lo < hi:
         mid = (lo + hi) >> 1
@@ -244,9 +243,9 @@ def _search_from(cdf, guide, G, u, slot, j):
 
 
 @njit(cache=True)
-def _prefetch_search(cdf, guide, G, u, slot, j):
+def _prefetch_search(cdf, guide, slot, j):
     """Hints for the searches ahead of draw j: a guide entry, then a CDF entry."""
-    n = len(u)
+    n = len(slot)
     if j + _PF_GUIDE < n:
         prefetch(guide, slot[j + _PF_GUIDE])
     half = j + _PF_GUIDE // 2
@@ -257,14 +256,14 @@ def _prefetch_search(cdf, guide, G, u, slot, j):
 @njit(cache=True)
 def _guided_search(cdf, guide, G, u, slot, out):
     for j in range(len(u)):
-        _prefetch_search(cdf, guide, G, u, slot, j)
+        _prefetch_search(cdf, guide, slot, j)
         out[j] = _search_from(cdf, guide, G, u, slot, j)
 
 
 @njit(cache=True)
 def _guided_search_permuted(cdf, guide, G, u, slot, perm, out):
     for j in range(len(u)):
-        _prefetch_search(cdf, guide, G, u, slot, j)
+        _prefetch_search(cdf, guide, slot, j)
         out[j] = perm[_search_from(cdf, guide, G, u, slot, j)]
 
 
