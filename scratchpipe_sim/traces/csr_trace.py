@@ -487,11 +487,7 @@ def _linearize(raw: np.ndarray, offs: np.ndarray, bounds: np.ndarray,
     allocated here (or taken from `buffers`), not in the kernel (an allocating kernel
     compiles np.empty's overload at the first run)."""
     n = len(raw)
-    if buffers is None:
-        ids = np.empty(n, np.int64)
-        tables = np.empty(n, np.int32)
-    else:
-        ids, tables = buffers.take(n)
+    ids, tables = (ChunkBuffers() if buffers is None else buffers).take(n)
     _linearize_into(raw, offs, bounds, np.asarray(table_offsets, np.int64), num_tables,
                     ids, tables)
     return ids, tables
