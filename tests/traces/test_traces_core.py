@@ -118,12 +118,7 @@ def test_chunks_in_reused_buffers_hold_what_fresh_chunks_hold(chunk, trace):
 
 @pytest.mark.parametrize("chunk", [1, 2, 5, 100])
 def test_next_use_of_a_two_table_trace_matches_brute_force(chunk):
-    t = two_table_trace()
-    ids = t.linear_ids()
-    nu = compute_next_use(t, chunk)
-    for j, r in enumerate(ids):
-        later = np.nonzero(ids[j + 1 :] == r)[0]
-        assert nu[j] == (j + 1 + later[0] if len(later) else NO_NEXT_USE)
+    _assert_next_use_is_brute_force(two_table_trace(), chunk)
 
 
 def test_single_table_cuts_batches_with_short_tail():
@@ -132,15 +127,22 @@ def test_single_table_cuts_batches_with_short_tail():
     assert t.batch_access_ptr().tolist() == [0, 2, 4, 5]
 
 
+def _assert_next_use_is_brute_force(t: Trace, chunk: int) -> None:
+    """`compute_next_use` against a search of the linearized ids after each access."""
+    ids = t.linear_ids()
+    nu = compute_next_use(t, chunk)
+    for j, r in enumerate(ids):
+        later = np.nonzero(ids[j + 1 :] == r)[0]
+        assert nu[j] == (j + 1 + later[0] if len(later) else NO_NEXT_USE)
+
+
 @pytest.mark.parametrize("chunk", [1, 3, 1000])
 def test_next_use_matches_brute_force(chunk):
     rng = np.random.default_rng(7)
     ids = rng.integers(0, 6, 40)
     t = Trace.single_table(ids, 6, batch_size=3)
-    nu = compute_next_use(t, chunk)
-    for j, r in enumerate(ids):
-        later = np.nonzero(ids[j + 1 :] == r)[0]
-        assert nu[j] == (j + 1 + later[0] if len(later) else NO_NEXT_USE)
+    assert t.linear_ids().tolist() == ids.tolist()  # one table: its ids are the linear ones
+    _assert_next_use_is_brute_force(t, chunk)
 
 
 def test_every_subcommand_and_policy_is_registered(capsys):
