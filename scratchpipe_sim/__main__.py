@@ -1,5 +1,3 @@
-import sys
+from scratchpipe_sim.cli import console
 
-from scratchpipe_sim.cli import main
-
-sys.exit(main())
+console()

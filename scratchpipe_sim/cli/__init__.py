@@ -18,6 +18,7 @@ would (a test compares the two, which also checks the text read against the cons
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import re
@@ -135,5 +136,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def console() -> None:
+    """The console script's and `python -m scratchpipe_sim`'s entry point: `main`, then exit.
+
+    Why `gc.freeze()` before exiting: the interpreter's teardown runs full collections over
+    every object still alive (Numba's, SciPy's and SimPy's modules: ~110k), 0.15-0.25 s of a
+    ~3 s cold quickstart `run` on the 2-core VM of docs/performance.md; frozen objects are
+    not traversed, and the process's memory is returned whole at exit anyway. Nothing here
+    relies on a collection at exit (shared trace memory is an anonymous mapping; temporary
+    files are unlinked or closed by their owners). `main` does not freeze: tests and
+    notebooks call it in a process that lives on.
+    """
+    status = main()
+    gc.freeze()
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
