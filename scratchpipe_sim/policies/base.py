@@ -20,7 +20,9 @@ Every row touched in training is updated, so an evicted row is dirty: policies w
 every eviction unless they say otherwise.
 
 Policies that need the future (`needs_next_use = True`) get `next_use`: for each access, the
-global stream position of the next access to the same linearized id, or `NO_NEXT_USE`.
+global stream position of the next access to the same linearized id, or the largest value
+of the array's type where there is none (int32 and `NO_NEXT_USE_32` below 2^31 - 1 accesses,
+else int64 and `NO_NEXT_USE`): compare next uses with positions and with each other only.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ HIT, MISS, UNPLACED = 0, 1, 2
 FILLS, EVICTIONS, WRITEBACKS, UNIQUE, UNIQUE_UNPLACED = 0, 1, 2, 3, 4
 NUM_EVENTS = 5
 NO_NEXT_USE = np.iinfo(np.int64).max
+NO_NEXT_USE_32 = np.iinfo(np.int32).max
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 The engine is the only caller of `Policy.process`. It linearizes ids (via the trace), gives
 future-aware policies their next-use positions, and turns per-access outcomes into per-batch
 and per-table counters. Memory is bounded by the chunk size plus policy state; only the
-next-use array (one int64 per access, for `belady` and `scratchpipe`) grows with the trace,
-and it lives in a temporary memory-mapped file when large.
+next-use array (one int32 per access below 2^31 - 1 accesses, else int64; for `belady`,
+`scratchpipe` and `bagpipe`) grows with the trace, and it lives in a temporary memory-mapped
+file when large.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from scratchpipe_sim.policies.base import (
     FILLS,
     HIT,
     NO_NEXT_USE,
+    NO_NEXT_USE_32,
     NUM_EVENTS,
     POLICIES,
     UNIQUE,
@@ -46,11 +48,15 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 #: most batches per engine chunk (bounds the per-batch buffers at small batch sizes)
 MAX_CHUNK_BATCHES = 1 << 16
 _IN_MEMORY_NEXT_USE = 1 << 26
+#: next uses are int32 below this many accesses (every position and `NO_NEXT_USE_32` fit)
+_NARROW_NEXT_USE_ACCESSES = NO_NEXT_USE_32
 _PF_NEXT_USE = 48  # prefetch distance of the next-use pass, in accesses
 #: prefetch distance of the unique-row set's probes, in accesses (32 was the fastest of 8,
 #: 16, 32, 64 for `access_unique` on the quickstart: a 32 MB set for its 327,680-access batches)
 _PF_SEEN = 32
-_NO_NEXT_USE_ARG = np.zeros(0, np.int64)  # `_count_chunk`'s next uses when there are none
+#: `_count_chunk`'s next uses when there are none: int32 like a trace's next uses (one
+#: compiled specialization serves both)
+_NO_NEXT_USE_ARG = np.zeros(0, np.int32)
 #: the unique-row set's entries: (batch stamp << _SEEN_KEY_BITS) | row; -1 (sign bit set) is
 #: never a valid entry
 _SEEN_KEY_BITS = 48
@@ -222,47 +228,44 @@ def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
                      ptr: np.ndarray | None = None) -> np.ndarray:
     """For every access, the global position of the next access to the same linearized id.
 
-    One backward pass over the chunks; `NO_NEXT_USE` where the id is never seen again.
+    One backward pass over the chunks; where the id is never seen again, the largest value of
+    the array's type (`next_use_sentinel`). int32 while the trace has fewer than 2^31 - 1
+    accesses (every position and the sentinel fit), else int64. Why narrow: the array is
+    one entry per access, the largest a replay allocates (126 MB int64 for the quickstart's
+    15.7M accesses), and fresh pages cost the forked worker that replays scratchpipe up to
+    0.4 s of page clearing on the 2-core VM of docs/performance.md. A comparison with a
+    position decides the same with either type, since every position is below both
+    sentinels: policies only compare next uses with positions and with each other.
     Large traces get a temporary memory-mapped array (deleted when unreferenced).
     """
     n = trace.num_accesses
+    dtype = np.int32 if n < _NARROW_NEXT_USE_ACCESSES else np.int64
     if n <= _IN_MEMORY_NEXT_USE:
-        out = np.empty(n, np.int64)
+        out = np.empty(n, dtype)
     else:
         tmp = tempfile.TemporaryFile(prefix="scratchpipe-next-use-")
-        out = np.memmap(tmp, dtype=np.int64, mode="w+", shape=(n,))
-    # int32 positions (-1 = none) halve the random traffic to `last` when they fit
-    narrow = n < np.iinfo(np.int32).max
-    last = (np.full(trace.total_rows, -1, np.int32) if narrow
-            else np.full(trace.total_rows, NO_NEXT_USE, np.int64))
+        out = np.memmap(tmp, dtype=dtype, mode="w+", shape=(n,))
+    last = np.full(trace.total_rows, next_use_sentinel(out), dtype)  # row -> next position
     ptr = trace.batch_access_ptr() if ptr is None else ptr
     starts = trace.chunk_starts(chunk_accesses, ptr=ptr)
     buffers = ChunkBuffers()
     for k, end in reversed(list(zip(starts[:-1], starts[1:], strict=True))):
         first, ids = trace.chunk_ids(k, end, ptr, buffers)
-        view = out[first : first + len(ids)]
-        if narrow:
-            _next_use_backward_narrow(ids, first, last, view)
-        else:
-            _next_use_backward(ids, first, last, view)
+        _next_use_backward(ids, first, last, out[first : first + len(ids)])
     return out
 
 
-@njit(cache=True)
-def _next_use_backward_narrow(ids, base, last, out):
-    for j in range(len(ids) - 1, -1, -1):
-        if j >= _PF_NEXT_USE:  # a hint (see _prefetch.py): `last` is one entry per row
-            prefetch(last, ids[j - _PF_NEXT_USE])
-        r = ids[j]
-        p = last[r]
-        out[j] = NO_NEXT_USE if p < 0 else p
-        last[r] = base + j
+def next_use_sentinel(next_use: np.ndarray) -> int:
+    """What `compute_next_use` writes for an access whose id is never seen again: the largest
+    value of the array's type (`NO_NEXT_USE_32` or `NO_NEXT_USE`)."""
+    return NO_NEXT_USE_32 if next_use.dtype == np.int32 else NO_NEXT_USE
 
 
 @njit(cache=True)
 def _next_use_backward(ids, base, last, out):
+    """`last[row]`: the row's next position (the sentinel until seen), of `out`'s type."""
     for j in range(len(ids) - 1, -1, -1):
-        if j >= _PF_NEXT_USE:
+        if j >= _PF_NEXT_USE:  # a hint (see _prefetch.py): `last` is one entry per row
             prefetch(last, ids[j - _PF_NEXT_USE])
         r = ids[j]
         out[j] = last[r]

@@ -486,7 +486,9 @@ class ScratchPipe(Policy):
         if len(self._b_slot) < n:
             self._b_slot = np.empty(n, np.int64)
         slots = self._b_slot[:n]
-        nu = np.asarray(next_use, np.int64)
+        nu = next_use  # int32 or int64 (`compute_next_use`): the window keeps that type
+        if self.win_nu.dtype != nu.dtype:  # (one compiled kernel, not one per mix)
+            self.win_nu = self.win_nu.astype(nu.dtype)
         bad = _scratchpipe_chunk(
             chunk.ids, chunk.batch_ptr, nu, chunk.first_batch, chunk.first_access,
             self.win_ids, self.win_ptr, self.win_nu, self.win_slot, self.win_base,

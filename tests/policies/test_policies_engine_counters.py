@@ -132,3 +132,30 @@ def test_large_batches_use_the_per_row_stamps():
     assert (one.accesses, one.unique) == (10, 4)
     split = run_cache(Trace.single_table(ids, 4, 5), "lru", 2)
     assert split.unique == 4 + 3
+
+
+@pytest.mark.parametrize("name, params", [
+    ("belady", {}), ("belady-bypass", {}), ("bagpipe", {"lookahead": 3}),
+    ("scratchpipe", {"lookahead": 3, "on_overflow": "stall"})])
+def test_int32_and_int64_next_uses_replay_the_same(monkeypatch, name, params):
+    """Every policy that reads next uses decides the same with int32 next uses (sentinel
+    2^31 - 1) as with int64 ones (sentinel 2^63 - 1): every column, every extra, bit for bit,
+    over several chunks (the scratchpipe window carried across them)."""
+    rng = np.random.default_rng(11)
+    ids = (rng.zipf(1.3, 30_000) % 3000).astype(np.int64)
+    trace = Trace.single_table(ids, 3000, batch_size=64)
+
+    def replay():
+        policy = make_policy(name, 300, trace.total_rows, **params)
+        return replay_columns(trace, policy, chunk_accesses=5_000)
+
+    narrow_cols, narrow_extra = replay()
+    assert engine.compute_next_use(trace).dtype == np.int32
+    monkeypatch.setattr(engine, "_NARROW_NEXT_USE_ACCESSES", 0)
+    assert engine.compute_next_use(trace).dtype == np.int64
+    wide_cols, wide_extra = replay()
+    assert narrow_extra == wide_extra
+    assert narrow_cols.keys() == wide_cols.keys()
+    for col in narrow_cols:
+        assert np.array_equal(narrow_cols[col], wide_cols[col]), col
+    assert narrow_cols["misses"].sum() > 0 and narrow_cols["evictions"].sum() > 0

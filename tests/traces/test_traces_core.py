@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies.base import NO_NEXT_USE
+from scratchpipe_sim.policies import engine
+from scratchpipe_sim.policies.base import NO_NEXT_USE, NO_NEXT_USE_32
 from scratchpipe_sim.policies.engine import compute_next_use
 from scratchpipe_sim.traces import Trace, TraceWriter, read_trace, write_trace
 
@@ -127,13 +128,21 @@ def test_single_table_cuts_batches_with_short_tail():
     assert t.batch_access_ptr().tolist() == [0, 2, 4, 5]
 
 
-def _assert_next_use_is_brute_force(t: Trace, chunk: int) -> None:
-    """`compute_next_use` against a search of the linearized ids after each access."""
+def _assert_next_use_is_brute_force(t: Trace, chunk: int, never: int = NO_NEXT_USE_32) -> None:
+    """`compute_next_use` against a search of the linearized ids after each access (`never`:
+    the sentinel expected, int32's largest value for a trace this small)."""
     ids = t.linear_ids()
     nu = compute_next_use(t, chunk)
+    assert nu.dtype == (np.int32 if never == NO_NEXT_USE_32 else np.int64)
     for j, r in enumerate(ids):
         later = np.nonzero(ids[j + 1 :] == r)[0]
-        assert nu[j] == (j + 1 + later[0] if len(later) else NO_NEXT_USE)
+        assert nu[j] == (j + 1 + later[0] if len(later) else never)
+
+
+def test_next_use_is_int64_with_its_sentinel_past_the_int32_range(monkeypatch):
+    """The wide path (2^31 - 1 accesses or more), taken here by lowering the threshold."""
+    monkeypatch.setattr(engine, "_NARROW_NEXT_USE_ACCESSES", 8)  # 8 accesses
+    _assert_next_use_is_brute_force(two_table_trace(), 4, never=NO_NEXT_USE)
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 1000])
