@@ -46,8 +46,11 @@ from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, Chunk, Trac
 ON_OVERFLOW = ("error", "stall")
 # indices into the int64 `st` state vector of the kernel
 _USED, _QHEAD, _QTAIL, _HSIZE, _TRAIN_MISSES, _STALLS, _VHEAD, _VTAIL = range(8)
-_PF = 16  # prefetch distance in accesses
+_PF = 32  # prefetch distance in accesses
 _PF_Q = 4  # prefetch distance in victims
+_PF_FILL = 32  # prefetch distance of pass 2 (fills), in accesses
+_PF_CHECK = 32  # prefetch distance of a retired batch's check, in accesses
+_PF_EXPIRE = 16  # prefetch distance of the ghosts' expiry, in victims
 _PF_RETIRE = 64  # most slots of the next retired batch prefetched
 
 
@@ -179,7 +182,12 @@ def _retire(ext_ids, ext_ptr, ext_nu, ext_slot, ext_base, tb, unpin_before, slot
     now being planned (its next use >= `unpin_before`, the first position of that batch).
     """
     bend = ext_base + ext_ptr[tb + 1]
-    for q in range(ext_ptr[tb], ext_ptr[tb + 1]):
+    hi = ext_ptr[tb + 1]
+    for q in range(ext_ptr[tb], hi):
+        if q + _PF_CHECK < hi:  # a hint: the slot a later last access checks
+            later = ext_slot[q + _PF_CHECK]
+            if later >= 0 and ext_nu[q + _PF_CHECK] >= bend:
+                prefetch(slot_row, later)
         nu = ext_nu[q]
         s = ext_slot[q]
         if s < 0 or nu < bend:
@@ -233,6 +241,8 @@ def _expire_victims(j, w, table, mask, shift, vring, vstart, st):
         n = len(vring) - 1
         end = vstart[(j - w + 1) & ring]
         for i in range(vstart[(j - w) & ring], end):
+            if i + _PF_EXPIRE < end:  # a hint: the bucket of a later victim
+                prefetch(table, 2 * home(vring[(i + _PF_EXPIRE) & n], shift))
             v = vring[i & n]
             g = probe_pair(table, mask, shift, v)
             if table[g, 0] == v and table[g, 1] == -1 - (j - w):  # still that ghost
@@ -313,6 +323,10 @@ def _scratchpipe_chunk(ids, ptr, nus, first_batch, base, w_ids, w_ptr, w_nu, w_s
         # helper taking arrays costs an NRT incref/decref per array and call)
         stalled = False
         for q in range(lo, hi):
+            # a hint: pass 1's probe position of the miss _PF_FILL accesses on (a batch
+            # later, its map line has left the cache: this load was the kernel's costliest)
+            if q + _PF_FILL < hi and outc[q + _PF_FILL] == MISS:
+                prefetch(table, 2 * (-2 - slots[q + _PF_FILL]))
             if outc[q] != MISS:
                 continue
             r = ids[q]
