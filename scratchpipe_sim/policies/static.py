@@ -44,7 +44,7 @@ _STATE_MASK = (1 << _STATE_BITS) - 1
 #: batches per epoch of the tags (they fit the int32 above the state bits); the tags are
 #: cleared when a batch is that far past the epoch's first
 TAG_LIMIT = (1 << (31 - _STATE_BITS)) - 1
-_PF = 16  # prefetch distance in accesses
+_PF = 64  # prefetch distance in accesses
 
 
 @dataclass(frozen=True)
@@ -77,9 +77,10 @@ class Static(Policy):
 
     def prepare(self, trace) -> None:
         nbatch = max(1, math.ceil(self.p["profile_fraction"] * trace.num_batches))
-        counts = np.zeros(self.num_rows, np.int64)
         # the profiled batches alone (a chunk past them was linearized for nothing)
         profiled = trace if nbatch >= trace.num_batches else trace.slice(0, nbatch)
+        # int32 while no count can pass it: half the random traffic of the profile
+        counts = np.zeros(self.num_rows, np.int32 if profiled.num_accesses < 2**31 else np.int64)
         for chunk in profiled.iter_chunks(reuse_buffers=True):
             _count(chunk.ids, chunk.batch_ptr, nbatch - chunk.first_batch, counts)
         top = top_k(counts, self.capacity)

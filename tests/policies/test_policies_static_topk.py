@@ -14,14 +14,15 @@ def _reference(counts: np.ndarray, k: int) -> np.ndarray:
     return np.sort(order[:k])
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])  # the profile's counts: int32 below 2^31
 @pytest.mark.parametrize("cap", [4, 1 << 16])
 @pytest.mark.parametrize("seed", range(4))
-def test_top_k_matches_a_sort(monkeypatch, cap, seed):
+def test_top_k_matches_a_sort(monkeypatch, cap, seed, dtype):
     """Heavy ties (Zipf-like counts, many zeros), every k; with a tiny histogram cap the
     k-th largest often lies above it and takes the sorted path."""
     monkeypatch.setattr(static, "_HIST_CAP", cap)
     rng = np.random.default_rng(seed)
-    counts = np.minimum(rng.zipf(1.5, 300) - 1, 50).astype(np.int64)
+    counts = np.minimum(rng.zipf(1.5, 300) - 1, 50).astype(dtype)
     for k in (1, 2, 7, 50, 150, 299, 300, 400):
         got = static.top_k(counts, k)
         assert np.array_equal(got, _reference(counts, min(k, len(counts)))), k
