@@ -143,7 +143,8 @@ def run_designs(cfg: Config, names: Sequence[str], trace: Trace, *,
     from scratchpipe_sim.timing import simulate as simulate_designs
 
     rows = simulate_designs(cfg, list(names), timeline_dir=timeline_dir, trace=trace,
-                            progress=progress, replay_cache=replay_cache, jobs=jobs)
+                            progress=progress, replay_cache=replay_cache, jobs=jobs,
+                            checksum=True)
     from scratchpipe_sim.timing.designs import with_default_designs
 
     return RunOutcome(rows, with_default_designs(cfg.to_dict()), trace.checksum())

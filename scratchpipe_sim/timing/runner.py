@@ -349,7 +349,7 @@ def _pass_rank(task: tuple) -> int:
     replays, lru started last and one worker idled ~0.3 s at the end)."""
     if task[0] == "part" and task[1].policy is not None:
         return 0 if POLICIES.get(task[1].policy).needs_next_use else 1
-    return 2 if task[0] == "onchip" else 3
+    return 2 if task[0] == "onchip" else 3  # the single passes, the checksum among them
 
 
 class Replays:
@@ -360,9 +360,13 @@ class Replays:
     whole prefix (or, as an oracle, the timed batches too) and preloads its rows.
     """
 
-    def __init__(self, cfg: Config, trace: Trace, cached: bool, replay_cache: bool = True):
+    def __init__(self, cfg: Config, trace: Trace, cached: bool, replay_cache: bool = True,
+                 checksum_of: Trace | None = None):
         self.cfg, self.trace = cfg, trace
         self.replay_cache = replay_cache
+        #: the trace whose `checksum()` the caller will ask for (the one it passed, before
+        #: `fit_trace`): hashed among the passes when pending, not after them
+        self.checksum_of = checksum_of
         self.timed = cfg.model.num_batches
         self.prefix = trace.num_batches - self.timed
         wb = cfg.cache.warmup_batches
@@ -407,11 +411,14 @@ class Replays:
         """The independent passes over the trace that `get(key)` for every key needs and
         has not made yet: ("part", key) per distinct key with a cache policy,
         ("onchip", name, rows, ways) per on-chip cache, ("first",), ("access_unique",) (the
-        one pass the keys without a policy share: their parts are made from it in a moment)
-        and ("bytes",) when a key needs them. Longest first (`_pass_rank`), so that workers
-        taking them in order finish together."""
+        one pass the keys without a policy share: their parts are made from it in a moment),
+        ("bytes",) when a key needs them and ("checksum",) when `checksum_of` still needs
+        hashing. Longest first (`_pass_rank`), so that workers taking them in order finish
+        together."""
         todo = [k for k in dict.fromkeys(keys) if k not in self._cache and k not in self._parts]
         shared: list[tuple] = []
+        if self.checksum_of is not None and self.checksum_of.checksum_pending():
+            shared.append(("checksum",))
         if any(k.policy is None for k in todo) and "access_unique" not in self._memo:
             shared.append(("access_unique",))
         for k in todo:
@@ -437,6 +444,9 @@ class Replays:
             return self._first_touches()
         if task[0] == "access_unique":
             return self._access_unique()
+        if task[0] == "checksum":
+            assert self.checksum_of is not None
+            return self.checksum_of.content_sha256()
         return self._table_bytes()
 
     def keep_pass(self, task: tuple, result: Any, seconds: float) -> None:
@@ -446,6 +456,9 @@ class Replays:
             self._part_s[task[1]] = seconds
         elif task[0] == "onchip":
             self._memo[task[1]] = result
+        elif task[0] == "checksum":
+            assert self.checksum_of is not None
+            self.checksum_of.with_content_sha256(result)
         else:
             self._memo[task[0]] = result
 
@@ -457,7 +470,7 @@ class Replays:
         rest = []
         with lookup_only():
             for t in tasks:
-                uncacheable = t[0] == "bytes" or (
+                uncacheable = t[0] in ("bytes", "checksum") or (
                     t[0] == "part" and t[1].policy is not None
                     and self.cfg.model.heterogeneous)  # replayed without the cache
                 if uncacheable:
@@ -602,22 +615,25 @@ Progress = Callable[[str, str, int, int], None]
 def simulate(cfg: Config, designs: Sequence[str] | None = None,
              timeline_dir: Path | None = None, trace: Trace | None = None,
              progress: Progress | None = None, replay_cache: bool = True,
-             jobs: int = 1) -> list[dict]:
+             jobs: int = 1, checksum: bool = False) -> list[dict]:
     """Run `designs` (default: cfg.designs) on one trace; one flat metrics dict per design.
 
     `replay_cache=False` recomputes every policy replay (and generates the trace) instead
     of reading the on-disk caches (`scratchpipe_sim.policies.replay_cache`). `jobs > 1`
     makes the independent replays in that many forked processes (`Replays.precompute`:
-    identical results)."""
+    identical results). `checksum=True`: the caller will ask `trace.checksum()` (`run`
+    records it); with the replays forked, a worker hashes the trace beside them (0.1 s of
+    a ~2.6 s cold quickstart run on 2 cores, otherwise spent after them in this process)."""
     names = check_designs(cfg, designs)
     check_jobs(jobs)
     trace = build_trace(cfg, cache=replay_cache) if trace is None else trace
+    given = trace
     cfg = sized_config(cfg, trace)
     trace = fit_trace(trace, cfg)
     built = {name: DESIGNS.get(name)(cfg) for name in names}
     keys = {name: d.workload_key() for name, d in built.items()}
     replays = Replays(cfg, trace, any(k.policy is not None for k in keys.values()),
-                      replay_cache)
+                      replay_cache, checksum_of=given if checksum else None)
     jobs = memory_guard.jobs_within_memory(trace.total_rows, trace.num_accesses, jobs)
     if jobs > 1 and trace.num_accesses >= generators.PARALLEL_MIN_ACCESSES:
         replays.precompute([keys[n] for n in names], jobs)

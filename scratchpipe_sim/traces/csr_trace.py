@@ -208,6 +208,17 @@ class Trace:
             return str(self.meta["sha256"])
         return self.content_sha256()
 
+    def checksum_pending(self) -> bool:
+        """Whether `checksum()` would still hash the arrays (not read from a store, not
+        hashed yet)."""
+        return "sha256" not in self.meta and "content_sha256" not in self._memo
+
+    def with_content_sha256(self, digest: str) -> Trace:
+        """The trace itself, `content_sha256()` set to a value computed of the same arrays
+        elsewhere (by a forked worker beside the replays: `timing.simulate(checksum=True)`)."""
+        self._memo["content_sha256"] = str(digest)
+        return self
+
     def with_meta(self, meta: dict) -> Trace:
         """The trace with another meta dict (its arrays shared), keeping what was derived
         from the arrays (digests, slice parent, batch pointers): no digest reads meta, so the

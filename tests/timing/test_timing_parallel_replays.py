@@ -4,9 +4,11 @@ exactly the serial results, and the number of processes stays within the memory 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import multiprocessing
+import os
 
 import numpy as np
 import pytest
@@ -95,6 +97,37 @@ def test_designs_without_a_cache_share_one_access_unique_pass() -> None:
     assert not [t for t in passes if t[0] == "part" and t[1].policy is None]
     assert len({t[1] for t in passes if t[0] == "part"}) == sum(
         k.policy is not None for k in set(keys))
+
+
+def test_a_forked_run_hashes_the_callers_trace_beside_the_replays(tmp_path, monkeypatch):
+    """`simulate(checksum=True)`: the trace passed in (not its fitted slice) is hashed by a
+    worker, once, to the digest a fresh copy gives; without it, or once hashed, no task."""
+    from scratchpipe_sim.traces.csr_trace import Trace
+
+    cfg = _config(CASES["quickstart-small"])
+    trace = build_trace(cfg, cache=False)
+    expected = dataclasses.replace(trace).content_sha256()  # a copy: its own memo
+    assert trace.checksum_pending()
+    simulate(cfg, ["lru-cache"], trace=trace, replay_cache=False, jobs=2)
+    assert trace.checksum_pending()  # not asked for: not hashed
+    log = tmp_path / "hashed_by"
+    original = Trace.content_sha256
+
+    def logged(self: Trace) -> str:
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return original(self)
+
+    monkeypatch.setattr(Trace, "content_sha256", logged)
+    simulate(cfg, ["lru-cache", "hybrid"], trace=trace, replay_cache=False, jobs=2,
+             checksum=True)
+    pids = log.read_text().split()
+    assert len(pids) == 1 and int(pids[0]) != os.getpid()  # one worker hashed it
+    assert not trace.checksum_pending()
+    assert trace.checksum() == expected
+    fitted = fit_trace(trace, sized_config(cfg, trace))
+    keys = [DESIGNS.get("lru-cache")(sized_config(cfg, trace)).workload_key()]
+    assert ("checksum",) not in Replays(cfg, fitted, True, False, checksum_of=trace).passes(keys)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
