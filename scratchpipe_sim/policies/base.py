@@ -107,6 +107,11 @@ class Policy(ABC):
     def prepare(self, trace) -> None:  # noqa: B027 - optional hook
         """Called once with the whole trace before the first chunk (e.g. `static` profiles it)."""
 
+    def first_replayed_batch(self) -> int:
+        """The batch the engine's replay starts at (after `prepare`): 0, or later for a policy
+        to which the batches before change nothing a later batch sees (their counts stay 0)."""
+        return 0
+
     @abstractmethod
     def process(self, chunk: Chunk, next_use: np.ndarray | None, outcome: np.ndarray,
                 events: np.ndarray) -> None:

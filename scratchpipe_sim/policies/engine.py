@@ -126,7 +126,8 @@ def iter_cache(trace: Trace, policy: Policy, chunk_accesses: int = DEFAULT_CHUNK
 def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.ndarray | None,
             per_batch: bool) -> Iterator[tuple[int, np.ndarray]]:
     """The engine loop: (first batch, counts) per chunk; `per_batch=False` yields instead one
-    (1, NUM_COUNTERS) array of running totals (no per-batch counter arrays at all).
+    (1, NUM_COUNTERS) array of running totals (no per-batch counter arrays at all). Chunks
+    start at `policy.first_replayed_batch()` (the batches before it count nothing).
 
     Why chunks are also capped in batches (`MAX_CHUNK_BATCHES`): the per-batch arrays (events
     and counters, 96 bytes a batch) would otherwise grow with the chunk's accesses, 400 MB per
@@ -146,7 +147,8 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
     events_buf = np.zeros((max_batches, NUM_EVENTS), np.int64)
     totals = None if per_batch else np.zeros((1, NUM_COUNTERS), np.int64)
     # policies copy what they keep of a chunk (scratchpipe's window): one buffer serves
-    for chunk in trace.iter_chunks(chunk_accesses, max_batches=max_batches, ptr=ptr,
+    start = min(policy.first_replayed_batch(), trace.num_batches)
+    for chunk in trace.iter_chunks(chunk_accesses, start, max_batches=max_batches, ptr=ptr,
                                    reuse_buffers=True):
         n = len(chunk.ids)
         nbat = chunk.num_batches

@@ -54,6 +54,10 @@ class StaticParams:
         "gt": 0, "max": 1})
     preload: bool = field(default=False, metadata={
         "help": "the hot rows are in the cache before the first batch (no first-touch fill)"})
+    skip_batches: int = field(default=0, metadata={
+        "help": "leading batches not replayed (their counts 0; profiled all the same): with "
+                "preload nothing a batch does changes what a later batch sees, so a caller "
+                "that keeps only later batches skips the rest", "min": 0})
 
 
 @POLICIES.register("static")
@@ -70,6 +74,13 @@ class Static(Policy):
         if not isinstance(self.p["preload"], bool):
             raise UserError(f"expected true or false, got {self.p['preload']!r}",
                             field="preload")
+        skip = self.p["skip_batches"]
+        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+            raise UserError(f"expected a whole number of batches >= 0, got {skip!r}",
+                            field="skip_batches")
+        if skip and not self.p["preload"]:
+            raise UserError("skip_batches needs preload: without it the skipped batches' "
+                            "first touches fill the pinned rows", field="skip_batches")
         # int32 per row: tag << _STATE_BITS | _NOT_PINNED/_PINNED/_LOADED
         self.rowstate: np.ndarray | None = None
         self.epoch = np.zeros(1, np.int64)  # the global batch of tag 1
@@ -86,6 +97,9 @@ class Static(Policy):
         top = top_k(counts, self.capacity)
         self.rowstate = np.zeros(self.num_rows, np.int32)
         self.rowstate[top] = _LOADED if self.p["preload"] else _PINNED
+
+    def first_replayed_batch(self) -> int:
+        return int(self.p["skip_batches"])
 
     def process(self, chunk, next_use, outcome, events):
         if self.rowstate is None:

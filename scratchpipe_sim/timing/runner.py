@@ -528,7 +528,10 @@ class Replays:
             n = self.trace.num_batches
             # ceil(fraction x n) = prefix batches exactly (the 0.5 keeps float error away)
             frac = 1.0 if key.warm == "profile-all" else (self.prefix - 0.5) / n
-            params = {**dict(key.params), "profile_fraction": frac, "preload": True}
+            # preloaded: the prefix changes nothing the timed batches see, so only they
+            # are replayed (the prefix is profiled all the same)
+            params = {**dict(key.params), "profile_fraction": frac, "preload": True,
+                      "skip_batches": self.prefix}
             k = dataclasses.replace(key, params=tuple(sorted(params.items())))
             w = workload(self.trace, k, cfg, self._memo, self.replay_cache).tail(self.prefix)
         elif key.policy is None:  # no cache, nothing to warm: the timed batches alone
