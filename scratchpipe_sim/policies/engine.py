@@ -140,7 +140,7 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
     ptr = trace.batch_access_ptr()  # once: at batch size 1 it is one int64 per access
     next_use = (compute_next_use(trace, chunk_accesses, ptr) if policy.needs_next_use
                 else None)
-    seen = SeenSet(trace, ptr)
+    seen = SeenSet(trace, ptr, lazy=True)
     tables = per_table if per_table is not None else np.zeros((1, 4), np.int64)
     max_batches = max(1, min(MAX_CHUNK_BATCHES, trace.num_batches))
     outcome_buf = np.empty(0, np.uint8)
@@ -160,6 +160,9 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
         if next_use is not None:
             nu = np.asarray(next_use[chunk.first_access : chunk.first_access + n])
         policy.process(chunk, nu, outcome, events)
+        if not seen.ready and _count_may_walk_set(outcome, events, nu is not None,
+                                                  policy.counts_unique):
+            seen.ensure()
         nu_arg = _NO_NEXT_USE_ARG if nu is None else nu
         if totals is None:
             counts = np.zeros((nbat, NUM_COUNTERS), np.int64)
@@ -287,21 +290,47 @@ class SeenSet:
     size 4096 (alone over 10M accesses), packed 3.7. Stamps repeat every 2^15 batches, so
     the set is cleared when a batch is 2^15 or more after the last clear (`epoch`).
     Batches comparable to the table size use a stamp per row (`shift` < 0: entry = row).
+
+    `lazy=True` (the engine's replays): the entries are made by `ensure()`, before the first
+    chunk whose count may walk them. Most replays never do (a policy that counts its unique
+    rows itself, or one with next uses and no UNPLACED outcome), and the quickstart's set
+    is 32 MB of fresh pages written with -1 in each forked worker's replay.
     """
 
-    def __init__(self, trace: Trace, ptr: np.ndarray):
+    def __init__(self, trace: Trace, ptr: np.ndarray, lazy: bool = False):
         if trace.total_rows > _SEEN_KEY_MASK:
             raise ValueError(f"{trace.total_rows} rows: the unique-row set packs row ids "
                              f"in {_SEEN_KEY_BITS} bits")
         biggest = trace.largest_batch(ptr)
         bits = max(3, (8 * max(biggest, 1) - 1).bit_length())
         if (1 << bits) >= trace.total_rows:
-            self.slots = np.full(trace.total_rows, -1, np.int64)
+            self._entries = trace.total_rows
             self.shift = -1
         else:
-            self.slots = np.full(1 << bits, -1, np.int64)
+            self._entries = 1 << bits
             self.shift = 64 - bits
+        #: until `ensure()`: one empty entry, which a count that walks no set never reads
+        self.slots = np.full(1, -1, np.int64)
+        self.ready = False
         self.epoch = np.zeros(1, np.int64)  # batch of the last clear
+        if not lazy:
+            self.ensure()
+
+    def ensure(self) -> None:
+        """Make the set's entries (all empty), once."""
+        if not self.ready:
+            self.slots = np.full(self._entries, -1, np.int64)
+            self.ready = True
+
+
+def _count_may_walk_set(outcome: np.ndarray, events: np.ndarray, has_nu: bool,
+                        has_uniq: bool) -> bool:
+    """Whether `_count_chunk` may walk the unique-row set for a chunk with these outcomes and
+    events: a superset of its own test (a batch not counted by the policy, and, with next
+    uses, holding an UNPLACED outcome), so a set made only when this holds is never missed."""
+    if has_nu:
+        return bool(np.any(outcome == UNPLACED))
+    return not has_uniq or bool(np.any(events[:, UNIQUE] < 0))
 
 
 @njit(cache=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from scratchpipe_sim.policies import engine
 from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy
 from scratchpipe_sim.traces.csr_trace import Trace
 
@@ -88,3 +89,32 @@ def test_table_bytes_uses_the_same_set_and_matches_numpy():
         tb = (ib >= 50).astype(int)
         assert got["lookup_bytes"][b] == sum((64, 256)[t] for t in tb)
         assert got["unique_bytes"][b] == sum((192, 768)[int(r >= 50)] for r in np.unique(ib))
+
+
+@pytest.mark.parametrize("name, params, made", [
+    ("scratchpipe", {"lookahead": 2}, False),  # next uses, nothing unplaced
+    ("static", {"preload": True}, False),  # counts its unique rows itself
+    ("belady-bypass", {}, True),  # next uses and UNPLACED outcomes
+    ("fbgemm-lru", {"ways": 2}, True),  # counts nothing itself
+])
+def test_a_replay_makes_its_unique_row_set_only_when_a_count_walks_it(monkeypatch, zipf_ids,
+                                                                      name, params, made):
+    """`SeenSet(lazy=True)`: a replay whose counts never walk the set never makes it (32 MB
+    of fresh pages for the quickstart); one that does gets it in time (numpy's counts)."""
+    made_sets = []
+    ensure = engine.SeenSet.ensure
+
+    def logged(self):
+        if not self.ready:
+            made_sets.append(self._entries)
+        ensure(self)
+
+    monkeypatch.setattr(engine.SeenSet, "ensure", logged)
+    ids = zipf_ids(4000, 500, 1.1, 3)
+    trace = Trace.single_table(ids, 500, 40)
+    counts = per_batch(trace, name, 120, 1000, **params)
+    assert bool(made_sets) == made
+    for b in range(trace.num_batches):
+        assert counts[b, U] == len(np.unique(ids[b * 40:(b + 1) * 40]))
+    if name == "belady-bypass":  # what makes it walk the set: rows served from host memory
+        assert counts[:, UNPL].sum() > 0
