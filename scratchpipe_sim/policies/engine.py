@@ -481,9 +481,12 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
             uniq_unpl = unpl
         else:
             known = has_uniq and events[b, UNIQUE] >= 0
+            # unsigned positions: no negative-index wrap-around, so these loops vectorize
+            # with plain loads (signed, LLVM used AVX-512 gathers: see _linearize_into)
+            ulo, uhi = np.uint64(lo), np.uint64(hi)
             if has_nu:  # a row's last access in the batch is the one whose next use lies
                 end = base + hi  # past it: unique rows = those accesses (no set needed)
-                for j in range(lo, hi):
+                for j in range(ulo, uhi):
                     o = outcome[j]
                     uniq += next_use[j] >= end
                     hits += o == 0
@@ -491,7 +494,7 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
             elif known:
                 uniq = events[b, UNIQUE]
                 uniq_unpl = events[b, UNIQUE_UNPLACED]
-                for j in range(lo, hi):
+                for j in range(ulo, uhi):
                     o = outcome[j]
                     hits += o == 0
                     unpl += o == 2
