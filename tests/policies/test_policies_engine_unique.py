@@ -101,6 +101,7 @@ def test_a_replay_makes_its_unique_row_set_only_when_a_count_walks_it(monkeypatc
                                                                       name, params, made):
     """`SeenSet(lazy=True)`: a replay whose counts never walk the set never makes it (32 MB
     of fresh pages for the quickstart); one that does gets it in time (numpy's counts)."""
+    monkeypatch.setattr(engine, "_SEEN_EAGER", 0)  # these sets are small: lazy all the same
     made_sets = []
     ensure = engine.SeenSet.ensure
 
@@ -118,3 +119,20 @@ def test_a_replay_makes_its_unique_row_set_only_when_a_count_walks_it(monkeypatc
         assert counts[b, U] == len(np.unique(ids[b * 40:(b + 1) * 40]))
     if name == "belady-bypass":  # what makes it walk the set: rows served from host memory
         assert counts[:, UNPL].sum() > 0
+
+
+def test_a_small_unique_row_set_is_made_at_once_and_chunks_are_not_tested(monkeypatch,
+                                                                          zipf_ids):
+    """Below `_SEEN_EAGER` entries the set is made up front: no per-chunk test (it cost
+    ~3% of an lru replay at batch size 1)."""
+    def never(*args):
+        raise AssertionError("a chunk was tested")
+
+    monkeypatch.setattr(engine, "_count_may_walk_set", never)
+    ids = zipf_ids(4000, 500, 1.1, 3)
+    for batch in (1, 40):
+        trace = Trace.single_table(ids, 500, batch)
+        assert engine.SeenSet(trace, trace.batch_access_ptr(), lazy=True).ready
+        counts = per_batch(trace, "lru", 120, 1000)
+        assert counts[:, U].tolist() == [len(np.unique(ids[b * batch:(b + 1) * batch]))
+                                         for b in range(trace.num_batches)]
