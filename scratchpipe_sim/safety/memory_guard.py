@@ -25,15 +25,15 @@ from scratchpipe_sim.safety.limits import env_number
 #: per-batch set; timing/counts.py's per-batch counts use the same set: 4 B a row kept here
 #: for them, as when they kept int32 stamps), the policy's per-row array (scratchpipe's last
 #: use, LFU counts: int64, 8 B) and the next-use scan's last position per row for offline
-#: policies (int64, 8 B).
+#: policies (int64 at most, 8 B: int32 below 2^31 - 1 accesses).
 RUN_BYTES_PER_ROW = 28
 #: `cache`: the policy's per-row array (8 B) + next use for offline policies (8 B) + 4 B for
 #: the engine's unique-row set, which is per batch unless a batch is comparable to the
 #: table (then 8 B a row: the estimate is 4 B a row short).
 CACHE_BYTES_PER_ROW = 20
 #: per access: the id (int64 at most: a generated trace or a store holds uint32 when every
-#: table fits), its table (int32) and one int64 working array (next use, or the generator's
-#: draw).
+#: table fits), its table (int32) and one int64 working array at most (next use: int32
+#: below 2^31 - 1 accesses; or the generator's draw).
 BYTES_PER_ACCESS = 20
 ENV = "SCRATCHPIPE_MEMORY_BYTES"
 

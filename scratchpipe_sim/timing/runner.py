@@ -341,12 +341,13 @@ _AUTO_SOURCES = ("timing/counts.py", "timing/runner.py", "traces/csr_trace.py")
 
 def _pass_rank(task: tuple) -> int:
     """Which passes to start first (lower: longer), by what a pass does per access (the
-    quickstart's passes, serial, on the 2-core VM of docs/performance.md, session 6:
-    scratchpipe ~1.0 s, static 0.44, lru 0.40, the L2 and LLC walks 0.32 / 0.28, unique rows
-    0.13, first touches 0.13): a replay that also needs each access's next use (scratchpipe,
-    belady, bagpipe), then other replays, the set-associative on-chip walks, the single
-    passes: longest first, so the short ones fill the end (with the walks before the other
-    replays, lru started last and one worker idled ~0.3 s at the end)."""
+    quickstart's passes, serial, on the 2-core VM of docs/performance.md, session 7:
+    scratchpipe 0.63 s, lru 0.36, static 0.16, the L2 and LLC walks 0.30 / 0.25, unique rows
+    0.11, first touches 0.12, the trace's checksum ~0.1): a replay that also needs each
+    access's next use (scratchpipe, belady, bagpipe), then other replays, the set-associative
+    on-chip walks, the single passes: longest first, so the short ones fill the end (with the
+    walks before the other replays, lru started last and one worker idled ~0.3 s at the
+    end)."""
     if task[0] == "part" and task[1].policy is not None:
         return 0 if POLICIES.get(task[1].policy).needs_next_use else 1
     return 2 if task[0] == "onchip" else 3  # the single passes, the checksum among them
