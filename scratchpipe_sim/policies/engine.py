@@ -238,11 +238,12 @@ def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
     One backward pass over the chunks; where the id is never seen again, the largest value of
     the array's type (`next_use_sentinel`). int32 while the trace has fewer than 2^31 - 1
     accesses (every position and the sentinel fit), else int64. Why narrow: the array is
-    one entry per access, the largest a replay allocates (126 MB int64 for the quickstart's
-    15.7M accesses), and fresh pages cost the forked worker that replays scratchpipe up to
-    0.4 s of page clearing on the 2-core VM of docs/performance.md. A comparison with a
-    position decides the same with either type, since every position is below both
-    sentinels: policies only compare next uses with positions and with each other.
+    one entry per access, the largest a replay allocates (118 MB as int64 for the
+    quickstart's scratchpipe replay, 14.7M accesses), and fresh pages cost the forked worker
+    that replays scratchpipe up to 0.4 s of page clearing on the 2-core VM of
+    docs/performance.md. A comparison with a position decides the same with either type,
+    since every position is below both sentinels: policies only compare next uses with
+    positions and with each other.
     Large traces get a temporary memory-mapped array (deleted when unreferenced).
     """
     n = trace.num_accesses
