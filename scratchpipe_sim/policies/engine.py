@@ -35,7 +35,12 @@ from scratchpipe_sim.policies.base import (
 )
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces._prefetch import prefetch
-from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, ChunkBuffers, Trace
+from scratchpipe_sim.traces.csr_trace import (
+    DEFAULT_CHUNK_ACCESSES,
+    ChunkBuffers,
+    Trace,
+    all_single,
+)
 
 #: Columns of `BatchCounts.counts`, in order.
 #: `unique_unplaced`: unique rows of the batch whose first access in it was UNPLACED (the
@@ -407,15 +412,6 @@ def access_unique(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=True)
-def _all_single(batch_ptr):
-    """True when every batch holds exactly one access (batch size 1, pooling 1)."""
-    ok = True
-    for b in range(len(batch_ptr) - 1):  # no early exit: a branch-free, vectorized pass
-        ok &= batch_ptr[b + 1] - batch_ptr[b] == 1
-    return ok
-
-
-@njit(cache=True)
 def _count_singles(outcome, events, counts):
     """Totals of a chunk of single-access batches (`_count_chunk`'s fast path): every access
     is its batch's only row, so unique = accesses and unique_unplaced = unplaced; the
@@ -466,7 +462,7 @@ def _count_chunk(ids, tables, batch_ptr, first_batch, outcome, events, slots, sh
     the set is walked only for a batch with an UNPLACED outcome (unique_unplaced needs each
     row's first access) and without next uses. A policy that counts unique rows itself
     (`has_uniq`: `Policy.counts_unique`) spares the set's pass wherever its count is known."""
-    if stride == 0 and not do_tables and _all_single(batch_ptr):
+    if stride == 0 and not do_tables and all_single(batch_ptr):
         _count_singles(outcome, events, counts)
         return
     t_acc = t_uniq = t_hits = t_fill = t_evict = t_wb = t_unpl = t_uu = 0

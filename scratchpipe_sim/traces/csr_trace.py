@@ -522,6 +522,16 @@ def _linearize_into(raw, offs, bounds, table_offsets, num_tables, ids, tables):
 
 
 @njit(cache=True)
+def all_single(batch_ptr):
+    """True when every batch holds exactly one access (batch size 1, pooling 1): a chunk's
+    `batch_ptr`, for the kernels' batch-size-1 paths."""
+    ok = True
+    for b in range(len(batch_ptr) - 1):  # no early exit: a branch-free, vectorized pass
+        ok &= batch_ptr[b + 1] - batch_ptr[b] == 1
+    return ok
+
+
+@njit(cache=True)
 def largest_batch(ptr):
     """Most accesses in one batch (at least 1), from `Trace.batch_access_ptr()`."""
     m = 1

@@ -130,3 +130,38 @@ def test_erase_returns_the_position_it_freed():
         h = home(r, shift)
         want = freed if (freed - h) & mask < (p - h) & mask else p
         assert probe_pair(table, mask, shift, r) == want
+
+
+def test_batch_size_one_kernel_decides_as_the_batch_kernel():
+    """`_lru_singles` (chunks of one-access batches) against `_lru_chunk` on the same
+    batches: outcomes, every event column (-1 unique rows where it compacted), the queue, the
+    map and the state bit for bit, through many compactions, and against the OrderedDict."""
+    from scratchpipe_sim.policies import lru
+
+    rng = np.random.default_rng(4)
+    rows, capacity = 300, 20
+    # all hits (the queue fills and is compacted), then misses and evictions
+    ids = np.concatenate((rng.integers(0, capacity, 2500),
+                          (rng.zipf(1.2, 2500) - 1) % rows)).astype(np.int64)
+    n = len(ids)
+    ptr = np.arange(n + 1, dtype=np.int64)
+    runs = []
+    for kernel in ("singles", "chunk"):
+        pol = make_policy("lru", capacity, rows)
+        outcome = np.empty(n, np.uint8)
+        events = np.zeros((n, NUM_EVENTS), np.int64)
+        for lo in range(0, n, 777):
+            hi = min(lo + 777, n)
+            args = (pol.table, pol.mask, pol.shift, pol.queue, pol.slots, pol.state,
+                    outcome[lo:hi], events[lo:hi])
+            if kernel == "singles":
+                lru._lru_singles(ids[lo:hi], *args)
+            else:
+                lru._lru_chunk(ids[lo:hi], ptr[lo:hi + 1] - lo, *args)
+        runs.append((outcome, events, pol.queue.copy(), pol.table.copy(), pol.state.copy()))
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a, b)
+    outcome, events = runs[0][:2]
+    np.testing.assert_array_equal(outcome, _reference(ids, ptr, capacity)[0])
+    assert (events[:, UNIQUE] == -1).sum() > 10  # compactions happened
+    assert events[:, EVICTIONS].sum() > 100
