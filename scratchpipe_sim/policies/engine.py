@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.policies._hashmap import home
 from scratchpipe_sim.policies.base import (
     EVICTIONS,
     FILLS,
@@ -49,7 +50,6 @@ COUNTERS = ("accesses", "unique", "hits", "misses", "fills", "evictions", "write
             "unplaced", "unique_unplaced")
 A_ACC, A_UNIQ, A_HIT, A_MISS, A_FILL, A_EVICT, A_WB, A_UNPL, A_UNIQ_UNPL = range(len(COUNTERS))
 NUM_COUNTERS = len(COUNTERS)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 #: most batches per engine chunk (bounds the per-batch buffers at small batch sizes)
 MAX_CHUNK_BATCHES = 1 << 16
 _IN_MEMORY_NEXT_USE = 1 << 26
@@ -358,7 +358,7 @@ def seen_home(shift, r):
     """Row r's home entry in the unique-row set (`seen_first` probes from there)."""
     if shift < 0:
         return r
-    return np.int64((np.uint64(r) * _GOLDEN) >> np.uint64(shift))
+    return home(r, np.uint64(shift))  # the maps' Fibonacci hash
 
 
 @njit(cache=True)
