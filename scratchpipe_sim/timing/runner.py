@@ -459,7 +459,7 @@ class Replays:
             self._memo[task[1]] = result
         elif task[0] == "checksum":
             assert self.checksum_of is not None
-            self.checksum_of.with_content_sha256(result)
+            self.checksum_of.with_digests(result)
         else:
             self._memo[task[0]] = result
 

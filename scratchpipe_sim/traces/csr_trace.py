@@ -213,12 +213,6 @@ class Trace:
         hashed yet)."""
         return "sha256" not in self.meta and "content_sha256" not in self._memo
 
-    def with_content_sha256(self, digest: str) -> Trace:
-        """The trace itself, `content_sha256()` set to a value computed of the same arrays
-        elsewhere (by a forked worker beside the replays: `timing.simulate(checksum=True)`)."""
-        self._memo["content_sha256"] = str(digest)
-        return self
-
     def with_meta(self, meta: dict) -> Trace:
         """The trace with another meta dict (its arrays shared), keeping what was derived
         from the arrays (digests, slice parent, batch pointers): no digest reads meta, so the
@@ -227,11 +221,14 @@ class Trace:
         new._memo.update(self._memo)
         return new
 
-    def with_digests(self, content_sha256: str, fingerprint: str) -> Trace:
+    def with_digests(self, content_sha256: str, fingerprint: str | None = None) -> Trace:
         """The trace itself, its digests set to values computed earlier of the same arrays
-        (a trace cache entry records them, so a trace read back is never hashed)."""
+        (a trace cache entry records both, so a trace read back is never hashed; a forked
+        worker beside the replays gives the content digest alone:
+        `timing.simulate(checksum=True)`)."""
         self._memo["content_sha256"] = str(content_sha256)
-        self._memo["fingerprint"] = str(fingerprint)
+        if fingerprint is not None:
+            self._memo["fingerprint"] = str(fingerprint)
         return self
 
     def iter_chunks(
