@@ -302,7 +302,7 @@ def check_designs(cfg: Config, designs: Sequence[str] | None) -> list[str]:
     return names
 
 
-def workload(trace: Trace, key: WorkloadKey, cfg: Config, memo: dict | None = None,
+def workload(trace: Trace, key: WorkloadKey, cfg: Config,
              replay_cache: bool = True) -> Workload:
     """The per-batch counts `key` asks for over `trace` (policy errors named by config key).
 
@@ -310,10 +310,7 @@ def workload(trace: Trace, key: WorkloadKey, cfg: Config, memo: dict | None = No
     its tables' row bytes): that replay runs without the replay cache."""
     m = cfg.model
     if key.policy is None:
-        memo = {} if memo is None else memo
-        if "access_unique" not in memo:
-            memo["access_unique"] = access_unique(trace)
-        return uncached_counts(trace, key.where, memo["access_unique"])
+        return uncached_counts(trace, key.where)
     try:
         if m.heterogeneous:
             w, mix = policy_mix(trace, key.policy, key.capacity, m.row_bytes_per_table,
@@ -534,12 +531,11 @@ class Replays:
             params = {**dict(key.params), "profile_fraction": frac, "preload": True,
                       "skip_batches": self.prefix}
             k = dataclasses.replace(key, params=tuple(sorted(params.items())))
-            w = workload(self.trace, k, cfg, self._memo, self.replay_cache).tail(self.prefix)
+            w = workload(self.trace, k, cfg, self.replay_cache).tail(self.prefix)
         elif key.policy is None:  # no cache, nothing to warm: the timed batches alone
-            self._access_unique()
-            w = workload(self._timed_trace, key, cfg, self._memo, self.replay_cache)
+            w = uncached_counts(self._timed_trace, key.where, self._access_unique())
         else:
-            w = workload(self._run, key, cfg, self._memo, self.replay_cache).tail(self.warm)
+            w = workload(self._run, key, cfg, self.replay_cache).tail(self.warm)
         return w
 
     def _access_unique(self) -> tuple[np.ndarray, np.ndarray]:
