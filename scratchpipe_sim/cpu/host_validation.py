@@ -54,6 +54,7 @@ from scratchpipe_sim.measure import host
 from scratchpipe_sim.policies.engine import COUNTERS
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.designs import DESIGNS
+from scratchpipe_sim.timing.designs.base import config_designs
 from scratchpipe_sim.timing.machine import Machine, price_alone
 from scratchpipe_sim.timing.runner import Replays, build_trace
 from scratchpipe_sim.traces.csr_trace import Trace
@@ -88,9 +89,12 @@ class StageResult:
 
 
 def cpu_designs(cfg: Config) -> list[str]:
-    names = [d for d in cfg.designs if d in CPU_STAGES]
+    """The config's designs (the registry's defaults when it lists none) that have CPU
+    stages measured here."""
+    configured = config_designs(cfg)
+    names = [d for d in configured if d in CPU_STAGES]
     if not names:
-        raise UserError(f"designs {list(cfg.designs)} run no CPU stage here: expected hybrid "
+        raise UserError(f"designs {list(configured)} run no CPU stage here: expected hybrid "
                         "or scratchpipe among them", source=cfg.source, field="designs")
     return names
 
@@ -102,7 +106,7 @@ def memory_needed(cfg: Config) -> int:
     rows = cfg.total_rows
     per_row = m.moved_row_bytes + 8 + memory_guard.RUN_BYTES_PER_ROW
     batches = m.num_batches * 2  # the timed batches and at most as many warm-up ones
-    accesses = batches * m.batch_size * m.tables.count * m.pooling
+    accesses = batches * m.batch_size * sum(m.poolings)
     return rows * per_row + accesses * memory_guard.BYTES_PER_ACCESS
 
 
@@ -112,13 +116,18 @@ def check_size(cfg: Config, available: int | None = None) -> None:
                         f"model.tables.bytes_per_element 4, got "
                         f"{cfg.model.tables.bytes_per_element}", source=cfg.source,
                         field="model.tables.bytes_per_element")
+    if len(set(cfg.model.dims)) != 1:
+        raise UserError("validate --cpu runs one row store of one dim: expected equal "
+                        f"model.tables.dim, got {sorted(set(cfg.model.dims))}",
+                        source=cfg.source, field="model.tables.dim")
     need = memory_needed(cfg)
     have = memory_guard.available_bytes() if available is None else available
     if have is not None and need > have * 0.8:
         m = cfg.model
-        fit_rows = max(1, int(m.tables.rows * have * 0.5 / need))
+        rows = max(m.rows_per_table)
+        fit_rows = max(1, int(rows * have * 0.5 / need))
         raise UserError(
-            f"running {m.tables.count} tables x {m.tables.rows} rows x "
+            f"running {m.table_count} tables x {rows} rows x "
             f"{m.moved_row_bytes} B for real needs about {memory_guard.human(need)}, more "
             f"than 80% of the {memory_guard.human(have)} available; expected a smaller "
             f"table: scale it with --rows {fit_rows} (rows per table; the trace is generated "
@@ -172,7 +181,7 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
     store = np.full((trace.total_rows, m.moved_row_bytes // 4), 0.01, np.float32)
     run = _Run(cfg, trace, replays, measured, store, threads,
                {b: trace.linear_batch(replays.prefix + b) for b in measured})
-    probe = Probe(store, m.tables.dim, min(PROBE_LOOKUPS, trace.total_rows),
+    probe = Probe(store, m.dims[0], min(PROBE_LOOKUPS, trace.total_rows),
                    seed=len(measured))
     stages = ((_hybrid_stages(run) if "hybrid" in names else [])
               + (_scratchpipe_stages(run) if "scratchpipe" in names else []))
@@ -212,7 +221,7 @@ def _hybrid_stages(run: _Run) -> list[_Stage]:
     aggregation, then the config's optimizer on the unique rows)."""
     cfg, store, measured, data = run.cfg, run.store, run.measured, run.batch_data
     m = cfg.model
-    dim = m.tables.dim
+    dim = m.dims[0]
     hybrid = DESIGNS.get("hybrid")(cfg)
     c = hybrid.columns(run.replays.get(hybrid.workload_key())[0])
     r = m.row_bytes

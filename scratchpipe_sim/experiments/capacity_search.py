@@ -228,7 +228,9 @@ def plan(cfg: Config, target: float = 0.95, designs: Sequence[str] | None = None
     base = float(simulate(cfg, ["gpu-only"], trace=trace)[0]["samples_per_s"])
     goal = target * base
     result = Plan(target, base, usd_per_million(cfg, base))
-    names = list(cfg.designs if designs is None else designs)
+    from scratchpipe_sim.timing.designs.base import config_designs
+
+    names = list(config_designs(cfg) if designs is None else designs)
     if designs is None:  # the alternatives a user would weigh, even when not configured
         names += [d for d in ("bagpipe", "multi-gpu") if d not in names]
     for name in cache_designs(cfg, names):
@@ -259,6 +261,12 @@ def plan(cfg: Config, target: float = 0.95, designs: Sequence[str] | None = None
     return result
 
 
+def _unit(unit: str, value: float | None) -> str:
+    """`unit` agreeing with `value`: "1 GPU", "2 GPUs", "1 batch" (rates stay as they are)."""
+    singular = {"GPUs": "GPU", "batches": "batch", "rows": "row"}
+    return singular.get(unit, unit) if value == 1 else unit
+
+
 def format_plan(p: Plan) -> str:
     """An aligned text table, one row per (design, axis)."""
     head = ["design", "axis", "answer", "GiB", "samples/s", "of gpu-only", "$/M samples",
@@ -267,9 +275,9 @@ def format_plan(p: Plan) -> str:
              _usd(p.gpu_only_usd_per_million_samples), ""]]
     for a in p.answers:
         if a.met:
-            ans = f"{_num(a.value)} {a.unit}"
+            ans = f"{_num(a.value)} {_unit(a.unit, a.value)}"
         elif a.best_value is not None:
-            ans = f"unreachable (best {_num(a.best_value)} {a.unit})"
+            ans = f"unreachable (best {_num(a.best_value)} {_unit(a.unit, a.best_value)})"
         else:
             ans = f"unreachable ({a.note})"
         gib = f"{a.capacity_GiB:.3f}" if a.capacity_GiB is not None else ""
