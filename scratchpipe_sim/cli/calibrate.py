@@ -24,6 +24,7 @@ from pathlib import Path
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.config.hardware import HardwareConfig
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.safety.paths import plain_name
 
 #: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
 HELP = "measure PCIe, HBM, DRAM and GEMM speed; write a hardware preset"
@@ -121,7 +122,7 @@ def handle_cpu(args: argparse.Namespace) -> int:
         raise UserError("--from-json rebuilds a GPU preset; --cpu measures this host",
                         field="--from-json")
     base = base_hardware(args.base)  # a missing base preset fails before measuring
-    name = args.name or "measured-cpu"
+    name = plain_name(args.name or "measured-cpu", None, "--name", "preset name")
     out = args.out or Path("configs/hardware") / f"{name}.yaml"
     check_writable(out)
     threads = _threads(args.threads)
@@ -189,7 +190,8 @@ def handle(args: argparse.Namespace) -> int:
                                      dram_table_bytes=1 << 29, gemm_n=1024, launches=100)
         meas = bench.measure_all(sizes)
         json_out = True
-    name = args.name or f"measured-{_slug(meas.device)}"
+    name = plain_name(args.name or f"measured-{_slug(meas.device)}", None, "--name",
+                      "preset name")
     out = args.out or Path("configs/hardware") / f"{name}.yaml"
     cal = build_preset(meas, base, name)
     write_preset(out, preset_yaml(cal, meas, args.base or "schema defaults"))

@@ -17,6 +17,7 @@ from typing import Any
 from scratchpipe_sim.config.hardware import HardwareConfig, doc
 from scratchpipe_sim.config.schema import build, to_plain
 from scratchpipe_sim.errors import UserError, closest
+from scratchpipe_sim.safety.paths import plain_name
 
 OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad", "adam")
 #: per table: sum / mean reduce a bag to one vector (TorchRec's EmbeddingBagCollection),
@@ -326,6 +327,8 @@ class Config:
 
     def check(self) -> None:
         src = self.source
+        if self.name:
+            plain_name(self.name, src, "name", "config name")
         self.hardware.check(src)
         m = self.model
         self._check_tables()

@@ -42,7 +42,7 @@ from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.experiments.figures import check_figures
 from scratchpipe_sim.experiments.hashing import config_hash
 from scratchpipe_sim.safety import limits
-from scratchpipe_sim.safety.paths import present
+from scratchpipe_sim.safety.paths import plain_name, present
 
 TOP_KEYS = ("name", "description", "include", "base", "sweep", "designs", "metrics",
             "figures")
@@ -222,10 +222,7 @@ def load_experiment(path: str | os.PathLike) -> ExperimentSpec:
         raise UserError("a metric has the name of a swept key", source=source,
                         field=f"metrics.{clash[0]}")
     figures = check_figures(data.get("figures"), source)
-    name = data.get("name", p.stem)
-    if not isinstance(name, str) or not name or "\0" in name:
-        raise UserError(f"expected a non-empty string without NUL bytes (it names the "
-                        f"results folder), got {name!r}", source=source, field="name")
+    name = plain_name(data.get("name", p.stem), source, "name", "experiment name")
     spec = ExperimentSpec(name=name, source=source, base=base, base_dir=base_dir,
                           base_source=base_source, grid=grid, zips=tuple(zips),
                           designs=designs, metrics=metrics, figures=figures,

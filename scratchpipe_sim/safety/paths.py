@@ -93,3 +93,27 @@ def short_path(path: object) -> str:
     src = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
     src = src.replace("\0", "\\0")
     return src if len(src) <= 200 else src[:100] + "..." + src[-60:]
+
+
+#: the longest name a results folder or file may take (bytes; most filesystems: 255)
+NAME_MAX_BYTES = 255
+
+
+def plain_name(name: object, source: str | None, field: str, what: str = "name") -> str:
+    """`name` when it is one plain path component (it names a folder or file under a
+    results folder); else a UserError. Why: experiment and config files are shared between
+    people, and a name such as `../../x` or `/abs/x` would write outside `results/`."""
+    if not isinstance(name, str) or not name:
+        raise UserError(f"expected a non-empty string (it names a results folder), got "
+                        f"{name!r}", source=source, field=field)
+    bad = next((c for c in name if c in "/\\" or ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None or name in (".", "..") or name.startswith("-"):
+        shown = repr(bad) if bad is not None else repr(name)
+        raise UserError(f"expected a plain {what} (letters, digits, '.', '-', '_'; no path "
+                        f"separators, control characters, '.' or '..', no leading '-'): "
+                        f"{shown} in {name!r}", source=source, field=field)
+    if len(name.encode("utf-8", "surrogatepass")) > NAME_MAX_BYTES:
+        raise UserError(f"expected a {what} of at most {NAME_MAX_BYTES} bytes, got "
+                        f"{len(name.encode('utf-8', 'surrogatepass'))}", source=source,
+                        field=field)
+    return name
