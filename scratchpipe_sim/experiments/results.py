@@ -7,6 +7,7 @@ stage breakdown as its default figure.
 
 from __future__ import annotations
 
+import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,32 @@ def read_csv_table(path: str | os.PathLike) -> pd.DataFrame:
                                     "status": str}, keep_default_na=True)
 
 
+def check_complete_csv(path: Path) -> None:
+    """A UserError unless every row of the CSV at `path` has the header's fields and the
+    file ends with a newline. Why: pandas reads a table cut mid-row (a disk that filled, a
+    copy interrupted) as a short last row padded with NaN, and a report built from it would
+    look whole. Read as a stream: the file is never held twice."""
+    with open(path, newline="", encoding="utf-8", errors="strict") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            raise UserError("empty results table: expected a header row", source=str(path))
+        for row in reader:
+            if len(row) != len(header):
+                raise UserError(f"results table is damaged at line {reader.line_num}: "
+                                f"{len(row)} field(s), expected {len(header)} (a write cut "
+                                "short? rerun the run; a sweep resumes and repairs it)",
+                                source=str(path))
+        f.seek(0, os.SEEK_END)
+        end = f.tell()
+    with open(path, "rb") as fb:
+        fb.seek(max(0, end - 1))
+        if end and fb.read(1) != b"\n":
+            raise UserError("results table ends mid-row (no final newline: a write cut "
+                            "short? rerun the run; a sweep resumes and repairs it)",
+                            source=str(path))
+
+
 def load_results(path: str | os.PathLike) -> Results:
     p = Path(path)
     if input_kind(p, "results folder or table") == "folder":
@@ -73,6 +100,7 @@ def load_results(path: str | os.PathLike) -> Results:
         if table.suffix == ".parquet":
             frame = pd.read_parquet(table)
         elif table.suffix == ".csv":
+            check_complete_csv(table)
             frame = read_csv_table(table)
         else:
             raise UserError("expected a results folder, .csv or .parquet file", source=str(p))
