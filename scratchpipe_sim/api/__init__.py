@@ -166,27 +166,41 @@ def result_records(outcome: RunOutcome) -> tuple[list[str], list[dict[str, Any]]
 def write_run(out: Path, outcome: RunOutcome, config_arg: str,
               overrides: Sequence[str]) -> None:
     """A run's results folder: results.csv, results.json, resolved_config.yaml,
-    trace.sha256 and metadata.json (what ran: config argument, overrides, versions, time)."""
+    trace.sha256 and metadata.json (what ran: config argument, overrides, versions, time).
+    Each file is written whole or not at all, results.csv (what `report`, `plot` and
+    `compare` read) last; when one cannot be written (a full disk) those already written are
+    removed, so the folder never holds a partial result, and the OSError names the file."""
     import csv
+    import io
 
     from scratchpipe_sim.config import dump_yaml
+    from scratchpipe_sim.safety.atomic_files import atomic_write
 
     columns, records = result_records(outcome)
-    with open(out / RUN_CSV, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=columns)
-        w.writeheader()
-        for r in records:
-            w.writerow(r)
-    (out / RUN_JSON).write_text(jsonout.dumps(outcome.rows, indent=1))
-    (out / RUN_CONFIG).write_text(dump_yaml(outcome.resolved))
-    (out / RUN_TRACE_SHA).write_text(outcome.trace_sha256 + "\n")
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, fieldnames=columns)
+    w.writeheader()
+    for r in records:
+        w.writerow(r)
     found = versions()
     meta = {"config": config_arg, "overrides": list(overrides),
             "trace_sha256": outcome.trace_sha256, "scratchpipe_sim": __version__,
             "python": found["python"], "designs": [r["design"] for r in outcome.rows],
             "versions": found, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                             time.gmtime())}
-    (out / RUN_METADATA).write_text(jsonout.dumps(meta, indent=1))
+    files = {RUN_METADATA: jsonout.dumps(meta, indent=1),
+             RUN_CONFIG: dump_yaml(outcome.resolved),
+             RUN_TRACE_SHA: outcome.trace_sha256 + "\n",
+             RUN_JSON: jsonout.dumps(outcome.rows, indent=1),
+             RUN_CSV: table.getvalue()}
+    written: list[Path] = []
+    try:
+        for name, text in files.items():
+            written.append(atomic_write(out / name, text))
+    except BaseException:
+        for p in written:
+            p.unlink(missing_ok=True)
+        raise
 
 
 def fresh_dir(path: Path) -> Path:

@@ -127,11 +127,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except OSError as e:  # on a named path no handler caught: one line, not a traceback
-        if e.filename is None:
-            raise
-        from scratchpipe_sim.safety.paths import os_error
+    except OSError as e:  # on a named path no handler caught (or a full disk, named or
+        # not): one line, not a traceback
+        from scratchpipe_sim.safety.paths import FULL_DISK_ERRNOS, os_error
 
+        if e.filename is None and e.errno not in FULL_DISK_ERRNOS:
+            raise
         print(f"scratchpipe-sim {args.command}: {os_error(e).line()}", file=sys.stderr)
         return 2
 

@@ -273,7 +273,8 @@ def format_bands(bands: Bands) -> str:
 
 def write_bands(bands: Bands, out: Path) -> list[Path]:
     """bands.csv and bands.json into the new folder `out` (made by `new_folder`)."""
-    from scratchpipe_sim.experiments.results_store import atomic_write, csv_bytes, encode  # noqa: PLC0415
+    from scratchpipe_sim.experiments.results_store import csv_bytes, encode  # noqa: PLC0415
+    from scratchpipe_sim.safety.atomic_files import atomic_write  # noqa: PLC0415
 
     cols = bands.columns()
     paths = [out / BANDS_CSV, out / BANDS_JSON]

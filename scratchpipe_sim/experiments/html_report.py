@@ -24,7 +24,7 @@ from typing import Any
 
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.results import Results, load_results
-from scratchpipe_sim.experiments.results_store import POINTS, atomic_write
+from scratchpipe_sim.experiments.results_store import POINTS
 from scratchpipe_sim.experiments.run_folder import (
     RUN_CONFIG,
     RUN_JSON,
@@ -33,6 +33,7 @@ from scratchpipe_sim.experiments.run_folder import (
     WALL_COLUMNS,
     versions,
 )
+from scratchpipe_sim.safety.atomic_files import atomic_write
 from scratchpipe_sim.safety.paths import input_kind
 
 #: the report's file name inside the results folder when no --out is given

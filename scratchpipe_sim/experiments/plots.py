@@ -11,6 +11,7 @@ the reasons.
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from scratchpipe_sim.experiments.figures import (  # noqa: E402
     figure_options,
 )
 from scratchpipe_sim.experiments.results import Results  # noqa: E402
+from scratchpipe_sim.safety.atomic_files import atomic_write  # noqa: E402
 from scratchpipe_sim.timing.designs import design_order  # noqa: E402
 
 OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#D55E00", "#0072B2", "#CC79A7", "#F0E442",
@@ -385,7 +387,10 @@ def save_figure(fig: Figure, stem: str | Path, formats: tuple[str, ...] = ("png"
     paths = []
     for fmt in formats:
         p = stem.with_suffix(f".{fmt}")
-        fig.savefig(p, dpi=dpi, metadata={"Software": None} if fmt == "png" else None)
+        buf = io.BytesIO()  # drawn whole in memory, then written whole or not at all
+        fig.savefig(buf, format=fmt, dpi=dpi,
+                    metadata={"Software": None} if fmt == "png" else None)
+        atomic_write(p, buf.getvalue())
         paths.append(p)
     plt.close(fig)
     return paths

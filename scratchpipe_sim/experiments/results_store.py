@@ -34,13 +34,13 @@ import json
 import math
 import os
 import socket
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from scratchpipe_sim.errors import UserError, os_reason
+from scratchpipe_sim.safety.atomic_files import atomic_write, named
 
 MANIFEST = "manifest.json"
 POINTS = "points.jsonl"
@@ -74,47 +74,6 @@ def encode(value: Any) -> str:
     if hasattr(value, "item") and callable(value.item):
         return encode(value.item())
     return str(value).replace("\r", " ").replace("\n", " ")
-
-
-def _umask() -> int:
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
-def default_mode() -> int:
-    """What `open(path, "w")` gives a new file: 0666 less the umask (mkstemp gives 0600)."""
-    return 0o666 & ~_umask()
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temporary sibling + fsync + rename: readers see old or new, never half."""
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, default_mode())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def csv_bytes(rows: Iterable[Sequence[str]]) -> bytes:
@@ -363,9 +322,17 @@ class ResultStore:
             raise RuntimeError(f"row {dup[0]} is already in {self.csv_path}")
         data = csv_bytes([[encode(r.get(c)) for c in self.columns] for r in rows])
         with open(self.csv_path, "ab") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            size = f.tell()
+            try:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError as e:  # a full disk: the table keeps only whole points
+                try:
+                    f.truncate(size)
+                except OSError:
+                    pass  # a torn last row is cut by the next open's recovery
+                raise named(e, self.csv_path) from None
         for r in rows:
             key = (str(r["point"]), str(r["design"]))
             self.done.setdefault(key[0], {})[key[1]] = str(r["status"])
@@ -393,13 +360,7 @@ class ResultStore:
 
         frame = read_csv_table(self.csv_path)
         out = self.folder / PARQUET_NAME
-        fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=self.folder)
-        os.fchmod(fd, default_mode())
-        os.close(fd)
-        try:
-            frame.to_parquet(tmp, index=False)
-            os.replace(tmp, out)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        buf = io.BytesIO()
+        frame.to_parquet(buf, index=False)
+        atomic_write(out, buf.getvalue())
         return out

@@ -25,6 +25,7 @@ kept only where the tracked nominal pricing gives the plain one's float).
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -45,6 +46,7 @@ from scratchpipe_sim.config.read_tracking import (
 )
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety import jsonout
+from scratchpipe_sim.safety.atomic_files import atomic_write
 from scratchpipe_sim.timing.designs import DESIGNS, baseline_design
 from scratchpipe_sim.timing.runner import (
     Replays,
@@ -497,11 +499,16 @@ def write_outputs(res: Sensitivity, out: Path) -> list[Path]:
     try:
         out.mkdir(parents=True, exist_ok=True)
         paths = [out / SENSITIVITY_JSON, out / "tornado.png", out / "tornado.pdf"]
-        paths[0].write_text(jsonout.dumps(res.to_json(), indent=1), encoding="utf-8")
         fig = tornado_figure(res)
-        fig.savefig(paths[1], dpi=150)
-        fig.savefig(paths[2])
+        pictures = []
+        for fmt, dpi in (("png", 150), ("pdf", None)):
+            buf = io.BytesIO()
+            fig.savefig(buf, format=fmt, **({"dpi": dpi} if dpi else {}))
+            pictures.append(buf.getvalue())
         plt.close(fig)
+        atomic_write(paths[0], jsonout.dumps(res.to_json(), indent=1))
+        for path, data in zip(paths[1:], pictures, strict=True):
+            atomic_write(path, data)
     except OSError as e:
         raise UserError(f"cannot write: {e.strerror or e}; expected a writable folder",
                         source=str(out), field="--out") from None

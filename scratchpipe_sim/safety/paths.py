@@ -74,6 +74,10 @@ def present(path: str | os.PathLike, what: str = "file", field: str | None = Non
     return True
 
 
+#: the errors of a write that found no room: disk full, quota exceeded, file too large
+FULL_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
 def os_error(e: OSError) -> UserError:
     """The one-line error for an OSError on a named path that no caller handled (a name too
     long, a read-only file system, a full disk, ...): the CLI's last word before a
@@ -85,6 +89,10 @@ def os_error(e: OSError) -> UserError:
     else:
         reason = os_reason(e)
     where = e.filename if e.filename2 is None else e.filename2
+    if e.errno in FULL_DISK_ERRNOS:
+        reason += "; nothing half-written was kept: free some space or write elsewhere"
+    if where is None:
+        return UserError(f"cannot write: {reason}")
     return UserError(f"cannot read or write this path: {reason}", source=short_path(where))
 
 
@@ -107,6 +115,9 @@ def plain_name(name: object, source: str | None, field: str, what: str = "name")
         raise UserError(f"expected a non-empty string (it names a results folder), got "
                         f"{name!r}", source=source, field=field)
     bad = next((c for c in name if c in "/\\" or ord(c) < 32 or ord(c) == 127), None)
+    if bad == "\0":
+        raise UserError(f"expected a {what} without NUL bytes, got {short_path(name)!r}",
+                        source=source, field=field)
     if bad is not None or name in (".", "..") or name.startswith("-"):
         shown = repr(bad) if bad is not None else repr(name)
         raise UserError(f"expected a plain {what} (letters, digits, '.', '-', '_'; no path "

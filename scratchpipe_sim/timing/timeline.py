@@ -18,6 +18,7 @@ import json
 import math
 from pathlib import Path
 
+from scratchpipe_sim.safety.atomic_files import atomic_write
 from scratchpipe_sim.timing.resources import Span
 
 
@@ -97,5 +98,5 @@ def timeline_json(design: str, spans: list[Span]) -> str:
 
 def write_timeline(path: Path, design: str, machine) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(timeline_json(design, machine.recorder.spans))
+    atomic_write(path, timeline_json(design, machine.recorder.spans))
     return path
