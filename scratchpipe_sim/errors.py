@@ -25,6 +25,12 @@ class UserError(Exception):
         return f"{where}: {self.message}" if where else self.message
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM received (`timeout`, a batch scheduler, `kill`): raised where the program is,
+    so `finally` blocks stop worker processes and release locks as on Ctrl-C, and a sweep
+    resumes from the rows it kept."""
+
+
 def closest(name: str, choices: Iterable[str]) -> str:
     """A ' (did you mean X?)' hint for an unknown name, or '' when nothing is close."""
     match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)

@@ -18,14 +18,18 @@ would (a test compares the two, which also checks the text read against the cons
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import os
 import re
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from scratchpipe_sim import __version__
-from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.errors import Terminated, UserError
 
 #: a string literal (the only kind `HELP` holds; several in parentheses are joined)
 _STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
@@ -113,12 +117,35 @@ def chosen_command(argv: list[str]) -> str | None:
     return word if word in commands() else None
 
 
+@contextlib.contextmanager
+def terminated_on_sigterm() -> Iterator[None]:
+    """SIGTERM raises `Terminated` in the main thread while a command runs (Python's default
+    is to die at once: no `finally`, so a sweep's worker processes were killed without
+    their semaphores released); restored after. Elsewhere (a thread): nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated()
+
+    old = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(chosen_command(argv))
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with terminated_on_sigterm():
+            return int(args.func(args) or 0)
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     except UserError as e:
         print(f"scratchpipe-sim {args.command}: {e.line()}", file=sys.stderr)
         return 2

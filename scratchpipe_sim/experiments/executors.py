@@ -101,6 +101,19 @@ def worker_init(parent: int) -> None:
                      name="parent-watchdog").start()
 
 
+def stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end the running workers, so leaving the pool's
+    `with` does not wait for their points and their queues are closed by this process (a
+    worker killed with its parent leaves semaphores for the resource tracker to report)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # no public handle
+    pool.shutdown(wait=False, cancel_futures=True)  # (this forgets the processes)
+    for p in workers:
+        if p.is_alive():
+            p.terminate()
+    for p in workers:
+        p.join(timeout=5)
+
+
 def run_process(fn: PointFn, tasks: Iterable[Task], jobs: int) -> Iterator[Outcome]:
     """A ProcessPoolExecutor with the spawn start method (safe with Numba and threads);
     its workers die with this process (`worker_init`)."""
@@ -116,6 +129,9 @@ def run_process(fn: PointFn, tasks: Iterable[Task], jobs: int) -> Iterator[Outco
                 except BrokenProcessPool as e:
                     yield Outcome(futures[fut], None,
                                   _one_line(RuntimeError(f"worker process died: {e}")), 0.0)
+        except BaseException:  # Ctrl-C, SIGTERM, a failed write: stop the workers now
+            stop_workers(pool)
+            raise
         finally:
             for fut in futures:
                 fut.cancel()

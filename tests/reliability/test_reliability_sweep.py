@@ -331,3 +331,53 @@ def test_a_point_too_large_for_memory_is_an_error_row_not_a_crash(tmp_path, caps
     assert "needs about" in err and "of memory" in err and "Traceback" not in err
     rows = list(csv.DictReader(io.StringIO((out / "results.csv").read_text())))
     assert [r["status"] for r in rows] == ["ok", "error"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigterm_of_a_jobs_2_sweep_ends_its_workers_quietly_and_resumes(tmp_path):
+    """`timeout 60 scratchpipe-sim sweep EXP --jobs 2` (issue 42, item 6): SIGTERM ends the
+    workers, releases the lock and leaks no semaphore; the rerun ends as a clean sweep."""
+    grid = {"cache.load_factor": [0.1, 0.2, 0.4, 0.5]}
+    exp = write_exp(tmp_path, grid=grid)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    out = tmp_path / "out"
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = [{HERE!r}, {TESTS!r}]
+        from test_reliability_sweep import sleepy_point
+        from scratchpipe_sim.cli import terminated_on_sigterm
+        from scratchpipe_sim.errors import Terminated
+        from scratchpipe_sim.experiments.sweep_runner import run_sweep
+        from scratchpipe_sim.experiments.spec import load_experiment
+        try:
+            with terminated_on_sigterm():
+                run_sweep(load_experiment({str(exp)!r}), {str(out)!r}, run_point=sleepy_point,
+                          jobs=2, executor="process", quiet=True)
+        except Terminated:
+            sys.exit(143)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "MARK_DIR": str(marks), "SLEEPY_S": "120"})
+    try:
+        _wait_for(lambda: len(list(marks.iterdir())) >= 2, proc, "two busy workers", 120)
+        workers = [int(p.name.split("-")[1]) for p in marks.iterdir()]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)  # not the workers' 120 s
+        assert proc.returncode == 143, err
+        assert "leaked" not in err and "Traceback" not in err, err
+        assert not [w for w in workers if _alive(w)], "workers outlived their sweep"
+        assert not (out / LOCK).exists()
+    finally:
+        for p in marks.iterdir():
+            try:
+                os.kill(int(p.name.split("-")[1]), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        if proc.poll() is None:
+            proc.kill()
+    s = run_sweep(load_experiment(exp), out, run_point=fake_point, quiet=True)
+    assert s.skipped + s.ran == 4
+    clean = tmp_path / "clean"
+    run_sweep(load_experiment(exp), clean, run_point=fake_point, quiet=True)
+    assert table(out) == table(clean)
