@@ -32,8 +32,17 @@ class Terminated(KeyboardInterrupt):
 
 
 def closest(name: str, choices: Iterable[str]) -> str:
-    """A ' (did you mean X?)' hint for an unknown name, or '' when nothing is close."""
-    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    """A ' (did you mean X?)' hint for an unknown name, or '' when nothing is close: a
+    choice the name begins (`h100` -> `h100-gen5`) before one that merely holds it
+    (`dgx-h100`), then the closest by difflib's ratio."""
+    choices = list(choices)
+    low = name.lower()
+    if low:
+        for test in (str.startswith, str.__contains__):
+            held = sorted((c for c in choices if test(c.lower(), low)), key=lambda c: (len(c), c))
+            if held:
+                return f" (did you mean '{held[0]}'?)"
+    match = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
     return f" (did you mean '{match[0]}'?)" if match else ""
 
 
