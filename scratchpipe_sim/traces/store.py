@@ -90,10 +90,20 @@ class TraceWriter:
         """Append `arr`'s bytes to file `name`, its CRC-32 updated on the way (in blocks:
         no bytes copy of a large array)."""
         flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-        for lo in range(0, len(flat), _CRC_BLOCK):
-            block = memoryview(flat[lo : lo + _CRC_BLOCK])
-            self._crc[name] = zlib.crc32(block, self._crc[name])
-            self._f[name].write(block)
+        try:
+            for lo in range(0, len(flat), _CRC_BLOCK):
+                block = memoryview(flat[lo : lo + _CRC_BLOCK])
+                self._crc[name] = zlib.crc32(block, self._crc[name])
+                self._f[name].write(block)
+        except OSError as e:
+            self.abort()
+            raise self._write_error(e) from None
+
+    def _write_error(self, e: OSError) -> UserError:
+        """A failed write (a full disk, a quota, an I/O error) as one line naming the
+        output; the temporary folder is already gone, so nothing half-written remains."""
+        return UserError(f"cannot write the trace ({e.strerror or e}); nothing was "
+                         "published", source=str(self.path))
 
     def append_batch(self, indices: np.ndarray, offsets: np.ndarray) -> None:
         """One batch in FBGEMM layout: `offsets` has T*B+1 entries starting at 0."""
@@ -128,6 +138,12 @@ class TraceWriter:
         same name first) the temporary folder is removed, never left behind."""
         try:
             return self._publish()
+        except UserError:
+            self.abort()
+            raise
+        except OSError as e:
+            self.abort()
+            raise self._write_error(e) from None
         except BaseException:
             self.abort()
             raise
@@ -166,7 +182,10 @@ class TraceWriter:
 
     def abort(self) -> None:
         for f in self._f.values():
-            f.close()
+            try:
+                f.close()
+            except OSError:  # flushing the rest fails on a full disk too: dropped anyway
+                pass
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self) -> TraceWriter:
