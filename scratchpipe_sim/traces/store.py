@@ -130,8 +130,17 @@ class TraceWriter:
         self._num_batches += len(bounds) - 1
 
     def append_trace(self, trace: Trace) -> None:
-        self.append_batches(np.asarray(trace.indices), np.asarray(trace.offsets),
-                            np.asarray(trace.batch_bounds))
+        """Every batch of `trace`, a run of batches at a time (a memory-mapped trace larger
+        than RAM is never read whole)."""
+        bounds = np.asarray(trace.batch_bounds)
+        offsets = trace.offsets
+        step = max(1, _APPEND_BAGS // max(1, len(trace.table_rows) * trace.batch_size))
+        for lo in range(0, len(bounds) - 1, step):
+            hi = min(lo + step, len(bounds) - 1)
+            b0, b1 = int(bounds[lo]), int(bounds[hi])
+            offs = np.asarray(offsets[b0:b1 + 1], np.int64)
+            idx = np.asarray(trace.indices[int(offs[0]):int(offs[-1])])
+            self.append_batches(idx, offs - offs[0], bounds[lo:hi + 1] - b0)
 
     def close(self) -> Path:
         """Publish the trace; on any failure (a full disk, another writer publishing the
@@ -209,6 +218,8 @@ def write_trace(trace: Trace, path: str | os.PathLike, overwrite: bool = False,
 
 #: manifest.json is metadata (counts, a checksum, a few meta keys): a larger one is not ours
 MANIFEST_MAX_BYTES = 16 << 20
+#: bags appended at a time by `append_trace` (bounded memory on a mapped trace)
+_APPEND_BAGS = 1 << 22
 #: bytes fed to CRC-32 at a time (bounded memory on a trace larger than RAM)
 _CRC_BLOCK = 1 << 24
 #: bytes of offsets/batch bounds checked at a time (bounded memory on a trace larger than RAM)
