@@ -282,9 +282,17 @@ def _write(spec: gen.GenSpec, out: Path, force: bool, quiet: bool = False) -> in
 
     t0 = time.monotonic()
     try:
-        with Progress(spec.num_batches, "trace gen", "batch", quiet=quiet) as bar:
-            gen.store_from_spec(spec, out, overwrite=force,
-                                progress=lambda n: bar.update(n, note=_rate(bar.done + n, spec, t0)))
+        per_batch = gen.spec_nbytes(spec) / spec.num_batches
+        with Progress(max(1, round(per_batch * spec.num_batches / 1e6)), "trace gen", "MB",
+                      quiet=quiet) as bar:
+            written = [0]
+
+            def step(n: int) -> None:
+                written[0] += n
+                mb = round(written[0] * per_batch / 1e6) - bar.done
+                bar.update(mb, note=_rate(written[0], spec, t0))
+
+            gen.store_from_spec(spec, out, overwrite=force, progress=step)
     except UserError as e:  # a sampler's own check (e.g. calibrated's shares), by flag
         raise UserError(e.message, source=e.source, field=_flag(e.field)) from None
     except OSError as e:
@@ -300,7 +308,7 @@ def _write(spec: gen.GenSpec, out: Path, force: bool, quiet: bool = False) -> in
 
 
 def _rate(done: int, spec: gen.GenSpec, t0: float) -> str:
-    """The write rate and the time left, beside the batch count."""
+    """The write rate and the time left after `done` batches."""
     dt = max(time.monotonic() - t0, 1e-9)
     per_batch = gen.spec_nbytes(spec) / spec.num_batches
     rate = done * per_batch / dt
