@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +78,12 @@ def _register_gen(sub: argparse._SubParsersAction) -> None:
                    "the number of --rows values)")
     g.add_argument("--batch-size", type=int, metavar="B",
                    help="samples per mini-batch (required unless --from-fit)")
-    g.add_argument("--batches", type=int, required=True, metavar="N",
-                   help="number of mini-batches to write")
+    g.add_argument("--preset", metavar="NAME|PATH.yaml",
+                   help="a generator preset (configs/trace-gen/, e.g. criteo-terabyte-day: "
+                        "a synthetic Criteo 1TB day): its rows, batch size, batches, pooling "
+                        "and trace (distribution, parameters, reuse); flags override them")
+    g.add_argument("--batches", type=int, metavar="N",
+                   help="number of mini-batches to write (required unless --preset)")
     g.add_argument("--pooling", metavar="L[,L...]",
                    help="lookups per sample per table: one or one per table (default 1; "
                         "--from-fit: the fit's)")
@@ -93,6 +98,7 @@ def _register_gen(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--out", required=True, metavar="PATH.sptrace",
                    help="output .sptrace folder (written atomically)")
     g.add_argument("--force", action="store_true", help="overwrite an existing output")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress lines (stderr)")
     g.set_defaults(func=handle_gen)
 
 
@@ -140,7 +146,61 @@ def _check_out(out: Path, force: bool) -> None:
                         source=str(out), field="--out")
 
 
+#: the keys of a `trace gen` preset (configs/trace-gen/*.yaml) and the flag each stands for
+PRESET_KEYS = {"rows": "--rows", "batch_size": "--batch-size", "batches": "--batches",
+               "pooling": "--pooling", "trace": "--distribution"}
+
+
+def _apply_preset(args: argparse.Namespace) -> None:
+    """Fill the flags left out from the preset (`trace: {preset: ...}` expanded as `run`
+    does): rows, batch size, batches, pooling, distribution, its parameters and reuse."""
+    from scratchpipe_sim.config.loader import _find_preset, expand_presets, read_yaml
+
+    if args.from_fit:
+        raise UserError("--preset and --from-fit both give the tables: expected one",
+                        field="--preset")
+    path = _find_preset("trace-gen", args.preset, None, None, "--preset")
+    d = read_yaml(path, "preset file")
+    src = str(path)
+    if not isinstance(d, dict):
+        raise UserError("expected a mapping of rows, batch_size, batches, pooling, trace",
+                        source=src)
+    for k in d:
+        if k not in PRESET_KEYS:
+            raise UserError(f"unknown key; expected one of {', '.join(PRESET_KEYS)}",
+                            source=src, field=k)
+    d = expand_presets(d, path.parent, src)
+
+    def text(v: Any) -> str:
+        return ",".join(str(x) for x in v) if isinstance(v, list) else str(v)
+
+    if args.rows is None and "rows" in d:
+        args.rows = text(d["rows"])
+    if args.pooling is None and "pooling" in d:
+        args.pooling = text(d["pooling"])
+    for key in ("batch_size", "batches"):
+        if getattr(args, key) is None and key in d:
+            setattr(args, key, d[key])
+    t = d.get("trace") or {}
+    if args.distribution == "zipf" and "distribution" in t:  # the flag's default
+        args.distribution = t["distribution"]
+        preset_params = {k: v for k, v in (t.get("params") or {}).items()}
+        args.param = [f"{k}={_yaml_flow(v)}" for k, v in preset_params.items()] + args.param
+        if args.alpha is None and t.get("alpha") is not None:
+            args.alpha = t["alpha"]
+    if args.reuse == 0.0 and t.get("reuse"):
+        args.reuse = t["reuse"]
+
+
+def _yaml_flow(v: Any) -> str:
+    return "[" + ",".join(str(x) for x in v) + "]" if isinstance(v, list) else str(v)
+
+
 def handle_gen(args: argparse.Namespace) -> int:
+    if args.preset:
+        _apply_preset(args)
+    if args.batches is None:
+        raise UserError("required (or pass --preset NAME)", field="--batches")
     if args.from_fit:
         return _gen_from_fit(args)
     for flag, value in (("--rows", args.rows), ("--batch-size", args.batch_size)):
@@ -175,7 +235,7 @@ def handle_gen(args: argparse.Namespace) -> int:
                              **params)
     except UserError as e:  # name the flag, not the API argument
         raise UserError(e.message, source=e.source, field=_flag(e.field)) from None
-    return _write(spec, out, args.force)
+    return _write(spec, out, args.force, args.quiet)
 
 
 def _gen_from_fit(args: argparse.Namespace) -> int:
@@ -214,22 +274,46 @@ def _gen_from_fit(args: argparse.Namespace) -> int:
                              **f.params())
     except UserError as e:
         raise UserError(e.message, source=e.source, field=_flag(e.field)) from None
-    return _write(spec, out, args.force)
+    return _write(spec, out, args.force, args.quiet)
 
 
-def _write(spec: gen.GenSpec, out: Path, force: bool) -> int:
+def _write(spec: gen.GenSpec, out: Path, force: bool, quiet: bool = False) -> int:
+    from scratchpipe_sim.experiments.progress import Progress
+
+    t0 = time.monotonic()
     try:
-        gen.store_from_spec(spec, out, overwrite=force)
+        per_batch = gen.spec_nbytes(spec) / spec.num_batches
+        with Progress(max(1, round(per_batch * spec.num_batches / 1e6)), "trace gen", "MB",
+                      quiet=quiet) as bar:
+            written = [0]
+
+            def step(n: int) -> None:
+                written[0] += n
+                mb = round(written[0] * per_batch / 1e6) - bar.done
+                bar.update(mb, note=_rate(written[0], spec, t0))
+
+            gen.store_from_spec(spec, out, overwrite=force, progress=step)
     except UserError as e:  # a sampler's own check (e.g. calibrated's shares), by flag
         raise UserError(e.message, source=e.source, field=_flag(e.field)) from None
     except OSError as e:
         raise UserError(f"cannot write: {e.strerror or e}", source=str(out),
                         field="--out") from None
     accesses = spec.accesses_per_batch * spec.num_batches
+    dt = max(time.monotonic() - t0, 1e-9)
     print(f"wrote {out}: {spec.distribution} {_fmt_params(spec.params)}, "
           f"{spec.num_tables} table(s), {sum(spec.table_rows)} rows, {spec.num_batches} "
-          f"batches of {spec.batch_size}, {accesses} accesses, seed {spec.seed}")
+          f"batches of {spec.batch_size}, {accesses} accesses, seed {spec.seed}; "
+          f"{dt:.1f} s, {gen.spec_nbytes(spec) / 1e6 / dt:.0f} MB/s written")
     return 0
+
+
+def _rate(done: int, spec: gen.GenSpec, t0: float) -> str:
+    """The write rate and the time left after `done` batches."""
+    dt = max(time.monotonic() - t0, 1e-9)
+    per_batch = gen.spec_nbytes(spec) / spec.num_batches
+    rate = done * per_batch / dt
+    eta = (spec.num_batches - done) * per_batch / max(rate, 1e-9)
+    return f"{rate / 1e6:.0f} MB/s, ETA {eta:.0f} s"
 
 
 _FLAGS = {"num_batches": "--batches", "table_rows": "--rows"}

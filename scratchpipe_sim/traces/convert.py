@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import gzip
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +51,8 @@ class ConvertOptions:
     skip_bad_lines: bool = False
     overwrite: bool = False
     block_bytes: int = DEFAULT_BLOCK_BYTES
+    #: called with the input bytes (on disk: compressed for gzip) read since the last call
+    progress: Callable[[int], None] | None = field(default=None, compare=False)
 
     def batch(self, default: int = DEFAULT_BATCH_SIZE) -> int:
         return self.batch_size if self.batch_size is not None else default
@@ -125,13 +127,23 @@ def detect_format(path: Path) -> str:
                     f"{', '.join(CONVERTERS.names())} (pass --format)", source=str(path))
 
 
-def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str | None = None,
-            opts: ConvertOptions | None = None) -> ConvertResult:
-    """Convert `src` (format `fmt`, default: detected) into the `.sptrace` folder `out`."""
+#: formats whose converter takes several inputs, read one after the other into one trace
+MULTI_INPUT_FORMATS = ("criteo",)
+
+
+def convert(src: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike,
+            fmt: str | None = None, opts: ConvertOptions | None = None) -> ConvertResult:
+    """Convert `src` (format `fmt`, default: detected) into the `.sptrace` folder `out`.
+    `src` may be several files (Criteo's `day_0 day_1 ...`): their samples follow each
+    other in that order, as if the files were one."""
     load_converters()
     opts = opts or ConvertOptions()
-    src_p, out_p = Path(src), Path(out)
-    input_file(src_p, "input file")
+    srcs = [Path(src)] if isinstance(src, (str, os.PathLike)) else [Path(x) for x in src]
+    if not srcs:
+        raise UserError("expected at least one input file", source="options", field="input")
+    src_p, out_p = srcs[0], Path(out)
+    for p in srcs:
+        input_file(p, "input file")
     if out_p.exists() and not opts.overwrite:
         raise UserError("already exists; refusing to overwrite (pass --force)",
                         source=str(out_p))
@@ -145,7 +157,24 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
         raise UserError(f"batch size must be >= 1, got {opts.batch_size}", source="options",
                         field="batch_size")
     fmt = fmt or detect_format(src_p)
-    return CONVERTERS.get(fmt, source=str(src_p), field="format")(src_p, out_p, opts)
+    fn = CONVERTERS.get(fmt, source=str(src_p), field="format")
+    if len(srcs) > 1:
+        if fmt not in MULTI_INPUT_FORMATS:
+            raise UserError(f"{len(srcs)} inputs: only {', '.join(MULTI_INPUT_FORMATS)} "
+                            "converts several files into one trace; expected one input",
+                            source=str(src_p), field="format")
+        return fn(srcs, out_p, opts)  # type: ignore[arg-type]
+    return fn(src_p, out_p, opts)
+
+
+def input_position(f) -> int:
+    """Bytes of the file on disk consumed so far by `f` (an `open_input` object): the
+    compressed position for gzip, so progress runs against the file's size."""
+    raw = getattr(f, "fileobj", None)
+    try:
+        return int((raw if raw is not None else f).tell())
+    except (OSError, ValueError):
+        return 0
 
 
 def open_input(path: Path):

@@ -5,16 +5,23 @@ features as 32-bit hex hashes; an empty field is a missing value. Each categoric
 one embedding table (C1 -> table 0, ... C26 -> table 25), pooling 1: a sample looks up one
 row per table, and a missing categorical is a skipped lookup (a bag of length 0, as DLRM's
 Criteo loader does when it drops missing features). Ids are `int(hex, 16) % rows`
-(`--rows`, DLRM's `max_ind_range`) or a dense per-column remap (`--dense-remap`); one of
-the two is required (raw 32-bit hashes would make tables of 2^32 rows).
+(`--rows`, DLRM's `max_ind_range`; default 40,000,000, MLPerf DLRM-DCNv2's and torchrec's
+Criteo 1TB setting) or a dense per-column remap (`--dense-remap`); raw 32-bit hashes would
+make tables of 2^32 rows.
 
-Lines are parsed by a Numba kernel over raw bytes, one block at a time, so memory stays
-bounded by the block size (plus the dense-remap dictionary, which holds every distinct
-value). A malformed line names file:line and the field.
+Several day files convert into one trace, in the order given, batches cut across file
+boundaries: the same trace as their concatenation. Lines are parsed by a Numba kernel over
+raw bytes, one block at a time, so memory stays bounded by the block size (plus the
+dense-remap dictionary, which holds every distinct value: `plan_note` says what it may
+cost before a conversion starts). A malformed line names file:line and the field; a
+truncated gzip day names the file and the last whole line.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import numba as nb
@@ -27,6 +34,7 @@ from scratchpipe_sim.traces.convert import (
     IdMap,
     WholeBatches,
     finish,
+    input_position,
     open_input,
     open_writer,
     register_converter,
@@ -39,6 +47,12 @@ from scratchpipe_sim.traces.store import read_trace
 NUM_INT = 13
 NUM_CAT = 26
 NUM_FIELDS = 1 + NUM_INT + NUM_CAT
+#: MLPerf DLRM-DCNv2's (and torchrec's) Criteo 1TB id range: id = hex value mod 40,000,000
+#: per table (`--max_ind_range=40000000`); the converter's default when no mapping is named
+MLPERF_ROWS = 40_000_000
+#: bytes a dense-remap dictionary entry costs (Numba typed dict of (table, value) -> row,
+#: measured: 8 M entries grew the peak RSS by ~100 bytes each, its resizes included)
+DENSE_BYTES_PER_ENTRY = 100
 FIELD_NAMES = ["label", *(f"I{i}" for i in range(1, NUM_INT + 1)),
                *(f"C{i}" for i in range(1, NUM_CAT + 1))]
 
@@ -143,24 +157,36 @@ def looks_like_criteo(path: Path) -> bool:
     """True when the first line has 40 tab-separated fields."""
     try:
         with open_input(path) as f:
-            head = f.read(1 << 14)
-    except (UserError, OSError, EOFError):
+            first = f.readline(1 << 14)  # the first line alone: a truncated .gz day too
+    except (UserError, OSError, EOFError, zlib.error):
         return False
-    first = head.split(b"\n", 1)[0]
     return first.count(b"\t") == NUM_FIELDS - 1
 
 
 def iter_samples(path: Path, opts: ConvertOptions, stats: ConvertResult):
     """Yield (samples, 26) int64 blocks of raw categorical values (-1 missing).
 
-    Bad lines raise (default) or are counted into `stats` and dropped.
+    Bad lines raise (default) or are counted into `stats` and dropped; a truncated or
+    damaged gzip file is one line naming the file and the last whole line read.
     """
     src = str(path)
     line0 = 0  # lines before this block
     carry = b""
     with open_input(path) as f:
+        pos = 0
         while True:
-            data = f.read(opts.block_bytes)
+            try:
+                data = f.read(opts.block_bytes)
+            except (EOFError, OSError, zlib.error) as e:
+                why = ("truncated: the compressed stream ends before its end marker"
+                       if isinstance(e, EOFError) else f"damaged ({e})")
+                raise UserError(f"gzip file {why} after {line0} whole lines: expected "
+                                "a complete .gz file; nothing was written", source=src
+                                ) from None
+            if opts.progress is not None:
+                now = input_position(f)
+                opts.progress(now - pos)
+                pos = now
             block = carry + data
             if not data:
                 if not block:
@@ -205,33 +231,84 @@ def _message(src: str, line: int, code: int, where: int) -> str:
 
 
 @register_converter("criteo", suffixes=(".tsv", ".tsv.gz"))
-def convert_criteo(src: Path, out: Path, opts: ConvertOptions) -> ConvertResult:
-    """Criteo TSV -> `.sptrace`: 26 tables, batches of `batch_size` samples."""
-    if opts.rows is None and not opts.dense_remap:
-        # raw 32-bit hashes would make 26 tables of up to 2^32 rows, almost all untouched
-        raise UserError("Criteo categoricals are 32-bit hashes: expected --rows N (ids modulo "
-                        "N, DLRM's max_ind_range) or --dense-remap", source=str(src),
-                        field="rows")
-    idmap = IdMap(NUM_CAT, opts, str(src))
+def convert_criteo(src: Path | Sequence[Path], out: Path, opts: ConvertOptions
+                   ) -> ConvertResult:
+    """Criteo TSV (one file or several days, in order) -> `.sptrace`: 26 tables, batches
+    of `batch_size` samples cut across file boundaries (as if the files were one)."""
+    srcs = [src] if isinstance(src, Path) else list(src)
+    opts = with_default_rows(opts)
+    idmap = IdMap(NUM_CAT, opts, str(srcs[0]))
     B = opts.batch()
     result = ConvertResult(out, "criteo", [], 0, 0, extra={"record_name": "lines"})
-    meta = {"reader": "criteo", "source_file": str(src), "pooling": 1}
+    meta = {"reader": "criteo", "source_file": str(srcs[0]), "pooling": 1,
+            **({"source_files": [str(p) for p in srcs]} if len(srcs) > 1 else {})}
     writer = open_writer(out, idmap, B, meta, opts)
     try:
         batches = WholeBatches(writer, B, result, sample_major_batches)
-        for cats in iter_samples(src, opts, result):
-            if len(cats) == 0:
-                continue
-            mask = cats >= 0
-            tables = np.broadcast_to(np.arange(NUM_CAT, dtype=np.int64), cats.shape)
-            mapped = cats.copy()
-            mapped[mask] = idmap.map(cats[mask], tables[mask])
-            batches.add(mapped)
+        for path in srcs:
+            for cats in iter_samples(path, opts, result):
+                if len(cats) == 0:
+                    continue
+                mask = cats >= 0
+                tables = np.broadcast_to(np.arange(NUM_CAT, dtype=np.int64), cats.shape)
+                mapped = cats.copy()
+                mapped[mask] = idmap.map(cats[mask], tables[mask])
+                batches.add(mapped)
         batches.flush()
     except BaseException:
         writer.abort()
         raise
     return finish(writer, idmap, result)
+
+
+def with_default_rows(opts: ConvertOptions) -> ConvertOptions:
+    """`opts` with MLPerf's `--rows 40000000` when it names no id mapping (raw 32-bit
+    hashes would make 26 tables of up to 2^32 rows, almost all untouched)."""
+    if opts.rows is None and not opts.dense_remap:
+        return dataclasses.replace(opts, rows=(MLPERF_ROWS,))
+    return opts
+
+
+def input_bytes(paths: Sequence[Path]) -> int:
+    """Bytes on disk of the inputs (what progress counts against)."""
+    return sum(p.stat().st_size for p in paths)
+
+
+def estimate_lines(paths: Sequence[Path], sample_bytes: int = 1 << 22) -> int:
+    """Lines in the inputs, from the first `sample_bytes` (decompressed) of the first:
+    its bytes per line and, for gzip, its compression ratio, scaled to the files' size."""
+    with open_input(paths[0]) as f:
+        try:
+            head = f.read(sample_bytes)
+        except (EOFError, OSError, zlib.error):
+            head = b""
+        used = max(1, input_position(f))
+    lines = max(1, head.count(b"\n"))
+    per_line_on_disk = used / lines if head else 1.0
+    return int(input_bytes(paths) / max(per_line_on_disk, 1e-9))
+
+
+def plan_note(paths: Sequence[Path], opts: ConvertOptions) -> str | None:
+    """What the id mapping will cost, said before a conversion starts (None: nothing worth
+    saying: an explicit --rows keeps no dictionary)."""
+    if opts.rows is not None:
+        return None
+    lines = estimate_lines(paths)
+    size = _gib(input_bytes(paths))
+    if not opts.dense_remap:
+        return (f"ids modulo {MLPERF_ROWS:,} per table (MLPerf's Criteo 1TB setting, the "
+                "default; --rows N or --dense-remap to change it): no dictionary, memory "
+                f"bounded by the {opts.block_bytes >> 20} MiB blocks (~{lines:,} lines in "
+                f"{size} of input)")
+    worst = lines * NUM_CAT * DENSE_BYTES_PER_ENTRY
+    return (f"--dense-remap keeps every distinct (table, value) pair in memory, about "
+            f"{DENSE_BYTES_PER_ENTRY} bytes each: ~{lines:,} lines in {size} of input, so "
+            f"up to {_gib(worst)} if all their {NUM_CAT} values were "
+            f"distinct (real days repeat most values; --rows {MLPERF_ROWS} keeps none)")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**28 else f"{n / 2**20:,.1f} MiB"
 
 
 def _sniff(path: Path) -> bool:

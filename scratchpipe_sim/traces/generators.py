@@ -42,6 +42,10 @@ GENERATOR_VERSION = 1
 #: pool costs ~0.05 s to start and ~1M accesses take about that long to replay (speed only;
 #: results are identical). `run --jobs` and `generate_trace(jobs=)` run serially below it.
 PARALLEL_MIN_ACCESSES = 1 << 20
+#: bytes of a generated trace's arrays from which `trace_from_spec` streams it to disk and
+#: maps it instead of holding it in memory (speed only: the arrays are identical; below it,
+#: `jobs` draw the tables in parallel)
+STREAM_MIN_BYTES = 1 << 30
 #: ids per RNG block (per call of a sampler); part of the trace's definition.
 BLOCK_ACCESSES = 1 << 18
 #: Zipf ranks whose cumulative probability is tabulated exactly; beyond, a continuous tail.
@@ -678,13 +682,16 @@ def generate_trace(distribution: str, table_rows: Sequence[int] | int, batch_siz
 def trace_from_spec(spec: GenSpec, jobs: int = 1) -> Trace:
     """The trace `spec` describes, in memory; `jobs > 1` draws its tables in that many
     forked processes into shared memory (the same ids: each table's stream is keyed by its
-    index alone)."""
+    index alone). A trace of `STREAM_MIN_BYTES` or more is written to disk block by block
+    instead and memory-mapped (`streamed_trace`): the same arrays, bounded memory."""
     W = spec.accesses_per_batch
     n = spec.num_batches * W
     jobs = min(int(jobs), spec.num_tables)
     # uint32 ids where every table fits, as a store holds them (half the memory and the
     # traffic of every pass over the trace; the ids and `content_sha256` are the same)
     dtype = index_dtype_for(spec.table_rows)
+    if spec_nbytes(spec) >= STREAM_MIN_BYTES:
+        return streamed_trace(spec)
     if jobs > 1 and n >= PARALLEL_MIN_ACCESSES:
         import mmap
 
@@ -714,12 +721,43 @@ def generate_to_store(path: str | os.PathLike, distribution: str,
     return store_from_spec(spec, path, overwrite)
 
 
-def store_from_spec(spec: GenSpec, path: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Write the trace `spec` describes to a `.sptrace` folder, block by block, after
-    checking that it fits on the disk."""
+def spec_nbytes(spec: GenSpec) -> int:
+    """Bytes of the trace's arrays (ids, bag offsets, batch bounds), in memory or on disk."""
     bags = spec.num_batches * spec.num_tables * spec.batch_size
-    index_bytes = 4 if max(spec.table_rows) <= 2**32 else 8
-    need = spec.num_batches * spec.accesses_per_batch * index_bytes + (bags + 1) * 8
+    index_bytes = index_dtype_for(spec.table_rows).itemsize
+    return (spec.num_batches * spec.accesses_per_batch * index_bytes + (bags + 1) * 8
+            + (spec.num_batches + 1) * 8)
+
+
+def streamed_trace(spec: GenSpec, folder: str | os.PathLike | None = None) -> Trace:
+    """The trace `spec` describes, written block by block into a private `.sptrace` under
+    `folder` (default: the user cache folder's `traces/`) and memory-mapped; the folder is
+    removed at once (the maps keep its data until they close), so nothing is left behind
+    and memory stays one RNG block whatever the trace's length. Same arrays, meta and
+    source as the in-memory trace."""
+    import shutil
+    import tempfile
+
+    from scratchpipe_sim.traces.disk_cache import cache_subfolder
+    from scratchpipe_sim.traces.store import read_trace
+
+    root = Path(folder) if folder is not None else cache_subfolder("traces")
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".generated.", dir=root))
+    try:
+        stored = read_trace(store_from_spec(spec, tmp / "t.sptrace"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Trace(np.asarray(spec.table_rows, np.int64), stored.indices, stored.offsets,
+                 stored.batch_bounds, spec.batch_size, spec.meta(),
+                 f"<{spec.distribution} seed={spec.seed}>")
+
+
+def store_from_spec(spec: GenSpec, path: str | os.PathLike, overwrite: bool = False,
+                    progress: Callable[[int], None] | None = None) -> Path:
+    """Write the trace `spec` describes to a `.sptrace` folder, block by block, after
+    checking that it fits on the disk; `progress(batches)` after each block."""
+    need = spec_nbytes(spec)
     memory_guard.check_disk(need, Path(path).resolve().parent,
                             f"a trace of {spec.num_batches} batches x "
                             f"{spec.accesses_per_batch} ids", "expected fewer batches",
@@ -727,4 +765,6 @@ def store_from_spec(spec: GenSpec, path: str | os.PathLike, overwrite: bool = Fa
     with TraceWriter(path, spec.table_rows, spec.batch_size, spec.meta(), overwrite) as w:
         for indices, offsets, bounds in iter_blocks(spec):
             w.append_batches(indices, offsets, bounds)
+            if progress is not None:
+                progress(len(bounds) - 1)
     return Path(path)

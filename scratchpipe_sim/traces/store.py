@@ -90,10 +90,20 @@ class TraceWriter:
         """Append `arr`'s bytes to file `name`, its CRC-32 updated on the way (in blocks:
         no bytes copy of a large array)."""
         flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-        for lo in range(0, len(flat), _CRC_BLOCK):
-            block = memoryview(flat[lo : lo + _CRC_BLOCK])
-            self._crc[name] = zlib.crc32(block, self._crc[name])
-            self._f[name].write(block)
+        try:
+            for lo in range(0, len(flat), _CRC_BLOCK):
+                block = memoryview(flat[lo : lo + _CRC_BLOCK])
+                self._crc[name] = zlib.crc32(block, self._crc[name])
+                self._f[name].write(block)
+        except OSError as e:
+            self.abort()
+            raise self._write_error(e) from None
+
+    def _write_error(self, e: OSError) -> UserError:
+        """A failed write (a full disk, a quota, an I/O error) as one line naming the
+        output; the temporary folder is already gone, so nothing half-written remains."""
+        return UserError(f"cannot write the trace ({e.strerror or e}); nothing was "
+                         "published", source=str(self.path))
 
     def append_batch(self, indices: np.ndarray, offsets: np.ndarray) -> None:
         """One batch in FBGEMM layout: `offsets` has T*B+1 entries starting at 0."""
@@ -120,14 +130,29 @@ class TraceWriter:
         self._num_batches += len(bounds) - 1
 
     def append_trace(self, trace: Trace) -> None:
-        self.append_batches(np.asarray(trace.indices), np.asarray(trace.offsets),
-                            np.asarray(trace.batch_bounds))
+        """Every batch of `trace`, a run of batches at a time (a memory-mapped trace larger
+        than RAM is never read whole)."""
+        bounds = np.asarray(trace.batch_bounds)
+        offsets = trace.offsets
+        step = max(1, _APPEND_BAGS // max(1, len(trace.table_rows) * trace.batch_size))
+        for lo in range(0, len(bounds) - 1, step):
+            hi = min(lo + step, len(bounds) - 1)
+            b0, b1 = int(bounds[lo]), int(bounds[hi])
+            offs = np.asarray(offsets[b0:b1 + 1], np.int64)
+            idx = np.asarray(trace.indices[int(offs[0]):int(offs[-1])])
+            self.append_batches(idx, offs - offs[0], bounds[lo:hi + 1] - b0)
 
     def close(self) -> Path:
         """Publish the trace; on any failure (a full disk, another writer publishing the
         same name first) the temporary folder is removed, never left behind."""
         try:
             return self._publish()
+        except UserError:
+            self.abort()
+            raise
+        except OSError as e:
+            self.abort()
+            raise self._write_error(e) from None
         except BaseException:
             self.abort()
             raise
@@ -166,7 +191,10 @@ class TraceWriter:
 
     def abort(self) -> None:
         for f in self._f.values():
-            f.close()
+            try:
+                f.close()
+            except OSError:  # flushing the rest fails on a full disk too: dropped anyway
+                pass
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self) -> TraceWriter:
@@ -190,6 +218,8 @@ def write_trace(trace: Trace, path: str | os.PathLike, overwrite: bool = False,
 
 #: manifest.json is metadata (counts, a checksum, a few meta keys): a larger one is not ours
 MANIFEST_MAX_BYTES = 16 << 20
+#: bags appended at a time by `append_trace` (bounded memory on a mapped trace)
+_APPEND_BAGS = 1 << 22
 #: bytes fed to CRC-32 at a time (bounded memory on a trace larger than RAM)
 _CRC_BLOCK = 1 << 24
 #: bytes of offsets/batch bounds checked at a time (bounded memory on a trace larger than RAM)

@@ -131,8 +131,10 @@ def _write(root: Path, path: Path, fk: dict[str, Any], trace: Trace, max_bytes: 
     try:
         root.mkdir(parents=True, exist_ok=True)
         write_trace(stored, path, index_dtype=index_dtype, extra={"cache": record})
-    except UserError:
-        return  # another process published this entry first: its trace is the same
+    except UserError as e:
+        if not path.exists():  # a full disk (not another process publishing it first)
+            dc.warn(_WHAT, f"cannot write {path}: {e.message}")
+        return
     except (OSError, ValueError) as e:
         dc.warn(_WHAT, f"cannot write {path}: {e}")
         return

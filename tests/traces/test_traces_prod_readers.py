@@ -80,7 +80,7 @@ def test_criteo_dense_remap_first_appearance(tmp_path):
     assert list(t.table_rows) == [max(1, c) for c in counts]
 
 
-def test_criteo_gzip_and_needs_a_mapping(tmp_path, capsys):
+def test_criteo_gzip_and_mlperf_modulo_by_default(tmp_path, capsys):
     gz = tmp_path / "day_0.gz"
     gz.write_bytes(gzip.compress(SAMPLE.read_bytes()))
     convert(gz, tmp_path / "r.sptrace", fmt="criteo", opts=ConvertOptions(rows=(13,),
@@ -89,8 +89,9 @@ def test_criteo_gzip_and_needs_a_mapping(tmp_path, capsys):
     lines = SAMPLE.read_text().splitlines()
     assert batches_of(t) == criteo_oracle(lines, 32, lambda c, v: v % 13)
     rc = main(["trace", "convert", str(gz), str(tmp_path / "q.sptrace"), "--format", "criteo"])
-    assert rc == 2
-    assert "expected --rows N" in capsys.readouterr().err
+    assert rc == 0  # no mapping named: MLPerf's modulo 40,000,000, said on stderr
+    assert "ids modulo 40,000,000 per table" in capsys.readouterr().err
+    assert list(read_trace(tmp_path / "q.sptrace").table_rows) == [40_000_000] * 26
 
 
 def _bad_file(tmp_path):
