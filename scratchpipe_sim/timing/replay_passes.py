@@ -116,8 +116,8 @@ class PolicyPart(TracePass):
     def rank(self) -> int:
         if self.key.policy is None:
             return RANK_SINGLE
-        return RANK_NEXT_USE_REPLAY if POLICIES.get(self.key.policy).needs_next_use \
-            else RANK_REPLAY
+        needs_next_use = POLICIES.get(self.key.policy).needs_next_use
+        return RANK_NEXT_USE_REPLAY if needs_next_use else RANK_REPLAY
 
     def cacheable(self, replays: Replays) -> bool:
         # tables of different dims: replayed without the cache (`workload`)

@@ -8,6 +8,8 @@ import dataclasses
 import inspect
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -171,3 +173,15 @@ def test_speedups_are_over_the_baseline_row():
             {"design": "hybrid", "iter_ns_mean": 200.0}]
     assert run_metrics.speedups_vs_baseline(rows) == [4.0, 1.0]
     assert run_metrics.speedups_vs_baseline(rows[:1]) == [None]
+
+
+def test_checking_jobs_forks_nothing_and_imports_no_multiprocessing():
+    """`run` checks `--jobs` on every call (`traces/forked.py:check_jobs`); the pool's
+    modules (~7 ms) are imported only where a process forks."""
+    probe = ("import sys\nfrom scratchpipe_sim.cli import run\n"
+             "from scratchpipe_sim.traces.forked import check_jobs\ncheck_jobs(2)\n"
+             "print(sorted(m for m in ('multiprocessing', 'concurrent.futures')"
+             " if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                         text=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
