@@ -134,7 +134,7 @@ def run_bench(tmp: Path, repeat: int) -> dict:
 
 
 def jobs_bench(tmp: Path, repeat: int) -> dict:
-    from scratchpipe_sim.timing.runner import usable_cores
+    from scratchpipe_sim.traces.forked import usable_cores
 
     config = ROOT / "configs" / "quickstart.yaml"
     lookups = quickstart_lookups(config)

@@ -32,7 +32,8 @@ from scratchpipe_sim.cpu.plan_stage import run_planner
 from scratchpipe_sim.measure import host
 from scratchpipe_sim.timing.designs import design_params
 from scratchpipe_sim.timing.onchip import onchip_hits
-from scratchpipe_sim.timing.runner import Replays, build_trace
+from scratchpipe_sim.timing.replay_passes import Replays
+from scratchpipe_sim.timing.trace_setup import build_trace
 
 CONFIG = "configs/quickstart.yaml"
 

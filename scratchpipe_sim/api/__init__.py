@@ -108,7 +108,8 @@ def check_run(config: ConfigInput, designs: Sequence[str] | None = None, *,
     Python `values`), the design names (each once; `designs_field` names where they came
     from in messages) and a memory estimate. Returns the config and the designs to run."""
     from scratchpipe_sim.config import load_config
-    from scratchpipe_sim.timing.runner import check_config_memory, check_designs
+    from scratchpipe_sim.timing.runner import check_designs
+    from scratchpipe_sim.timing.trace_setup import check_config_memory
 
     if isinstance(designs, str):
         raise UserError(f"expected a list of design names, got the text {designs!r}",
@@ -128,7 +129,7 @@ def run_trace(cfg: Config, replay_cache: bool = True, jobs: int = 1) -> Trace:
     False; a generated one drawn by `jobs` processes), refused when simulating it would not
     fit in memory."""
     from scratchpipe_sim.timing import build_trace
-    from scratchpipe_sim.timing.runner import check_trace_memory
+    from scratchpipe_sim.timing.trace_setup import check_trace_memory
 
     trace = build_trace(cfg, cache=replay_cache, jobs=jobs)
     check_trace_memory(cfg, trace, source=cfg.source)

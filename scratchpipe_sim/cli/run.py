@@ -29,7 +29,7 @@ from scratchpipe_sim.experiments.progress import Progress
 from scratchpipe_sim.experiments.run_tables import render
 from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.timing import DESIGNS
-from scratchpipe_sim.timing.runner import check_jobs, usable_cores
+from scratchpipe_sim.traces.forked import check_jobs, usable_cores
 
 #: this subcommand's one-line help and its place in `--help` (cli/__init__.py)
 HELP = "simulate training-system designs on one trace and compare them"

@@ -90,7 +90,7 @@ def _handle_config(args: argparse.Namespace) -> int:
         run_sensitivity,
         write_outputs,
     )
-    from scratchpipe_sim.timing.runner import check_jobs, usable_cores
+    from scratchpipe_sim.traces.forked import check_jobs, usable_cores
 
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise UserError("exists and is not a folder: expected a folder for the outputs",
@@ -128,7 +128,7 @@ def _handle_sweep(args: argparse.Namespace) -> int:
         write_bands,
     )
     from scratchpipe_sim.experiments.spec import expand_points, load_experiment
-    from scratchpipe_sim.timing.runner import check_jobs
+    from scratchpipe_sim.traces.forked import check_jobs
 
     if args.overrides:
         raise UserError("--set applies to a config; an experiment sets its values under "

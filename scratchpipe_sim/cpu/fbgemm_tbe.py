@@ -14,7 +14,7 @@ layout). Measured per batch:
                  gradients, sorted and reduced, then the optimizer applied in place)
 
 Predicted: hybrid's own `run` on a fresh SimPy `Machine`, on the counts `simulate` uses
-(`timing.runner.Replays`), each batch's `cpu_gather` and `cpu_update` stage time read from
+(`timing.replay_passes.Replays`), each batch's `cpu_gather` and `cpu_update` stage time read from
 the Machine (`stage_ns`). Hybrid runs its stages strictly in order, so a stage's time is
 its own price: nothing here copies a formula.
 
@@ -48,7 +48,9 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.designs import DESIGNS
 from scratchpipe_sim.timing.machine import price_alone
-from scratchpipe_sim.timing.runner import Replays, build_trace, config_accesses, run_design
+from scratchpipe_sim.timing.replay_passes import Replays
+from scratchpipe_sim.timing.runner import run_design
+from scratchpipe_sim.timing.trace_setup import build_trace, config_accesses
 from scratchpipe_sim.traces.csr_trace import Trace
 
 #: what `--against` accepts

@@ -9,7 +9,7 @@ then its optimizer state; threads = hardware.cpu.cores, at most what Numba may u
                  collect            the batch's fill rows gathered into a staging buffer
                  write_back         W rows scattered back into the table
 
-Predicted: the same per-batch counts the simulator prices (`timing.runner.Replays`: policy
+Predicted: the same per-batch counts the simulator prices (`timing.replay_passes.Replays`: policy
 replay, warm-up prefix, LLC hits), each stage alone on a fresh SimPy environment and
 `Machine`, priced by the Machine's own helpers (`cpu_gather`, `cpu_backward`, `plan` with
 the batch's evictions, `collect` and `write_back` with their staging-buffer side) — the
@@ -56,7 +56,8 @@ from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.designs import DESIGNS
 from scratchpipe_sim.timing.designs.base import config_designs
 from scratchpipe_sim.timing.machine import Machine, price_alone
-from scratchpipe_sim.timing.runner import Replays, build_trace
+from scratchpipe_sim.timing.replay_passes import Replays
+from scratchpipe_sim.timing.trace_setup import build_trace
 from scratchpipe_sim.traces.csr_trace import Trace
 
 #: lookups of one drift probe (uniform rows, pooled 20 to a bag)

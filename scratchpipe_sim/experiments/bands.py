@@ -22,7 +22,8 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.experiments.sensitivity_analysis import run_sensitivity
 from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.timing.designs import baseline_design
-from scratchpipe_sim.timing.runner import check_designs, check_jobs, usable_cores
+from scratchpipe_sim.timing.runner import check_designs
+from scratchpipe_sim.traces.forked import check_jobs, usable_cores
 
 BANDS_JSON = "bands.json"
 BANDS_CSV = "bands.csv"

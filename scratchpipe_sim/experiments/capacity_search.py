@@ -220,7 +220,8 @@ def plan(cfg: Config, target: float = 0.95, designs: Sequence[str] | None = None
          axes: Sequence[str] = AXES, progress: Callable[[str], None] | None = None) -> Plan:
     """Every answer for `cfg`'s trace and hardware (designs: cfg.designs, bagpipe and
     multi-gpu)."""
-    from scratchpipe_sim.timing.runner import build_trace, simulate, sized_config
+    from scratchpipe_sim.timing.runner import simulate
+    from scratchpipe_sim.timing.trace_setup import build_trace, sized_config
 
     target = check_target(target, cfg.source)
     trace = build_trace(cfg)

@@ -11,7 +11,7 @@ efficiency is multiplied by it (clamped to 1). A zero-width range [v, v] pins th
 
 Why one replay serves every sample: the policy counts depend on the trace, the model and
 the cache, never on hardware speeds, so the designs are re-priced on the same counts
-(`timing.runner.Replays`) and only SimPy runs again per sample (tens of ms). On-chip cache
+(`timing.replay_passes.Replays`) and only SimPy runs again per sample (tens of ms). On-chip cache
 geometry (`llc_MiB`, `llc_ways`, `l2_MiB`, `l2_ways`) changes the counts: a sample that
 varies it gets its own replays (slow; sizes are datasheet facts and carry no range in the
 shipped presets).
@@ -48,15 +48,10 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.safety.atomic_files import atomic_write
 from scratchpipe_sim.timing.designs import DESIGNS, baseline_design
-from scratchpipe_sim.timing.runner import (
-    Replays,
-    build_trace,
-    check_designs,
-    fit_trace,
-    run_design,
-    sized_config,
-    summarize,
-)
+from scratchpipe_sim.timing.replay_passes import Replays
+from scratchpipe_sim.timing.run_metrics import summarize
+from scratchpipe_sim.timing.runner import check_designs, run_design
+from scratchpipe_sim.timing.trace_setup import build_trace, fit_trace, sized_config
 from scratchpipe_sim.traces.csr_trace import Trace
 
 #: keys whose value changes the per-batch counts (on-chip hits), not only their price

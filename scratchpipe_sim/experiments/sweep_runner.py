@@ -60,7 +60,7 @@ def point_trace(config: dict, cfg: Any, cache: bool = True, jobs: int = 1) -> An
     and reused by later points with the same trace-determining keys (`cache=False`: a
     generated trace is not read from or written to the on-disk trace cache)."""
     from scratchpipe_sim.timing import build_trace
-    from scratchpipe_sim.timing.runner import check_config_memory, check_trace_memory
+    from scratchpipe_sim.timing.trace_setup import check_config_memory, check_trace_memory
 
     key = _trace_key(config)
     trace = _TRACE_CACHE.get(key)
@@ -130,7 +130,7 @@ def reported_metrics(config: dict, designs: tuple[str, ...],
     design (seconds, not the point's full run); None when no design could run that way."""
     from scratchpipe_sim.config import Config
     from scratchpipe_sim.timing import simulate
-    from scratchpipe_sim.timing.runner import check_config_memory
+    from scratchpipe_sim.timing.trace_setup import check_config_memory
 
     short = copy.deepcopy(config)
     model = short.setdefault("model", {})
@@ -275,7 +275,7 @@ def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
 
     `replay_cache=False` (`sweep --no-cache`): the simulator recomputes every policy replay
     instead of reading the on-disk replay cache (identical results)."""
-    from scratchpipe_sim.timing.runner import check_jobs, usable_cores
+    from scratchpipe_sim.traces.forked import check_jobs, usable_cores
 
     check_jobs(jobs)
     executor = executor or ("process" if jobs > 1 else "local")

@@ -5,6 +5,7 @@
 """
 
 from scratchpipe_sim.timing.designs import DESIGNS, Design
-from scratchpipe_sim.timing.runner import build_trace, simulate
+from scratchpipe_sim.timing.runner import simulate
+from scratchpipe_sim.timing.trace_setup import build_trace
 
 __all__ = ["DESIGNS", "Design", "build_trace", "simulate"]

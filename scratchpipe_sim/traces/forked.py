@@ -5,18 +5,20 @@ sensitivity pricer); a forked worker inherits them copy-on-write and reads them 
 so only the items and the results are pickled. Numba is imported, every kernel's
 dispatcher built and Numba's CPU target set up once in the parent first
 (`traces/_jit.ready_target`), so the workers inherit them instead of each making them.
-The one home of the pattern: `run --jobs`'s passes (timing/runner.py), the table-parallel
-trace draw (traces/generators.py) and `sensitivity --jobs`
-(experiments/sensitivity_analysis.py).
+The one home of the pattern: `run --jobs`'s passes (timing/replay_passes.py), the
+table-parallel trace draw (traces/generators.py) and `sensitivity --jobs`
+(experiments/sensitivity_analysis.py); and of what every `--jobs` is checked with
+(`check_jobs`, `usable_cores`). multiprocessing and concurrent.futures (~7 ms) are imported
+only when a process forks, so a command that checks `--jobs` and forks nothing never pays.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces._jit import ready_target
 
 #: what `fork_map(skip_failures=True)` gives for an item whose call raised (the caller
@@ -27,8 +29,27 @@ FAILED = object()
 _WORK: tuple[Callable[[Any, Any], Any], Any] | None = None
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one): the
+    default `--jobs` of `run`."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def check_jobs(jobs: int) -> int:
+    """`jobs`, refused unless a whole number >= 1 (named as `--jobs`)."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise UserError(f"expected --jobs >= 1 (a whole number), got {jobs!r}",
+                        field="--jobs")
+    return jobs
+
+
 def can_fork() -> bool:
     """Whether this platform has the fork start method (Linux; not Windows)."""
+    import multiprocessing  # noqa: PLC0415 - see the module's docstring
+
     return "fork" in multiprocessing.get_all_start_methods()
 
 
@@ -44,6 +65,9 @@ def fork_map(fn: Callable[[Any, Any], Any], state: Any, items: Sequence[Any], jo
     function; `state` inherited, never pickled). `skip_failures`: an item whose call raised
     gives `FAILED` instead of raising. Callers check `can_fork()` first."""
     global _WORK
+    import multiprocessing  # noqa: PLC0415 - see the module's docstring
+    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
     ready_target()
     _WORK = (fn, state)
     try:

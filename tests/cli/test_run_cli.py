@@ -193,7 +193,8 @@ def test_warm_run_recomputes_nothing_and_equals_no_cache(cfg_file, tmp_path, mon
     CSV (column order included), timelines and trace checksum identical to --no-cache."""
     import scratchpipe_sim.timing.counts as counts_mod
     import scratchpipe_sim.timing.onchip as onchip_mod
-    import scratchpipe_sim.timing.runner as runner_mod
+    import scratchpipe_sim.timing.replay_passes as passes_mod
+    import scratchpipe_sim.timing.trace_setup as setup_mod
     import scratchpipe_sim.traces.generators as gen_mod
 
     monkeypatch.setenv("SCRATCHPIPE_CACHE_DIR", str(tmp_path / "cache"))
@@ -207,8 +208,10 @@ def test_warm_run_recomputes_nothing_and_equals_no_cache(cfg_file, tmp_path, mon
         raise AssertionError("recomputed on a warm run")
 
     for mod, name in ((gen_mod, "generate_trace"), (counts_mod, "replay_columns"),
-                      (onchip_mod, "onchip_hits"), (runner_mod, "first_touches"),
-                      (runner_mod, "access_unique"), (runner_mod, "warmup_length")):
+                      (onchip_mod, "onchip_hits"), (passes_mod, "first_touches"),
+                      (passes_mod, "access_unique"), (passes_mod, "warmup_length"),
+                      (setup_mod, "first_touches"), (setup_mod, "access_unique"),
+                      (setup_mod, "warmup_length")):
         monkeypatch.setattr(mod, name, boom)
     assert main([*base, "--out", str(tmp_path / "warm")]) == 0
     capsys.readouterr()

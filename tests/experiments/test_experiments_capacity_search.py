@@ -13,7 +13,7 @@ from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.config.cost import usd_per_million
 from scratchpipe_sim.experiments.capacity_search import _rate, grid, plan
 from scratchpipe_sim.timing import build_trace, simulate
-from scratchpipe_sim.timing.runner import sized_config
+from scratchpipe_sim.timing.trace_setup import sized_config
 
 BASE = {
     "hardware": {"preset": "dgx-a100"},

@@ -21,7 +21,8 @@ from scratchpipe_sim.experiments.sensitivity_analysis import (
 )
 from scratchpipe_sim.timing import build_trace
 from scratchpipe_sim.timing.designs import DESIGNS
-from scratchpipe_sim.timing.runner import check_designs, fit_trace, sized_config
+from scratchpipe_sim.timing.runner import check_designs
+from scratchpipe_sim.timing.trace_setup import fit_trace, sized_config
 
 DESIGN_NAMES = ["hybrid", "gpu-only", "static-cache", "lru-cache", "lru-prefetch",
                 "scratchpipe", "bagpipe", "uvm"]

@@ -837,7 +837,7 @@ def test_a_built_traces_memory_check_names_the_config_key(cfg, monkeypatch):
     same key as before it (it used to blame trace.path, which the config never set)."""
     from scratchpipe_sim.config import load_config
     from scratchpipe_sim.errors import UserError
-    from scratchpipe_sim.timing.runner import check_trace_memory, config_trace
+    from scratchpipe_sim.timing.trace_setup import check_trace_memory, config_trace
 
     for key, value in (("model.batch_size", 5000), ("model.tables.rows", 1_000_000)):
         c = load_config(str(cfg), [f"{key}={value}"])

@@ -244,22 +244,22 @@ def test_auto_warmup_makes_its_whole_trace_passes_only_when_the_prefix_cannot_fi
         monkeypatch):
     """A prefix that touches `capacity` rows decides alone; a cache larger than every row
     the prefix touches needs the first-touch rate (and gets the same answer as before)."""
-    import scratchpipe_sim.timing.runner as runner_mod
+    import scratchpipe_sim.timing.trace_setup as setup_mod
 
     calls = []
-    real = runner_mod.first_touches
+    real = setup_mod.first_touches
 
     def counted(trace):
         calls.append(1)
         return real(trace)
 
-    monkeypatch.setattr(runner_mod, "first_touches", counted)
+    monkeypatch.setattr(setup_mod, "first_touches", counted)
     small = cfg_of({"cache": {"capacity_rows": 100}})
-    trace = runner_mod.auto_warmup_trace(small, replay_cache=False)
-    assert calls == [] and trace.meta[runner_mod.AUTO_PREFIX] == small.model.num_batches
+    trace = setup_mod.auto_warmup_trace(small, replay_cache=False)
+    assert calls == [] and trace.meta[setup_mod.AUTO_PREFIX] == small.model.num_batches
     large = cfg_of({"cache": {"capacity_rows": 1000}})  # every row of the two tables
-    trace = runner_mod.auto_warmup_trace(large, replay_cache=False)
-    assert calls and trace.meta[runner_mod.AUTO_PREFIX] >= large.model.num_batches
+    trace = setup_mod.auto_warmup_trace(large, replay_cache=False)
+    assert calls and trace.meta[setup_mod.AUTO_PREFIX] >= large.model.num_batches
 
 
 def test_without_warmup_the_cold_start_shows():

@@ -18,7 +18,7 @@ from scratchpipe_sim.timing.counts import Workload, policy_counts, uncached_coun
 from scratchpipe_sim.timing.designs import DESIGNS, check_params, default_designs
 from scratchpipe_sim.timing.designs.multi_gpu import gpus_to_hold, shard
 from scratchpipe_sim.timing.machine import Machine
-from scratchpipe_sim.timing.runner import fit_trace, sized_config
+from scratchpipe_sim.timing.trace_setup import fit_trace, sized_config
 from scratchpipe_sim.traces.csr_trace import Trace
 
 BASE = {

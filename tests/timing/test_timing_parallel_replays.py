@@ -17,9 +17,11 @@ from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety import memory_guard
-from scratchpipe_sim.timing import runner
 from scratchpipe_sim.timing.designs import DESIGNS
-from scratchpipe_sim.timing.runner import Replays, build_trace, fit_trace, simulate, sized_config
+from scratchpipe_sim.timing.replay_passes import AccessUnique, Checksum, PolicyPart, Replays
+from scratchpipe_sim.timing.runner import simulate
+from scratchpipe_sim.timing.trace_setup import build_trace, fit_trace, sized_config
+from scratchpipe_sim.traces.forked import check_jobs
 
 pytestmark = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
                                 reason="parallel replays fork; this platform cannot")
@@ -93,9 +95,10 @@ def test_designs_without_a_cache_share_one_access_unique_pass() -> None:
     keys = [DESIGNS.get(n)(cfg).workload_key() for n in ALL_DESIGNS]
     assert sum(k.policy is None for k in set(keys)) == 2  # hybrid (host), gpu-only (device)
     passes = Replays(cfg, trace, True, replay_cache=False).passes(keys)
-    assert passes.count(("access_unique",)) == 1
-    assert not [t for t in passes if t[0] == "part" and t[1].policy is None]
-    assert len({t[1] for t in passes if t[0] == "part"}) == sum(
+    assert passes.count(AccessUnique()) == 1
+    parts = [p for p in passes if isinstance(p, PolicyPart)]
+    assert not [p for p in parts if p.key.policy is None]
+    assert len({p.key for p in parts}) == sum(
         k.policy is not None for k in set(keys))
 
 
@@ -127,7 +130,7 @@ def test_a_forked_run_hashes_the_callers_trace_beside_the_replays(tmp_path, monk
     assert trace.checksum() == expected
     fitted = fit_trace(trace, sized_config(cfg, trace))
     keys = [DESIGNS.get("lru-cache")(sized_config(cfg, trace)).workload_key()]
-    assert ("checksum",) not in Replays(cfg, fitted, True, False, checksum_of=trace).passes(keys)
+    assert Checksum() not in Replays(cfg, fitted, True, False, checksum_of=trace).passes(keys)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -186,7 +189,7 @@ def test_a_failing_pass_raises_the_serial_error() -> None:
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
 def test_bad_jobs_is_refused(bad) -> None:
     with pytest.raises(UserError, match="--jobs"):
-        runner.check_jobs(bad)
+        check_jobs(bad)
 
 
 def test_cli_run_jobs(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -252,16 +255,16 @@ def test_a_warm_run_reads_its_passes_without_forking(tmp_path, monkeypatch) -> N
     monkeypatch.setenv("SCRATCHPIPE_CACHE_DIR", str(tmp_path / "cache"))
     cfg = _config(CASES["quickstart-small"])
     trace = build_trace(cfg, cache=False)
-    from scratchpipe_sim.traces import forked
+    import concurrent.futures
 
     pools: list[int] = []
-    real = forked.ProcessPoolExecutor
+    real = concurrent.futures.ProcessPoolExecutor
 
     def counting(*args, **kwargs):
         pools.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(forked, "ProcessPoolExecutor", counting)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", counting)
     cold = simulate(cfg, trace=trace, jobs=2)
     assert pools == [1]
     warm = simulate(cfg, trace=trace, jobs=2)

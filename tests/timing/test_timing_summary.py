@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scratchpipe_sim.timing.runner import percentile
+from scratchpipe_sim.timing.run_metrics import percentile
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -264,7 +264,7 @@ def test_run_config_uses_a_trace_preset(tmp_path):
     # a fresh interpreter: nothing has imported the calibrated module yet
     code = ("from scratchpipe_sim.config import loader\n"
             "from scratchpipe_sim.config.model import Config\n"
-            "from scratchpipe_sim.timing.runner import build_trace\n"
+            "from scratchpipe_sim.timing.trace_setup import build_trace\n"
             f"d = loader.resolve({str(cfg)!r})\n"
             f"t = build_trace(Config.from_dict(d, source={str(cfg)!r}))\n"
             "print(t.meta['generator']['distribution'], t.num_accesses)\n")

@@ -1,0 +1,125 @@
+"""A design's metrics from its priced run: percentiles, the flat row `summarize` makes over
+the measured batches, each design's speedup over the baseline and the steady-state
+warnings (returned: the caller decides where they are shown).
+
+Why apart from the runner: the sensitivity analysis and the host validation summarise runs
+they price themselves, and no on-disk cache is keyed by this module's code, so editing a
+metric never invalidates a cached trace pass or warm-up decision.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from scratchpipe_sim.config import Config
+from scratchpipe_sim.timing.counts import Workload
+from scratchpipe_sim.timing.designs.base import baseline_design
+from scratchpipe_sim.timing.machine import Machine
+from scratchpipe_sim.timing.trace_setup import AUTO_WARMUP_MAX_ACCESSES, steady
+
+
+def steady_state_warning(cfg: Config, row: dict[str, Any]) -> str:
+    """One line: a design whose fill rate still drifts over the measured batches."""
+    wb = cfg.cache.warmup_batches
+    need = ("cache.warmup_batches: auto lengthens the warm-up up to "
+            f"{AUTO_WARMUP_MAX_ACCESSES:,} accesses" if wb != "auto" else
+            f"auto stopped at its cap of {AUTO_WARMUP_MAX_ACCESSES:,} accesses")
+    return (f"{row['design']} did not reach steady state: its fill rate drifts "
+            f"{row['fill_rate_drift']:+.0%} over the measured batches, cold-miss share "
+            f"{row['cold_miss_share']:.2f} after a warm-up of {row['cache_warmup_batches']} "
+            f"batches; a longer warm-up is needed (more batches than the "
+            f"{row['cache_warmup_batches']} replayed: {need}; or more model.num_batches)")
+
+
+def percentile(values: np.ndarray, q: float) -> float:
+    """`np.percentile(values, q)` (method "linear") bit for bit, for a 1-d array without
+    NaNs: numpy's first `percentile` call imports `numpy.ma` (~7 ms of a fully cached run).
+    numpy's steps: index (n - 1) x q / 100, its floor and the next, `_lerp`'s two forms."""
+    s = np.sort(values)
+    n = len(s)
+    virtual = (n - 1) * (q / 100)
+    below = float(np.floor(virtual))
+    lo = min(int(below), n - 1)
+    hi = min(lo + 1, n - 1)
+    gamma = virtual - below
+    a, b = s[lo], s[hi]
+    diff = b - a
+    return float(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma)
+
+
+def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]:
+    """Metrics over the measured batches (warmup_batches onward)."""
+    done = m.done
+    wu = cfg.model.warmup_batches
+    prev = np.concatenate(([0.0], done[:-1]))
+    it = (done - prev)[wu:]
+    samples = int(w.cols["samples"][wu:].sum())
+    span_ns = float(done[-1] - (done[wu - 1] if wu > 0 else 0.0))
+    hw = cfg.hardware
+    row: dict[str, Any] = {
+        "design": name,
+        "policy": w.policy,
+        "capacity_rows": w.capacity,
+        "batches": int(w.num_batches),
+        "measured_batches": int(len(it)),
+        "iter_ns_mean": float(it.mean()),
+        "iter_ns_p50": percentile(it, 50),
+        "iter_ns_p99": percentile(it, 99),
+        "iter_cycles_mean": float(it.mean() * hw.clock_GHz),
+        "samples_per_s": samples / span_ns * 1e9 if span_ns > 0 else float("inf"),
+        "hit_ratio": w.total("hits", wu) / max(w.total("accesses", wu), 1),
+        "pcie_h2d_bytes_per_sample": float(m.pcie.h2d_bytes[wu:].sum()) / samples,
+        "pcie_d2h_bytes_per_sample": float(m.pcie.d2h_bytes[wu:].sum()) / samples,
+        "pcie_h2d_bytes": float(m.pcie.h2d_bytes[wu:].sum()),
+        "pcie_d2h_bytes": float(m.pcie.d2h_bytes[wu:].sum()),
+        "dram_bytes": float(m.dram.server.bytes_by_batch[wu:].sum()),
+        "hbm_bytes": float(m.hbm.server.bytes_by_batch[wu:].sum()),
+    }
+    if m.cxl is not None:  # only with a CXL tier: runs without one keep their columns
+        row["cxl_bytes"] = float(m.cxl.server.bytes_by_batch[wu:].sum())
+    for col in ("accesses", "unique", "hits", "fills", "evictions", "writebacks", "unplaced",
+                "unique_unplaced"):
+        row[col] = w.total(col, wu)
+    end = float(done[-1])
+    window = end - m.window_start_ns
+    for s in m.servers:
+        busy = s.busy_now() - m.busy_at_window_start[s.name]
+        row[f"busy_{s.name}"] = busy / window if window > 0 else 0.0
+    for st in m.stage_order:
+        row[f"stage_{st}_ns"] = float(m.stage_ns[st][wu:].mean())
+    for k, v in w.extra.items():
+        row[f"policy_{k}"] = v
+    for k, v in m.counters.items():
+        row[k] = v
+    if "usd_per_million_samples" not in row:  # what a million samples cost on this hardware
+        from scratchpipe_sim.config.cost import usd_per_million
+
+        row["usd_per_million_samples"] = usd_per_million(cfg, row["samples_per_s"],
+                                                         int(m.counters.get("gpus", 1)))
+    for chip in ("l2", "llc"):  # lookups that hit on chip (only where the design has one)
+        if f"{chip}_hits" in w.cols:
+            row[f"{chip}_hit_ratio"] = (w.total(f"{chip}_hits", wu)
+                                        / max(w.total("accesses", wu), 1))
+    if "first_touches" in w.cols:  # a cache design: how much of the result is cold start
+        misses = w.total("misses", wu)
+        row["cold_miss_share"] = w.total("first_touches", wu) / misses if misses else 0.0
+        ok, drift = steady(w.cols["fills"][wu:], w.cols["unique"][wu:])
+        row["steady_state"] = ok
+        row["fill_rate_drift"] = drift
+    return row
+
+
+def steady_state_warnings(cfg: Config, rows: list[dict[str, Any]]) -> list[str]:
+    """`steady_state_warning` of every row whose cache was still filling (never silently:
+    a cache still filling prices its cold start), in row order; the caller shows them."""
+    return [steady_state_warning(cfg, r) for r in rows if r.get("steady_state") is False]
+
+
+def speedups_vs_baseline(rows: list[dict[str, Any]]) -> list[float | None]:
+    """Each row's speedup (mean iteration time) over the baseline design's row among
+    `rows` (the column keeps its stable name speedup_vs_hybrid); None without it."""
+    base = next((r for r in rows if r["design"] == baseline_design()), None)
+    return [base["iter_ns_mean"] / r["iter_ns_mean"] if base is not None else None
+            for r in rows]
