@@ -127,7 +127,7 @@ def simulate_sampled(cfg: Config, designs: Sequence[str] | None, rate: float, sa
     scale = SampleScale(rate, np.diff(np.asarray(ptr, np.int64)))
     per_salt = []
     for salt in range(salts):
-        sampled = cached_sample(trace, rate, salt, cache=replay_cache)
+        sampled = cached_sample(trace, rate, salt, cache=replay_cache, source=cfg.source)
         last = salt == salts - 1
 
         def relay(event: str, design: str, done: int, total: int, last: bool = last) -> None:

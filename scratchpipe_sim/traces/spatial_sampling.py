@@ -139,7 +139,7 @@ def _sampled_parts(trace: Trace, rate: float, salt: int, max_accesses: int):
 
 
 def _check_tables(trace: Trace, rate: float, salt: int, seen: np.ndarray,
-                  kept: np.ndarray) -> None:
+                  kept: np.ndarray, source: str | None) -> None:
     """Refuse a sample in which a table the trace reads keeps no access (nothing left to
     estimate it from), naming trace.sample_rate."""
     empty = np.flatnonzero((seen > 0) & (kept == 0))
@@ -148,7 +148,8 @@ def _check_tables(trace: Trace, rate: float, salt: int, seen: np.ndarray,
         raise UserError(
             f"a sampling rate of {rate:g} (salt {salt}) keeps no row of table {t} (its "
             f"{int(seen[t]):,} accesses over {int(trace.table_rows[t]):,} rows): expected a "
-            "rate at which every table keeps some of its rows", field="trace.sample_rate")
+            "rate at which every table keeps some of its rows", source=source,
+            field="trace.sample_rate")
 
 
 def _meta(trace: Trace, rate: float, salt: int) -> dict:
@@ -156,11 +157,13 @@ def _meta(trace: Trace, rate: float, salt: int) -> dict:
 
 
 def sample_trace(trace: Trace, rate: float, salt: int = 0, out: str | Path | None = None,
-                 max_accesses: int = DEFAULT_CHUNK_ACCESSES) -> Trace:
+                 max_accesses: int = DEFAULT_CHUNK_ACCESSES,
+                 source: str | None = None) -> Trace:
     """The accesses of `trace` to the rows `keep_row(salt, t, row, rate)` keeps, in the same
     batches and bags (R = 1: `trace` itself). In memory, or, given `out`, streamed chunk by
     chunk into a new `.sptrace` folder there (`TraceWriter`) and read back memory-mapped.
-    A table the trace reads that keeps no access is a UserError naming trace.sample_rate."""
+    A table the trace reads that keeps no access is a UserError naming trace.sample_rate
+    (and `source`, the config's file)."""
     rate = check_rate(rate)
     if threshold(rate) >= MODULUS:
         return trace
@@ -174,7 +177,7 @@ def sample_trace(trace: Trace, rate: float, salt: int = 0, out: str | Path | Non
                          index_dtype=dtype if dtype in INDEX_DTYPES else None) as w:
             for ids, lengths, bounds in parts:
                 w.append_batches(ids, np.concatenate(([0], np.cumsum(lengths))), bounds)
-            _check_tables(trace, rate, salt, seen, kept)
+            _check_tables(trace, rate, salt, seen, kept, source)
         stored = read_trace(out)
         return Trace(np.asarray(trace.table_rows, np.int64), stored.indices,
                      stored.offsets, stored.batch_bounds, trace.batch_size,
@@ -183,7 +186,7 @@ def sample_trace(trace: Trace, rate: float, salt: int = 0, out: str | Path | Non
     for ids, lengths, _ in parts:
         ids_parts.append(ids)
         len_parts.append(lengths)
-    _check_tables(trace, rate, salt, seen, kept)
+    _check_tables(trace, rate, salt, seen, kept, source)
     lengths = np.concatenate(len_parts) if len_parts else np.zeros(0, np.int64)
     offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -194,7 +197,8 @@ def sample_trace(trace: Trace, rate: float, salt: int = 0, out: str | Path | Non
                  _meta(trace, rate, salt), src)
 
 
-def cached_sample(trace: Trace, rate: float, salt: int = 0, cache: bool = True) -> Trace:
+def cached_sample(trace: Trace, rate: float, salt: int = 0, cache: bool = True,
+                  source: str | None = None) -> Trace:
     """`sample_trace(trace, rate, salt)`, read back from the trace cache when a run made it
     before (key: the parent's fingerprint, R, the salt). A sample larger than
     IN_MEMORY_MAX_BYTES is streamed to a temporary `.sptrace` instead (mapped, not cached)."""
@@ -205,11 +209,13 @@ def cached_sample(trace: Trace, rate: float, salt: int = 0, cache: bool = True) 
     if expect > IN_MEMORY_MAX_BYTES:
         folder = Path(tempfile.mkdtemp(prefix="spsample."))
         try:  # mapped files outlive their names (POSIX): nothing is left on disk
-            return sample_trace(trace, rate, salt, out=folder / "sample.sptrace")
+            return sample_trace(trace, rate, salt, out=folder / "sample.sptrace",
+                                source=source)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     from scratchpipe_sim.traces.trace_cache import cached_trace
 
     key = {"kind": "spatial-sample", "parent": trace.fingerprint(), "rate": float(rate),
            "salt": int(salt)}
-    return cached_trace(key, lambda: sample_trace(trace, rate, salt), enabled=cache)
+    return cached_trace(key, lambda: sample_trace(trace, rate, salt, source=source),
+                        enabled=cache)
