@@ -1,6 +1,7 @@
 """The Python API, for notebooks: a config in, a pandas DataFrame out.
 
-    simulate(config, designs=None, overrides=None, **dotted) -> DataFrame    like `run`
+    simulate(config, designs=None, overrides=None, sample=None, **dotted) -> DataFrame
+                                                                            like `run`
     resolve(config, overrides=None, **dotted) -> dict                        like `config show`
     sweep(experiment, out=None, jobs=1, ...) -> DataFrame                    like `sweep`
 
@@ -241,9 +242,21 @@ def frame(outcome: RunOutcome) -> pd.DataFrame:
     return df
 
 
+def sample_values(sample: float | None, salts: int | None) -> dict[str, Any]:
+    """`sample=` / `salts=` (`run --sample R --salts N`) as the config keys they set,
+    trace.sample_rate and trace.sample_salts (checked, and named, as those keys)."""
+    values: dict[str, Any] = {}
+    if sample is not None:
+        values["trace.sample_rate"] = sample
+    if salts is not None:
+        values["trace.sample_salts"] = salts
+    return values
+
+
 def simulate(config: ConfigInput, designs: Sequence[str] | None = None,
              overrides: Mapping[str, Any] | None = None, *, replay_cache: bool = True,
-             jobs: int = 1, **dotted: Any) -> pd.DataFrame:
+             jobs: int = 1, sample: float | None = None, salts: int | None = None,
+             **dotted: Any) -> pd.DataFrame:
     """Run `designs` (default: the config's) on the config's trace, as `run` does.
 
     `config`: a YAML path or a dict (as a YAML file would hold it). Overrides are dotted
@@ -251,8 +264,16 @@ def simulate(config: ConfigInput, designs: Sequence[str] | None = None,
     arguments, `**{"hardware.preset": "h200-gen5"}` (a top-level key plainly: `seed=3`).
     Returns one row per design with results.csv's columns; `.attrs["config"]` holds the
     resolved config. Writes nothing (timelines and the results folder are the CLI's).
-    `jobs`: processes for the independent cache replays (`run --jobs`; same results)."""
-    cfg, names = check_run(config, designs, values=_values(overrides, dotted))
+    `jobs`: processes for the independent cache replays (`run --jobs`; same results).
+    `sample=R` (`salts=N`): a sampled run (`run --sample R`, docs/sampling.md): each figure
+    the mean over N hash salts, with `<figure>_spread` = half their range."""
+    values = _values(overrides, dotted)
+    for key, v in sample_values(sample, salts).items():
+        if key in values:
+            raise UserError("given both as sample=/salts= and as a config key; expected it "
+                            "once", source="overrides", field=key)
+        values[key] = v
+    cfg, names = check_run(config, designs, values=values)
     trace = run_trace(cfg, replay_cache, jobs)
     return frame(run_designs(cfg, names, trace, replay_cache=replay_cache, jobs=jobs))
 

@@ -21,6 +21,7 @@ from scratchpipe_sim.api import (
     make_results_dir,
     run_designs,
     run_trace,
+    sample_values,
     write_run,
 )
 from scratchpipe_sim.cli._options import add_config, add_json, add_overrides
@@ -62,6 +63,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "a generated trace's tables "
                         "(default: the cores this process may use; replays lowered to what fits "
                         "in memory; results are identical for every N)")
+    p.add_argument("--sample", type=float, default=None, metavar="R",
+                   help="a sampled run: spatial sampling of the trace's rows at rate R in "
+                        "(0, 1] (SHARDS; caches x R, counts x 1/R), each figure the mean over "
+                        "the salts with its spread (the config's trace.sample_rate; "
+                        "docs/sampling.md)")
+    p.add_argument("--salts", type=int, default=None, metavar="N",
+                   help="hash salts of a sampled run (trace.sample_salts, default 3)")
     add_json(p, "the result rows as one JSON array instead of tables")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress on stderr (default: a bar on a terminal, else a line "
@@ -82,6 +90,7 @@ def progress_callback(bar: Progress):
 def handle(args: argparse.Namespace) -> int:
     jobs = usable_cores() if args.jobs is None else check_jobs(args.jobs)
     cfg, names = check_run(args.config, args.designs, texts=args.overrides,
+                           values=sample_values(args.sample, args.salts),
                            designs_field="--design")
     out = make_results_dir(args.out if args.out is not None
                            else DEFAULT_RESULTS / Path(args.config).stem)

@@ -208,6 +208,13 @@ class TraceConfig:
                                                       "min": 0})
     params: dict[str, Any] = field(default_factory=dict, metadata={
         "help": "extra generator parameters (e.g. hot_fraction)"})
+    sample_rate: float = field(default=1.0, metadata={
+        "help": "spatial sampling rate R (SHARDS): simulate the rows a hash keeps, caches "
+                "of R x their rows, counts scaled by 1/R; 1 = the exact run "
+                "(docs/sampling.md)", "gt": 0, "max": 1})
+    sample_salts: int = field(default=3, metadata={
+        "help": "hash salts a sampled run averages; the spread across them is reported "
+                "beside each figure (`*_spread`)", "min": 1, "max": 64})
 
 
 #: the cache keys a design's or a policy's own parameters replaced (issue 23): each is now

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scratchpipe_sim.timing.designs import baseline_design
+from scratchpipe_sim.timing.sampled_run import SPREAD_SUFFIX as SPREAD
 
 
 def fmt(v: Any, digits: int = 3) -> str:
@@ -20,6 +21,14 @@ def fmt(v: Any, digits: int = 3) -> str:
             return f"{v:.4g}"
         return f"{v:.{digits}f}".rstrip("0").rstrip(".") if v else "0"
     return str(v)
+
+
+def est(row: dict, key: str, digits: int, per: float = 1.0) -> str:
+    """`row[key] / per` formatted, with "+-spread" when a sampled run gives `key_spread`."""
+    v = row[key]
+    text = fmt(v / per if v is not None and per != 1 else v, digits)
+    spread = row.get(key + SPREAD)
+    return text if spread is None else f"{text}+-{fmt(spread / per, digits)}"
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
@@ -55,14 +64,19 @@ class Table:
 
 def run_tables(results: list[dict]) -> list[Table]:
     """The comparison, busy-fraction and stage-time tables of a run's result rows."""
-    main = [[r["design"], fmt(r["iter_ns_mean"] / 1e3, 1), fmt(r["iter_ns_p50"] / 1e3, 1),
-             fmt(r["iter_ns_p99"] / 1e3, 1), fmt(r["samples_per_s"], 0),
-             fmt(r["speedup_vs_hybrid"], 2), fmt(r["hit_ratio"], 3),
-             fmt(r["pcie_h2d_bytes_per_sample"], 1), fmt(r["pcie_d2h_bytes_per_sample"], 1),
-             fmt(r["dram_bytes"] / 1e6, 1), fmt(r["hbm_bytes"] / 1e6, 1)]
+    main = [[r["design"], est(r, "iter_ns_mean", 1, 1e3), est(r, "iter_ns_p50", 1, 1e3),
+             est(r, "iter_ns_p99", 1, 1e3), est(r, "samples_per_s", 0),
+             est(r, "speedup_vs_hybrid", 2), est(r, "hit_ratio", 3),
+             est(r, "pcie_h2d_bytes_per_sample", 1), est(r, "pcie_d2h_bytes_per_sample", 1),
+             est(r, "dram_bytes", 1, 1e6), est(r, "hbm_bytes", 1, 1e6)]
             for r in results]
     measured = {r.get("measured_batches") for r in results} - {None}
     legend = list(LEGEND)
+    rates = {(r.get("sample_rate"), r.get("sample_salts")) for r in results} - {(None, None)}
+    if rates:
+        rate, salts = rates.pop()
+        legend.append(f"sampled run (R = {fmt(rate, 4)}, {salts} salts): each figure the mean "
+                      "over the salts, +- half their range (docs/sampling.md)")
     if len(measured) == 1:
         legend[-1] += f"; {measured.pop()} measured batches"
     base = baseline_design()
@@ -72,16 +86,17 @@ def run_tables(results: list[dict]) -> list[Table]:
     tables = [Table("", ["design", "iter_us", "p50_us", "p99_us", "samples/s",
                          "speedup_vs_hybrid", "hit", "H2D_B/smp", "D2H_B/smp", "DRAM_MB_tot",
                          "HBM_MB_tot"], main, legend)]
-    busy_keys = sorted({k for r in results for k in r if k.startswith("busy_")})
-    busy = [[r["design"]] + [fmt(r.get(k, 0.0), 3) for k in busy_keys] for r in results]
+    busy_keys = sorted({k for r in results for k in r
+                        if k.startswith("busy_") and not k.endswith(SPREAD)})
+    busy = [[r["design"]] + [est({k: 0.0, **r}, k, 3) for k in busy_keys] for r in results]
     tables.append(Table("busy fraction: share of the measured time each resource was serving "
                         "work (0 = idle, 1 = always busy)",
                         ["design"] + [k[5:] for k in busy_keys], busy, []))
     stages = []
     for r in results:
-        for k, v in r.items():
-            if k.startswith("stage_"):
-                stages.append([r["design"], k[6:-3], fmt(v / 1e3, 2)])
+        for k in r:
+            if k.startswith("stage_") and not k.endswith(SPREAD):
+                stages.append([r["design"], k[6:-3], est(r, k, 2, 1e3)])
     tables.append(Table("mean stage time per batch (stages overlap in pipelined designs)",
                         ["design", "stage", "us"], stages, []))
     return tables

@@ -55,6 +55,27 @@ class Workload:
     def with_columns(self, cols: dict[str, np.ndarray]) -> Workload:
         return Workload(self.policy, self.capacity, {**self.cols, **cols}, self.extra)
 
+    def scaled(self, factor: float) -> Workload:
+        """The counts `factor` times as large (a sampled run's estimate of the full run:
+        factor = 1/R), rounded to whole counts; what is not a count of accesses or rows
+        (samples per batch, mean row sizes, a cache's ways) is kept as it is."""
+        def scale(v: np.ndarray) -> np.ndarray:
+            if np.issubdtype(v.dtype, np.integer):
+                return np.rint(v * factor).astype(v.dtype)
+            return v * factor
+
+        cols = {k: v if k in UNSCALED_COLUMNS else scale(v) for k, v in self.cols.items()}
+        extra = {k: v if k in UNSCALED_EXTRAS else int(round(v * factor))
+                 for k, v in self.extra.items()}
+        return Workload(self.policy, self.capacity, cols, extra)
+
+
+#: per-batch columns that are not counts (samples, mean row bytes): `Workload.scaled` keeps them
+UNSCALED_COLUMNS = frozenset({"samples", "fill_row_bytes", "unplaced_lookup_bytes",
+                              "unplaced_row_bytes"})
+#: policy totals that are not counts of accesses or rows (a set-associative cache's ways)
+UNSCALED_EXTRAS = frozenset({"ways"})
+
 
 def policy_counts(trace: Trace, policy: str, capacity: int, *, replay_cache: bool = True,
                   **params: Any) -> Workload:

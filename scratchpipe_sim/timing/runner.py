@@ -36,6 +36,7 @@ from scratchpipe_sim.timing.run_metrics import (
     steady_state_warnings,
     summarize,
 )
+from scratchpipe_sim.timing.sampled_run import SampleScale, sample_settings, simulate_sampled
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.timing.trace_setup import build_trace, fit_trace, sized_config
 from scratchpipe_sim.traces import generators
@@ -63,7 +64,8 @@ Progress = Callable[[str, str, int, int], None]
 def simulate(cfg: Config, designs: Sequence[str] | None = None,
              timeline_dir: Path | None = None, trace: Trace | None = None,
              progress: Progress | None = None, replay_cache: bool = True,
-             jobs: int = 1, checksum: bool = False) -> list[dict]:
+             jobs: int = 1, checksum: bool = False,
+             sample: float | SampleScale | None = None) -> list[dict]:
     """Run `designs` (default: cfg.designs) on one trace; one flat metrics dict per design.
 
     `replay_cache=False` recomputes every policy replay (and generates the trace) instead
@@ -71,7 +73,13 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     makes the independent replays in that many forked processes (`Replays.precompute`:
     identical results). `checksum=True`: the caller will ask `trace.checksum()` (`run`
     records it); with the replays forked, a worker hashes the trace beside them (0.1 s of
-    a ~2.6 s cold quickstart run on 2 cores, otherwise spent after them in this process)."""
+    a ~2.6 s cold quickstart run on 2 cores, otherwise spent after them in this process).
+    `sample`: a spatial sampling rate R (None: trace.sample_rate); R < 1 is a sampled run
+    (`timing.sampled_run`: caches x R, counts x 1/R, mean and spread over the salts)."""
+    scale = sample if isinstance(sample, SampleScale) else None
+    if scale is None and (rate_salts := sample_settings(cfg, sample))[0] < 1:
+        return simulate_sampled(cfg, designs, *rate_salts, trace=trace, progress=progress,
+                                timeline_dir=timeline_dir, replay_cache=replay_cache, jobs=jobs)
     names = check_designs(cfg, designs)
     check_jobs(jobs)
     trace = build_trace(cfg, cache=replay_cache) if trace is None else trace
@@ -79,9 +87,11 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     cfg = sized_config(cfg, trace)
     trace = fit_trace(trace, cfg)
     built = {name: DESIGNS.get(name)(cfg) for name in names}
-    keys = {name: d.workload_key() for name, d in built.items()}
-    replays = Replays(cfg, trace, any(k.policy is not None for k in keys.values()),
-                      replay_cache, checksum_of=given if checksum else None)
+    keys = {name: d.workload_key() if scale is None else scale.key(d.workload_key())
+            for name, d in built.items()}
+    replays = Replays(cfg if scale is None else scale.replay_config(cfg), trace,
+                      any(k.policy is not None for k in keys.values()), replay_cache,
+                      checksum_of=given if checksum else None)
     jobs = memory_guard.jobs_within_memory(trace.total_rows, trace.num_accesses, jobs)
     if jobs > 1 and trace.num_accesses >= generators.PARALLEL_MIN_ACCESSES:
         replays.precompute([keys[n] for n in names], jobs)
@@ -91,6 +101,7 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
         if progress is not None:
             progress("policy", name, len(rows), len(names))
         w, policy_s = replays.get(key)
+        w = w if scale is None else scale.counts(w)
         t0 = time.perf_counter()
         m = run_design(cfg, design, w, keep_spans=timeline_dir is not None)
         done = m.done

@@ -125,3 +125,15 @@ def test_import_stays_cheap():
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
                          text=True).stdout
     assert out.strip() == "[]"
+
+
+def test_simulate_sample_equals_the_config_keys(cfg_file):
+    by_arg = scratchpipe_sim.simulate(str(cfg_file), ["lru-cache"], sample=0.5, salts=2)
+    by_key = scratchpipe_sim.simulate(str(cfg_file), ["lru-cache"],
+                                      **{"trace.sample_rate": 0.5, "trace.sample_salts": 2})
+    cols = [c for c in by_arg.columns if c not in WALL_COLUMNS]
+    assert by_arg[cols].equals(by_key[cols])
+    assert {"hit_ratio_spread", "sample_rate"} <= set(by_arg.columns)
+    with pytest.raises(UserError) as e:
+        scratchpipe_sim.simulate(str(cfg_file), sample=0.5, **{"trace.sample_rate": 0.5})
+    assert e.value.field == "trace.sample_rate"

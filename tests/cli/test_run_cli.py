@@ -228,3 +228,27 @@ def test_warm_run_recomputes_nothing_and_equals_no_cache(cfg_file, tmp_path, mon
     off, fill, warm = load("off"), load("fill"), load("warm")
     assert off == fill == warm
     assert len(off[0]) == 6 and off[0][3]["fills"] > 0
+
+
+def test_run_sample_writes_each_figure_with_its_spread(cfg_file, tmp_path, capsys):
+    out = tmp_path / "sampled"
+    assert main(["run", str(cfg_file), "--out", str(out), "--sample", "0.5", "--salts", "2",
+                 "--quiet", "--no-timeline"]) == 0
+    text = capsys.readouterr().out
+    assert "sampled run (R = 0.5, 2 salts)" in text and "+-" in text
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    for r in rows:
+        assert float(r["sample_rate"]) == 0.5 and int(r["sample_salts"]) == 2
+        assert float(r["hit_ratio_spread"]) >= 0 and "pcie_h2d_bytes_per_sample_spread" in r
+        assert r["cfg.trace.sample_rate"] == "0.5"
+    js = json.loads((out / "results.json").read_text())
+    assert [r["design"] for r in js] == [r["design"] for r in rows]
+    assert all("iter_ns_mean_spread" in r for r in js)
+
+
+@pytest.mark.parametrize(("argv", "word"), [
+    (["--sample", "1.5"], "trace.sample_rate"), (["--sample", "0"], "trace.sample_rate"),
+    (["--sample", "1e-7"], "trace.sample_rate"), (["--salts", "0"], "trace.sample_salts")])
+def test_run_sample_bad_rates_are_one_line(cfg_file, tmp_path, capsys, argv, word):
+    one_line_error(capsys, ["run", str(cfg_file), "--out", str(tmp_path / "o"), "--quiet",
+                            *argv], word)

@@ -1,0 +1,117 @@
+"""Sampled runs against the exact run (issue 41; docs/sampling.md): per design, the worst
+salt's error of the hit ratio (points) and of PCIe bytes per sample (H2D and D2H, % of
+exact), at R = 1% and 10%, three salts, with the wall time of each run.
+
+    python benchmarks/bench_sampling.py                       # ~50M lookups, zipf + meta-2022
+    python benchmarks/bench_sampling.py --lookups 100e6 --rates 0.01 0.1 --salts 3
+    python benchmarks/bench_sampling.py --json out.json       # the figures as JSON too
+
+Each trace kind runs the quickstart's model (8 x 1M-row tables, batch 2048, pooling 20,
+cache 5% of the rows) with a fixed warm-up (a third of the batches) so that the trace has
+about `--lookups` lookups: zipf alpha 1.05, and the `calibrated` generator at Meta 2022's
+locality (configs/traces/meta-2022.yaml); the designs: hybrid, uvm, static-cache,
+lru-cache, scratchpipe (its lookahead window), bagpipe, and lru-cache over the 32-way
+set-associative fbgemm-lru (set associativity). The worst salt's error is
+|mean - exact| + spread (the mean +- half the range over the salts is [min, max]).
+Wall times: the exact run replays every policy once (the trace already built), the
+sampled run samples the trace once per salt and replays the samples (no cache read or
+written: `replay_cache=False`, so each figure is a cold run's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DESIGNS = ["hybrid", "uvm", "static-cache", "lru-cache", "scratchpipe", "bagpipe"]
+FIGURES = ("hit_ratio", "pcie_h2d_bytes_per_sample", "pcie_d2h_bytes_per_sample")
+
+
+def config(kind: str, lookups: float) -> dict:
+    """The quickstart with `lookups` lookups (warm-up a third of the batches)."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
+    per_batch = 2048 * 20 * 8
+    batches = max(6, int(lookups // per_batch))
+    warm = batches // 3
+    cfg["model"].update(num_batches=batches - warm, warmup_batches=min(8, batches // 6))
+    cfg["cache"]["warmup_batches"] = warm
+    cfg["designs"] = DESIGNS
+    if kind == "meta-2022":
+        cfg["trace"] = {"preset": "meta-2022"}
+    if kind == "zipf-fbgemm-lru":
+        cfg["cache"]["policy"] = "fbgemm-lru"
+        cfg["designs"] = ["lru-cache"]
+    return cfg
+
+
+def errors(exact: dict, sampled: dict) -> dict:
+    """Worst salt's error: hit ratio in points, PCIe bytes per sample in % of exact."""
+    out = {}
+    for f in FIGURES:
+        worst = abs(sampled[f] - exact[f]) + sampled[f"{f}_spread"]
+        out[f] = 100 * worst if f == "hit_ratio" else (
+            100 * worst / exact[f] if exact[f] else 0.0)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lookups", type=float, default=50e6)
+    ap.add_argument("--rates", type=float, nargs="+", default=[0.01, 0.1])
+    ap.add_argument("--salts", type=int, default=3)
+    ap.add_argument("--kinds", nargs="+", default=["zipf", "meta-2022", "zipf-fbgemm-lru"])
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from scratchpipe_sim.config import load_config
+    from scratchpipe_sim.timing.runner import build_trace, simulate
+
+    results = []
+    for kind in args.kinds:
+        cfg = load_config(config(kind, args.lookups))
+        t0 = time.perf_counter()
+        trace = build_trace(cfg, cache=False)
+        build_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        exact = simulate(cfg, trace=trace, replay_cache=False)
+        exact_s = time.perf_counter() - t0
+        print(f"{kind}: {trace.num_accesses / 1e6:.1f}M lookups, built in {build_s:.1f} s, "
+              f"exact run {exact_s:.1f} s", flush=True)
+        for rate in args.rates:
+            t0 = time.perf_counter()
+            sampled = simulate(cfg, trace=trace, sample=rate, replay_cache=False)
+            wall = time.perf_counter() - t0
+            for e, s in zip(exact, sampled, strict=True):
+                err = errors(e, s)
+                results.append({"trace": kind, "lookups": trace.num_accesses, "rate": rate,
+                                "salts": args.salts, "design": e["design"],
+                                "policy": e["policy"], "exact_s": exact_s, "sampled_s": wall,
+                                **{f"exact_{f}": e[f] for f in FIGURES},
+                                **{f"err_{f}": v for f, v in err.items()}})
+                print(f"  R={rate:<5g} {e['design']:13s} hit {e['hit_ratio']:.4f} -> "
+                      f"{s['hit_ratio']:.4f}+-{s['hit_ratio_spread']:.4f}  worst: hit "
+                      f"{err['hit_ratio']:.3f} pt, H2D {err['pcie_h2d_bytes_per_sample']:.2f}"
+                      f"%, D2H {err['pcie_d2h_bytes_per_sample']:.2f}%  ({wall:.1f} s)",
+                      flush=True)
+    print("\n| trace | lookups | R | design | exact hit | worst hit err (pt) | worst H2D err "
+          "(%) | worst D2H err (%) | exact s | sampled s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['trace']} | {r['lookups'] / 1e6:.0f}M | {r['rate']:g} | {r['design']} | "
+              f"{r['exact_hit_ratio']:.3f} | {r['err_hit_ratio']:.2f} | "
+              f"{r['err_pcie_h2d_bytes_per_sample']:.2f} | "
+              f"{r['err_pcie_d2h_bytes_per_sample']:.2f} | {r['exact_s']:.0f} | "
+              f"{r['sampled_s']:.1f} |")
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

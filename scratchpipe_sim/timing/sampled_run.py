@@ -1,0 +1,171 @@
+"""Sampled runs (`trace.sample_rate` R < 1, `run --sample R`): each design on a spatial
+sample of the trace, once per hash salt, each figure the mean over the salts with its
+spread beside it (`X_spread`).
+
+How one salt's run estimates the full run (SHARDS; miniature simulations for any policy):
+the sample keeps every access to about R of the rows (`traces.spatial_sampling`), every
+cache the policies replay holds R x its rows (`SampleScale.key`; the on-chip L2 / LLC too:
+`SampleScale.replay_config`), and the per-batch counts the timing model prices (accesses,
+unique rows, hits, misses, fills, evictions, write-backs, bytes) are scaled by 1/R before
+pricing (`Workload.scaled`), so iteration time, PCIe bytes per sample and hit ratio are
+estimates of the full run's. Designs are built and priced from the full config: only what
+the policies replay is miniature. R = 1 is the exact run (`runner.simulate` never comes here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scratchpipe_sim.config import Config
+from scratchpipe_sim.timing.counts import Workload
+from scratchpipe_sim.timing.designs import DESIGNS, WorkloadKey
+from scratchpipe_sim.traces.csr_trace import Trace
+from scratchpipe_sim.traces.spatial_sampling import cached_sample, check_rate
+
+#: result keys that are not estimates of the full run: never averaged into a spread
+#: (the wall times are summed over the salts: what the sampled run cost)
+STRUCTURAL_KEYS = frozenset({"capacity_rows", "batches", "measured_batches"})
+#: suffix of the column beside each sampled figure: half the range over the salts, so
+#: mean +- spread covers every salt
+SPREAD_SUFFIX = "_spread"
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleScale:
+    """How one salt's run on a sample of rate `rate` is sized (caches x R) and read
+    (counts x 1/R): what `runner.simulate(..., sample=SampleScale(R))` applies."""
+
+    rate: float
+    #: the full trace's accesses of each batch (known exactly: its bags), for `counts`
+    accesses: np.ndarray | None = dataclasses.field(default=None, compare=False)
+
+    def rows(self, rows: int) -> int:
+        """A cache of `rows` rows in the miniature: R x rows, at least 1."""
+        return max(1, int(round(rows * self.rate)))
+
+    def key(self, key: WorkloadKey) -> WorkloadKey:
+        """A design's replay with its cache's rows scaled (no cache: unchanged)."""
+        if key.policy is None:
+            return key
+        return dataclasses.replace(key, capacity=self.rows(key.capacity))
+
+    def replay_config(self, cfg: Config) -> Config:
+        """The config the replays read (warm-up length, on-chip caches): cache rows and the
+        LLC / L2 sizes scaled by R."""
+        hw = cfg.hardware
+        hw = dataclasses.replace(
+            hw, cpu=dataclasses.replace(hw.cpu, llc_MiB=hw.cpu.llc_MiB * self.rate),
+            gpu=dataclasses.replace(hw.gpu, l2_MiB=hw.gpu.l2_MiB * self.rate))
+        cache = dataclasses.replace(cfg.cache, capacity_rows=self.rows(cfg.capacity_rows()))
+        return dataclasses.replace(cfg, hardware=hw, cache=cache)
+
+    def counts(self, w: Workload) -> Workload:
+        """The sample's counts scaled to the full trace (x 1/R) before pricing, then
+        SHARDS's adjustment (Waldspurger et al. 2015, "SHARDS_adj"): a batch's accesses are
+        known exactly, and the sample's surplus or deficit of them is mostly its share of
+        the hottest rows (a few rows, each kept or not), which hit: the difference goes to
+        the hits (to the host lookups of a design without a cache) and to the on-chip hits,
+        so the hottest rows' luck of the draw does not move every lookup count."""
+        s = w.scaled(1.0 / self.rate)
+        if self.accesses is None:
+            return s
+        cols = dict(s.cols)
+        true = np.asarray(self.accesses[len(self.accesses) - w.num_batches:], np.int64)
+        delta = true - cols["accesses"]
+        cols["accesses"] = true.copy()
+        to = ("misses", "unplaced") if w.policy == "none" else ("hits",)
+        for name in (*to, "l2_hits", "llc_hits"):
+            if name in cols:
+                cols[name] = np.clip(cols[name] + delta, 0, true)
+        return Workload(s.policy, s.capacity, cols, s.extra)
+
+
+def sample_settings(cfg: Config, sample: float | None = None,
+                    salts: int | None = None) -> tuple[float, int]:
+    """(R, salts) of a run: `sample` / `salts` when given (checked, named as --sample /
+    --salts), else the config's trace.sample_rate and trace.sample_salts."""
+    from scratchpipe_sim.errors import UserError
+
+    rate = (cfg.trace.sample_rate if sample is None
+            else check_rate(sample, field="--sample", source=cfg.source))
+    n = cfg.trace.sample_salts if salts is None else salts
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise UserError(f"expected a whole number of salts >= 1, got {n!r}",
+                        source=cfg.source, field="--salts")
+    return float(rate), int(n)
+
+
+Progress = Callable[[str, str, int, int], None]
+
+
+def simulate_sampled(cfg: Config, designs: Sequence[str] | None, rate: float, salts: int,
+                     *, trace: Trace | None = None, timeline_dir: Path | None = None,
+                     progress: Progress | None = None, replay_cache: bool = True,
+                     jobs: int = 1) -> list[dict[str, Any]]:
+    """`runner.simulate` at sampling rate `rate` < 1: the trace (built or given) sampled
+    once per salt 0..salts-1 (from the trace cache when made before), every design run on
+    each sample, one row per design: each figure the mean over the salts, with
+    `X_spread`; timelines of salt 0's run."""
+    from scratchpipe_sim.timing.runner import check_designs, simulate  # it imports this
+    from scratchpipe_sim.timing.trace_setup import build_trace, fit_trace, sized_config
+
+    names = check_designs(cfg, designs)
+    trace = build_trace(cfg, cache=replay_cache) if trace is None else trace
+    cfg = sized_config(cfg, trace)
+    trace = fit_trace(trace, cfg)
+    ptr = trace.batch_access_ptr()
+    scale = SampleScale(rate, np.diff(np.asarray(ptr, np.int64)))
+    per_salt = []
+    for salt in range(salts):
+        sampled = cached_sample(trace, rate, salt, cache=replay_cache, source=cfg.source)
+        last = salt == salts - 1
+
+        def relay(event: str, design: str, done: int, total: int, last: bool = last) -> None:
+            if progress is not None and (event == "policy" or last):
+                progress(event, design, done, total)
+
+        per_salt.append(simulate(cfg, names, timeline_dir=timeline_dir if salt == 0 else None,
+                                 trace=sampled, progress=relay, replay_cache=replay_cache,
+                                 jobs=jobs, sample=scale))
+    capacity = {n: DESIGNS.get(n)(cfg).workload_key() for n in names}
+    rows = combine(per_salt)
+    for row in rows:
+        key = capacity[row["design"]]
+        if key.policy is not None:
+            row["capacity_rows"] = key.capacity
+        row["sample_rate"] = rate
+        row["sample_salts"] = salts
+    return rows
+
+
+def combine(per_salt: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per design from each salt's rows (same designs, same order): a number the
+    mean over the salts with `X_spread` = (max - min) / 2 after it; a `*_wall_s` the sum;
+    a flag true only when true for every salt; anything else the first salt's."""
+    out = []
+    for group in zip(*per_salt, strict=True):
+        row: dict[str, Any] = {}
+        for key, first in group[0].items():
+            values = [r.get(key) for r in group]
+            if isinstance(first, bool):
+                row[key] = all(bool(v) for v in values)
+            elif isinstance(first, (int, float)) and all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                arr = np.asarray(values, np.float64)
+                if key.endswith("_wall_s"):
+                    row[key] = float(arr.sum())
+                    continue
+                mean = float(arr.mean())
+                row[key] = (int(round(mean)) if isinstance(first, int)
+                            and key in STRUCTURAL_KEYS else mean)
+                if key not in STRUCTURAL_KEYS:
+                    row[key + SPREAD_SUFFIX] = float((arr.max() - arr.min()) / 2)
+            else:
+                row[key] = first
+        out.append(row)
+    return out
