@@ -95,7 +95,7 @@ def variant(cfg: Config, design: str, axis: str, value: float) -> Config:
             pcie["duplex_d2h_GBps"] *= value / pcie["d2h_GBps"]
         pcie["h2d_GBps"] = pcie["d2h_GBps"] = float(value)
     elif axis == "gpus":
-        d["multi_gpu"]["gpus"] = int(value)
+        d.setdefault("design_params", {}).setdefault(design, {})["gpus"] = int(value)
     else:
         raise ValueError(axis)
     return Config.from_dict(d, source=cfg.source)
@@ -120,9 +120,10 @@ def grid(cfg: Config, design: str, axis: str) -> tuple[float, ...]:
     if axis == "pcie":
         return PCIE_GRID
     if axis == "gpus":
+        from scratchpipe_sim.timing.designs.base import design_params
         from scratchpipe_sim.timing.designs.multi_gpu import gpus_to_hold
 
-        lo = gpus_to_hold(cfg)
+        lo = gpus_to_hold(cfg, design_params(cfg, design, cross_check=False).sharding)
         return tuple(range(lo, cfg.hardware.interconnect.gpus_per_node + 1))
     raise ValueError(axis)
 
@@ -203,9 +204,10 @@ def search(cfg: Config, design: str, axis: str, goal: float, base: float, trace
 
 
 def _multi_gpus(cfg: Config) -> int:
+    from scratchpipe_sim.timing.designs.base import design_params
     from scratchpipe_sim.timing.designs.multi_gpu import gpus_of
 
-    return gpus_of(cfg)
+    return gpus_of(cfg, design_params(cfg, "multi-gpu", cross_check=False))
 
 
 def cache_designs(cfg: Config, names: Sequence[str]) -> list[str]:

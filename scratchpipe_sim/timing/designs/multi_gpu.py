@@ -1,10 +1,10 @@
 """`multi-gpu`: the tables sharded over N GPUs of one node, as TorchRec's sharded embeddings.
 
-Sharding (`multi_gpu.sharding`): table-wise (whole tables, placed largest first on the GPU
-with the least lookup traffic that has room), row-wise (every table split evenly over the N
-GPUs) or auto (table-wise; row-wise for a table larger than one GPU's HBM). A table's HBM
-footprint is rows x R (weights + optimizer state). `multi_gpu.gpus: null` = the fewest GPUs
-whose HBM holds the tables under that sharding.
+Sharding (`design_params.multi-gpu.sharding`): table-wise (whole tables, placed largest first
+on the GPU with the least lookup traffic that has room), row-wise (every table split evenly
+over the N GPUs) or auto (table-wise; row-wise for a table larger than one GPU's HBM). A
+table's HBM footprint is rows x R (weights + optimizer state). `design_params.multi-gpu.gpus:
+null` = the fewest GPUs whose HBM holds the tables under that sharding.
 
 The global mini-batch of B samples is split data-parallel: each GPU trains B/N samples. The
 simulated GPU is the critical one (the largest share s of the lookups, by bytes); every
@@ -38,7 +38,7 @@ so every design that talks to other GPUs prices them alike).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import simpy
 
@@ -48,6 +48,19 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
 
 GiB = 1 << 30
+#: the config key of this design's parameters (errors name it)
+PARAMS_KEY = "design_params.multi-gpu"
+
+
+@dataclass(frozen=True)
+class MultiGpuParams:
+    gpus: int | None = field(default=None, metadata={
+        "help": "GPUs the tables are sharded over (null: the fewest whose HBM holds them)",
+        "min": 1})
+    sharding: str = field(default="auto", metadata={
+        "help": "table-wise (whole tables per GPU), row-wise (every table split over all "
+                "GPUs) or auto (table-wise, row-wise for a table larger than one GPU)",
+        "choices": ("table-wise", "row-wise", "auto")})
 
 
 @dataclass(frozen=True)
@@ -92,14 +105,14 @@ def table_bytes(cfg: Config) -> list[float]:
                                         strict=True)]
 
 
-def shard(cfg: Config, n: int) -> Sharding:
-    """Place the tables on n GPUs; a UserError naming the table that cannot fit."""
+def shard(cfg: Config, n: int, mode: str) -> Sharding:
+    """Place the tables on n GPUs by sharding `mode`; a UserError naming the table that
+    cannot fit."""
     src = cfg.source
     if n < 1:
-        raise UserError(f"expected at least 1 GPU, got {n}", source=src, field="multi_gpu.gpus")
+        raise UserError(f"expected at least 1 GPU, got {n}", source=src, field=f"{PARAMS_KEY}.gpus")
     hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
     sizes = table_bytes(cfg)
-    mode = cfg.multi_gpu.sharding
     T = len(sizes)
     m = cfg.model
     load_w = [p * r for p, r in zip(m.poolings, m.row_bytes_per_table, strict=True)]
@@ -117,19 +130,19 @@ def shard(cfg: Config, n: int) -> Sharding:
         need = sum(sizes[t] for t in range(T) if row_wise[t])
         raise UserError(f"the row-wise tables need {need / GiB:.2f} GiB, {need / n / GiB:.2f} "
                         f"GiB per GPU on {n} GPUs of {hbm / GiB:g} GiB: expected more GPUs",
-                        source=src, field="multi_gpu.gpus")
+                        source=src, field=f"{PARAMS_KEY}.gpus")
     for t in sorted((t for t in range(T) if not row_wise[t]), key=lambda t: (-sizes[t], t)):
         if sizes[t] > hbm:
             raise UserError(f"table {t} needs {sizes[t] / GiB:.2f} GiB ({m.rows_per_table[t]} "
                             f"rows x {m.moved_row_bytes_per_table[t]} B) but one GPU holds "
-                            f"{hbm / GiB:g} GiB: expected multi_gpu.sharding row-wise or auto",
-                            source=src, field="multi_gpu.sharding")
+                            f"{hbm / GiB:g} GiB: expected {PARAMS_KEY}.sharding row-wise or auto",
+                            source=src, field=f"{PARAMS_KEY}.sharding")
         fits = [g for g in range(n) if used[g] + sizes[t] <= hbm]
         if not fits:
             raise UserError(f"table {t} ({sizes[t] / GiB:.2f} GiB) fits on none of {n} GPUs "
                             f"of {hbm / GiB:g} GiB (the tables need "
                             f"{sum(sizes) / GiB:.2f} GiB): expected more GPUs",
-                            source=src, field="multi_gpu.gpus")
+                            source=src, field=f"{PARAMS_KEY}.gpus")
         g = min(fits, key=lambda g: (load[g], used[g], g))
         frac[g][t] = 1.0
         used[g] += sizes[t]
@@ -137,38 +150,38 @@ def shard(cfg: Config, n: int) -> Sharding:
     return Sharding(n, tuple(tuple(f) for f in frac), row_wise)
 
 
-def gpus_to_hold(cfg: Config) -> int:
-    """The fewest GPUs of one node whose HBM holds the tables under cfg's sharding."""
+def gpus_to_hold(cfg: Config, mode: str) -> int:
+    """The fewest GPUs of one node whose HBM holds the tables under sharding `mode`."""
     per_node = cfg.hardware.interconnect.gpus_per_node
     hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
     total = sum(table_bytes(cfg))
     for n in range(max(1, math.ceil(total / hbm)), per_node + 1):
         try:
-            shard(cfg, n)
+            shard(cfg, n, mode)
             return n
         except UserError:
             continue
     try:
-        shard(cfg, per_node)
+        shard(cfg, per_node, mode)
     except UserError as e:
-        if e.field == "multi_gpu.sharding":  # one table alone cannot be placed: name it
+        if e.field == f"{PARAMS_KEY}.sharding":  # one table alone cannot be placed: name it
             raise
     raise UserError(f"the tables need {total / GiB:.2f} GiB but "
                     f"hardware.interconnect.gpus_per_node = {per_node} GPUs of {hbm / GiB:g} "
                     "GiB hold less: expected a node that holds them (multi-gpu models one "
-                    "node)", source=cfg.source, field="multi_gpu.gpus")
+                    "node)", source=cfg.source, field=f"{PARAMS_KEY}.gpus")
 
 
-def gpus_of(cfg: Config) -> int:
-    """multi_gpu.gpus, or the fewest that hold the tables; at most one node's GPUs."""
-    n = cfg.multi_gpu.gpus
+def gpus_of(cfg: Config, p: MultiGpuParams) -> int:
+    """p.gpus, or the fewest that hold the tables; at most one node's GPUs."""
+    n = p.gpus
     if n is None:
-        return gpus_to_hold(cfg)
+        return gpus_to_hold(cfg, p.sharding)
     per_node = cfg.hardware.interconnect.gpus_per_node
     if n > per_node:
         raise UserError(f"{n} GPUs but hardware.interconnect.gpus_per_node is {per_node}: "
                         "expected at most one node's GPUs", source=cfg.source,
-                        field="multi_gpu.gpus")
+                        field=f"{PARAMS_KEY}.gpus")
     return n
 
 
@@ -185,11 +198,12 @@ def mlp_param_bytes(cfg: Config) -> float:
 class MultiGpu(Design):
     order = 60
     summary = "tables sharded over N GPUs' HBM (TorchRec), all-to-all over NVLink"
+    Params = MultiGpuParams
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
-        self.gpus = gpus_of(cfg)
-        self.sharding = shard(cfg, self.gpus)
+        self.gpus = gpus_of(cfg, self.params)
+        self.sharding = shard(cfg, self.gpus, self.params.sharding)
         m = cfg.model
         self.r_t = tuple(float(r) for r in m.row_bytes_per_table)
         weights = tuple(p * r for p, r in zip(m.poolings, self.r_t, strict=True))
@@ -258,7 +272,7 @@ class MultiGpu(Design):
         window = float(done[-1]) - m.window_start_ns
         m.counters.update({
             "gpus": self.gpus,
-            "gpus_to_hold_tables": gpus_to_hold(self.cfg),
+            "gpus_to_hold_tables": gpus_to_hold(self.cfg, self.params.sharding),
             "table_GiB": sum(table_bytes(self.cfg)) / GiB,
             "lookup_share_per_gpu": self.share,
             "samples_per_s_per_gpu": sps / self.gpus,
