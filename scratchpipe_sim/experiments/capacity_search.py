@@ -121,9 +121,11 @@ def grid(cfg: Config, design: str, axis: str) -> tuple[float, ...]:
         return PCIE_GRID
     if axis == "gpus":
         from scratchpipe_sim.timing.designs.base import design_params
-        from scratchpipe_sim.timing.designs.multi_gpu import gpus_to_hold
+        from scratchpipe_sim.timing.designs.multi_gpu import PARAMS_KEY
+        from scratchpipe_sim.timing.placement import gpus_to_hold
 
-        lo = gpus_to_hold(cfg, design_params(cfg, design, cross_check=False).sharding)
+        lo = gpus_to_hold(cfg, design_params(cfg, design, cross_check=False).sharding,
+                          PARAMS_KEY)
         return tuple(range(lo, cfg.hardware.interconnect.gpus_per_node + 1))
     raise ValueError(axis)
 

@@ -16,8 +16,9 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing import build_trace, simulate
 from scratchpipe_sim.timing.counts import Workload, policy_counts, uncached_counts
 from scratchpipe_sim.timing.designs import DESIGNS, check_params, default_designs
-from scratchpipe_sim.timing.designs.multi_gpu import gpus_to_hold, shard
+from scratchpipe_sim.timing.designs.multi_gpu import PARAMS_KEY
 from scratchpipe_sim.timing.machine import Machine
+from scratchpipe_sim.timing.placement import gpus_to_hold, shard
 from scratchpipe_sim.timing.runner import fit_trace, sized_config
 from scratchpipe_sim.traces.csr_trace import Trace
 
@@ -93,7 +94,7 @@ def test_alltoall_moves_the_closed_form_per_gpu_each_way(gpus, sharding):
     # table-wise (T/N tables each): the owner sends its tables' B rows to N-1 others
     expect = B * T * dim * b * k if sharding == "row-wise" else B * T * dim * b * k / gpus
     assert row["alltoall_bytes_per_gpu"] == pytest.approx(expect, rel=1e-12)
-    s = shard(cfg, gpus, sharding)
+    s = shard(cfg, gpus, sharding, PARAMS_KEY)
     assert s.alltoall_bytes(B, (dim * b,) * T) == pytest.approx((expect, expect), rel=1e-12)
     assert row["samples_per_s_per_gpu"] == pytest.approx(row["samples_per_s"] / gpus)
     assert row["gpus"] == gpus and row["gpus_to_hold_tables"] == 1
@@ -111,15 +112,15 @@ def test_gpus_to_hold_the_tables_and_the_table_that_cannot_fit():
     big = {"model": {"tables": {"rows": 1_000_000, "dim": 64}, "optimizer": "adagrad"},
            "hardware": {"gpu": {"hbm_capacity_GiB": 1.0, "l2_MiB": 0}},
            "cache": {"capacity_rows": 1000}}
-    assert gpus_to_hold(cfg_of(big), "auto") == 2
+    assert gpus_to_hold(cfg_of(big), "auto", PARAMS_KEY) == 2
     tiny = deep_merge(big, {"hardware": {"gpu": {"hbm_capacity_GiB": 0.4}},
                             "design_params": {"multi-gpu": {"sharding": "table-wise",
                                                             "gpus": 8}}})
     with pytest.raises(UserError, match=r"table 0 needs 0\.48 GiB") as e:
-        shard(cfg_of(tiny), 8, "table-wise")
+        shard(cfg_of(tiny), 8, "table-wise", PARAMS_KEY)
     assert e.value.field == "design_params.multi-gpu.sharding"
     # auto splits the too-large tables row-wise instead
-    assert all(shard(cfg_of(tiny), 8, "auto").row_wise)
+    assert all(shard(cfg_of(tiny), 8, "auto", PARAMS_KEY).row_wise)
 
 
 def test_zero_gpus_and_a_table_too_large_are_one_line_exit_2(tmp_path, capsys):
@@ -317,5 +318,5 @@ def test_tables_larger_than_a_node_name_the_node():
            "hardware": {"gpu": {"hbm_capacity_GiB": 0.1, "l2_MiB": 0}},
            "cache": {"capacity_rows": 1000}}
     with pytest.raises(UserError, match=r"need 1\.91 GiB but .*gpus_per_node = 8") as e:
-        gpus_to_hold(cfg_of(big), "auto")
+        gpus_to_hold(cfg_of(big), "auto", PARAMS_KEY)
     assert e.value.field == "design_params.multi-gpu.gpus"

@@ -1,9 +1,7 @@
 """`multi-gpu`: the tables sharded over N GPUs of one node, as TorchRec's sharded embeddings.
 
-Sharding (`design_params.multi-gpu.sharding`): table-wise (whole tables, placed largest first
-on the GPU with the least lookup traffic that has room), row-wise (every table split evenly
-over the N GPUs) or auto (table-wise; row-wise for a table larger than one GPU's HBM). A
-table's HBM footprint is rows x R (weights + optimizer state). `design_params.multi-gpu.gpus:
+Sharding (`design_params.multi-gpu.sharding`): table-wise, row-wise or auto, placed by
+`timing/placement.py` (pure, shared with a cluster model). `design_params.multi-gpu.gpus:
 null` = the fewest GPUs whose HBM holds the tables under that sharding.
 
 The global mini-batch of B samples is split data-parallel: each GPU trains B/N samples. The
@@ -37,7 +35,6 @@ so every design that talks to other GPUs prices them alike).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import simpy
@@ -46,8 +43,8 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.cost import usd_per_million
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
+from scratchpipe_sim.timing.placement import GiB, gpus_to_hold, shard, table_bytes
 
-GiB = 1 << 30
 #: the config key of this design's parameters (errors name it)
 PARAMS_KEY = "design_params.multi-gpu"
 
@@ -63,120 +60,11 @@ class MultiGpuParams:
         "choices": ("table-wise", "row-wise", "auto")})
 
 
-@dataclass(frozen=True)
-class Sharding:
-    """Where each table lives: `frac[g][t]` = fraction of table t's rows on GPU g."""
-
-    gpus: int
-    frac: tuple[tuple[float, ...], ...]
-    row_wise: tuple[bool, ...]  # per table: split over every GPU
-
-    def lookup_share(self, weights: tuple[float, ...]) -> float:
-        """The largest GPU's share of the lookup traffic (weights: per-table lookup bytes)."""
-        tot = sum(weights)
-        return max(sum(f * w for f, w in zip(fr, weights, strict=True)) for fr in self.frac
-                   ) / tot if tot else 1.0 / self.gpus
-
-    def alltoall_bytes(self, B: float, r_t: tuple[float, ...]) -> tuple[float, float]:
-        """(largest send, largest receive) of one pooled-vector all-to-all, bytes per GPU."""
-        n = self.gpus
-        if n == 1:
-            return 0.0, 0.0
-        k = (n - 1) / n
-        sends, recvs = [], []
-        for fr in self.frac:
-            send = recv = 0.0
-            for t, r in enumerate(r_t):
-                if self.row_wise[t]:
-                    send += B * r * k
-                    recv += B * r * k
-                elif fr[t] > 0:
-                    send += B * r * k
-                else:
-                    recv += B / n * r
-            sends.append(send)
-            recvs.append(recv)
-        return max(sends), max(recvs)
-
-
-def table_bytes(cfg: Config) -> list[float]:
-    m = cfg.model
-    return [rows * R for rows, R in zip(m.rows_per_table, m.moved_row_bytes_per_table,
-                                        strict=True)]
-
-
-def shard(cfg: Config, n: int, mode: str) -> Sharding:
-    """Place the tables on n GPUs by sharding `mode`; a UserError naming the table that
-    cannot fit."""
-    src = cfg.source
-    if n < 1:
-        raise UserError(f"expected at least 1 GPU, got {n}", source=src, field=f"{PARAMS_KEY}.gpus")
-    hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
-    sizes = table_bytes(cfg)
-    T = len(sizes)
-    m = cfg.model
-    load_w = [p * r for p, r in zip(m.poolings, m.row_bytes_per_table, strict=True)]
-    row_wise = tuple(mode == "row-wise" or (mode == "auto" and s > hbm) for s in sizes)
-    frac = [[0.0] * T for _ in range(n)]
-    used = [0.0] * n
-    load = [0.0] * n
-    for t in range(T):
-        if row_wise[t]:
-            for g in range(n):
-                frac[g][t] = 1.0 / n
-                used[g] += sizes[t] / n
-    full = [g for g in range(n) if used[g] > hbm]
-    if full:
-        need = sum(sizes[t] for t in range(T) if row_wise[t])
-        raise UserError(f"the row-wise tables need {need / GiB:.2f} GiB, {need / n / GiB:.2f} "
-                        f"GiB per GPU on {n} GPUs of {hbm / GiB:g} GiB: expected more GPUs",
-                        source=src, field=f"{PARAMS_KEY}.gpus")
-    for t in sorted((t for t in range(T) if not row_wise[t]), key=lambda t: (-sizes[t], t)):
-        if sizes[t] > hbm:
-            raise UserError(f"table {t} needs {sizes[t] / GiB:.2f} GiB ({m.rows_per_table[t]} "
-                            f"rows x {m.moved_row_bytes_per_table[t]} B) but one GPU holds "
-                            f"{hbm / GiB:g} GiB: expected {PARAMS_KEY}.sharding row-wise or auto",
-                            source=src, field=f"{PARAMS_KEY}.sharding")
-        fits = [g for g in range(n) if used[g] + sizes[t] <= hbm]
-        if not fits:
-            raise UserError(f"table {t} ({sizes[t] / GiB:.2f} GiB) fits on none of {n} GPUs "
-                            f"of {hbm / GiB:g} GiB (the tables need "
-                            f"{sum(sizes) / GiB:.2f} GiB): expected more GPUs",
-                            source=src, field=f"{PARAMS_KEY}.gpus")
-        g = min(fits, key=lambda g: (load[g], used[g], g))
-        frac[g][t] = 1.0
-        used[g] += sizes[t]
-        load[g] += load_w[t]
-    return Sharding(n, tuple(tuple(f) for f in frac), row_wise)
-
-
-def gpus_to_hold(cfg: Config, mode: str) -> int:
-    """The fewest GPUs of one node whose HBM holds the tables under sharding `mode`."""
-    per_node = cfg.hardware.interconnect.gpus_per_node
-    hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
-    total = sum(table_bytes(cfg))
-    for n in range(max(1, math.ceil(total / hbm)), per_node + 1):
-        try:
-            shard(cfg, n, mode)
-            return n
-        except UserError:
-            continue
-    try:
-        shard(cfg, per_node, mode)
-    except UserError as e:
-        if e.field == f"{PARAMS_KEY}.sharding":  # one table alone cannot be placed: name it
-            raise
-    raise UserError(f"the tables need {total / GiB:.2f} GiB but "
-                    f"hardware.interconnect.gpus_per_node = {per_node} GPUs of {hbm / GiB:g} "
-                    "GiB hold less: expected a node that holds them (multi-gpu models one "
-                    "node)", source=cfg.source, field=f"{PARAMS_KEY}.gpus")
-
-
 def gpus_of(cfg: Config, p: MultiGpuParams) -> int:
     """p.gpus, or the fewest that hold the tables; at most one node's GPUs."""
     n = p.gpus
     if n is None:
-        return gpus_to_hold(cfg, p.sharding)
+        return gpus_to_hold(cfg, p.sharding, PARAMS_KEY)
     per_node = cfg.hardware.interconnect.gpus_per_node
     if n > per_node:
         raise UserError(f"{n} GPUs but hardware.interconnect.gpus_per_node is {per_node}: "
@@ -203,7 +91,7 @@ class MultiGpu(Design):
     def __init__(self, cfg: Config):
         super().__init__(cfg)
         self.gpus = gpus_of(cfg, self.params)
-        self.sharding = shard(cfg, self.gpus, self.params.sharding)
+        self.sharding = shard(cfg, self.gpus, self.params.sharding, PARAMS_KEY)
         m = cfg.model
         self.r_t = tuple(float(r) for r in m.row_bytes_per_table)
         weights = tuple(p * r for p, r in zip(m.poolings, self.r_t, strict=True))
@@ -272,7 +160,7 @@ class MultiGpu(Design):
         window = float(done[-1]) - m.window_start_ns
         m.counters.update({
             "gpus": self.gpus,
-            "gpus_to_hold_tables": gpus_to_hold(self.cfg, self.params.sharding),
+            "gpus_to_hold_tables": gpus_to_hold(self.cfg, self.params.sharding, PARAMS_KEY),
             "table_GiB": sum(table_bytes(self.cfg)) / GiB,
             "lookup_share_per_gpu": self.share,
             "samples_per_s_per_gpu": sps / self.gpus,
