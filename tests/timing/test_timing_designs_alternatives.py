@@ -17,7 +17,7 @@ from scratchpipe_sim.timing import build_trace, simulate
 from scratchpipe_sim.timing.counts import Workload, policy_counts, uncached_counts
 from scratchpipe_sim.timing.designs import DESIGNS, check_params, default_designs
 from scratchpipe_sim.timing.designs.multi_gpu import PARAMS_KEY
-from scratchpipe_sim.timing.machine import Machine
+from scratchpipe_sim.timing.machine import Collective, Machine
 from scratchpipe_sim.timing.placement import gpus_to_hold, shard
 from scratchpipe_sim.timing.runner import fit_trace, sized_config
 from scratchpipe_sim.traces.csr_trace import Trace
@@ -98,6 +98,24 @@ def test_alltoall_moves_the_closed_form_per_gpu_each_way(gpus, sharding):
     assert s.alltoall_bytes(B, (dim * b,) * T) == pytest.approx((expect, expect), rel=1e-12)
     assert row["samples_per_s_per_gpu"] == pytest.approx(row["samples_per_s"] / gpus)
     assert row["gpus"] == gpus and row["gpus_to_hold_tables"] == 1
+
+
+def test_a_collective_is_named_by_its_enum_and_priced_at_its_own_efficiency():
+    cfg = cfg_of({}, ["hardware.interconnect.nvlink_latency_ns=0"])
+    ic = cfg.hardware.interconnect
+    for kind, eff in ((Collective.ALL_TO_ALL, ic.alltoall_efficiency),
+                      (Collective.ALL_REDUCE, ic.allreduce_efficiency)):
+        m = Machine(simpy.Environment(), cfg, 1)
+        m.env.process(_wait(m.collective(0, 1e9, 1e9, "x", kind)))
+        m.env.run()
+        assert m.env.now == pytest.approx(1e9 / (ic.nvlink_GBps * eff), rel=1e-9)
+    m = Machine(simpy.Environment(), cfg, 1)
+    with pytest.raises(TypeError, match="expected a Collective"):
+        m.collective(0, 1.0, 1.0, "x", "alltoall")
+
+
+def _wait(ev):
+    yield ev
 
 
 def test_a_slower_interconnect_is_never_faster():

@@ -43,8 +43,10 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.cost import usd_per_million
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
+from scratchpipe_sim.timing.machine import Collective
 from scratchpipe_sim.timing.placement import GiB, gpus_to_hold, shard, table_bytes
 
+A2A = Collective.ALL_TO_ALL
 #: the config key of this design's parameters (errors name it)
 PARAMS_KEY = "design_params.multi-gpu"
 
@@ -119,7 +121,7 @@ class MultiGpu(Design):
             if ev is not None:
                 yield ev
             ids = (A + B * m.tables) * ib
-            ev = m.collective(b, ids / N * k, ids * s * k, "input_dist")
+            ev = m.collective(b, ids / N * k, ids * s * k, "input_dist", A2A)
             if ev is not None:
                 yield ev
 
@@ -139,13 +141,13 @@ class MultiGpu(Design):
             send, recv = self.sharding.alltoall_bytes(B, self.out_t)
             a2a_per_batch.append(max(send, recv))
             yield from m.stage("output_dist", b, [
-                m.collective(b, send, recv, "pooled")])
+                m.collective(b, send, recv, "pooled", A2A)])
             yield from m.stage("mlp", b, [m.mlp(b, B / N)])
             yield from m.stage("grad_dist", b, [
-                m.collective(b, recv, send, "grads")])
+                m.collective(b, recv, send, "grads", A2A)])
             yield from m.stage("emb_backward", b, [
                 m.gpu_backward(b, s * A, s * U, c.l2_update[b], c.r[b], c.R[b]),
-                m.collective(b, ar, ar, "allreduce", "allreduce")])
+                m.collective(b, ar, ar, "allreduce", Collective.ALL_REDUCE)])
             m.batch_done(b)
             if b == m.warmup - 1:
                 busy0 = {x.name: x.busy_now() for x in m.nvlink}
