@@ -42,7 +42,7 @@ import simpy
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.cost import usd_per_million
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
+from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey, design_params
 from scratchpipe_sim.timing.machine import Collective
 from scratchpipe_sim.timing.placement import GiB, gpus_to_hold, shard, table_bytes
 
@@ -62,7 +62,7 @@ class MultiGpuParams:
         "choices": ("table-wise", "row-wise", "auto")})
 
 
-def gpus_of(cfg: Config, p: MultiGpuParams) -> int:
+def node_gpus(cfg: Config, p: MultiGpuParams) -> int:
     """p.gpus, or the fewest that hold the tables; at most one node's GPUs."""
     n = p.gpus
     if n is None:
@@ -89,10 +89,23 @@ class MultiGpu(Design):
     order = 60
     summary = "tables sharded over N GPUs' HBM (TorchRec), all-to-all over NVLink"
     Params = MultiGpuParams
+    plan_alternative = True
+    scales_out = True
+
+    @classmethod
+    def gpu_counts(cls, cfg: Config) -> tuple[int, ...]:
+        """From the fewest GPUs that hold the tables to one node's."""
+        p = design_params(cfg, cls.name, cross_check=False)
+        lo = gpus_to_hold(cfg, p.sharding, PARAMS_KEY)
+        return tuple(range(lo, cfg.hardware.interconnect.gpus_per_node + 1))
+
+    @classmethod
+    def gpus_of(cls, cfg: Config) -> int:
+        return node_gpus(cfg, design_params(cfg, cls.name, cross_check=False))
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
-        self.gpus = gpus_of(cfg, self.params)
+        self.gpus = node_gpus(cfg, self.params)
         self.sharding = shard(cfg, self.gpus, self.params.sharding, PARAMS_KEY)
         m = cfg.model
         self.r_t = tuple(float(r) for r in m.row_bytes_per_table)
