@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.convert import (
     ConvertOptions,
     ConvertResult,
@@ -52,7 +52,7 @@ _MESSAGES = {
 }
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _hexval(c):
     if 48 <= c <= 57:
         return c - 48
@@ -63,7 +63,7 @@ def _hexval(c):
     return -1
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def parse_block(buf, cats, status, where):
     """Parse whole lines of `buf` (which ends with a newline).
 
