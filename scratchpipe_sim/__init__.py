@@ -1,9 +1,12 @@
 """scratchpipe_sim: a simulator of hybrid CPU-GPU DLRM training with GPU embedding caches.
 
-Importing the package points Numba's on-disk cache (`@njit(cache=True)`) at a user cache
-folder before any submodule imports Numba. Numba's default is a `__pycache__` beside each
-source file: inside an installed package that writes files pip does not record, which
-survive an uninstall and then shadow a later editable install of the same package.
+Numba's on-disk cache (`@njit(cache=True)`) of the package's own kernels goes to a user cache
+folder (`numba_cache_folder`), through a cache locator that `traces/_jit.py` adds when it
+builds them and that answers for this package's files only: importing the package changes
+nothing for another library's kernels (no `NUMBA_CACHE_DIR`, no `numba.config.CACHE_DIR`).
+Numba's default is a `__pycache__` beside each source file: inside an installed package that
+writes files pip does not record, which survive an uninstall and then shadow a later
+editable install of the same package.
 
 The folder is one per state of the package's sources (`source_key`): Numba revalidates a
 cached kernel only against the file that defines it, so an edit of a helper it inlines
@@ -18,7 +21,6 @@ import hashlib
 import os
 import re
 import shutil
-import sys
 from pathlib import Path
 
 __version__ = "0.1.0"
@@ -67,13 +69,20 @@ def prune_source_states(folder: Path, keep: int = KEEP_SOURCE_STATES) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _set_numba_cache_dir() -> None:
-    """NUMBA_CACHE_DIR = <cache_dir>/numba/<source_key> unless the user chose one (then
-    staleness across files is theirs to manage). Numba reads it when it is imported; if it
-    already was (imported before us), set its live config too. The folder's time is
-    renewed on every use, so pruning keeps the states in use."""
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return
+_NUMBA_FOLDER: list[str | None] = []  # the folder, once chosen in this process
+
+
+def numba_cache_folder() -> str | None:
+    """<cache_dir>/numba/<source_key>, the folder our kernels are cached in; None when the
+    user set NUMBA_CACHE_DIR (their folder wins, for every kernel; staleness across files
+    is then theirs to manage). Chosen once per process, on the first kernel built: the
+    folder's time is renewed on every use, so pruning keeps the states in use."""
+    if not _NUMBA_FOLDER:
+        _NUMBA_FOLDER.append(None if os.environ.get("NUMBA_CACHE_DIR") else _state_folder())
+    return _NUMBA_FOLDER[0]
+
+
+def _state_folder() -> str:
     base = cache_dir() / "numba"
     path = base / source_key()
     try:
@@ -84,14 +93,7 @@ def _set_numba_cache_dir() -> None:
             prune_source_states(base)
     except OSError:
         pass  # an unwritable cache: Numba then compiles without caching
-    folder = str(path)
-    os.environ["NUMBA_CACHE_DIR"] = folder
-    numba_config = sys.modules.get("numba.core.config")
-    if numba_config is not None:
-        numba_config.CACHE_DIR = folder
-
-
-_set_numba_cache_dir()
+    return str(path)
 
 
 #: the Python API (scratchpipe_sim.api), imported on first use: `import scratchpipe_sim`

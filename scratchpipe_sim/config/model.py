@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from scratchpipe_sim.config.hardware import HardwareConfig, doc
 from scratchpipe_sim.config.schema import build, to_plain
@@ -261,23 +261,15 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
-class MultiGpuConfig:
-    gpus: int | None = field(default=None, metadata={
-        "help": "GPUs the tables are sharded over (null: the fewest whose HBM holds them)",
-        "min": 1})
-    sharding: str = field(default="auto", metadata={
-        "help": "table-wise (whole tables per GPU), row-wise (every table split over all "
-                "GPUs) or auto (table-wise, row-wise for a table larger than one GPU)",
-        "choices": ("table-wise", "row-wise", "auto")})
-
-
-@dataclass(frozen=True)
 class Config:
+    #: top-level sections a design's own parameters replaced: refused, naming the new key
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {
+        "multi_gpu": "set design_params.multi-gpu (its gpus and sharding)"}
+
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
-    multi_gpu: MultiGpuConfig = field(default_factory=MultiGpuConfig)
     designs: tuple[str, ...] | None = field(default=None, metadata={
         "help": "designs to run (names in scratchpipe_sim.timing.DESIGNS; null: every "
                 "design whose class sets `default = True`, resolved by the timing layer)"})

@@ -15,8 +15,10 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from scratchpipe_sim.traces._jit import njit
 
-@nb.njit(cache=True, parallel=True, nogil=True)
+
+@njit(cache=True, parallel=True, nogil=True)
 def bag_pool(store, dim, ids, bag_ptr, out):
     """out[k] = sum of store[ids[j], :dim] over the lookups j of bag k (an embedding bag)."""
     for k in nb.prange(len(bag_ptr) - 1):
@@ -28,7 +30,7 @@ def bag_pool(store, dim, ids, bag_ptr, out):
                 out[k, c] += store[r, c]
 
 
-@nb.njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=True, nogil=True)
 def aggregate(ids, bag_of, grad_bags, slot, parts, uniq, grad_rows, counts):
     """Turn per-lookup gradient contributions into one gradient per unique row.
 
@@ -66,13 +68,13 @@ def aggregate(ids, bag_of, grad_bags, slot, parts, uniq, grad_rows, counts):
     return base[parts]
 
 
-@nb.njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=True, nogil=True)
 def reset_slots(slot, uniq, n):
     for i in nb.prange(n):
         slot[uniq[i]] = -1
 
 
-@nb.njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=True, nogil=True)
 def apply_sgd(store, uniq, grad_rows, n, lr):
     dim = grad_rows.shape[1]
     for i in nb.prange(n):
@@ -81,7 +83,7 @@ def apply_sgd(store, uniq, grad_rows, n, lr):
             store[r, c] -= lr * grad_rows[i, c]
 
 
-@nb.njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=True, nogil=True)
 def apply_adagrad(store, uniq, grad_rows, n, lr, eps):
     """Element-wise Adagrad: state (columns dim..2dim) += g^2; w -= lr g / sqrt(state)."""
     dim = grad_rows.shape[1]
@@ -93,7 +95,7 @@ def apply_adagrad(store, uniq, grad_rows, n, lr, eps):
             store[r, c] -= lr * g / (np.sqrt(store[r, dim + c]) + eps)
 
 
-@nb.njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=True, nogil=True)
 def apply_rowwise_adagrad(store, uniq, grad_rows, n, lr, eps):
     """Row-wise Adagrad: one state float per row (column dim) += mean(g^2)."""
     dim = grad_rows.shape[1]
@@ -147,7 +149,7 @@ class Backward:
         reset_slots(self.slot, self.uniq, n)
 
 
-@nb.njit(cache=True, nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _sum(a):
     acc = np.float32(0.0)
     for i in range(a.shape[0]):
@@ -155,7 +157,7 @@ def _sum(a):
     return acc
 
 
-@nb.njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=True, nogil=True)
 def stream_read(src):
     """Sum of src in parallel chunks: DRAM read bandwidth (a gather's traffic is reads).
     Each chunk is summed by a serial helper: a loop inside prange is not vectorized."""
@@ -169,7 +171,7 @@ def stream_read(src):
     return part.sum()
 
 
-@nb.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def pointer_chase(nxt, steps):
     """Follow a random cycle `steps` times: each load waits for the previous (latency)."""
     p = 0

@@ -175,7 +175,8 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
     m = cfg.model
     threads = max(1, min(cfg.hardware.cpu.cores, nb.config.NUMBA_NUM_THREADS))
     nb.set_num_threads(threads)
-    replays = Replays(cfg, trace, cached="scratchpipe" in names)
+    replays = Replays(cfg, trace, cached=any(
+        DESIGNS.get(n)(cfg).workload_key().policy is not None for n in names))
     measured = list(range(m.warmup_batches, m.num_batches))
     if max_batches is not None:
         measured = measured[:max_batches]
@@ -184,8 +185,8 @@ def validate_cpu(cfg: Config, reps: int = 3, max_batches: int | None = None,
                {b: trace.linear_batch(replays.prefix + b) for b in measured})
     probe = Probe(store, m.dims[0], min(PROBE_LOOKUPS, trace.total_rows),
                    seed=len(measured))
-    stages = ((_hybrid_stages(run) if "hybrid" in names else [])
-              + (_scratchpipe_stages(run) if "scratchpipe" in names else []))
+    builders = {"hybrid": _hybrid_stages, "scratchpipe": _scratchpipe_stages}
+    stages = [st for d in CPU_STAGES if d in names for st in builders[d](run)]
     # interleaved: pass k of every stage, then pass k + 1; the probe before each stage's
     # pass. A slow minute of the host then lands on every stage and on the probe alike.
     times: list[list[np.ndarray]] = [[] for _ in stages]

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.base import EVICTIONS, MISS, NUM_EVENTS
 from scratchpipe_sim.policies.engine import compute_next_use
 from scratchpipe_sim.policies.scratchpipe import ScratchPipe, min_scratchpipe_capacity
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.csr_trace import Trace
 
 
@@ -119,7 +119,7 @@ class ScratchpadState:
         return self.row_in[slots].copy(), slots
 
 
-@nb.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _unique(ids, k, stamp, pos):
     n = len(ids)
     uniq = np.empty(n, np.int64)
@@ -136,7 +136,7 @@ def _unique(ids, k, stamp, pos):
     return uniq[:u].copy(), inv
 
 
-@nb.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _read_plan(ids, outcome, slots, uniq, inv, row_in, evicted_at, k, miss):
     """Turn the policy's per-access outcome and slot into the pipeline's arrays.
 

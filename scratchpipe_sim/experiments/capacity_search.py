@@ -28,12 +28,8 @@ from scratchpipe_sim.errors import UserError
 
 GiB = 1 << 30
 AXES = ("capacity", "lookahead", "pcie", "gpus")
-#: the designs with a lookahead axis (`design_params.NAME.lookahead`; others have none)
-LOOKAHEAD_DESIGNS = ("scratchpipe", "bagpipe")
 #: PCIe grid, GB/s per direction: 2^(k/2) from 4 to 256
 PCIE_GRID = tuple(round(4 * 2 ** (k / 2), 2) for k in range(13))
-BAGPIPE_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 200, 256, 512, 1024)
-SCRATCHPIPE_GRID = (2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 
 
 @dataclass
@@ -73,19 +69,27 @@ def check_target(target: float, source: str | None = None) -> float:
     return float(target)
 
 
+def _design(name: str) -> Any:
+    from scratchpipe_sim.timing.designs import DESIGNS
+
+    return DESIGNS.get(name)
+
+
 def variant(cfg: Config, design: str, axis: str, value: float) -> Config:
-    """cfg with one axis set to `value` (and `designs` = [design])."""
+    """cfg with one axis set to `value` (and `designs` = [design]); the lookahead and gpus
+    axes set `design_params.DESIGN.lookahead` / `.gpus` (and the design's
+    `lookahead_settings`)."""
     d = copy.deepcopy(cfg.to_dict())
     d["designs"] = [design]
     if axis == "capacity":
         d["cache"]["capacity_rows"] = int(value)
     elif axis == "lookahead":
-        if design not in LOOKAHEAD_DESIGNS:
+        cls = _design(design)
+        if not cls.lookahead_grid:
             raise ValueError(design)
         own = d.setdefault("design_params", {}).setdefault(design, {})
         own["lookahead"] = int(value)
-        if design == "scratchpipe":  # a window larger than the capacity holds: stall
-            own["on_overflow"] = "stall"
+        own.update(cls.lookahead_settings)
     elif axis == "pcie":
         pcie = d["hardware"]["pcie"]
         scale = value / pcie["h2d_GBps"]
@@ -95,7 +99,7 @@ def variant(cfg: Config, design: str, axis: str, value: float) -> Config:
             pcie["duplex_d2h_GBps"] *= value / pcie["d2h_GBps"]
         pcie["h2d_GBps"] = pcie["d2h_GBps"] = float(value)
     elif axis == "gpus":
-        d["multi_gpu"]["gpus"] = int(value)
+        d.setdefault("design_params", {}).setdefault(design, {})["gpus"] = int(value)
     else:
         raise ValueError(axis)
     return Config.from_dict(d, source=cfg.source)
@@ -109,21 +113,11 @@ def grid(cfg: Config, design: str, axis: str) -> tuple[float, ...]:
         vals = {math.ceil(total * 2 ** (-i / 2)) for i in range(27)}
         return tuple(sorted(v for v in vals if 1 <= v <= min(total, hbm_rows)))
     if axis == "lookahead":
-        if design == "bagpipe":
-            return BAGPIPE_GRID
-        if design == "scratchpipe":
-            from scratchpipe_sim.timing.designs.base import design_params
-
-            depth = len(design_params(cfg, "scratchpipe", cross_check=False).pipeline)
-            return tuple(v for v in SCRATCHPIPE_GRID if v >= depth)
-        return ()
+        return _design(design).lookaheads(cfg)
     if axis == "pcie":
         return PCIE_GRID
     if axis == "gpus":
-        from scratchpipe_sim.timing.designs.multi_gpu import gpus_to_hold
-
-        lo = gpus_to_hold(cfg)
-        return tuple(range(lo, cfg.hardware.interconnect.gpus_per_node + 1))
+        return _design(design).gpu_counts(cfg)
     raise ValueError(axis)
 
 
@@ -189,8 +183,7 @@ def search(cfg: Config, design: str, axis: str, goal: float, base: float, trace
     value = values[idx] if idx is not None else None
     at = value if value is not None else best
     sps = seen.get(at, 0.0) if at is not None else 0.0
-    gpus = int(at) if axis == "gpus" and at is not None else (
-        _multi_gpus(cfg) if design == "multi-gpu" else 1)
+    gpus = int(at) if axis == "gpus" and at is not None else _design(design).gpus_of(cfg)
     ans = Answer(design, axis, units[axis], idx is not None, value, sps,
                  sps / base if base > 0 else 0.0, best, gpus,
                  usd_per_million(cfg, sps, gpus), simulations=len(seen))
@@ -200,12 +193,6 @@ def search(cfg: Config, design: str, axis: str, goal: float, base: float, trace
         ans.note = (f"unreachable within {values[0]:g}..{values[-1]:g} {units[axis]}" if values
                     else "no values to search")
     return ans
-
-
-def _multi_gpus(cfg: Config) -> int:
-    from scratchpipe_sim.timing.designs.multi_gpu import gpus_of
-
-    return gpus_of(cfg)
 
 
 def cache_designs(cfg: Config, names: Sequence[str]) -> list[str]:
@@ -218,8 +205,9 @@ def cache_designs(cfg: Config, names: Sequence[str]) -> list[str]:
 
 def plan(cfg: Config, target: float = 0.95, designs: Sequence[str] | None = None,
          axes: Sequence[str] = AXES, progress: Callable[[str], None] | None = None) -> Plan:
-    """Every answer for `cfg`'s trace and hardware (designs: cfg.designs, bagpipe and
-    multi-gpu)."""
+    """Every answer for `cfg`'s trace and hardware (designs: cfg.designs and each design
+    whose class is a `plan_alternative`: bagpipe, multi-gpu)."""
+    from scratchpipe_sim.timing.designs import DESIGNS
     from scratchpipe_sim.timing.runner import simulate
     from scratchpipe_sim.timing.trace_setup import build_trace, sized_config
 
@@ -233,20 +221,23 @@ def plan(cfg: Config, target: float = 0.95, designs: Sequence[str] | None = None
 
     names = list(config_designs(cfg) if designs is None else designs)
     if designs is None:  # the alternatives a user would weigh, even when not configured
-        names += [d for d in ("bagpipe", "multi-gpu") if d not in names]
+        names += [d for d in DESIGNS.names() if DESIGNS.get(d).plan_alternative
+                  and d not in names]
     for name in cache_designs(cfg, names):
         for axis in ("capacity", "lookahead", "pcie"):
             if axis in axes and grid(cfg, name, axis):
                 if progress is not None:
                     progress(f"{name}: {axis}")
                 result.answers.append(search(cfg, name, axis, goal, base, trace))
-    if "multi-gpu" in names and "gpus" in axes:
+    for name in names:
+        if "gpus" not in axes or not _design(name).scales_out:
+            continue
         if progress is not None:
-            progress("multi-gpu: gpus")
+            progress(f"{name}: gpus")
         try:
-            result.answers.append(search(cfg, "multi-gpu", "gpus", goal, base, trace))
+            result.answers.append(search(cfg, name, "gpus", goal, base, trace))
         except UserError as e:  # the tables do not fit one node
-            result.answers.append(Answer("multi-gpu", "gpus", "GPUs", False, None, 0.0, 0.0,
+            result.answers.append(Answer(name, "gpus", "GPUs", False, None, 0.0, 0.0,
                                          None, 0, note=e.message))
     if not result.answers:
         raise UserError("nothing to plan: expected a cache design (lru-cache, lru-prefetch, "

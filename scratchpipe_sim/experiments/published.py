@@ -48,8 +48,22 @@ if TYPE_CHECKING:
 #: the shipped data file
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "published_points.yaml"
 
-PLACEMENT_DESIGNS: dict[str, str] = {
-    "DEVICE": "gpu-only", "MANAGED": "uvm", "MANAGED_CACHING": "lru-cache"}
+
+def placement_designs() -> dict[str, str]:
+    """placement (FBGEMM EmbeddingLocation) -> the design that runs it (its class's
+    `embedding_location`)."""
+    from scratchpipe_sim.timing.designs import DESIGNS
+
+    out: dict[str, str] = {}
+    for n in DESIGNS.names():
+        loc = DESIGNS.get(n).embedding_location
+        if loc is not None:
+            if loc in out:
+                raise RuntimeError(f"designs {out[loc]} and {n} both run placement {loc}")
+            out[loc] = n
+    return out
+
+
 #: design -> phase -> the stages summed into it (mlp and input_wait left out)
 PHASE_STAGES: dict[str, dict[str, tuple[str, ...]]] = {
     "gpu-only": {"forward": ("gpu_gather",), "backward": ("gpu_update",)},
@@ -199,11 +213,11 @@ def _point(d: Any, src: str, where: str) -> PublishedPoint:
         raise UserError(f"no hardware preset '{preset}'{closest(preset, names)}; expected "
                         f"one of: {', '.join(names)} (or null with a skip_reason)",
                         source=src, field=f"{where}.preset")
-    placement = _text(d["placement"], src, f"{where}.placement",
-                      choices=tuple(PLACEMENT_DESIGNS))
+    runs_as = placement_designs()
+    placement = _text(d["placement"], src, f"{where}.placement", choices=tuple(runs_as))
     design = _text(d["design"], src, f"{where}.design")
-    if design != PLACEMENT_DESIGNS[placement]:
-        raise UserError(f"placement {placement} runs as design '{PLACEMENT_DESIGNS[placement]}'"
+    if design != runs_as[placement]:
+        raise UserError(f"placement {placement} runs as design '{runs_as[placement]}'"
                         f", got '{design}'", source=src, field=f"{where}.design")
     policy = _text(d["policy"], src, f"{where}.policy", nullable=True)
     if (policy is None) != (design != "lru-cache"):

@@ -37,7 +37,7 @@ from scratchpipe_sim.config.loader import (
     leaf_keys,
     set_dotted,
 )
-from scratchpipe_sim.config.model import MOVED_CACHE_KEYS
+from scratchpipe_sim.config.model import MOVED_CACHE_KEYS, Config
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.experiments.figures import check_figures
 from scratchpipe_sim.experiments.hashing import config_hash
@@ -251,6 +251,9 @@ def _check_axis_key(key: str, resolved: dict, spec: ExperimentSpec) -> None:
         ok = isinstance(get_dotted(resolved, parent, None), dict)
     if not ok and len(parts) == 2 and parts[0] == "cache" and parts[1] in MOVED_CACHE_KEYS:
         raise UserError(f"'{parts[1]}' was removed: {MOVED_CACHE_KEYS[parts[1]]}",
+                        source=spec.source, field=f"sweep.{key}")
+    if not ok and parts[0] in Config.RENAMED_KEYS:
+        raise UserError(f"'{parts[0]}' was removed: {Config.RENAMED_KEYS[parts[0]]}",
                         source=spec.source, field=f"sweep.{key}")
     if not ok:
         known = leaf_keys(resolved)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import numba as nb
 
+from scratchpipe_sim.traces._jit import njit
 
-@nb.njit(cache=True, parallel=True, nogil=True)
+
+@njit(cache=True, parallel=True, nogil=True)
 def gather_rows(table, rows, out):
     """out[i] = table[rows[i]] for i < len(rows) (into a pinned staging buffer).
 
@@ -22,7 +24,7 @@ def gather_rows(table, rows, out):
             out[i, c] = table[r, c]
 
 
-@nb.njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=True, nogil=True)
 def scatter_rows(table, rows, src):
     """table[rows[i]] = src[i]: write evicted rows back (rows are unique: no races)."""
     w = table.shape[1]
@@ -32,7 +34,7 @@ def scatter_rows(table, rows, src):
             table[r, c] = src[i, c]
 
 
-@nb.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def gather_rows_1core(table, rows, out):
     """Single-threaded gather: one core's embedding-op throughput (cpu.embedding_op_GBps)."""
     w = table.shape[1]
@@ -42,7 +44,7 @@ def gather_rows_1core(table, rows, out):
             out[i, c] = table[r, c]
 
 
-@nb.njit(cache=True, parallel=True, nogil=True)
+@njit(cache=True, parallel=True, nogil=True)
 def stream_copy(src, dst):
     """dst[:] = src[:] in parallel: CPU DRAM streaming bandwidth."""
     n = src.shape[0]

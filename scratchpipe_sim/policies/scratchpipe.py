@@ -23,7 +23,7 @@ of the last W batches (to unpin them and to check training).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -255,17 +255,67 @@ def _expire_victims(j, w, table, mask, shift, vring, vstart, st):
     vstart[j & ring] = st[_VTAIL]
 
 
+# -- the kernel's arguments, grouped by lifetime (Numba takes named tuples of arrays) -------
+class _ChunkIn(NamedTuple):
+    """One call's input: the chunk's ids, batch pointers (relative) and next-use positions
+    (local to the chunk: global = `base` + local), its first batch, and `tail`, the global
+    starts of the W+1 batches after it (clamped to the trace's end)."""
+
+    ids: np.ndarray
+    ptr: np.ndarray
+    nus: np.ndarray
+    first_batch: int
+    base: int
+    tail: np.ndarray
+
+
+class _WindowIn(NamedTuple):
+    """The last W batches before the chunk (fewer at the trace's start), planned by earlier
+    calls and only retired by this one; global position of `ids[0]` = `base`."""
+
+    ids: np.ndarray
+    ptr: np.ndarray
+    nu: np.ndarray
+    slot: np.ndarray
+    base: int
+
+
+class _PlanState(NamedTuple):
+    """What lives for the whole replay: the knobs (`w` the lookahead, `stall` on overflow),
+    the row -> slot map (`table`, `mask`, `shift`), each slot's row, the victim FIFO `fq`
+    and heap `h`, the counters `st`, and the ghosts' ring (`vring`, `vstart`)."""
+
+    w: int
+    stall: bool
+    table: np.ndarray
+    mask: int
+    shift: int
+    slot_row: np.ndarray
+    fq: np.ndarray
+    h: np.ndarray
+    st: np.ndarray
+    vring: np.ndarray
+    vstart: np.ndarray
+
+
+class _PlanOut(NamedTuple):
+    """What a call writes: each access's outcome and slot, each batch's events, and the
+    replay's per-batch refetch counts (at the chunk's batches)."""
+
+    outc: np.ndarray
+    slots: np.ndarray
+    events: np.ndarray
+    refetch: np.ndarray
+
+
 @njit(cache=True)
-def _scratchpipe_chunk(ids, ptr, nus, first_batch, base, w_ids, w_ptr, w_nu, w_slot, w_base,
-                       tail, w, stall, table, mask, shift, slot_row, fq, h, st,
-                       outc, slots, events, vring, vstart, refetch):
+def _scratchpipe_chunk(chunk, window, state, out):
     """Plan every batch of the chunk; retire (check and unpin) the batch leaving the window
     first.
 
-    `ids`, `ptr`, `nus`: the chunk's ids, batch pointers (relative) and next-use positions;
-    positions are local to the chunk (global = `base` + local). `w_*`: the last W batches
-    before the chunk (fewer at the start of the trace), global position of `w_ids[0]` =
-    `w_base`: they are only retired here. Why two sets of arrays, not the window copied in
+    The arguments are the four records above; the body names their fields as locals.
+    `w_*`: the window's arrays, global position of `w_ids[0]` = `w_base`: they are only
+    retired here. Why two sets of arrays, not the window copied in
     front of the chunk: that copy (ids, next uses, pointers, outcomes) cost ~3-5 ns an access.
     `slots[q]` is the slot that access q was planned into (-1: unplaced) - what the trainer
     reads. With W >= 2, refetches are counted: `refetch[j, d-1]` = rows filled at plan(j)
@@ -275,6 +325,10 @@ def _scratchpipe_chunk(ids, ptr, nus, first_batch, base, w_ids, w_ptr, w_nu, w_s
     victims for expiry. Returns -1, or the global index of the batch whose pinned set
     overflowed (on_overflow=error).
     """
+    ids, ptr, nus, first_batch, base, tail = chunk
+    w_ids, w_ptr, w_nu, w_slot, w_base = window
+    w, stall, table, mask, shift, slot_row, fq, h, st, vring, vstart = state
+    outc, slots, events, refetch = out
     track = w >= 2
     nring = len(vring) - 1
     nfq = len(fq) - 1
@@ -504,11 +558,13 @@ class ScratchPipe(Policy):
         if self.win_nu.dtype != nu.dtype:  # (one compiled kernel, not one per mix)
             self.win_nu = self.win_nu.astype(nu.dtype)
         bad = _scratchpipe_chunk(
-            chunk.ids, chunk.batch_ptr, nu, chunk.first_batch, chunk.first_access,
-            self.win_ids, self.win_ptr, self.win_nu, self.win_slot, self.win_base,
-            self._tail(chunk), self.lookahead, self.on_overflow == "stall",
-            self.table, self.mask, self.shift, self.slot_row, self.fifo, self.heap,
-            self.st, outcome, slots, events, self.vring, self.vstart, self.refetch)
+            _ChunkIn(chunk.ids, chunk.batch_ptr, nu, chunk.first_batch, chunk.first_access,
+                     self._tail(chunk)),
+            _WindowIn(self.win_ids, self.win_ptr, self.win_nu, self.win_slot, self.win_base),
+            _PlanState(self.lookahead, self.on_overflow == "stall", self.table, self.mask,
+                       self.shift, self.slot_row, self.fifo, self.heap, self.st, self.vring,
+                       self.vstart),
+            _PlanOut(outcome, slots, events, self.refetch))
         if bad >= 0:
             need = min_scratchpipe_capacity(self._trace, self.lookahead)
             raise UserError(

@@ -31,6 +31,7 @@ in every design (docs/timing.md lists each formula and its source).
 
 from __future__ import annotations
 
+import enum
 import math
 from collections import defaultdict
 from collections.abc import Callable, Generator, Iterable
@@ -59,6 +60,14 @@ RADIX_BITS = 8
 #: select-add and a copy each) -> 2 + 1 + 1 + 1 + 2 + 2 (fbgemm_gpu
 #: split_table_batched_embeddings_ops_training.py, _update_cache_miss_counter)
 MISS_COUNTER_KERNELS = 9
+
+
+class Collective(enum.Enum):
+    """The NCCL collectives `Machine.collective` prices, each at its own efficiency of
+    nvlink_GBps (hardware.interconnect.alltoall_efficiency / allreduce_efficiency)."""
+
+    ALL_TO_ALL = enum.auto()
+    ALL_REDUCE = enum.auto()
 
 
 @dataclass(frozen=True)
@@ -452,12 +461,17 @@ class Machine:
         return self._nvlink
 
     def collective(self, batch: int, send: float, recv: float, label: str,
-                   kind: str = "alltoall") -> simpy.Event | None:
-        """One step of an all-to-all (`kind` "alltoall") or all-reduce ("allreduce") over
-        NVLink: `send` bytes out || `recv` bytes in, at nvlink_GBps x the collective's
-        efficiency (alltoall_efficiency / allreduce_efficiency)."""
+                   kind: Collective) -> simpy.Event | None:
+        """One step of a collective over NVLink: `send` bytes out || `recv` bytes in, at
+        nvlink_GBps x the collective's efficiency (alltoall_efficiency for
+        Collective.ALL_TO_ALL, allreduce_efficiency for ALL_REDUCE)."""
         ic = self.cfg.hardware.interconnect
-        eff = {"alltoall": ic.alltoall_efficiency, "allreduce": ic.allreduce_efficiency}[kind]
+        if kind is Collective.ALL_TO_ALL:
+            eff = ic.alltoall_efficiency
+        elif kind is Collective.ALL_REDUCE:
+            eff = ic.allreduce_efficiency
+        else:
+            raise TypeError(f"expected a Collective, got {kind!r}")
         tx, rx = self.nvlink
         return self.all_of([tx.transfer(send, batch, label, efficiency=eff),
                             rx.transfer(recv, batch, label, efficiency=eff)])

@@ -11,6 +11,12 @@ kernel compiling later sees real dispatchers as its globals. Kernels defined aft
 their dispatcher at once. The dispatchers are Numba's own, on the same Python functions:
 `cache=True` files (named by the function's file, name and line) are the same ones.
 
+Where `cache=True` files go: before building any kernel, `materialize` puts a cache locator
+at the head of Numba's list (`_add_cache_locator`) that answers only for this package's
+source files, sending their cache to `scratchpipe_sim.numba_cache_folder()` (laid out as
+Numba's own `NUMBA_CACHE_DIR` locator would); every other library's kernels find Numba's
+locators as before, and nothing of Numba's configuration or the environment changes.
+
 A `LazyKernel` held elsewhere (a test's `from ... import kernel`) forwards calls and
 attributes to its dispatcher. With `NUMBA_DISABLE_JIT=1` the "dispatcher" is the Python
 function itself, as with Numba's `njit`.
@@ -18,6 +24,7 @@ function itself, as with Numba's `njit`.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -101,6 +108,7 @@ def materialize() -> None:
             return
         import numba
 
+        _add_cache_locator()
         while _HOOKS:
             _HOOKS.pop(0)()
         while _PENDING:
@@ -114,6 +122,34 @@ def materialize() -> None:
             for key, value in list(space.items()):
                 if isinstance(value, LazyKernel) and value._dispatcher is not None:
                     space[key] = value._dispatcher
+
+
+def _add_cache_locator() -> None:
+    """Send the cache of this package's kernels to our folder (see the module doc)."""
+    from numba.core import caching, config
+
+    from scratchpipe_sim import numba_cache_folder
+
+    folder = numba_cache_folder()
+    if folder is None:  # the user's NUMBA_CACHE_DIR: Numba's own locator uses it
+        return
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+    class PackageCacheLocator(caching.UserProvidedCacheLocator):
+        """Numba's NUMBA_CACHE_DIR locator with our folder, for our files only."""
+
+        def __init__(self, py_func: Any, py_file: str):
+            self._py_file = py_file
+            self._lineno = py_func.__code__.co_firstlineno
+            self._cache_path = os.path.join(folder, self.get_suitable_cache_subpath(py_file))
+
+        @classmethod
+        def from_function(cls, py_func: Any, py_file: str) -> Any:
+            if config.CACHE_DIR or not os.path.abspath(py_file).startswith(root):
+                return None  # a folder the user set since, or another library's function
+            return super(caching.UserProvidedCacheLocator, cls).from_function(py_func, py_file)
+
+    caching.CacheImpl._locator_classes.insert(0, PackageCacheLocator)
 
 
 def ready_target() -> None:

@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numba as nb
 import numpy as np
 from numba import types
 from numba.typed import Dict
@@ -32,6 +31,7 @@ from numba.typed import Dict
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.registry import Registry
 from scratchpipe_sim.safety.paths import input_file
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.store import TraceWriter
 
 #: bytes of input read per block (text formats); memory use is a few times this.
@@ -229,7 +229,7 @@ class IdMap:
         return [max(1, int(r)) for r in self.rows]
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _dense(values, tables, d, counts):
     out = np.empty(len(values), np.int64)
     for i in range(len(values)):
@@ -243,7 +243,7 @@ def _dense(values, tables, d, counts):
     return out
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _track_max(values, tables, rows):
     for i in range(len(values)):
         t = tables[i]

@@ -24,10 +24,10 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.convert import (
     ConvertOptions,
     ConvertResult,
@@ -66,7 +66,7 @@ _MESSAGES = {
 }
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _hexval(c):
     if 48 <= c <= 57:
         return c - 48
@@ -77,7 +77,7 @@ def _hexval(c):
     return -1
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def parse_block(buf, cats, status, where):
     """Parse whole lines of `buf` (which ends with a newline).
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numba as nb
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.io import flat_trace, register_reader
 
@@ -116,7 +116,7 @@ _parse_block = parse_block
 _last_separator = last_separator
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _parse_ids(raw):
     """One pass over the bytes: ids, their count, and the first error (position, kind:
     0 bad character, 1 misplaced minus, 2 overflow)."""

@@ -64,6 +64,22 @@ def test_a_design_registered_at_run_time_shows_everywhere(test_design, capsys, m
     assert "test-design" in capsys.readouterr().out
 
 
+def test_what_plan_and_the_published_points_ask_of_a_design_is_its_class(test_design,
+                                                                        monkeypatch):
+    from scratchpipe_sim.experiments import capacity_search, published
+
+    monkeypatch.setattr(test_design, "embedding_location", "TEST_LOCATION")
+    monkeypatch.setattr(test_design, "lookahead_grid", (3, 7))
+    monkeypatch.setattr(test_design, "scales_out", True)
+    monkeypatch.setattr(test_design, "gpu_counts", classmethod(lambda cls, cfg: (2, 4)))
+    cfg = load_config(SMALL)
+    assert published.placement_designs()["TEST_LOCATION"] == "test-design"
+    assert published.placement_designs()["DEVICE"] == "gpu-only"
+    assert capacity_search.grid(cfg, "test-design", "lookahead") == (3, 7)
+    assert capacity_search.grid(cfg, "test-design", "gpus") == (2, 4)
+    assert capacity_search.grid(cfg, "gpu-only", "lookahead") == ()
+
+
 def test_unregistered_design_is_gone(test_design):
     assert "test-design" in DESIGNS
     DESIGNS.unregister("test-design")

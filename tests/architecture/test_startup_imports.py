@@ -87,15 +87,16 @@ def test_a_fully_cached_run_imports_no_numba(tmp_path):
     # issue 26: the second run reads the trace and every replay from the cache, so it calls
     # no kernel and never imports Numba (the kernels' modules define them lazily,
     # traces/_jit.py); the first one compiles (or loads) them and the results are the same.
-    # The compiled kernels are this process's (NUMBA_CACHE_DIR), the trace and replay
-    # caches a private folder's.
+    # The compiled kernels are this process's (its numba_cache_folder, passed on as the
+    # user's NUMBA_CACHE_DIR), the trace and replay caches a private folder's.
     import os
 
-    import scratchpipe_sim  # noqa: F401  (sets NUMBA_CACHE_DIR)
+    import scratchpipe_sim
 
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(TINY)
     env = dict(os.environ, SCRATCHPIPE_CACHE_DIR=str(tmp_path / "cache"))
+    env.setdefault("NUMBA_CACHE_DIR", scratchpipe_sim.numba_cache_folder())
     env.pop("NUMBA_DISABLE_JIT", None)
     assert _run(cfg, tmp_path / "cold", env) == [0, True]
     assert _run(cfg, tmp_path / "warm", env) == [0, False]

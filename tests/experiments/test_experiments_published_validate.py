@@ -39,7 +39,7 @@ def test_data_file_loads_and_every_row_has_every_field():
     for pid in ("T1.1", "T1.3", "T1.4", "T1.5", "T1.7", "T1.8", "T1.9"):
         assert roles[pid] == "check"
     for p in points:
-        assert p.design == P.PLACEMENT_DESIGNS[p.placement]
+        assert p.design == P.placement_designs()[p.placement]
         assert p.preset is not None or p.skip_reason
 
 

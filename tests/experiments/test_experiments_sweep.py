@@ -190,6 +190,8 @@ def test_unknown_metric_is_a_user_error(tmp_path):
     ({"grid": {"cache.load_factor": 0.1}}, "sweep.grid.cache.load_factor: expected a list"),
     ({"grid": {"cache.load_factor": [0.1, 0.1]}}, "resolve to the same config"),
     ({"grid": {"cache.load_factor": [-1.0]}}, "cache.load_factor"),
+    ({"grid": {"multi_gpu.gpus": [2, 4]}},
+     "sweep.multi_gpu.gpus: 'multi_gpu' was removed: set design_params.multi-gpu"),
 ])
 def test_bad_sweep_input_exits_2_with_one_line(tmp_path, capsys, kwargs, needle):
     exp = write_exp(tmp_path, **kwargs)

@@ -16,8 +16,9 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing import build_trace, simulate
 from scratchpipe_sim.timing.counts import Workload, policy_counts, uncached_counts
 from scratchpipe_sim.timing.designs import DESIGNS, check_params, default_designs
-from scratchpipe_sim.timing.designs.multi_gpu import gpus_to_hold, shard
-from scratchpipe_sim.timing.machine import Machine
+from scratchpipe_sim.timing.designs.multi_gpu import PARAMS_KEY
+from scratchpipe_sim.timing.machine import Collective, Machine
+from scratchpipe_sim.timing.placement import gpus_to_hold, shard
 from scratchpipe_sim.timing.trace_setup import fit_trace, sized_config
 from scratchpipe_sim.traces.csr_trace import Trace
 
@@ -61,7 +62,7 @@ def test_new_designs_are_registered_but_not_on_by_default():
 # -- multi-gpu ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("gpus", [2, 4])
 def test_multi_gpu_with_an_infinitely_fast_interconnect_is_gpu_only_on_a_1_over_n_share(gpus):
-    cfg = cfg_of({"multi_gpu": {"gpus": gpus, "sharding": "row-wise"},
+    cfg = cfg_of({"design_params": {"multi-gpu": {"gpus": gpus, "sharding": "row-wise"}},
                   "hardware": {"interconnect": {"nvlink_GBps": 1e15, "nvlink_latency_ns": 0}}})
     cfg, trace = timed_trace(cfg)
     w = uncached_counts(trace, "device")
@@ -75,7 +76,7 @@ def test_multi_gpu_with_an_infinitely_fast_interconnect_is_gpu_only_on_a_1_over_
 
 
 def test_multi_gpu_on_one_gpu_is_gpu_only():
-    cfg = cfg_of({"multi_gpu": {"gpus": 1}})
+    cfg = cfg_of({"design_params": {"multi-gpu": {"gpus": 1}}})
     rows = {r["design"]: r for r in simulate(cfg, ["gpu-only", "multi-gpu"])}
     assert rows["multi-gpu"]["iter_ns_mean"] == rows["gpu-only"]["iter_ns_mean"]
     assert rows["multi-gpu"]["samples_per_s_per_gpu"] == rows["gpu-only"]["samples_per_s"]
@@ -84,7 +85,7 @@ def test_multi_gpu_on_one_gpu_is_gpu_only():
 @pytest.mark.parametrize("gpus,sharding", [(4, "row-wise"), (2, "table-wise"),
                                            (4, "table-wise")])
 def test_alltoall_moves_the_closed_form_per_gpu_each_way(gpus, sharding):
-    cfg = cfg_of({"multi_gpu": {"gpus": gpus, "sharding": sharding}})
+    cfg = cfg_of({"design_params": {"multi-gpu": {"gpus": gpus, "sharding": sharding}}})
     row = simulate(cfg, ["multi-gpu"])[0]
     m = cfg.model
     B, T, dim, b = m.batch_size, m.table_count, 32, 4
@@ -93,14 +94,32 @@ def test_alltoall_moves_the_closed_form_per_gpu_each_way(gpus, sharding):
     # table-wise (T/N tables each): the owner sends its tables' B rows to N-1 others
     expect = B * T * dim * b * k if sharding == "row-wise" else B * T * dim * b * k / gpus
     assert row["alltoall_bytes_per_gpu"] == pytest.approx(expect, rel=1e-12)
-    s = shard(cfg, gpus)
+    s = shard(cfg, gpus, sharding, PARAMS_KEY)
     assert s.alltoall_bytes(B, (dim * b,) * T) == pytest.approx((expect, expect), rel=1e-12)
     assert row["samples_per_s_per_gpu"] == pytest.approx(row["samples_per_s"] / gpus)
     assert row["gpus"] == gpus and row["gpus_to_hold_tables"] == 1
 
 
+def test_a_collective_is_named_by_its_enum_and_priced_at_its_own_efficiency():
+    cfg = cfg_of({}, ["hardware.interconnect.nvlink_latency_ns=0"])
+    ic = cfg.hardware.interconnect
+    for kind, eff in ((Collective.ALL_TO_ALL, ic.alltoall_efficiency),
+                      (Collective.ALL_REDUCE, ic.allreduce_efficiency)):
+        m = Machine(simpy.Environment(), cfg, 1)
+        m.env.process(_wait(m.collective(0, 1e9, 1e9, "x", kind)))
+        m.env.run()
+        assert m.env.now == pytest.approx(1e9 / (ic.nvlink_GBps * eff), rel=1e-9)
+    m = Machine(simpy.Environment(), cfg, 1)
+    with pytest.raises(TypeError, match="expected a Collective"):
+        m.collective(0, 1.0, 1.0, "x", "alltoall")
+
+
+def _wait(ev):
+    yield ev
+
+
 def test_a_slower_interconnect_is_never_faster():
-    times = [simulate(cfg_of({"multi_gpu": {"gpus": 4}}, [
+    times = [simulate(cfg_of({"design_params": {"multi-gpu": {"gpus": 4}}}, [
         f"hardware.interconnect.nvlink_GBps={bw}"]), ["multi-gpu"])[0]["iter_ns_mean"]
         for bw in (10, 50, 300)]
     assert times[0] > times[1] > times[2]
@@ -111,15 +130,15 @@ def test_gpus_to_hold_the_tables_and_the_table_that_cannot_fit():
     big = {"model": {"tables": {"rows": 1_000_000, "dim": 64}, "optimizer": "adagrad"},
            "hardware": {"gpu": {"hbm_capacity_GiB": 1.0, "l2_MiB": 0}},
            "cache": {"capacity_rows": 1000}}
-    assert gpus_to_hold(cfg_of(big)) == 2
+    assert gpus_to_hold(cfg_of(big), "auto", PARAMS_KEY) == 2
     tiny = deep_merge(big, {"hardware": {"gpu": {"hbm_capacity_GiB": 0.4}},
-                            "multi_gpu": {"sharding": "table-wise", "gpus": 8}})
+                            "design_params": {"multi-gpu": {"sharding": "table-wise",
+                                                            "gpus": 8}}})
     with pytest.raises(UserError, match=r"table 0 needs 0\.48 GiB") as e:
-        shard(cfg_of(tiny), 8)
-    assert e.value.field == "multi_gpu.sharding"
+        shard(cfg_of(tiny), 8, "table-wise", PARAMS_KEY)
+    assert e.value.field == "design_params.multi-gpu.sharding"
     # auto splits the too-large tables row-wise instead
-    auto = deep_merge(tiny, {"multi_gpu": {"sharding": "auto"}})
-    assert all(shard(cfg_of(auto), 8).row_wise)
+    assert all(shard(cfg_of(tiny), 8, "auto", PARAMS_KEY).row_wise)
 
 
 def test_zero_gpus_and_a_table_too_large_are_one_line_exit_2(tmp_path, capsys):
@@ -129,16 +148,29 @@ def test_zero_gpus_and_a_table_too_large_are_one_line_exit_2(tmp_path, capsys):
     path.write_text(yaml.safe_dump(deep_merge(BASE, {
         "model": {"tables": {"rows": 1_000_000, "dim": 64}},
         "hardware": {"gpu": {"hbm_capacity_GiB": 0.2, "l2_MiB": 0}},
-        "cache": {"capacity_rows": 1000}, "multi_gpu": {"sharding": "table-wise"}})))
+        "cache": {"capacity_rows": 1000},
+        "design_params": {"multi-gpu": {"sharding": "table-wise"}}})))
     out = tmp_path / "o"
     assert main(["run", str(path), "--design", "multi-gpu", "-q", "--out", str(out),
-                 "--set", "multi_gpu.gpus=0"]) == 2
+                 "--set", "design_params.multi-gpu.gpus=0"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "multi_gpu.gpus" in err
+    assert len(err.splitlines()) == 1 and "design_params.multi-gpu.gpus" in err
     assert main(["run", str(path), "--design", "multi-gpu", "-q", "--out", str(out),
-                 "--set", "multi_gpu.gpus=2"]) == 2
+                 "--set", "design_params.multi-gpu.gpus=2"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "table 0 needs 0.24 GiB" in err
+
+
+def test_the_old_multi_gpu_section_is_refused_naming_its_new_key(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(deep_merge(BASE, {"multi_gpu": {"gpus": 2}})))
+    assert main(["run", str(path), "--design", "multi-gpu", "-q", "--out",
+                 str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "multi_gpu" in err and "design_params.multi-gpu" in err
 
 
 # -- uvm ---------------------------------------------------------------------------------------
@@ -304,5 +336,5 @@ def test_tables_larger_than_a_node_name_the_node():
            "hardware": {"gpu": {"hbm_capacity_GiB": 0.1, "l2_MiB": 0}},
            "cache": {"capacity_rows": 1000}}
     with pytest.raises(UserError, match=r"need 1\.91 GiB but .*gpus_per_node = 8") as e:
-        gpus_to_hold(cfg_of(big))
-    assert e.value.field == "multi_gpu.gpus"
+        gpus_to_hold(cfg_of(big), "auto", PARAMS_KEY)
+    assert e.value.field == "design_params.multi-gpu.gpus"

@@ -49,7 +49,7 @@ def test_unpooled_forward_writes_one_row_per_lookup_to_hbm():
 
 
 def test_multi_gpu_all_to_all_grows_with_unpooled_tables():
-    over = {"multi_gpu": {"gpus": 2, "sharding": "table-wise"}}
+    over = {"design_params": {"multi-gpu": {"gpus": 2, "sharding": "table-wise"}}}
     pooled = simulate(cfg_of(over), ["multi-gpu"])[0]
     seq = simulate(cfg_of(deep_merge(over, {"model": {"pooling_mode": "none"}})),
                    ["multi-gpu"])[0]

@@ -3,6 +3,7 @@ inline or freeze from gives a fresh folder (Numba itself only checks the definin
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -45,17 +46,55 @@ def test_pruning_keeps_the_most_recently_used_states_and_nothing_else_of_ours(tm
     prune_source_states(tmp_path / "missing")  # no folder: nothing to do, no error
 
 
-def test_the_package_points_numba_at_its_own_state_folder(tmp_path):
+FOREIGN = """
+import numba
+
+
+@numba.njit(cache=True)
+def twice(x):
+    return 2 * x
+"""
+
+PROBE = """
+import json, os, sys
+import numba.core.config as config
+before = (os.environ.get("NUMBA_CACHE_DIR"), config.CACHE_DIR)
+import scratchpipe_sim
+from scratchpipe_sim.traces import _jit
+imported = (os.environ.get("NUMBA_CACHE_DIR"), config.CACHE_DIR)
+_jit.ready_target()  # builds our kernels and compiles one (cache=True)
+import foreign
+assert foreign.twice(3) == 6
+after = (os.environ.get("NUMBA_CACHE_DIR"), config.CACHE_DIR)
+print(json.dumps([before, imported, after, scratchpipe_sim.numba_cache_folder()]))
+"""
+
+
+def _probe(tmp_path: Path, env: dict) -> list:
+    (tmp_path / "foreign.py").write_text(FOREIGN)
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True,
+                         text=True, check=True, cwd=tmp_path).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_our_kernels_cache_in_our_state_folder_and_nothing_else_changes(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
-    env["SCRATCHPIPE_CACHE_DIR"] = str(tmp_path)
-    out = subprocess.run([sys.executable, "-c", "import os, scratchpipe_sim; "
-                          "print(os.environ['NUMBA_CACHE_DIR'])"],
-                         env=env, capture_output=True, text=True, check=True).stdout.strip()
-    assert Path(out) == tmp_path / "numba" / source_key()
-    assert Path(out).is_dir()
-    # a folder the user chose wins
-    env["NUMBA_CACHE_DIR"] = str(tmp_path / "mine")
-    out = subprocess.run([sys.executable, "-c", "import os, scratchpipe_sim; "
-                          "print(os.environ['NUMBA_CACHE_DIR'])"],
-                         env=env, capture_output=True, text=True, check=True).stdout.strip()
-    assert out == str(tmp_path / "mine")
+    env["SCRATCHPIPE_CACHE_DIR"] = str(tmp_path / "cache")
+    before, imported, after, folder = _probe(tmp_path, env)
+    # importing the package and building our kernels leave Numba's folder as it was
+    assert before == imported == after == [None, ""]
+    assert Path(folder) == tmp_path / "cache" / "numba" / source_key()
+    assert list(Path(folder).rglob("_jit._first_kernel-*.nbi"))  # ours: in our folder
+    assert not list(Path(folder).rglob("foreign.*"))
+    assert list((tmp_path / "__pycache__").glob("foreign.twice-*.nbi"))  # Numba's default
+
+
+def test_a_numba_cache_dir_the_user_set_wins(tmp_path):
+    env = {**os.environ, "SCRATCHPIPE_CACHE_DIR": str(tmp_path / "cache"),
+           "NUMBA_CACHE_DIR": str(tmp_path / "mine")}
+    before, imported, after, folder = _probe(tmp_path, env)
+    assert before == imported == after == [str(tmp_path / "mine")] * 2 and folder is None
+    assert list((tmp_path / "mine").rglob("_jit._first_kernel-*.nbi"))
+    assert list((tmp_path / "mine").rglob("foreign.twice-*.nbi"))
+    assert not (tmp_path / "cache" / "numba").exists()

@@ -44,6 +44,8 @@ class BagpipeDesignParams(BagpipeParams, PlannerParams):
 @DESIGNS.register("bagpipe")
 class Bagpipe(Design):
     order = 80
+    plan_alternative = True
+    lookahead_grid = (1, 2, 4, 8, 16, 32, 64, 128, 200, 256, 512, 1024)
     summary = "oracle cacher: keeps rows reused within 200 batches, TTL eviction, prefetch"
     #: the policy's own parameters (one default each) and the oracle's cost knobs
     Params = BagpipeDesignParams

@@ -66,6 +66,35 @@ class Design(ABC):
     #: its own parameters: a frozen dataclass (field metadata as the config's), set as
     #: `design_params.NAME`; None: it takes none
     Params: ClassVar[type | None] = None
+    #: the FBGEMM EmbeddingLocation a published GPU point that runs as this design names
+    #: (`validate --published`'s `placement`); None: no published point runs it
+    embedding_location: ClassVar[str | None] = None
+    #: `plan` weighs it even when the config does not list it (an alternative a user would
+    #: pick instead of a single-GPU cache)
+    plan_alternative: ClassVar[bool] = False
+    #: the lookaheads `plan`'s lookahead axis tries (`design_params.NAME.lookahead`; (): no
+    #: such axis; narrowed by `lookaheads`), and what `plan` sets beside each
+    lookahead_grid: ClassVar[tuple[int, ...]] = ()
+    lookahead_settings: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def lookaheads(cls, cfg: Config) -> tuple[int, ...]:
+        """The lookaheads `plan` tries for cfg (the grid; a design narrows it)."""
+        return cls.lookahead_grid
+
+    #: its GPU count is `design_params.NAME.gpus`: `plan` searches it (gpus axis, over
+    #: `gpu_counts`)
+    scales_out: ClassVar[bool] = False
+
+    @classmethod
+    def gpu_counts(cls, cfg: Config) -> tuple[int, ...]:
+        """The GPU counts `plan`'s gpus axis tries; (): the design trains on one GPU."""
+        return ()
+
+    @classmethod
+    def gpus_of(cls, cfg: Config) -> int:
+        """The GPUs it trains on under cfg: what its cost per sample is priced at."""
+        return 1
 
     def __init__(self, cfg: Config):
         self.cfg = cfg

@@ -19,6 +19,7 @@ from scratchpipe_sim.timing.designs.base import (
 class GpuOnly(Design):
     default = True
     order = 10
+    embedding_location = "DEVICE"
     summary = "every table in HBM (infinite capacity ideal)"
 
     def workload_key(self) -> WorkloadKey:

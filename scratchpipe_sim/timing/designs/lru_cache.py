@@ -24,6 +24,7 @@ from scratchpipe_sim.timing.designs.base import (
 class LruCache(Design):
     default = True
     order = 30
+    embedding_location = "MANAGED_CACHING"
     summary = "on-demand cache: misses fetched and evictions written back before training"
     Params = FbgemmCacheParams
 

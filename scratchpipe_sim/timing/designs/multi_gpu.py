@@ -1,10 +1,8 @@
 """`multi-gpu`: the tables sharded over N GPUs of one node, as TorchRec's sharded embeddings.
 
-Sharding (`multi_gpu.sharding`): table-wise (whole tables, placed largest first on the GPU
-with the least lookup traffic that has room), row-wise (every table split evenly over the N
-GPUs) or auto (table-wise; row-wise for a table larger than one GPU's HBM). A table's HBM
-footprint is rows x R (weights + optimizer state). `multi_gpu.gpus: null` = the fewest GPUs
-whose HBM holds the tables under that sharding.
+Sharding (`design_params.multi-gpu.sharding`): table-wise, row-wise or auto, placed by
+`timing/placement.py` (pure, shared with a cluster model). `design_params.multi-gpu.gpus:
+null` = the fewest GPUs whose HBM holds the tables under that sharding.
 
 The global mini-batch of B samples is split data-parallel: each GPU trains B/N samples. The
 simulated GPU is the critical one (the largest share s of the lookups, by bytes); every
@@ -37,138 +35,43 @@ so every design that talks to other GPUs prices them alike).
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import simpy
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.cost import usd_per_million
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
+from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey, design_params
+from scratchpipe_sim.timing.machine import Collective
+from scratchpipe_sim.timing.placement import GiB, gpus_to_hold, shard, table_bytes
 
-GiB = 1 << 30
+A2A = Collective.ALL_TO_ALL
+#: the config key of this design's parameters (errors name it)
+PARAMS_KEY = "design_params.multi-gpu"
 
 
 @dataclass(frozen=True)
-class Sharding:
-    """Where each table lives: `frac[g][t]` = fraction of table t's rows on GPU g."""
-
-    gpus: int
-    frac: tuple[tuple[float, ...], ...]
-    row_wise: tuple[bool, ...]  # per table: split over every GPU
-
-    def lookup_share(self, weights: tuple[float, ...]) -> float:
-        """The largest GPU's share of the lookup traffic (weights: per-table lookup bytes)."""
-        tot = sum(weights)
-        return max(sum(f * w for f, w in zip(fr, weights, strict=True)) for fr in self.frac
-                   ) / tot if tot else 1.0 / self.gpus
-
-    def alltoall_bytes(self, B: float, r_t: tuple[float, ...]) -> tuple[float, float]:
-        """(largest send, largest receive) of one pooled-vector all-to-all, bytes per GPU."""
-        n = self.gpus
-        if n == 1:
-            return 0.0, 0.0
-        k = (n - 1) / n
-        sends, recvs = [], []
-        for fr in self.frac:
-            send = recv = 0.0
-            for t, r in enumerate(r_t):
-                if self.row_wise[t]:
-                    send += B * r * k
-                    recv += B * r * k
-                elif fr[t] > 0:
-                    send += B * r * k
-                else:
-                    recv += B / n * r
-            sends.append(send)
-            recvs.append(recv)
-        return max(sends), max(recvs)
+class MultiGpuParams:
+    gpus: int | None = field(default=None, metadata={
+        "help": "GPUs the tables are sharded over (null: the fewest whose HBM holds them)",
+        "min": 1})
+    sharding: str = field(default="auto", metadata={
+        "help": "table-wise (whole tables per GPU), row-wise (every table split over all "
+                "GPUs) or auto (table-wise, row-wise for a table larger than one GPU)",
+        "choices": ("table-wise", "row-wise", "auto")})
 
 
-def table_bytes(cfg: Config) -> list[float]:
-    m = cfg.model
-    return [rows * R for rows, R in zip(m.rows_per_table, m.moved_row_bytes_per_table,
-                                        strict=True)]
-
-
-def shard(cfg: Config, n: int) -> Sharding:
-    """Place the tables on n GPUs; a UserError naming the table that cannot fit."""
-    src = cfg.source
-    if n < 1:
-        raise UserError(f"expected at least 1 GPU, got {n}", source=src, field="multi_gpu.gpus")
-    hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
-    sizes = table_bytes(cfg)
-    mode = cfg.multi_gpu.sharding
-    T = len(sizes)
-    m = cfg.model
-    load_w = [p * r for p, r in zip(m.poolings, m.row_bytes_per_table, strict=True)]
-    row_wise = tuple(mode == "row-wise" or (mode == "auto" and s > hbm) for s in sizes)
-    frac = [[0.0] * T for _ in range(n)]
-    used = [0.0] * n
-    load = [0.0] * n
-    for t in range(T):
-        if row_wise[t]:
-            for g in range(n):
-                frac[g][t] = 1.0 / n
-                used[g] += sizes[t] / n
-    full = [g for g in range(n) if used[g] > hbm]
-    if full:
-        need = sum(sizes[t] for t in range(T) if row_wise[t])
-        raise UserError(f"the row-wise tables need {need / GiB:.2f} GiB, {need / n / GiB:.2f} "
-                        f"GiB per GPU on {n} GPUs of {hbm / GiB:g} GiB: expected more GPUs",
-                        source=src, field="multi_gpu.gpus")
-    for t in sorted((t for t in range(T) if not row_wise[t]), key=lambda t: (-sizes[t], t)):
-        if sizes[t] > hbm:
-            raise UserError(f"table {t} needs {sizes[t] / GiB:.2f} GiB ({m.rows_per_table[t]} "
-                            f"rows x {m.moved_row_bytes_per_table[t]} B) but one GPU holds "
-                            f"{hbm / GiB:g} GiB: expected multi_gpu.sharding row-wise or auto",
-                            source=src, field="multi_gpu.sharding")
-        fits = [g for g in range(n) if used[g] + sizes[t] <= hbm]
-        if not fits:
-            raise UserError(f"table {t} ({sizes[t] / GiB:.2f} GiB) fits on none of {n} GPUs "
-                            f"of {hbm / GiB:g} GiB (the tables need "
-                            f"{sum(sizes) / GiB:.2f} GiB): expected more GPUs",
-                            source=src, field="multi_gpu.gpus")
-        g = min(fits, key=lambda g: (load[g], used[g], g))
-        frac[g][t] = 1.0
-        used[g] += sizes[t]
-        load[g] += load_w[t]
-    return Sharding(n, tuple(tuple(f) for f in frac), row_wise)
-
-
-def gpus_to_hold(cfg: Config) -> int:
-    """The fewest GPUs of one node whose HBM holds the tables under cfg's sharding."""
-    per_node = cfg.hardware.interconnect.gpus_per_node
-    hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
-    total = sum(table_bytes(cfg))
-    for n in range(max(1, math.ceil(total / hbm)), per_node + 1):
-        try:
-            shard(cfg, n)
-            return n
-        except UserError:
-            continue
-    try:
-        shard(cfg, per_node)
-    except UserError as e:
-        if e.field == "multi_gpu.sharding":  # one table alone cannot be placed: name it
-            raise
-    raise UserError(f"the tables need {total / GiB:.2f} GiB but "
-                    f"hardware.interconnect.gpus_per_node = {per_node} GPUs of {hbm / GiB:g} "
-                    "GiB hold less: expected a node that holds them (multi-gpu models one "
-                    "node)", source=cfg.source, field="multi_gpu.gpus")
-
-
-def gpus_of(cfg: Config) -> int:
-    """multi_gpu.gpus, or the fewest that hold the tables; at most one node's GPUs."""
-    n = cfg.multi_gpu.gpus
+def node_gpus(cfg: Config, p: MultiGpuParams) -> int:
+    """p.gpus, or the fewest that hold the tables; at most one node's GPUs."""
+    n = p.gpus
     if n is None:
-        return gpus_to_hold(cfg)
+        return gpus_to_hold(cfg, p.sharding, PARAMS_KEY)
     per_node = cfg.hardware.interconnect.gpus_per_node
     if n > per_node:
         raise UserError(f"{n} GPUs but hardware.interconnect.gpus_per_node is {per_node}: "
                         "expected at most one node's GPUs", source=cfg.source,
-                        field="multi_gpu.gpus")
+                        field=f"{PARAMS_KEY}.gpus")
     return n
 
 
@@ -185,11 +88,25 @@ def mlp_param_bytes(cfg: Config) -> float:
 class MultiGpu(Design):
     order = 60
     summary = "tables sharded over N GPUs' HBM (TorchRec), all-to-all over NVLink"
+    Params = MultiGpuParams
+    plan_alternative = True
+    scales_out = True
+
+    @classmethod
+    def gpu_counts(cls, cfg: Config) -> tuple[int, ...]:
+        """From the fewest GPUs that hold the tables to one node's."""
+        p = design_params(cfg, cls.name, cross_check=False)
+        lo = gpus_to_hold(cfg, p.sharding, PARAMS_KEY)
+        return tuple(range(lo, cfg.hardware.interconnect.gpus_per_node + 1))
+
+    @classmethod
+    def gpus_of(cls, cfg: Config) -> int:
+        return node_gpus(cfg, design_params(cfg, cls.name, cross_check=False))
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
-        self.gpus = gpus_of(cfg)
-        self.sharding = shard(cfg, self.gpus)
+        self.gpus = node_gpus(cfg, self.params)
+        self.sharding = shard(cfg, self.gpus, self.params.sharding, PARAMS_KEY)
         m = cfg.model
         self.r_t = tuple(float(r) for r in m.row_bytes_per_table)
         weights = tuple(p * r for p, r in zip(m.poolings, self.r_t, strict=True))
@@ -217,7 +134,7 @@ class MultiGpu(Design):
             if ev is not None:
                 yield ev
             ids = (A + B * m.tables) * ib
-            ev = m.collective(b, ids / N * k, ids * s * k, "input_dist")
+            ev = m.collective(b, ids / N * k, ids * s * k, "input_dist", A2A)
             if ev is not None:
                 yield ev
 
@@ -237,13 +154,13 @@ class MultiGpu(Design):
             send, recv = self.sharding.alltoall_bytes(B, self.out_t)
             a2a_per_batch.append(max(send, recv))
             yield from m.stage("output_dist", b, [
-                m.collective(b, send, recv, "pooled")])
+                m.collective(b, send, recv, "pooled", A2A)])
             yield from m.stage("mlp", b, [m.mlp(b, B / N)])
             yield from m.stage("grad_dist", b, [
-                m.collective(b, recv, send, "grads")])
+                m.collective(b, recv, send, "grads", A2A)])
             yield from m.stage("emb_backward", b, [
                 m.gpu_backward(b, s * A, s * U, c.l2_update[b], c.r[b], c.R[b]),
-                m.collective(b, ar, ar, "allreduce", "allreduce")])
+                m.collective(b, ar, ar, "allreduce", Collective.ALL_REDUCE)])
             m.batch_done(b)
             if b == m.warmup - 1:
                 busy0 = {x.name: x.busy_now() for x in m.nvlink}
@@ -258,11 +175,11 @@ class MultiGpu(Design):
         window = float(done[-1]) - m.window_start_ns
         m.counters.update({
             "gpus": self.gpus,
-            "gpus_to_hold_tables": gpus_to_hold(self.cfg),
+            "gpus_to_hold_tables": gpus_to_hold(self.cfg, self.params.sharding, PARAMS_KEY),
             "table_GiB": sum(table_bytes(self.cfg)) / GiB,
             "lookup_share_per_gpu": self.share,
             "samples_per_s_per_gpu": sps / self.gpus,
-            # priced at N GPUs (runner.summarize should price every design alike)
+            # priced at N GPUs (run_metrics.summarize should price every design alike)
             "usd_per_million_samples": usd_per_million(self.cfg, sps, self.gpus),
             "alltoall_bytes_per_gpu": (sum(a2a[wu:]) / len(a2a[wu:])) if a2a[wu:] else 0.0,
         })

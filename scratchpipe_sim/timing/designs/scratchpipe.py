@@ -65,10 +65,17 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.policies.scratchpipe import ScratchpipeParams
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages
-from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey, params_tuple
+from scratchpipe_sim.timing.designs.base import (
+    DESIGNS,
+    Design,
+    WorkloadKey,
+    design_params,
+    params_tuple,
+)
 from scratchpipe_sim.timing.machine import PlannerParams
 
 DATA_STAGES = ("collect", "exchange", "insert")
@@ -139,6 +146,15 @@ class ScratchPipe(Design):
     order = 50
     summary = "lookahead scratchpad: plan, collect, exchange, insert, train pipelined"
     Params = ScratchpipeDesignParams
+    lookahead_grid = (2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
+    #: a window larger than the capacity holds stalls instead of failing the run
+    lookahead_settings = {"on_overflow": "stall"}
+
+    @classmethod
+    def lookaheads(cls, cfg: Config) -> tuple[int, ...]:
+        """The grid's windows that cover the pipeline (one batch per stage in flight)."""
+        depth = len(design_params(cfg, cls.name, cross_check=False).pipeline)
+        return tuple(v for v in cls.lookahead_grid if v >= depth)
 
     def workload_key(self) -> WorkloadKey:
         return WorkloadKey("scratchpipe", self.cfg.capacity_rows(),

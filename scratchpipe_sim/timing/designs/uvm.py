@@ -22,6 +22,7 @@ from scratchpipe_sim.timing.designs.base import DESIGNS, Design, InputCopies, Wo
 @DESIGNS.register("uvm")
 class Uvm(Design):
     order = 70
+    embedding_location = "MANAGED"
     summary = "tables in host memory read and updated in place over UVM (FBGEMM MANAGED)"
 
     def workload_key(self) -> WorkloadKey:
