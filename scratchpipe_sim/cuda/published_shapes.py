@@ -45,7 +45,10 @@ from typing import Any
 
 import numpy as np
 
+from scratchpipe_sim.config import published_points
+from scratchpipe_sim.config.published_points import PublishedPoint
 from scratchpipe_sim.cuda.runtime import EventTimer, cuda, gpu_status, is_simulator
+from scratchpipe_sim.safety import memory_guard
 
 WARP = 32
 #: threads per block of every kernel here (8 warps)
@@ -54,14 +57,20 @@ THREADS = 256
 CHUNK_ROWS = 32
 #: the recsys-examples harness seeds its pow-law generator with 42
 SEED = 42
+#: the share of available host memory a MANAGED table may take
+HOST_SHARE = 0.8
 #: numba.cuda once `kernels()` ran (see there)
 _cuda: Any = None
 _F32 = np.float32
 
 
+#: the published point each placement measures (`scratchpipe_sim/data/published_points.yaml`)
+PLACEMENT_POINTS = {"DEVICE": "T1.2", "MANAGED": "T1.10"}
+
+
 @dataclass(frozen=True)
 class PublishedShape:
-    """One published point's shape and figures (T1.2 and T1.10 of the shared data file)."""
+    """One published point's shape and figures, as the data file gives them."""
 
     point: str
     placement: str  # DEVICE | MANAGED
@@ -76,15 +85,29 @@ class PublishedShape:
     design: str  # the model's design for this placement
     stages: tuple[str, str]  # the model's (forward, backward) stages
 
+    @classmethod
+    def of(cls, p: PublishedPoint) -> PublishedShape:
+        """A loaded point's shape; the stages are its design's one stage per phase."""
+        from scratchpipe_sim.timing.stage_columns import phase_stages  # noqa: PLC0415
 
-PUBLISHED = {
-    "DEVICE": PublishedShape("T1.2", "DEVICE", 10, 1_677_721, 104_857, 128, 1.05,
-                             0.34496992111206054, 0.6137228810787201, 350_280.02, "gpu-only",
-                             ("gpu_gather", "gpu_update")),
-    "MANAGED": PublishedShape("T1.10", "MANAGED", 10, 26_843_545, 104_857, 128, 1.05,
-                              7.931994242668152, 5.631475234031678, 433_722.73, "uvm",
-                              ("forward", "backward")),
-}
+        stages = phase_stages(p.design)
+        one = tuple(s for ph in ("forward", "backward") for s in stages[ph])
+        if len(one) != 2:
+            raise ValueError(f"design '{p.design}' sums {dict(stages)} into its phases; the "
+                             "published shapes compare one stage per phase")
+        m, fwd, bwd = p.model, p.measured_ms.forward, p.measured_ms.backward
+        if fwd is None or bwd is None or p.trace.distinct_ids_per_iter is None:
+            raise ValueError(f"point {p.id} lacks a measured phase or its distinct ids")
+        return cls(p.id, p.placement, m.tables, m.rows_per_table, m.batch_size, m.dim,
+                   p.trace.alpha, fwd, bwd, p.trace.distinct_ids_per_iter, p.design,
+                   (one[0], one[1]))
+
+
+@cache
+def published() -> dict[str, PublishedShape]:
+    """Placement -> the shape of its published point, read from the shipped data file."""
+    return {placement: PublishedShape.of(published_points.point(pid))
+            for placement, pid in PLACEMENT_POINTS.items()}
 
 
 @dataclass(frozen=True)
@@ -507,9 +530,11 @@ def predict(shape: RunShape, batches: int, preset: str, seed: int = SEED
     cfg = load_config(model_config(shape, batches, preset, seed))
     trace = build_trace(cfg, cache=False)
     ids = [trace.linear_batch(k)[0] for k in range(trace.num_batches)]
+    from scratchpipe_sim.timing.stage_columns import stage_ns  # noqa: PLC0415
+
     row = simulate(cfg, trace=trace, replay_cache=False)[0]
     fwd, bwd = shape.base.stages
-    return ids, {"forward": row[f"stage_{fwd}_ns"] / 1e6, "backward": row[f"stage_{bwd}_ns"] / 1e6}
+    return ids, {"forward": stage_ns(row, fwd) / 1e6, "backward": stage_ns(row, bwd) / 1e6}
 
 
 def result_rows(shape: RunShape, times: PhaseTimes | None, predicted: dict[str, float],
@@ -565,28 +590,23 @@ def markdown(rows: list[dict[str, Any]], device: str) -> str:
             _f(r["index_h2d_ms"])]) + " |")
     shown = {r["point"]: r for r in rows if not r["published_shape"]}
     for point, r in shown.items():
-        b = PUBLISHED[r["placement"]]
+        b = published()[r["placement"]]
         out.append(f"\n{point}-like: not the published shape ({b.tables} x "
                    f"{b.rows_per_table:,} rows, {b.tables * b.samples_per_table:,} lookups: "
                    f"forward {b.forward_ms:.3f} ms, backward {b.backward_ms:.3f} ms on H100)")
-    for b in (PUBLISHED[p] for p in dict.fromkeys(r["placement"] for r in rows)):
+    for b in (published()[p] for p in dict.fromkeys(r["placement"] for r in rows)):
         out.append(f"\n{b.point} published distinct ids per iteration: "
                    f"{b.distinct_ids_per_iter:,.0f} (10 tables, full size)")
     return "\n".join(out)
 
 
-def _host_bytes_available() -> int:
-    """MemAvailable (free + reclaimable page cache); free pages where /proc is absent."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import os  # noqa: PLC0415
-
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+def check_host_memory(shape: RunShape) -> None:
+    """A MANAGED table must fit in HOST_SHARE of the memory available (the memory guard's:
+    $SCRATCHPIPE_MEMORY_BYTES caps it), leaving the rest for the process and the trace."""
+    memory_guard.check(math.ceil(shape.table_bytes / HOST_SHARE),
+                       f"the MANAGED table ({memory_guard.human(shape.table_bytes)}, at most "
+                       f"{HOST_SHARE:.0%} of the memory available)",
+                       "lower --managed-tables or --scale", field="--managed-tables")
 
 
 def _release_gpu_memory() -> None:
@@ -618,8 +638,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--managed-tables", type=int, default=2, metavar="T",
                    help="MANAGED tables (default 2: 10 at full size are 137 GB of host "
                         "memory; each table's ids are drawn apart, as published)")
-    p.add_argument("--placements", nargs="+", choices=list(PUBLISHED),
-                   default=list(PUBLISHED))
+    p.add_argument("--placements", nargs="+", choices=list(PLACEMENT_POINTS),
+                   default=list(PLACEMENT_POINTS))
     p.add_argument("--managed-alloc", choices=("managed", "mapped"), default="managed",
                    help="managed: cudaMallocManaged advised host-resident (FBGEMM); mapped: "
                         "mapped pinned host memory (default managed)")
@@ -660,16 +680,14 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     for placement in a.placements:
         tables = a.device_tables if placement == "DEVICE" else a.managed_tables
-        shape = RunShape(PUBLISHED[placement], tables, a.scale)
+        shape = RunShape(published()[placement], tables, a.scale)
         times, predicted, error = None, {}, None
         try:
             log(f"{placement}: model trace and prediction ({tables} x "
                 f"{shape.rows_per_table:,} rows, {shape.lookups:,} lookups)")
             batches, predicted = predict(shape, a.id_batches, a.preset, a.seed)
-            if placement == "MANAGED" and shape.table_bytes > 0.8 * _host_bytes_available():
-                raise MemoryError(f"the MANAGED table is {shape.table_bytes / 1e9:.1f} GB, "
-                                  "over 80% of free host memory: lower --managed-tables or "
-                                  "--scale")
+            if placement == "MANAGED":
+                check_host_memory(shape)
             times = measure(shape, batches, a.iters, a.warmup_iters, a.lr, a.managed_alloc,
                             log=log)
             log(f"{placement}: forward {_f(_mean(times.forward_ms))} ms, backward "
@@ -680,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += result_rows(shape, times, predicted, a.preset, error)
         _release_gpu_memory()
         (a.out / "published_shapes.json").write_text(
-            json.dumps({**meta, "published": {k: asdict(v) for k, v in PUBLISHED.items()},
+            json.dumps({**meta, "published": {k: asdict(v) for k, v in published().items()},
                         "rows": rows}, indent=1), encoding="utf-8")
     md = markdown(rows, st.reason)
     (a.out / "published_shapes.md").write_text(md + "\n", encoding="utf-8")

@@ -99,7 +99,7 @@ def test_plan_covers_every_lookup_once():
 def test_measure_path_runs(placement, alloc):
     """The CLI's measurement loop on a tiny shape: placement, plans, warm-up and timed
     iterations run (the kernels' numbers are checked above; the simulator has no timing)."""
-    base = dataclasses.replace(P.PUBLISHED[placement], rows_per_table=ROWS,
+    base = dataclasses.replace(P.published()[placement], rows_per_table=ROWS,
                                samples_per_table=20, dim=D)
     shape = P.RunShape(base, T, 1.0)
     rng = np.random.default_rng(5)
@@ -129,7 +129,7 @@ def test_pattern_twin():
 
 
 def test_model_prediction_uses_the_measured_ids():
-    shape = P.RunShape(P.PUBLISHED["DEVICE"], 2, 1e-4)
+    shape = P.RunShape(P.published()["DEVICE"], 2, 1e-4)
     assert (shape.rows_per_table, shape.samples_per_table) == (168, 10)
     ids, pred = P.predict(shape, 3, "h200-gen5")
     assert len(ids) == 3 and all(len(b) == 20 for b in ids)
@@ -144,12 +144,46 @@ def test_model_prediction_uses_the_measured_ids():
 
 
 def test_published_defaults():
-    dev, man = P.PUBLISHED["DEVICE"], P.PUBLISHED["MANAGED"]
+    dev, man = P.published()["DEVICE"], P.published()["MANAGED"]
     assert (dev.tables, dev.rows_per_table, dev.samples_per_table, dev.dim) == \
         (10, 1_677_721, 104_857, 128)
     assert man.rows_per_table == 26_843_545
     assert P.RunShape(dev, 10, 1.0).lookups == 1_048_570
     assert P.RunShape(dev, 10, 1.0).is_published and not P.RunShape(man, 2, 1.0).is_published
+
+
+def test_published_shapes_are_the_data_files_points():
+    """Each placement's shape is its point of the shipped data file (one source), with its
+    design's declared stage per phase."""
+    from scratchpipe_sim.config.published_points import load_points
+    from scratchpipe_sim.timing.designs import DESIGNS
+
+    points = {p.id: p for p in load_points()}
+    for placement, shape in P.published().items():
+        pt = points[P.PLACEMENT_POINTS[placement]]
+        assert (shape.point, shape.placement, shape.design) == (pt.id, pt.placement, pt.design)
+        assert (shape.tables, shape.rows_per_table, shape.samples_per_table, shape.dim) == \
+            (pt.model.tables, pt.model.rows_per_table, pt.model.batch_size, pt.model.dim)
+        assert (shape.forward_ms, shape.backward_ms) == (pt.measured_ms.forward,
+                                                         pt.measured_ms.backward)
+        assert shape.alpha == pt.trace.alpha
+        assert shape.distinct_ids_per_iter == pt.trace.distinct_ids_per_iter
+        declared = DESIGNS.get(pt.design).phase_stages
+        assert shape.stages == (*declared["forward"], *declared["backward"])
+
+
+def test_managed_table_over_the_memory_guards_budget_is_refused(monkeypatch):
+    """The MANAGED table's check is the memory guard's: SCRATCHPIPE_MEMORY_BYTES caps it."""
+    from scratchpipe_sim.errors import UserError
+
+    shape = P.RunShape(P.published()["MANAGED"], 1, 1e-3)  # 26,844 rows x 512 B
+    need = shape.table_bytes
+    assert need == 26_844 * 128 * 4
+    monkeypatch.setenv("SCRATCHPIPE_MEMORY_BYTES", str(need))  # 80% of it: too little
+    with pytest.raises(UserError, match="MANAGED table"):
+        P.check_host_memory(shape)
+    monkeypatch.setenv("SCRATCHPIPE_MEMORY_BYTES", str(int(need / 0.8) + 1))
+    P.check_host_memory(shape)
 
 
 @pytest.mark.skipif("runtime.gpu_status().usable and not SIM",

@@ -66,6 +66,9 @@ class Design(ABC):
     #: its own parameters: a frozen dataclass (field metadata as the config's), set as
     #: `design_params.NAME`; None: it takes none
     Params: ClassVar[type | None] = None
+    #: the TBE phases its stages make up: phase -> the `m.stage` names summed into it (MLP
+    #: and input copies left out), what published points and peers compare; empty: none
+    phase_stages: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def __init__(self, cfg: Config):
         self.cfg = cfg

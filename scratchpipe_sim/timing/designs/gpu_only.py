@@ -20,6 +20,7 @@ class GpuOnly(Design):
     default = True
     order = 10
     summary = "every table in HBM (infinite capacity ideal)"
+    phase_stages = {"forward": ("gpu_gather",), "backward": ("gpu_update",)}
 
     def workload_key(self) -> WorkloadKey:
         return WorkloadKey(None, where="device")

@@ -23,6 +23,7 @@ from scratchpipe_sim.timing.designs.base import DESIGNS, Design, InputCopies, Wo
 class Uvm(Design):
     order = 70
     summary = "tables in host memory read and updated in place over UVM (FBGEMM MANAGED)"
+    phase_stages = {"forward": ("forward",), "backward": ("backward",)}
 
     def workload_key(self) -> WorkloadKey:
         return WorkloadKey(None, where="host")
