@@ -9,7 +9,7 @@ otherwise predict 0 ms). The phases a design's stages make up are the design's o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scratchpipe_sim.errors import closest
@@ -35,14 +35,20 @@ def timed_stages(row: Mapping[str, Any]) -> list[str]:
             if k.startswith(_PREFIX) and k.endswith(_SUFFIX)]
 
 
+def require_timed(design: str, stage: str, timed: Sequence[str]) -> None:
+    """StageNotTimed unless `stage` is one of the stages `design` timed (`timed`: a
+    metrics row's `timed_stages`, or a Machine's `stage_order`)."""
+    if stage not in timed:
+        raise StageNotTimed(f"design '{design}' timed no stage '{stage}'{closest(stage, timed)}"
+                            f"; its stages: {', '.join(timed) or 'none'}")
+
+
 def stage_ns(row: Mapping[str, Any], stage: str) -> float:
     """A stage's mean ns per measured batch; StageNotTimed when the design timed no such
     stage."""
     key = stage_key(stage)
     if key not in row:
-        timed = timed_stages(row)
-        raise StageNotTimed(f"design '{row.get('design', '?')}' timed no stage '{stage}'"
-                            f"{closest(stage, timed)}; its stages: {', '.join(timed) or 'none'}")
+        require_timed(str(row.get("design", "?")), stage, timed_stages(row))
     return float(row[key])
 
 
