@@ -41,11 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scratchpipe_sim.config.published_points import (
-    ROLES,
-    TIMED_BATCHES,
-    PublishedPoint,
-)
+from scratchpipe_sim.config.published_points import ROLES, TIMED_BATCHES, PublishedPoint
 from scratchpipe_sim.errors import UserError, closest
 
 if TYPE_CHECKING:
