@@ -70,7 +70,8 @@ def main() -> int:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from scratchpipe_sim.config import load_config
-    from scratchpipe_sim.timing.runner import build_trace, simulate
+    from scratchpipe_sim.timing.runner import simulate
+    from scratchpipe_sim.timing.trace_setup import build_trace
 
     results = []
     for kind in args.kinds:

@@ -82,14 +82,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def handle_published(args: argparse.Namespace) -> int:
     import sys
 
+    from scratchpipe_sim.config import published_points
     from scratchpipe_sim.errors import UserError
     from scratchpipe_sim.experiments import published
 
     if args.config is not None:
         raise UserError("--published takes no CONFIG (the points carry their configs)",
                         field="CONFIG")
-    points = published.select(published.load_points(args.data or published.DATA_FILE),
-                              args.only)
+    data = args.data or published_points.DATA_FILE
+    points = published.select(published_points.load_points(data), args.only)
     log = None if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
     results = published.run_points(points, log=log)
     if args.json:

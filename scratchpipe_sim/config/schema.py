@@ -240,8 +240,9 @@ def build(cls: type, data: Mapping[str, Any], source: str | None, prefix: str = 
                 and f.default_factory is dataclasses.MISSING:
             kwargs[name] = build(hints[name], {}, source, where)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise UserError(f"required key missing ({f.metadata.get('help', '')})".rstrip(" ()"),
-                            source=source, field=where)
+            help_ = f.metadata.get("help", "")
+            raise UserError(f"required key missing ({help_})" if help_ else
+                            "required key missing", source=source, field=where)
     obj = cls(**kwargs)
     for name, value in kwargs.items():  # after the class's own checks, which say more
         check_named(name, value, f"{prefix}.{name}" if prefix else name, source)

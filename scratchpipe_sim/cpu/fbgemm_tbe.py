@@ -50,13 +50,15 @@ from scratchpipe_sim.timing.designs import DESIGNS
 from scratchpipe_sim.timing.machine import price_alone
 from scratchpipe_sim.timing.replay_passes import Replays
 from scratchpipe_sim.timing.runner import run_design
+from scratchpipe_sim.timing.stage_columns import StageNotTimed, phase_stages, require_timed
 from scratchpipe_sim.timing.trace_setup import build_trace, config_accesses
 from scratchpipe_sim.traces.csr_trace import Trace
 
 #: what `--against` accepts
 AGAINST = ("fbgemm",)
-#: the hybrid stages compared, and the FBGEMM call each is measured on
-STAGES = {"cpu_gather": "forward", "cpu_update": "backward + fused optimizer"}
+#: the FBGEMM call each of hybrid's phases is measured on (in the order `pair` times them);
+#: hybrid's `phase_stages` name its stage in each
+PHASE_CALLS = {"forward": "forward", "backward": "backward + fused optimizer"}
 #: the drift probe's row in the table (as in validate --cpu)
 PROBE_STAGE = "host.uniform_gather"
 #: the config's optimizer -> FBGEMM's EmbOptimType name (None: not on FBGEMM's CPU)
@@ -240,12 +242,31 @@ def mix_pool(store: np.ndarray, dim: int, rows: int
     return run
 
 
+def hybrid_stages() -> dict[str, str]:
+    """Hybrid's stage of each phase -> the FBGEMM call it is measured on, in phase order (as
+    hybrid declares them: one stage a phase)."""
+    declared = phase_stages("hybrid")
+    out = {}
+    for phase, call in PHASE_CALLS.items():
+        stages = declared.get(phase, ())
+        if len(stages) != 1:
+            raise StageNotTimed(f"design 'hybrid' declares {phase} = {stages}; FBGEMM's "
+                                f"{call} is compared with exactly one stage")
+        out[stages[0]] = call
+    return out
+
+
 def predicted_stages(cfg: Config, trace: Trace, replays: Replays) -> dict[str, np.ndarray]:
-    """Hybrid's own `run` on a fresh Machine: each stage of STAGES, ns per timed batch."""
+    """Hybrid's own `run` on a fresh Machine: each of `hybrid_stages()`, ns per timed batch
+    (a stage it did not time: StageNotTimed, never zeros)."""
     design = DESIGNS.get("hybrid")(cfg)
     w = replays.get(design.workload_key())[0]
     m = run_design(cfg, design, w)
-    return {s: np.asarray(m.stage_ns[s], float) for s in STAGES}
+    out = {}
+    for s in hybrid_stages():
+        require_timed("hybrid", s, m.stage_order)
+        out[s] = np.asarray(m.stage_ns[s], float)
+    return out
 
 
 def validate_fbgemm(cfg: Config, reps: int = 3, max_batches: int | None = None,
@@ -301,7 +322,7 @@ def validate_fbgemm(cfg: Config, reps: int = 3, max_batches: int | None = None,
         passes.append([pair(b) for b in measured])
     samples = np.array(passes)
     out = []
-    for j, (stage, op) in enumerate(STAGES.items()):
+    for j, (stage, op) in enumerate(hybrid_stages().items()):
         t = samples[:, :, j]  # passes x batches, seconds
         best, med = t.min(axis=0), np.median(t, axis=0)
         busy = best > 0

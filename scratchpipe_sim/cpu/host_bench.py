@@ -34,6 +34,7 @@ import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numba as nb
 import numpy as np
@@ -102,48 +103,119 @@ TINY = CpuBenchSizes(copy_bytes=(1 << 20, 1 << 22), stream_buffer_bytes=1 << 23,
                      mix_warm_batches=1, mix_batches=2)
 
 
+class SizeTime(NamedTuple):
+    """One point of a stream curve: bytes moved and seconds."""
+
+    nbytes: float
+    seconds: float
+
+
+class GatherPoint(NamedTuple):
+    """A gather + pool of uniform rows: row size, bytes of rows gathered, seconds."""
+
+    row_bytes: float
+    nbytes: float
+    seconds: float
+
+
+class ScalingPoint(NamedTuple):
+    """A hot-set gather + pool on `threads` threads."""
+
+    threads: float
+    row_bytes: float
+    nbytes: float
+    seconds: float
+
+
+class OnchipPoint(NamedTuple):
+    """A gather + pool from a hot set of `hot_MiB`: its rate (GB/s of rows)."""
+
+    threads: float
+    hot_MiB: float
+    row_bytes: float
+    GBps: float
+
+
+class AggregatePoint(NamedTuple):
+    """The aggregation of a generated batch; `hits`: [[hot-set MiB, on-chip hits], ...] by
+    the model's LLC simulator."""
+
+    row_bytes: float
+    lookups: float
+    unique_rows: float
+    seconds: float
+    hits: list[list[float]]
+
+
+class ApplyPoint(NamedTuple):
+    """An optimizer's apply of `unique_rows` rows (`moved_row_bytes` each, state included)."""
+
+    optimizer: str
+    row_bytes: float
+    unique_rows: float
+    moved_row_bytes: float
+    seconds: float
+
+
+class PlanBatch(NamedTuple):
+    """A steady planner batch that evicts (seconds with its share of the next-use pass)."""
+
+    ids: float
+    evictions: float
+    seconds: float
+
+
+class MixPoint(NamedTuple):
+    """One thread's gather + pool of a generated trace of Zipf `alpha`; `hits` as in
+    AggregatePoint."""
+
+    row_bytes: float
+    alpha: float
+    lookups: float
+    seconds: float
+    hits: list[list[float]]
+
+
 @dataclass
 class CpuMeasurements:
-    """Raw samples of `calibrate --cpu` (JSON-serialisable; seconds are the `statistic` of
-    each point's repetitions)."""
+    """Raw samples of `calibrate --cpu` (JSON-serialisable: each point a named record, a
+    list in the JSON; seconds are the `statistic` of each point's repetitions)."""
 
     threads: list[int] = field(default_factory=list)
     reps: int = 0
     #: what each point reports over its repetitions: "median" or "best" (cpu/measure.py)
     statistic: str = "median"
     #: (bytes read, seconds) of the parallel read
-    stream: list[tuple[float, float]] = field(default_factory=list)
+    stream: list[SizeTime] = field(default_factory=list)
     #: (traffic bytes = 2 x copied, seconds) of the parallel copy (reported, not fitted)
-    copy: list[tuple[float, float]] = field(default_factory=list)
+    copy: list[SizeTime] = field(default_factory=list)
     #: ns per dependent load of a pointer chase over the largest buffer
     latency_ns: float | None = None
     #: (row_bytes, gathered bytes, seconds) on max(threads)
-    gather: list[tuple[float, float, float]] = field(default_factory=list)
+    gather: list[GatherPoint] = field(default_factory=list)
     #: the same on one thread (when 1 is among the threads and max(threads) > 1)
-    gather_one: list[tuple[float, float, float]] = field(default_factory=list)
+    gather_one: list[GatherPoint] = field(default_factory=list)
     #: (threads, row_bytes, gathered bytes, seconds) from an LLC-resident hot set
-    scaling: list[tuple[float, float, float, float]] = field(default_factory=list)
+    scaling: list[ScalingPoint] = field(default_factory=list)
     #: (threads, hot set MiB, row_bytes, GB/s of rows) of gathers from hot sets, on one
     #: thread and on max(threads)
-    onchip: list[tuple[float, float, float, float]] = field(default_factory=list)
+    onchip: list[OnchipPoint] = field(default_factory=list)
     #: (row_bytes, lookups, unique rows, seconds, [[hot-set MiB, on-chip hits], ...]) of
     #: the aggregation of a generated batch on max(threads); hits by the model's LLC
     #: simulator (entries of row_bytes) over the warm-up batches and the timed one
-    aggregate: list[tuple[float, float, float, float, list[list[float]]]] = field(
-        default_factory=list)
+    aggregate: list[AggregatePoint] = field(default_factory=list)
     #: (optimizer, row_bytes, unique rows, moved row bytes, seconds) of the apply
-    apply: list[tuple[str, float, float, float, float]] = field(default_factory=list)
+    apply: list[ApplyPoint] = field(default_factory=list)
     plan_ns_per_id: float | None = None
     plan_ids: int = 0
     plan_steady: bool = False  # the measured batches evicted (a full scratchpad)
     plan_fill_ratio: float = 0.0  # fills per id over the measured batches
     #: steady batches that evict, every scratchpad size: (ids, evictions, seconds with the
     #: batch's share of the next-use pass)
-    plan_batches: list[tuple[float, float, float]] = field(default_factory=list)
+    plan_batches: list[PlanBatch] = field(default_factory=list)
     #: (row_bytes, alpha, lookups, seconds, [[hot-set MiB, on-chip hits], ...]) of one
     #: thread's gather + pool of a generated trace; hits by the model's LLC simulator
-    mix: list[tuple[float, float, float, float, list[list[float]]]] = field(
-        default_factory=list)
+    mix: list[MixPoint] = field(default_factory=list)
     #: whose gather + pool the mix timed: "numba" (the simulator's kernel) or "fbgemm"
     #: (FBGEMM's CPU TBE forward, calibrate --cpu --kernel fbgemm)
     mix_kernel: str = "numba"
@@ -218,10 +290,10 @@ def measure_stream(m: CpuMeasurements, z: CpuBenchSizes) -> None:
             pos["at"] = (lo + k) % (total - k)
             host.stream_copy(src[lo : lo + k], dst[:k])
 
-        m.copy.append((2.0 * k * 4, _time(m, copy, z.reps)))
+        m.copy.append(SizeTime(2.0 * k * 4, _time(m, copy, z.reps)))
     sizes = [float(b // 4 * 4) for b in z.copy_bytes]
-    m.stream.extend(zip(sizes, _curve(m, "stream read", "B", sizes, reads, z.reps),
-                        strict=True))
+    m.stream.extend(SizeTime(b, s) for b, s in zip(
+        sizes, _curve(m, "stream read", "B", sizes, reads, z.reps), strict=True))
     nxt = K.random_cycle(max(z.copy_bytes) // 8, 5)
     steps = max(1000, min(200_000, len(nxt)))
     s = _time(m, lambda: K.pointer_chase(nxt, steps), z.reps)
@@ -264,16 +336,16 @@ def measure_gather(m: CpuMeasurements, z: CpuBenchSizes) -> None:
         store = np.ones((max(z.table_bytes // rb, max(z.lookups)), rb // 4), np.float32)
         nb.set_num_threads(top)
         for nbytes, s in _pool_samples(m, z, rb, store, rng):
-            m.gather.append((float(rb), nbytes, s))
+            m.gather.append(GatherPoint(float(rb), nbytes, s))
         if top > 1 and 1 in m.threads:  # one core's own miss rate (core_dram_GBps)
             nb.set_num_threads(1)
             for nbytes, s in _pool_samples(m, z, rb, store, rng):
-                m.gather_one.append((float(rb), nbytes, s))
+                m.gather_one.append(GatherPoint(float(rb), nbytes, s))
         hot = store[: max(1, z.hot_bytes // rb)]
         for t in m.threads:
             nb.set_num_threads(t)
             for nbytes, s in _pool_samples(m, z, rb, hot, rng, "hot-set gather"):
-                m.scaling.append((float(t), float(rb), nbytes, s))
+                m.scaling.append(ScalingPoint(float(t), float(rb), nbytes, s))
         if rb == 256 or (256 not in z.row_bytes and rb == z.row_bytes[-1]):
             for t in sorted({1, top} & set(m.threads)) or [top]:
                 nb.set_num_threads(t)
@@ -300,7 +372,7 @@ def _onchip_curve(m: CpuMeasurements, z: CpuBenchSizes, rb: int, store: np.ndarr
         hot = rng.integers(0, store.shape[0], (mib << 20) // rb)
         ids = hot[rng.integers(0, len(hot), n)].astype(np.int64)
         s = _time(m, lambda ids=ids: K.bag_pool(store, dim, ids, bag_ptr, out), z.reps)
-        m.onchip.append((float(threads), float(mib), float(rb), n * rb / s / 1e9))
+        m.onchip.append(OnchipPoint(float(threads), float(mib), float(rb), n * rb / s / 1e9))
         mib *= 2
 
 
@@ -411,8 +483,8 @@ def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
                     t.append(secs)
                     u.append(state["n"])
         for (ids, _b, hits), t, u in zip(streams, times, uniq, strict=True):
-            m.aggregate.append((float(rb), float(len(ids[-1])), float(np.mean(u)),
-                                _note(m, Timing.of(t)), hits))
+            m.aggregate.append(AggregatePoint(float(rb), float(len(ids[-1])),
+                                              float(np.mean(u)), _note(m, Timing.of(t)), hits))
         reset()
     shapes = {}
     for n in z.lookups:
@@ -425,7 +497,7 @@ def _backward_point(m: CpuMeasurements, z: CpuBenchSizes, rb: int, opt: str,
         state["n"] = bw.aggregate(_repeated_ids(rng, rows, n, 1), bag_of, grads)
         u = state["n"]
         s = _time(m, lambda u=u: K.apply(opt, store, bw.uniq, bw.grad_rows, u), z.reps)
-        m.apply.append((opt, float(rb), float(u), float(cols * 4), s))
+        m.apply.append(ApplyPoint(opt, float(rb), float(u), float(cols * 4), s))
         reset()
 
 
@@ -455,8 +527,8 @@ def measure_planner(m: CpuMeasurements, z: CpuBenchSizes) -> None:
         evict = runs[0].counts[:, ei]
         steady = np.flatnonzero(evict > 0)
         steady = steady[steady >= max(1, z.plan_steady_from)]  # batch 0 also compiles
-        m.plan_batches += [(float(acc[b]), float(evict[b]), float(sec[b] + per_id * acc[b]))
-                           for b in steady]
+        m.plan_batches += [PlanBatch(float(acc[b]), float(evict[b]),
+                                     float(sec[b] + per_id * acc[b])) for b in steady]
         if lf != z.plan_load_factor:
             continue
         m.plan_steady = len(steady) > 0
@@ -547,7 +619,8 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes,
                                             f(t, p, o)))
     for rb, (*_x, streams, _o), block_times in zip(z.row_bytes, blocks, times, strict=True):
         for (alpha, _i, _s, n, _w, _t, hits), t in zip(streams, block_times, strict=True):
-            m.mix.append((float(rb), float(alpha), float(n), _note(m, Timing.of(t)), hits))
+            m.mix.append(MixPoint(float(rb), float(alpha), float(n), _note(m, Timing.of(t)),
+                                  hits))
     nb.set_num_threads(max(m.threads))
 
 

@@ -54,7 +54,7 @@ import numpy as np
 
 from scratchpipe_sim.config.hardware import CpuConfig
 from scratchpipe_sim.config.schema import build, to_plain
-from scratchpipe_sim.cpu.host_bench import CpuMeasurements
+from scratchpipe_sim.cpu.host_bench import CpuMeasurements, PlanBatch
 from scratchpipe_sim.measure.fitting import efficiency_curve, fit_latency_bandwidth
 
 #: the written preset's and the command's warning when a curve stayed out of order
@@ -112,20 +112,21 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
     how: dict[str, str] = {}
     top = max(m.threads)
     noisy: list[str] = []
-    stream = _fit(m.stream, "stream read", noisy)
+    stream = _fit([(p.nbytes, p.seconds) for p in m.stream], "stream read", noisy)
     dram = stream.GBps
-    sizes = ", ".join(f"{int(b / 2**20)}" for b, _ in m.stream)
+    sizes = ", ".join(f"{int(p.nbytes / 2**20)}" for p in m.stream)
     vals["dram_GBps"] = round(dram, 3)
     how["dram_GBps"] = (f"parallel read of {sizes} MiB on {top} threads, least squares "
                         f"(R^2 {stream.r2:.4f})")
     if m.copy:
-        copy = _fit(m.copy, "stream copy", noisy)
+        copy = _fit([(p.nbytes, p.seconds) for p in m.copy], "stream copy", noisy)
         how["dram_GBps"] += f"; a copy reaches {copy.GBps:.2f} GB/s"
         how["dram_GBps"] += " of traffic (2x bytes)"
-    rbs = sorted({g[0] for g in m.gather})
+    rbs = sorted({g.row_bytes for g in m.gather})
     rates, lats, r2s = [], [], []
     for rb in rbs:
-        f = _fit([(b, s) for r, b, s in m.gather if r == rb], f"gather {rb:.0f} B", noisy)
+        f = _fit([(g.nbytes, g.seconds) for g in m.gather if g.row_bytes == rb],
+                 f"gather {rb:.0f} B", noisy)
         rates.append(f.GBps)
         lats.append(f.latency_ns)
         r2s.append(f.r2)
@@ -154,9 +155,10 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
     vals["cores"] = int(top)
     how["cores"] = f"threads used (--threads {','.join(map(str, m.threads))})"
     one = {}
-    for t in sorted({int(s[0]) for s in m.scaling}):
+    for t in sorted({int(s.threads) for s in m.scaling}):
         for rb in rbs:
-            pts = [(b, s) for tt, r, b, s in m.scaling if int(tt) == t and r == rb]
+            pts = [(s.nbytes, s.seconds) for s in m.scaling
+                   if int(s.threads) == t and s.row_bytes == rb]
             if len(pts) >= 2:
                 one[(t, rb)] = _fit(pts, f"gather {rb:.0f} B on {t} threads", noisy).GBps
     single = {rb: one[(1, rb)] for rb in rbs if (1, rb) in one}
@@ -184,8 +186,8 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
     one_thread = m.gather if top == 1 else m.gather_one
     if one_thread:
         per = {}
-        for rb in sorted({g[0] for g in one_thread}):
-            pts = [(b, t) for r, b, t in one_thread if r == rb]
+        for rb in sorted({g.row_bytes for g in one_thread}):
+            pts = [(g.nbytes, g.seconds) for g in one_thread if g.row_bytes == rb]
             if len(pts) >= 2:
                 per[rb] = _fit(pts, f"gather {rb:.0f} B on one thread", noisy).GBps
         if per:
@@ -228,11 +230,12 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         _fit_aggregates(m, vals, how, top * pe, op, vals.get("llc_MiB", base.llc_MiB))
     checks = notes
     cfg = _replace(base, vals)
-    for opt, rb, u, R, s in m.apply:
-        pred = _update_ns(cfg, u, R, top)
-        checks.append(f"{opt} apply, {int(rb)} B rows ({int(R)} B moved), {int(u)} rows: "
-                      f"measured {s * 1e6:.0f} us, model {pred / 1e3:.0f} us "
-                      f"({(pred / 1e9 - s) / s * 100:+.0f}%)")
+    for a in m.apply:
+        pred = _update_ns(cfg, a.unique_rows, a.moved_row_bytes, top)
+        s = a.seconds
+        checks.append(f"{a.optimizer} apply, {int(a.row_bytes)} B rows ({int(a.moved_row_bytes)}"
+                      f" B moved), {int(a.unique_rows)} rows: measured {s * 1e6:.0f} us, model "
+                      f"{pred / 1e3:.0f} us ({(pred / 1e9 - s) / s * 100:+.0f}%)")
     return CpuCalibration(_plain(vals), how, tuple(checks),
                           tuple(dict.fromkeys([*m.noisy, *noisy])))
 
@@ -306,17 +309,17 @@ def _fit_aggregates(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str
                     core_scale: float, op: float, llc_MiB: float) -> None:
     """aggregate_ns_per_lookup, aggregate_onchip_ns_per_lookup, aggregate_ns_per_row from
     the aggregation points (see the module docstring)."""
-    rbs = sorted({a[0] for a in m.aggregate})
+    rbs = sorted({a.row_bytes for a in m.aggregate})
     onchip, label = {}, 0.0
     for rb in rbs:
         pts = []
-        for r, n, u, t, hits in m.aggregate:
-            if r == rb and hits:
-                label, x = _hits_at(hits, llc_MiB)
-                pts.append((n, u, x / n, t))
+        for a in m.aggregate:
+            if a.row_bytes == rb and a.hits:
+                label, x = _hits_at(a.hits, llc_MiB)
+                pts.append((a.lookups, a.unique_rows, x / a.lookups, a.seconds))
         onchip[rb] = fit_aggregate_onchip(pts, core_scale)
-    share = [a[2] / a[1] for a in m.aggregate if a[1] > 0]
-    sizes = [int(a[1]) for a in m.aggregate]
+    share = [a.unique_rows / a.lookups for a in m.aggregate if a.lookups > 0]
+    sizes = [int(a.lookups) for a in m.aggregate]
     what = (f"gradient aggregation on {max(m.threads)} thread(s) of {len(m.aggregate)} "
             f"generated batches ({min(sizes)}-{max(sizes)} lookups, {min(share):.2f}-"
             f"{max(share):.2f} unique rows per lookup, after warm-up batches), least squares "
@@ -340,8 +343,9 @@ def _fit_aggregates(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str
             + ", ".join(f"{int(r)} B {v:.1f}" for r, v in hit))
         name = "a_miss"
     else:
-        fits = {rb: fit_aggregate([(n, u, t) for r, n, u, t, _h in m.aggregate if r == rb],
-                                  core_scale) for rb in rbs}
+        fits = {rb: fit_aggregate([(a.lookups, a.unique_rows, a.seconds)
+                                   for a in m.aggregate if a.row_bytes == rb], core_scale)
+                for rb in rbs}
         miss = [(rb, max(0.0, fits[rb][0] - rb / op)) for rb in rbs]
         row = [(rb, max(0.0, fits[rb][1])) for rb in rbs]
         what += ("a x lookups + c x unique rows) / (threads x parallel_efficiency); the "
@@ -356,14 +360,16 @@ def _fit_aggregates(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str
                                    + ", ".join(f"{int(r)} B {v:.1f}" for r, v in row))
 
 
-def fit_planner(batches: list[tuple[float, float, float]]) -> tuple[float, float] | None:
+def fit_planner(batches: list[PlanBatch]) -> tuple[float, float] | None:
     """(ns per id, ns per eviction) of seconds = a x ids + c x evictions by least squares
     over the planner's steady batches that evict (the next-use pass is already spread over
     the ids), or None when the evictions per id do not vary (the terms cannot be told
     apart). A negative coefficient (noise) is refitted as zero with the other alone."""
     if len(batches) < 3:
         return None
-    ids, ev, t = np.array(batches, float).T
+    ids = np.array([b.ids for b in batches], float)
+    ev = np.array([b.evictions for b in batches], float)
+    t = np.array([b.seconds for b in batches], float)
     if np.ptp(ev / ids) <= 0:
         return None
     (a, c), *_ = np.linalg.lstsq(np.stack([ids, ev], axis=1), t, rcond=None)
@@ -385,11 +391,11 @@ def _fit_onchip(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str]) -
     LLC is a uniform draw over all of it (the farthest lines and most TLB misses). The hot
     rows are scattered over the table, as a trace's are, so the rates include the hits'
     TLB misses."""
-    threads = sorted({int(p[0]) for p in m.onchip})
-    curve = {t: sorted((mib, g) for tt, mib, _, g in m.onchip if int(tt) == t)
+    threads = sorted({int(p.threads) for p in m.onchip})
+    curve = {t: sorted((p.hot_MiB, p.GBps) for p in m.onchip if int(p.threads) == t)
              for t in threads}
     one = curve[threads[0]]  # one thread when measured, else the only curve
-    rb = m.onchip[0][2]
+    rb = m.onchip[0].row_bytes
     fast = one[0][1] / 2
     eff = one[0][0]
     for mib, g in one:
@@ -462,17 +468,17 @@ def _fit_mix(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
     <= llc_MiB (the LLC the model simulates)."""
     points: dict[float, list[tuple[float, float]]] = {}
     label = 0.0
-    for rb, _alpha, n, s, hits in m.mix:
-        if n <= 0:
+    for p in m.mix:
+        if p.lookups <= 0:
             continue
-        label, h = _hits_at(hits, llc_MiB)
-        points.setdefault(rb, []).append((h / n, s / n * 1e9))
+        label, h = _hits_at(p.hits, llc_MiB)
+        points.setdefault(p.row_bytes, []).append((h / p.lookups, p.seconds / p.lookups * 1e9))
     fit = fit_mix(points)
     if fit is None:
         return
     w, fits, rmse = fit
     rbs = sorted(fits)
-    alphas = "/".join(f"{a:g}" for a in sorted({p[1] for p in m.mix}))
+    alphas = "/".join(f"{a:g}" for a in sorted({p.alpha for p in m.mix}))
     kernel = ("FBGEMM's CPU TBE forward (calibrate --cpu --kernel fbgemm)"
               if getattr(m, "mix_kernel", "numba") == "fbgemm" else "gather + pool")
     what = (f"one thread's {kernel} of generated traces (Zipf " + alphas + "; 0 = "

@@ -13,7 +13,7 @@ beside the design that runs the same FBGEMM placement:
   `fetch` + `forward` / `backward`.
 
 Only the TBE compute is compared: TorchRec's comms terms (input dist, output dist) are left
-out, and the simulator's MLP and input stages too (`published.PHASE_STAGES`). Both sides are
+out, and the simulator's MLP and input stages too (each design's `phase_stages`). Both sides are
 per batch, ms, summed over the tables (one rank runs them all).
 
 Preset -> Topology (TorchRec's bandwidths are bytes per ms): `hbm_cap` =
@@ -194,17 +194,12 @@ def torchrec_estimates(cfg: Config, load_factor: float | None = None,
 
 
 def simulated_phases(cfg: Config) -> dict[str, dict[str, float]]:
-    """Per design: the TBE phases, ms per batch (published.PHASE_STAGES' stage sums)."""
-    from scratchpipe_sim.experiments.published import PHASE_STAGES
+    """Per design: the TBE phases, ms per batch (the sums of its declared `phase_stages`)."""
     from scratchpipe_sim.timing import simulate
+    from scratchpipe_sim.timing.stage_columns import phases_ms
 
     rows = simulate(cfg, list(KERNEL_DESIGNS.values()))
-    out = {}
-    for row in rows:
-        stages = PHASE_STAGES[row["design"]]
-        out[row["design"]] = {ph: sum(float(row.get(f"stage_{s}_ns", 0.0)) for s in ss) / 1e6
-                              for ph, ss in stages.items()}
-    return out
+    return {row["design"]: phases_ms(row) for row in rows}
 
 
 def compare(cfg: Config, simulated: dict[str, dict[str, float]] | None = None,
@@ -231,9 +226,10 @@ def compare_published(point_id: str, data: Any = None) -> list[PeerRow]:
     caching points' cache = distinct ids over the run x cfr, as TorchRec's load factor
     too), TorchRec on the same config, and the measurement."""
     from scratchpipe_sim.config import load_config
+    from scratchpipe_sim.config.published_points import DATA_FILE, load_points
     from scratchpipe_sim.experiments import published as pub
 
-    points = pub.select(pub.load_points(data or pub.DATA_FILE), [point_id])
+    points = pub.select(load_points(data or DATA_FILE), [point_id])
     p = points[0]
     if p.skip_reason is not None:
         raise UserError(f"point {p.id} is skipped: {p.skip_reason}", field="--published")
@@ -247,7 +243,7 @@ def compare_published(point_id: str, data: Any = None) -> list[PeerRow]:
     clf = None
     if p.design == "lru-cache":
         _trace, distinct = next(iter(run_cache.values()))
-        clf = math.ceil(distinct * float(p.cfr or 0.0)) / cfg.total_rows
+        clf = math.ceil(distinct * float(p.cache.cfr or 0.0)) / cfg.total_rows
     sim = {p.design: {r.phase: float(r.predicted_ms) for r in results}}
     meas = {p.design: {r.phase: r.measured_ms for r in results}}
     return compare(cfg, simulated=sim, measured=meas, load_factor=clf)

@@ -1,10 +1,13 @@
 """`validate --published`: the timing model against published, measured FBGEMM TBE runs.
 
-The points (`scratchpipe_sim/data/published_points.yaml`, shipped with the package) are
-real runs on named GPUs with their full configuration. Each becomes a config on its
-hardware preset and runs through `timing.simulate` with the design of its placement; the
-design's stages are summed into the two phases the sources time (TBE only: the MLP and the
-input copies are left out, because the published timings hold only the embedding op):
+The points (`scratchpipe_sim/data/published_points.yaml`, shipped with the package, loaded
+by `config/published_points.py`) are real runs on named GPUs with their full
+configuration. Each becomes a config on its hardware preset and runs through
+`timing.simulate` with the design of its placement; the design's stages are summed into the
+two phases the sources time (TBE only: the MLP and the input copies are left out, because
+the published timings hold only the embedding op), as each design declares them
+(`phase_stages`, read through `timing/stage_columns.py`: a stage the design did not time is
+an error, never 0):
 
 * `DEVICE` -> `gpu-only`: forward = `gpu_gather`, backward = `gpu_update`.
 * `MANAGED` -> `uvm`: forward = `forward`, backward = `backward`.
@@ -32,22 +35,17 @@ run (the cache warm-up, policy only) followed by its first `TIMED_BATCHES` batch
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scratchpipe_sim.config.loader import CONFIGS_DIR, read_yaml
+from scratchpipe_sim.config.published_points import ROLES, TIMED_BATCHES, PublishedPoint
 from scratchpipe_sim.errors import UserError, closest
 
 if TYPE_CHECKING:
     from scratchpipe_sim.traces.csr_trace import Trace
-
-#: the shipped data file
-DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "published_points.yaml"
-
 
 def placement_designs() -> dict[str, str]:
     """placement (FBGEMM EmbeddingLocation) -> the design that runs it (its class's
@@ -64,70 +62,8 @@ def placement_designs() -> dict[str, str]:
     return out
 
 
-#: design -> phase -> the stages summed into it (mlp and input_wait left out)
-PHASE_STAGES: dict[str, dict[str, tuple[str, ...]]] = {
-    "gpu-only": {"forward": ("gpu_gather",), "backward": ("gpu_update",)},
-    "uvm": {"forward": ("forward",), "backward": ("backward",)},
-    "lru-cache": {"forward": ("fetch", "forward"), "backward": ("backward",)},
-}
-PHASES = ("forward", "backward")
-#: optimizers a point may name (FBGEMM's, as model.optimizer spells them); one the config
-#: schema does not accept yet is reported as skipped, with the schema's reason
-KNOWN_OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad", "adam")
-GENERATORS = ("pow-law", "zipf", "uniform")
-ROLES = ("fit", "check")
-#: batches simulated per point: one to fill the pipeline, then the measured ones
-TIMED_BATCHES = 5
+#: batches simulated before the timed ones, to fill the pipeline
 FILL_BATCHES = 1
-
-_TOP_KEYS = ("id", "source", "gpu", "preset", "placement", "design", "policy", "optimizer",
-             "model", "trace", "cache", "measured_ms", "role", "note", "skip_reason")
-_MODEL_KEYS = ("tables", "rows_per_table", "dim", "bytes_per_element", "batch_size",
-               "pooling")
-_TRACE_KEYS = ("generator", "alpha", "seed", "iterations", "distinct_ids_per_iter")
-_CACHE_KEYS = ("cfr", "record_miss_counter")
-
-
-@dataclass(frozen=True)
-class PublishedModel:
-    tables: int
-    rows_per_table: int
-    dim: int
-    bytes_per_element: int
-    batch_size: int
-    pooling: int
-
-
-@dataclass(frozen=True)
-class PublishedTrace:
-    generator: str
-    alpha: float
-    seed: int | None
-    iterations: int | None
-    distinct_ids_per_iter: float | None
-
-
-@dataclass(frozen=True)
-class PublishedPoint:
-    """One published measurement with the configuration it was taken under."""
-
-    id: str
-    source: str
-    gpu: str
-    preset: str | None
-    placement: str
-    design: str
-    policy: str | None
-    optimizer: str | None
-    model: PublishedModel
-    trace: PublishedTrace
-    cfr: float | None
-    #: the TBE counted its cache misses (RecordCacheMetrics.record_cache_miss_counter)
-    record_miss_counter: bool
-    measured_ms: dict[str, float]
-    role: str
-    note: str
-    skip_reason: str | None
 
 
 @dataclass(frozen=True)
@@ -160,146 +96,7 @@ class PhaseResult:
                 "source": p.source}
 
 
-# -- loading ---------------------------------------------------------------------------------
-def _section(d: Any, keys: Sequence[str], src: str, where: str) -> dict[str, Any]:
-    if not isinstance(d, Mapping):
-        raise UserError(f"expected a mapping with keys {', '.join(keys)}, got "
-                        f"{type(d).__name__}", source=src, field=where)
-    for k in d:
-        if k not in keys:
-            raise UserError(f"unknown key '{k}'{closest(str(k), keys)}; expected one of: "
-                            f"{', '.join(keys)}", source=src, field=f"{where}.{k}")
-    for k in keys:
-        if k not in d:
-            raise UserError("required key missing (null where the source gives nothing)",
-                            source=src, field=f"{where}.{k}")
-    return dict(d)
-
-
-def _num(v: Any, src: str, where: str, *, whole: bool = False, nullable: bool = False,
-         positive: bool = True) -> Any:
-    if v is None and nullable:
-        return None
-    ok = isinstance(v, int) if whole else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok or not math.isfinite(v) or (positive and v <= 0):
-        kind = "a whole number" if whole else "a number"
-        raise UserError(f"expected {kind}{' > 0' if positive else ''}, got {v!r}", source=src,
-                        field=where)
-    return v if whole else float(v)
-
-
-def _text(v: Any, src: str, where: str, *, nullable: bool = False,
-          choices: Sequence[str] | None = None) -> str | None:
-    if v is None and nullable:
-        return None
-    if not isinstance(v, str) or not v.strip():
-        raise UserError(f"expected a non-empty text, got {v!r}", source=src, field=where)
-    if choices is not None and v not in choices:
-        raise UserError(f"unknown value '{v}'{closest(v, choices)}; expected one of: "
-                        f"{', '.join(choices)}", source=src, field=where)
-    return v
-
-
-def known_presets() -> list[str]:
-    return sorted(p.stem for p in (CONFIGS_DIR / "hardware").glob("*.yaml"))
-
-
-def _point(d: Any, src: str, where: str) -> PublishedPoint:
-    d = _section(d, _TOP_KEYS, src, where)
-    pid = _text(d["id"], src, f"{where}.id")
-    preset = _text(d["preset"], src, f"{where}.preset", nullable=True)
-    if preset is not None and preset not in known_presets():
-        names = known_presets()
-        raise UserError(f"no hardware preset '{preset}'{closest(preset, names)}; expected "
-                        f"one of: {', '.join(names)} (or null with a skip_reason)",
-                        source=src, field=f"{where}.preset")
-    runs_as = placement_designs()
-    placement = _text(d["placement"], src, f"{where}.placement", choices=tuple(runs_as))
-    design = _text(d["design"], src, f"{where}.design")
-    if design != runs_as[placement]:
-        raise UserError(f"placement {placement} runs as design '{runs_as[placement]}'"
-                        f", got '{design}'", source=src, field=f"{where}.design")
-    policy = _text(d["policy"], src, f"{where}.policy", nullable=True)
-    if (policy is None) != (design != "lru-cache"):
-        raise UserError("expected a cache policy (e.g. lru) for MANAGED_CACHING and null "
-                        f"otherwise, got {policy!r}", source=src, field=f"{where}.policy")
-    opt = _text(d["optimizer"], src, f"{where}.optimizer", nullable=True,
-                choices=KNOWN_OPTIMIZERS)
-    m = _section(d["model"], _MODEL_KEYS, src, f"{where}.model")
-    model = PublishedModel(**{k: _num(m[k], src, f"{where}.model.{k}", whole=True)
-                              for k in _MODEL_KEYS})
-    t = _section(d["trace"], _TRACE_KEYS, src, f"{where}.trace")
-    trace = PublishedTrace(
-        generator=_text(t["generator"], src, f"{where}.trace.generator", choices=GENERATORS),
-        alpha=_num(t["alpha"], src, f"{where}.trace.alpha"),
-        seed=_num(t["seed"], src, f"{where}.trace.seed", whole=True, nullable=True,
-                  positive=False),
-        iterations=_num(t["iterations"], src, f"{where}.trace.iterations", whole=True,
-                        nullable=True),
-        distinct_ids_per_iter=_num(t["distinct_ids_per_iter"], src,
-                                   f"{where}.trace.distinct_ids_per_iter", nullable=True))
-    c = _section(d["cache"], _CACHE_KEYS, src, f"{where}.cache")
-    cfr = _num(c["cfr"], src, f"{where}.cache.cfr", nullable=True)
-    miss_counter = c["record_miss_counter"]
-    if not isinstance(miss_counter, bool):
-        raise UserError(f"expected true or false, got {miss_counter!r}", source=src,
-                        field=f"{where}.cache.record_miss_counter")
-    if design == "lru-cache" and (cfr is None or trace.iterations is None):
-        raise UserError("a MANAGED_CACHING point needs cache.cfr and trace.iterations (its "
-                        "cache is distinct ids over the run x cfr)", source=src,
-                        field=f"{where}.cache.cfr" if cfr is None
-                        else f"{where}.trace.iterations")
-    if design == "lru-cache" and trace.iterations < TIMED_BATCHES:
-        raise UserError(f"expected at least {TIMED_BATCHES} batches in the run (the timed "
-                        f"pass repeats its first {TIMED_BATCHES}), got {trace.iterations}",
-                        source=src, field=f"{where}.trace.iterations")
-    meas = d["measured_ms"]
-    if not isinstance(meas, Mapping) or not meas:
-        raise UserError("expected a mapping of phase -> ms (forward, backward)", source=src,
-                        field=f"{where}.measured_ms")
-    measured = {}
-    for k, v in meas.items():
-        _text(k, src, f"{where}.measured_ms", choices=PHASES)
-        measured[k] = _num(v, src, f"{where}.measured_ms.{k}")
-    if opt is None and "backward" in measured:
-        raise UserError("a backward phase needs an optimizer (null is for inference)",
-                        source=src, field=f"{where}.optimizer")
-    skip = _text(d["skip_reason"], src, f"{where}.skip_reason", nullable=True)
-    if preset is None and skip is None:
-        raise UserError("a point without a hardware preset needs a skip_reason", source=src,
-                        field=f"{where}.skip_reason")
-    return PublishedPoint(
-        id=pid, source=_text(d["source"], src, f"{where}.source"),
-        gpu=_text(d["gpu"], src, f"{where}.gpu"), preset=preset, placement=placement,
-        design=design, policy=policy, optimizer=opt, model=model, trace=trace, cfr=cfr,
-        record_miss_counter=miss_counter,
-        measured_ms={k: measured[k] for k in PHASES if k in measured},
-        role=_text(d["role"], src, f"{where}.role", choices=ROLES),
-        note=_text(d["note"], src, f"{where}.note"), skip_reason=skip)
-
-
-def load_points(path: str | Path = DATA_FILE) -> list[PublishedPoint]:
-    """Every point of a data file, validated (a bad one: UserError naming file and key)."""
-    src = str(path)
-    data = read_yaml(path, "published-points file")
-    if set(data) != {"points"}:
-        extra = sorted(set(data) - {"points"})
-        raise UserError(f"expected one top-level key 'points', got "
-                        f"{', '.join(map(str, extra or data))}", source=src,
-                        field=str(extra[0]) if extra else "points")
-    rows = data["points"]
-    if not isinstance(rows, list) or not rows:
-        raise UserError("expected a non-empty list of points", source=src, field="points")
-    points = [_point(r, src, f"points[{i}]") for i, r in enumerate(rows)]
-    seen: set[str] = set()
-    for i, p in enumerate(points):
-        if p.id in seen:
-            raise UserError(f"id '{p.id}' given twice; expected each id once", source=src,
-                            field=f"points[{i}].id")
-        seen.add(p.id)
-    return points
-
-
+# -- selecting ------------------------------------------------------------------------------
 def select(points: list[PublishedPoint], only: Sequence[str] | None) -> list[PublishedPoint]:
     """The points named by `--only` (all when None), in the file's order."""
     if not only:
@@ -342,7 +139,7 @@ def config_dict(p: PublishedPoint, *, num_batches: int, warmup_batches: int,
     }
     if p.policy is not None:
         d["cache"]["policy"] = p.policy
-    if p.record_miss_counter:  # a knob of the FBGEMM cache designs (lru-cache's points)
+    if p.cache.record_miss_counter:  # a knob of the FBGEMM cache designs (lru-cache's points)
         d["design_params"] = {p.design: {"record_miss_counter": True}}
     if capacity_rows is not None:
         d["cache"].update(capacity_rows=capacity_rows, load_factor=None)
@@ -373,13 +170,6 @@ def second_pass(run: Trace, timed: int) -> Trace:
 
 
 # -- running ---------------------------------------------------------------------------------
-def _phases(p: PublishedPoint, row: Mapping[str, Any]) -> dict[str, float]:
-    out = {}
-    for phase, stages in PHASE_STAGES[p.design].items():
-        out[phase] = sum(float(row.get(f"stage_{s}_ns", 0.0)) for s in stages) / 1e6
-    return out
-
-
 def _skipped(p: PublishedPoint, reason: str) -> list[PhaseResult]:
     return [PhaseResult(p, ph, None, ms, skipped=reason) for ph, ms in p.measured_ms.items()]
 
@@ -389,6 +179,7 @@ def run_point(p: PublishedPoint, run_cache: dict[Any, tuple[Trace, int]] | None 
     """Predict one point's phases (skipped, with the reason, when the model refuses it)."""
     from scratchpipe_sim.config import load_config
     from scratchpipe_sim.timing import build_trace, simulate
+    from scratchpipe_sim.timing.stage_columns import phases_ms
 
     if p.skip_reason is not None:
         return _skipped(p, p.skip_reason)
@@ -412,12 +203,12 @@ def run_point(p: PublishedPoint, run_cache: dict[Any, tuple[Trace, int]] | None 
             run_cache[key] = (second_pass(run, TIMED_BATCHES), distinct_rows(run))
             del run
         trace, distinct = run_cache[key]
-        capacity = max(1, math.ceil(distinct * float(p.cfr or 0.0)))
+        capacity = max(1, math.ceil(distinct * float(p.cache.cfr or 0.0)))
         cfg = load_config(config_dict(p, num_batches=TIMED_BATCHES,
                                       warmup_batches=FILL_BATCHES, cache_warmup=iters,
                                       capacity_rows=capacity))
         row = simulate(cfg, [p.design], trace=trace, replay_cache=replay_cache)[0]
-    phases = _phases(p, row)
+    phases = phases_ms(row, p.design)
     distinct_gen = float(row["unique"]) / max(int(row["measured_batches"]), 1)
     return [PhaseResult(p, ph, phases[ph], ms, distinct_generated=distinct_gen)
             for ph, ms in p.measured_ms.items()]

@@ -17,6 +17,7 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs.base import baseline_design
 from scratchpipe_sim.timing.machine import Machine
+from scratchpipe_sim.timing.stage_columns import stage_key
 from scratchpipe_sim.timing.trace_setup import AUTO_WARMUP_MAX_ACCESSES, steady
 
 
@@ -88,7 +89,7 @@ def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]
         busy = s.busy_now() - m.busy_at_window_start[s.name]
         row[f"busy_{s.name}"] = busy / window if window > 0 else 0.0
     for st in m.stage_order:
-        row[f"stage_{st}_ns"] = float(m.stage_ns[st][wu:].mean())
+        row[stage_key(st)] = float(m.stage_ns[st][wu:].mean())
     for k, v in w.extra.items():
         row[f"policy_{k}"] = v
     for k, v in m.counters.items():

@@ -25,7 +25,7 @@ from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.config.hardware import CpuConfig
 from scratchpipe_sim.cpu import host_bench as bench
-from scratchpipe_sim.cpu.host_bench import CpuMeasurements
+from scratchpipe_sim.cpu.host_bench import CpuMeasurements, PlanBatch
 from scratchpipe_sim.cpu.host_preset_fit import (
     cpu_preset_yaml,
     fit_aggregate,
@@ -116,7 +116,7 @@ def test_aggregation_without_varied_hits_fits_one_cost_per_lookup():
     # every point as on chip as the next: the split cannot be fitted; one a for every lookup
     # (the old two-term fit) and no on-chip key
     m = synthetic()
-    m.aggregate = [(rb, a, u, t, [[4.0, 0.3 * a]]) for rb, a, u, t, _h in m.aggregate]
+    m.aggregate = [a._replace(hits=[[4.0, 0.3 * a.lookups]]) for a in m.aggregate]
     v = fit_cpu(m, llc=(32.0, 16)).values
     assert "aggregate_onchip_ns_per_lookup" not in v
     assert v["aggregate_ns_per_lookup"] > 0 and v["aggregate_ns_per_row"] >= 0
@@ -126,8 +126,8 @@ def test_a_row_size_without_a_split_is_left_out_not_the_split():
     # 64 B rows: every point as on chip as the next (no split there); the other sizes'
     # exact split is still written, and says which size was left out
     m = synthetic()
-    m.aggregate = [(rb, a, u, t, [[4.0, 0.3 * a]] if rb == 64.0 else h)
-                   for rb, a, u, t, h in m.aggregate]
+    m.aggregate = [a._replace(hits=[[4.0, 0.3 * a.lookups]]) if a.row_bytes == 64.0 else a
+                   for a in m.aggregate]
     cal = fit_cpu(m, llc=(32.0, 16))
     assert cal.values["aggregate_ns_per_lookup"] == pytest.approx(AGG_LOOKUP, abs=0.006)
     assert cal.values["aggregate_onchip_ns_per_lookup"] == pytest.approx(AGG_HIT, abs=0.006)
@@ -158,12 +158,14 @@ def test_fit_aggregate_and_planner_recover_their_coefficients():
     assert (a, c) == (pytest.approx(12.5, rel=1e-9), pytest.approx(80.0, rel=1e-9))
     with pytest.raises(ValueError):  # one repetition: per lookup and per row are one term
         fit_aggregate([(n, n, 1e-3 * n) for n in (1e4, 2e4, 3e4)], 1.0)
-    b = [(i, e, (i * 55.0 + e * 150.0) * 1e-9) for i, e in ((1e5, 0), (2e5, 1e4), (1e5, 3e4))]
+    b = [PlanBatch(i, e, (i * 55.0 + e * 150.0) * 1e-9)
+         for i, e in ((1e5, 0), (2e5, 1e4), (1e5, 3e4))]
     assert fit_planner(b) == (pytest.approx(55.0, rel=1e-9), pytest.approx(150.0, rel=1e-9))
     # evictions per id constant: the two terms cannot be told apart
-    assert fit_planner([(1e5, 1e4, 1e-3), (2e5, 2e4, 2e-3), (3e5, 3e4, 3e-3)]) is None
+    assert fit_planner([PlanBatch(1e5, 1e4, 1e-3), PlanBatch(2e5, 2e4, 2e-3),
+                        PlanBatch(3e5, 3e4, 3e-3)]) is None
     # a negative per-eviction slope (noise) is refitted as zero: ids alone
-    neg = [(1e5, 0.0, 4e-3), (1e5, 1e4, 3.9e-3), (2e5, 2e4, 8e-3)]
+    neg = [PlanBatch(1e5, 0.0, 4e-3), PlanBatch(1e5, 1e4, 3.9e-3), PlanBatch(2e5, 2e4, 8e-3)]
     a, c = fit_planner(neg)
     assert c == 0.0 and a == pytest.approx((1e5 * 4e-3 + 1e5 * 3.9e-3 + 2e5 * 8e-3)
                                            / (2 * 1e10 + 4e10) * 1e9)
@@ -171,7 +173,7 @@ def test_fit_aggregate_and_planner_recover_their_coefficients():
 
 def test_planner_without_a_two_term_fit_writes_one_term():
     m = synthetic()
-    m.plan_batches = [(1e5, 1e4, 1e-3)] * 4  # no variation in evictions per id
+    m.plan_batches = [PlanBatch(1e5, 1e4, 1e-3)] * 4  # no variation in evictions per id
     v = fit_cpu(m).values
     assert v["plan_ns_per_id"] == 31.5 and v["plan_ns_per_eviction"] == 0.0
 
@@ -383,7 +385,7 @@ def test_pool_samples_remeasure_with_an_injected_timer(monkeypatch):
 
 def _flat_gather() -> CpuMeasurements:
     m = synthetic()
-    m.gather = [(rb, n, 1e-3 if rb == 128.0 else s) for rb, n, s in m.gather]
+    m.gather = [g._replace(seconds=1e-3) if g.row_bytes == 128.0 else g for g in m.gather]
     m.noisy = ["gather 128 B on 2 thread(s) at 100,000, 1,000,000 B (1000, 1000 us)"]
     m.remeasured = 6
     return m
@@ -418,3 +420,14 @@ def test_cli_writes_the_preset_with_a_warning_naming_the_noisy_points(tmp_path, 
     monkeypatch.setattr(bench, "measure_all", lambda threads, sizes, statistic: synthetic())
     assert main(["calibrate", "--cpu", "--out", str(out)]) == 0
     assert "WARNING" not in capsys.readouterr().err and "noisy" not in out.read_text()
+
+
+def test_measurements_are_named_records_written_as_lists():
+    """Each point is a named record read by its names; the JSON keeps the lists it had."""
+    m = synthetic()
+    doc = json.loads(m.to_json())
+    a = m.aggregate[0]
+    assert doc["aggregate"][0] == [a.row_bytes, a.lookups, a.unique_rows, a.seconds, a.hits]
+    assert doc["apply"][0] == ["sgd", 64.0, 1e5, 64.0, 0.01]
+    assert doc["plan_batches"][0] == [1e5, 0.0, 1e5 * 40e-9]
+    assert m.mix[0].alpha == 0.0 and m.onchip[0].hot_MiB == 1.0 and m.stream[0].nbytes == 1e7

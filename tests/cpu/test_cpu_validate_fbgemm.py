@@ -258,3 +258,25 @@ def test_calibrate_kernel_needs_cpu_and_the_package(tmp_path, capsys, monkeypatc
         monkeypatch.setitem(sys.modules, name, None)
     err = _one_line_error(capsys, ["calibrate", "--cpu", "--kernel", "fbgemm", "--out", out])
     assert 'pip install -e ".[peers]"' in err and not called
+
+
+def test_compared_stages_are_hybrids_declared_and_a_renamed_one_is_an_error(monkeypatch):
+    """The stages FBGEMM's calls are put beside are hybrid's own `phase_stages`; one its run
+    does not time is an error (the Machine's stage times would read zeros)."""
+    from scratchpipe_sim.cpu import fbgemm_tbe as fbgemm
+    from scratchpipe_sim.timing import build_trace
+    from scratchpipe_sim.timing.designs import DESIGNS
+    from scratchpipe_sim.timing.stage_columns import StageNotTimed
+
+    assert fbgemm.hybrid_stages() == {"cpu_gather": "forward",
+                                      "cpu_update": "backward + fused optimizer"}
+    cfg = _cfg()
+    trace = build_trace(cfg, cache=False)
+    replays = fbgemm.Replays(cfg, trace, cached=False)
+    pred = fbgemm.predicted_stages(cfg, trace, replays)
+    assert list(pred) == ["cpu_gather", "cpu_update"]
+    assert all(len(v) == cfg.model.num_batches and v.sum() > 0 for v in pred.values())
+    monkeypatch.setattr(DESIGNS.get("hybrid"), "phase_stages",
+                        {"forward": ("cpu_gathr",), "backward": ("cpu_update",)})
+    with pytest.raises(StageNotTimed, match="design 'hybrid' timed no stage 'cpu_gathr'"):
+        fbgemm.predicted_stages(cfg, trace, replays)

@@ -28,6 +28,7 @@ from scratchpipe_sim.measure.presets import write_preset
 from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy
 from scratchpipe_sim.policies.scratchpipe import min_scratchpipe_capacity
 from scratchpipe_sim.timing import build_trace, simulate
+from scratchpipe_sim.timing.stage_columns import StageNotTimed
 
 
 def _gpu_here() -> bool:
@@ -158,8 +159,9 @@ def test_measured_stages_maps_pipeline_timers_to_model_stages():
 
 
 def test_compare_error_percent_and_targets():
-    pred = {"stage_plan_ns": 110.0, "stage_train_ns": 50.0, "iter_ns_mean": 230.0}
-    rows = compare(pred, {"plan": 100.0, "train": 100.0, "collect": 5.0, "iteration": 200.0})
+    pred = {"design": "scratchpipe", "stage_plan_ns": 110.0, "stage_train_ns": 50.0,
+            "iter_ns_mean": 230.0}
+    rows = compare(pred, {"plan": 100.0, "train": 100.0, "iteration": 200.0})
     assert [r.item for r in rows] == ["plan", "train", "iteration"]
     assert rows[0].error_pct == pytest.approx(10.0) and rows[0].ok
     assert rows[1].error_pct == pytest.approx(-50.0) and not rows[1].ok
@@ -167,6 +169,9 @@ def test_compare_error_percent_and_targets():
     assert Row("x", 1.0, 0.0, 10).error_pct == float("inf")
     table = format_table(rows)
     assert "plan" in table and "+10.0" in table and "NO" in table
+    # a measured stage the prediction did not time (a renamed stage): an error, not skipped
+    with pytest.raises(StageNotTimed, match="design 'scratchpipe' timed no stage 'collect'"):
+        compare(pred, {"plan": 100.0, "collect": 5.0})
 
 
 SMALL = {

@@ -23,6 +23,11 @@ if importlib.util.find_spec("numba_cuda") is None:
 SIM = runtime.try_use_simulator()
 
 from scratchpipe_sim.cuda import published_shapes as P  # noqa: E402
+from scratchpipe_sim.cuda import tbe_backward_plan as BP  # noqa: E402
+from scratchpipe_sim.cuda import tbe_kernels as K  # noqa: E402
+from scratchpipe_sim.cuda import tbe_measure as M  # noqa: E402
+from scratchpipe_sim.cuda import tbe_shapes as S  # noqa: E402
+from scratchpipe_sim.cuda import tbe_tables as TT  # noqa: E402
 
 cuda = runtime.cuda()
 T, ROWS, D, N = 3, 50, 8, 64
@@ -50,7 +55,7 @@ def test_forward_rows_equal_table_rows():
     table = rng.standard_normal((T * ROWS, D)).astype(np.float32)
     ids = _ids()
     out = cuda.device_array((N, D), np.float32)
-    P.forward(cuda.to_device(table), cuda.to_device(ids.astype(np.int32)), out)
+    K.forward(cuda.to_device(table), cuda.to_device(ids.astype(np.int32)), out)
     assert np.array_equal(out.copy_to_host(), table[ids])
 
 
@@ -60,13 +65,13 @@ def test_backward_sgd_matches_numpy(chunk_rows):
     table = rng.standard_normal((T * ROWS, D)).astype(np.float32)
     grad = rng.standard_normal((N, D)).astype(np.float32)
     ids = _ids(3)
-    plan = P.plan_backward(ids, chunk_rows)
+    plan = BP.plan_backward(ids, chunk_rows)
     if chunk_rows == 4:
         assert len(plan.long_rows) >= 2 and len(plan.chunk_lo) > len(plan.long_rows)
     else:
         assert len(plan.long_rows) == 0
     d_table = cuda.to_device(table)
-    P.backward_sgd(d_table, cuda.to_device(grad), P.DevicePlan(plan, D), LR)
+    K.backward_sgd(d_table, cuda.to_device(grad), BP.DevicePlan(plan, D), LR)
     got = d_table.copy_to_host()
     np.testing.assert_allclose(got, _sgd_reference(table, ids, grad), rtol=1e-6, atol=1e-6)
     untouched = np.setdiff1d(np.arange(T * ROWS), ids)
@@ -76,7 +81,7 @@ def test_backward_sgd_matches_numpy(chunk_rows):
 
 def test_plan_covers_every_lookup_once():
     ids = _ids(4)
-    plan = P.plan_backward(ids, 4)
+    plan = BP.plan_backward(ids, 4)
     assert plan.unique_rows == len(np.unique(ids))
     assert np.array_equal(np.sort(plan.order), np.arange(N))
     ranges = [(lo, hi, r) for lo, hi, r in zip(plan.short_lo, plan.short_hi, plan.short_rows,
@@ -90,7 +95,7 @@ def test_plan_covers_every_lookup_once():
         covered[lo:hi] += 1
         assert (ids[plan.order[lo:hi]] == r).all()
     assert (covered == 1).all()
-    empty = P.plan_backward(np.zeros(0, np.int64))
+    empty = BP.plan_backward(np.zeros(0, np.int64))
     assert empty.unique_rows == 0 and len(empty.order) == 0
 
 
@@ -99,12 +104,12 @@ def test_plan_covers_every_lookup_once():
 def test_measure_path_runs(placement, alloc):
     """The CLI's measurement loop on a tiny shape: placement, plans, warm-up and timed
     iterations run (the kernels' numbers are checked above; the simulator has no timing)."""
-    base = dataclasses.replace(P.PUBLISHED[placement], rows_per_table=ROWS,
+    base = dataclasses.replace(S.published()[placement], rows_per_table=ROWS,
                                samples_per_table=20, dim=D)
-    shape = P.RunShape(base, T, 1.0)
+    shape = S.RunShape(base, T, 1.0)
     rng = np.random.default_rng(5)
     batches = [rng.integers(0, T * ROWS, shape.lookups) for _ in range(2)]
-    times = P.measure(shape, batches, iters=2, warmup_iters=1, lr=LR, alloc=alloc)
+    times = M.measure(shape, batches, iters=2, warmup_iters=1, lr=LR, alloc=alloc)
     assert times.forward_ms == [] and times.backward_ms == []
     assert times.distinct_ids == [len(np.unique(b)) for b in batches]
     assert len(times.host_sort_ms) == 2
@@ -112,11 +117,11 @@ def test_measure_path_runs(placement, alloc):
 
 
 def test_allocated_table_holds_value_and_kernels_update_it():
-    t, how = P.allocate_table(ROWS, D, "MANAGED", "managed", value=0.5)
+    t, how = TT.allocate_table(ROWS, D, "MANAGED", "managed", value=0.5)
     assert "simulator" in how
     ids = _ids(6) % ROWS
     grad = np.ones((N, D), np.float32)
-    P.backward_sgd(t, cuda.to_device(grad), P.DevicePlan(P.plan_backward(ids), D), LR)
+    K.backward_sgd(t, cuda.to_device(grad), BP.DevicePlan(BP.plan_backward(ids), D), LR)
     host = t if isinstance(t, np.ndarray) else t.copy_to_host()
     counts = np.bincount(ids, minlength=ROWS).astype(np.float32)
     np.testing.assert_allclose(host, 0.5 - LR * counts[:, None] * np.ones((1, D)), rtol=1e-6)
@@ -124,14 +129,14 @@ def test_allocated_table_holds_value_and_kernels_update_it():
 
 def test_pattern_twin():
     a = cuda.device_array((9, 40), np.float32)
-    P.fill_pattern(a, 1e-3, 0.25)
-    assert np.array_equal(a.copy_to_host(), P.pattern(9, 40, 1e-3, 0.25))
+    K.fill_pattern(a, 1e-3, 0.25)
+    assert np.array_equal(a.copy_to_host(), K.pattern(9, 40, 1e-3, 0.25))
 
 
 def test_model_prediction_uses_the_measured_ids():
-    shape = P.RunShape(P.PUBLISHED["DEVICE"], 2, 1e-4)
+    shape = S.RunShape(S.published()["DEVICE"], 2, 1e-4)
     assert (shape.rows_per_table, shape.samples_per_table) == (168, 10)
-    ids, pred = P.predict(shape, 3, "h200-gen5")
+    ids, pred = S.predict(shape, 3, "h200-gen5")
     assert len(ids) == 3 and all(len(b) == 20 for b in ids)
     assert all(b[:10].max() < 168 <= b[10:].min() for b in ids)  # table 1 after table 0
     assert pred["forward"] > 0 and pred["backward"] > 0
@@ -144,12 +149,46 @@ def test_model_prediction_uses_the_measured_ids():
 
 
 def test_published_defaults():
-    dev, man = P.PUBLISHED["DEVICE"], P.PUBLISHED["MANAGED"]
+    dev, man = S.published()["DEVICE"], S.published()["MANAGED"]
     assert (dev.tables, dev.rows_per_table, dev.samples_per_table, dev.dim) == \
         (10, 1_677_721, 104_857, 128)
     assert man.rows_per_table == 26_843_545
-    assert P.RunShape(dev, 10, 1.0).lookups == 1_048_570
-    assert P.RunShape(dev, 10, 1.0).is_published and not P.RunShape(man, 2, 1.0).is_published
+    assert S.RunShape(dev, 10, 1.0).lookups == 1_048_570
+    assert S.RunShape(dev, 10, 1.0).is_published and not S.RunShape(man, 2, 1.0).is_published
+
+
+def test_published_shapes_are_the_data_files_points():
+    """Each placement's shape is its point of the shipped data file (one source), with its
+    design's declared stage per phase."""
+    from scratchpipe_sim.config.published_points import load_points
+    from scratchpipe_sim.timing.designs import DESIGNS
+
+    points = {p.id: p for p in load_points()}
+    for placement, shape in S.published().items():
+        pt = points[S.PLACEMENT_POINTS[placement]]
+        assert (shape.point, shape.placement, shape.design) == (pt.id, pt.placement, pt.design)
+        assert (shape.tables, shape.rows_per_table, shape.samples_per_table, shape.dim) == \
+            (pt.model.tables, pt.model.rows_per_table, pt.model.batch_size, pt.model.dim)
+        assert (shape.forward_ms, shape.backward_ms) == (pt.measured_ms.forward,
+                                                         pt.measured_ms.backward)
+        assert shape.alpha == pt.trace.alpha
+        assert shape.distinct_ids_per_iter == pt.trace.distinct_ids_per_iter
+        declared = DESIGNS.get(pt.design).phase_stages
+        assert shape.stages == (*declared["forward"], *declared["backward"])
+
+
+def test_managed_table_over_the_memory_guards_budget_is_refused(monkeypatch):
+    """The MANAGED table's check is the memory guard's: SCRATCHPIPE_MEMORY_BYTES caps it."""
+    from scratchpipe_sim.errors import UserError
+
+    shape = S.RunShape(S.published()["MANAGED"], 1, 1e-3)  # 26,844 rows x 512 B
+    need = shape.table_bytes
+    assert need == 26_844 * 128 * 4
+    monkeypatch.setenv("SCRATCHPIPE_MEMORY_BYTES", str(need))  # 80% of it: too little
+    with pytest.raises(UserError, match="MANAGED table"):
+        S.check_host_memory(shape)
+    monkeypatch.setenv("SCRATCHPIPE_MEMORY_BYTES", str(int(need / 0.8) + 1))
+    S.check_host_memory(shape)
 
 
 @pytest.mark.skipif("runtime.gpu_status().usable and not SIM",
@@ -198,15 +237,15 @@ def test_cli_rejects_bad_arguments(capsys):
 
 @pytest.mark.skipif("runtime._driver_present()", reason="checks the no-driver fallback")
 def test_advice_without_a_driver_says_why():
-    assert "not found" in P._advise_host_resident(0, 0, 0)
+    assert "not found" in TT._advise_host_resident(0, 0, 0)
 
 
 PTX_CHECK = """
 import sys
 from numba import cuda, float32, int32
-from scratchpipe_sim.cuda import published_shapes as P
+from scratchpipe_sim.cuda import tbe_kernels
 try:
-    K = P.kernels()
+    K = tbe_kernels.kernels()
     f2, i1 = float32[:, ::1], int32[::1]
     sigs = {"gather_unpooled": (f2, i1, f2), "sgd_short": (f2, f2, i1, i1, i1, i1, float32),
             "chunk_sums": (f2, i1, i1, i1, f2), "sgd_long": (f2, f2, i1, i1, float32),

@@ -5,6 +5,7 @@ this is a shared machine)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 
@@ -13,33 +14,41 @@ import pytest
 import yaml
 
 from scratchpipe_sim.cli import main
+from scratchpipe_sim.config import published_points as PP
 from scratchpipe_sim.config.model import OPTIMIZERS
 from scratchpipe_sim.experiments import published as P
+from scratchpipe_sim.timing import stage_columns
+from scratchpipe_sim.timing.designs import DESIGNS
 
 REQUIRED = {"id", "source", "gpu", "preset", "placement", "design", "policy", "optimizer",
             "model", "trace", "cache", "measured_ms", "role", "note", "skip_reason"}
 
 
 def _raw() -> dict:
-    return yaml.safe_load(P.DATA_FILE.read_text(encoding="utf-8"))
+    return yaml.safe_load(PP.DATA_FILE.read_text(encoding="utf-8"))
 
 
 def test_data_file_loads_and_every_row_has_every_field():
     raw = _raw()["points"]
     for row in raw:
         assert set(row) == REQUIRED, row.get("id")
-        assert set(row["model"]) == set(P._MODEL_KEYS)
-        assert set(row["trace"]) == set(P._TRACE_KEYS)
-        assert set(row["cache"]) == set(P._CACHE_KEYS)
+        for key, cls in (("model", PP.PublishedModel), ("trace", PP.PublishedTrace),
+                         ("cache", PP.PublishedCache)):
+            assert set(row[key]) == {f.name for f in dataclasses.fields(cls)}
         assert row["source"].startswith("https://")
-    points = P.load_points()
+    points = PP.load_points()
     assert [p.id for p in points] == [r["id"] for r in raw]
+    assert REQUIRED == {f.name for f in dataclasses.fields(PP.PublishedPoint)}
     roles = {p.id: p.role for p in points}
     assert {k for k, v in roles.items() if v == "fit"} == {"T1.2", "T1.6", "T1.10"}
     for pid in ("T1.1", "T1.3", "T1.4", "T1.5", "T1.7", "T1.8", "T1.9"):
         assert roles[pid] == "check"
+    # the data file's placements (config layer) and the designs' own embedding_location
+    # (timing layer) say the same: neither can drift alone
+    assert P.placement_designs() == PP.PLACEMENT_DESIGNS
     for p in points:
         assert p.design == P.placement_designs()[p.placement]
+        assert p.design == PP.PLACEMENT_DESIGNS[p.placement]
         assert p.preset is not None or p.skip_reason
 
 
@@ -67,6 +76,28 @@ def _without(d: dict, key: str) -> dict:
     (lambda r: {**r, "optimizer": "sgdd"}, "points[0].optimizer"),
     (lambda r: {**r, "measured_ms": {"forward": -1.0}}, "points[0].measured_ms.forward"),
     (lambda r: {**r, "design": "uvm"}, "points[0].design"),
+    # each field's own rules (its metadata, through config/schema.build)
+    (lambda r: {**r, "colour": "red"}, "points[0].colour"),
+    (lambda r: {**r, "model": {**r["model"], "dim": 0}}, "points[0].model.dim"),
+    (lambda r: {**r, "model": {**r["model"], "tables": 2.5}}, "points[0].model.tables"),
+    (lambda r: {**r, "trace": {**r["trace"], "generator": "zipff"}}, "points[0].trace.generator"),
+    (lambda r: {**r, "trace": {**r["trace"], "alpha": True}}, "points[0].trace.alpha"),
+    (lambda r: {**r, "cache": {**r["cache"], "record_miss_counter": "yes"}},
+     "points[0].cache.record_miss_counter"),
+    (lambda r: {**r, "measured_ms": {"fwd": 1.0}}, "points[0].measured_ms.fwd"),
+    (lambda r: {**r, "role": "tune"}, "points[0].role"),
+    (lambda r: {**r, "id": None}, "points[0].id"),
+    # the rules between fields (PublishedPoint.check)
+    (lambda r: {**r, "note": "  "}, "points[0].note"),
+    (lambda r: {**r, "measured_ms": {}}, "points[0].measured_ms"),
+    (lambda r: {**r, "optimizer": None}, "points[0].optimizer"),
+    (lambda r: {**r, "policy": "lru"}, "points[0].policy"),
+    (lambda r: {**r, "preset": None}, "points[0].skip_reason"),
+    (lambda r: {**r, "placement": "MANAGED_CACHING", "design": "lru-cache", "policy": "lru"},
+     "points[0].cache.cfr"),
+    (lambda r: {**r, "placement": "MANAGED_CACHING", "design": "lru-cache", "policy": "lru",
+                "cache": {"cfr": 0.1, "record_miss_counter": False},
+                "trace": {**r["trace"], "iterations": 2}}, "points[0].trace.iterations"),
 ])
 def test_bad_data_file_is_one_line_naming_file_and_key(change, field, tmp_path, capsys):
     path = _write(tmp_path, [change(_t12())])
@@ -74,6 +105,26 @@ def test_bad_data_file_is_one_line_naming_file_and_key(change, field, tmp_path, 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert str(path) in err and field in err, err
+
+
+@pytest.mark.parametrize("doc, field", [
+    ({"points": []}, "points"),
+    ({"points": [], "extra": 1}, "extra"),
+    ({"points": {"id": "T1.2"}}, "points"),
+])
+def test_bad_data_file_shape_is_one_line(doc, field, tmp_path, capsys):
+    path = tmp_path / "points.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    assert main(["validate", "--published", "--data", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err and field in err, err
+
+
+def test_an_id_given_twice_names_the_second(tmp_path, capsys):
+    path = _write(tmp_path, [_t12(), _t12()])
+    assert main(["validate", "--published", "--data", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "points[1].id" in err and "twice" in err and len(err.splitlines()) == 1
 
 
 def test_unknown_only_id_config_with_published_and_missing_data_are_one_line(capsys):
@@ -105,7 +156,7 @@ def test_refused_optimizer_and_missing_preset_are_skipped_not_errors(tmp_path, c
     adam = {**_t12(), "id": "X.adam", "optimizer": "adam"}
     nopreset = {**_t12(), "id": "X.none", "preset": None, "skip_reason": "no preset yet"}
     path = _write(tmp_path, [adam, nopreset])
-    res = P.run_points(P.load_points(path))
+    res = P.run_points(PP.load_points(path))
     assert len(res) == 4 and res[2].skipped == "no preset yet"
     assert res[2].predicted_ms is None and res[2].factor is None
     if "adam" not in OPTIMIZERS:  # today; once adam is modelled the point simply runs
@@ -139,7 +190,7 @@ def _tiny_caching(cfr: float) -> dict:
 
 def test_caching_point_runs_and_a_smaller_cache_costs_more_forward(tmp_path):
     path = _write(tmp_path, [_tiny_caching(1.0), _tiny_caching(0.2)])
-    full, small = [r for r in P.run_points(P.load_points(path)) if r.phase == "forward"]
+    full, small = [r for r in P.run_points(PP.load_points(path)) if r.phase == "forward"]
     assert math.isfinite(full.predicted_ms) and full.predicted_ms > 0
     # cfr 1.0 holds the whole run (lru: no misses on the second pass); 0.2 misses
     assert small.predicted_ms > full.predicted_ms
@@ -155,7 +206,29 @@ GUARD_BAND = (1 / 1.25, 1.25)
 def test_regression_guard_predictions_within_the_factor_reached(pid):
     """A regression guard at the factor the model reaches on these points (issue 24's goal,
     1.25x): a model change that moves one of them off fails here."""
-    res = P.run_points(P.select(P.load_points(), [pid]))
+    res = P.run_points(P.select(PP.load_points(), [pid]))
     assert len(res) == 2
     for r in res:
         assert GUARD_BAND[0] <= r.factor <= GUARD_BAND[1], (r.phase, r.factor)
+
+
+def test_a_renamed_stage_fails_the_point_instead_of_predicting_zero(tmp_path, monkeypatch):
+    """A stage the design's declared phases name but its run does not time: an error, where
+    the old `row.get("stage_..._ns", 0.0)` predicted 0 ms."""
+    r = _t12()
+    r["model"].update(tables=2, rows_per_table=2000, batch_size=200)
+    path = _write(tmp_path, [r])
+    (point,) = PP.load_points(path)
+    ok = P.run_point(point, replay_cache=False)
+    assert all(x.predicted_ms > 0 for x in ok)
+    monkeypatch.setattr(DESIGNS.get("gpu-only"), "phase_stages",
+                        {"forward": ("gpu_gathr",), "backward": ("gpu_update",)})
+    with pytest.raises(stage_columns.StageNotTimed, match="no stage 'gpu_gathr'"):
+        P.run_point(point, replay_cache=False)
+
+
+def test_a_missing_key_says_what_it_holds(tmp_path, capsys):
+    path = _write(tmp_path, [_without(_t12(), "gpu")])
+    assert main(["validate", "--published", "--data", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("points[0].gpu: required key missing (the GPU, as published)"), err

@@ -728,17 +728,17 @@ def _busy(kind: str):
 
     m = synthetic()
     if kind == "stream":  # the stream read got slower with size... and then faster
-        m.stream = [(s, 5e-3 - i * 1e-3) for i, (s, _) in enumerate(m.stream)]
+        m.stream = [s._replace(seconds=5e-3 - i * 1e-3) for i, s in enumerate(m.stream)]
         m.noisy = ["stream read at 10,000,000, 40,000,000 B (5000, 4000 us)"]
     elif kind == "gather":  # every gather curve flat
-        m.gather = [(rb, n, 1e-3) for rb, n, _ in m.gather]
+        m.gather = [g._replace(seconds=1e-3) for g in m.gather]
         m.noisy = ["gather 64 B on 2 thread(s) at 100,000, 1,000,000 B (1000, 1000 us)"]
     elif kind == "everything":  # every size curve flat or falling
-        m.stream = [(s, 1e-3) for s, _ in m.stream]
-        m.copy = [(s, 2e-3) for s, _ in m.stream]
-        m.gather = [(rb, n, 1e-3) for rb, n, _ in m.gather]
-        m.gather_one = [(rb, n, 2e-3 / n) for rb, n, _ in m.gather_one]
-        m.scaling = [(t, rb, n, 1e-3) for t, rb, n, _ in m.scaling]
+        m.stream = [s._replace(seconds=1e-3) for s in m.stream]
+        m.copy = [s._replace(seconds=2e-3) for s in m.stream]
+        m.gather = [g._replace(seconds=1e-3) for g in m.gather]
+        m.gather_one = [g._replace(seconds=2e-3 / g.nbytes) for g in m.gather_one]
+        m.scaling = [s._replace(seconds=1e-3) for s in m.scaling]
     m.remeasured = 9
     return m
 

@@ -66,6 +66,9 @@ class Design(ABC):
     #: its own parameters: a frozen dataclass (field metadata as the config's), set as
     #: `design_params.NAME`; None: it takes none
     Params: ClassVar[type | None] = None
+    #: the TBE phases its stages make up: phase -> the `m.stage` names summed into it (MLP
+    #: and input copies left out), what published points and peers compare; empty: none
+    phase_stages: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: the FBGEMM EmbeddingLocation a published GPU point that runs as this design names
     #: (`validate --published`'s `placement`); None: no published point runs it
     embedding_location: ClassVar[str | None] = None

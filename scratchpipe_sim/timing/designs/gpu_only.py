@@ -21,6 +21,7 @@ class GpuOnly(Design):
     order = 10
     embedding_location = "DEVICE"
     summary = "every table in HBM (infinite capacity ideal)"
+    phase_stages = {"forward": ("gpu_gather",), "backward": ("gpu_update",)}
 
     def workload_key(self) -> WorkloadKey:
         return WorkloadKey(None, where="device")

@@ -19,6 +19,7 @@ class Hybrid(Design):
     order = 0
     baseline = True
     summary = "tables in CPU DRAM, CPU gathers/updates, pooled vectors over PCIe"
+    phase_stages = {"forward": ("cpu_gather",), "backward": ("cpu_update",)}
 
     def workload_key(self) -> WorkloadKey:
         return WorkloadKey(None, where="host")

@@ -27,6 +27,7 @@ class LruCache(Design):
     embedding_location = "MANAGED_CACHING"
     summary = "on-demand cache: misses fetched and evictions written back before training"
     Params = FbgemmCacheParams
+    phase_stages = {"forward": ("fetch", "forward"), "backward": ("backward",)}
 
     def workload_key(self) -> WorkloadKey:
         return cache_key(self)

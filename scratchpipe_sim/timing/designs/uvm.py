@@ -24,6 +24,7 @@ class Uvm(Design):
     order = 70
     embedding_location = "MANAGED"
     summary = "tables in host memory read and updated in place over UVM (FBGEMM MANAGED)"
+    phase_stages = {"forward": ("forward",), "backward": ("backward",)}
 
     def workload_key(self) -> WorkloadKey:
         return WorkloadKey(None, where="host")
