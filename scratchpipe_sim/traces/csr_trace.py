@@ -26,12 +26,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.safety.limits import env_number
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._pages import read_only_mapping, release, spilled_copy
 
 DEFAULT_CHUNK_ACCESSES = 1 << 22
+#: environment variable overriding DEFAULT_CHUNK_ACCESSES (tests replay at chunk sizes of
+#: one batch, an odd size and more than the trace; results never depend on it)
+CHUNK_ENV = "SCRATCHPIPE_CHUNK_ACCESSES"
 #: the arrays a trace's content digest covers, in this order
 CONTENT_ARRAYS = ("table_rows", "indices", "offsets", "batch_bounds")
 _HASH_BLOCK = 1 << 24  # bytes hashed per step (bounded memory for memory-mapped traces)
+#: bags whose rebased offsets a slice of a memory-mapped trace keeps in memory (16 MiB);
+#: more are spilled to a temporary file (`_pages.spilled_copy`)
+_REBASE_IN_MEMORY = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -126,7 +134,9 @@ class Trace:
         ptr = self._memo.get("ptr")
         if ptr is not None:
             return ptr
-        return np.asarray(self.offsets[np.asarray(self.batch_bounds)], dtype=np.int64)
+        ptr = np.asarray(self.offsets[np.asarray(self.batch_bounds)], dtype=np.int64)
+        release(self.offsets, 0, len(self.offsets))  # a page a batch of a mapped trace
+        return ptr
 
     def largest_batch(self, ptr: np.ndarray | None = None) -> int:
         """Most accesses in one batch (at least 1); `ptr`: `batch_access_ptr()`, if at hand.
@@ -160,9 +170,10 @@ class Trace:
         if start == 0 and stop == self.num_batches:
             return self
         bounds = np.asarray(self.batch_bounds[start : stop + 1], np.int64)
-        offs = np.asarray(self.offsets[int(bounds[0]) : int(bounds[-1]) + 1], np.int64)
-        indices = self.indices[int(offs[0]) : int(offs[-1])]
-        part = dataclasses.replace(self, indices=indices, offsets=offs - offs[0],
+        view = self.offsets[int(bounds[0]) : int(bounds[-1]) + 1]
+        lo, hi = int(view[0]), int(view[-1])
+        indices = self.indices[lo:hi]
+        part = dataclasses.replace(self, indices=indices, offsets=_rebased(view, lo),
                                    batch_bounds=bounds - bounds[0])
         part._memo["parent"] = (self, int(start), int(stop))
         return part
@@ -232,7 +243,7 @@ class Trace:
         return self
 
     def iter_chunks(
-        self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0,
+        self, max_accesses: int | None = None, start_batch: int = 0,
         max_batches: int | None = None, ptr: np.ndarray | None = None,
         reuse_buffers: bool = False,
     ) -> Iterator[Chunk]:
@@ -270,6 +281,9 @@ class Trace:
         raw = np.asarray(self.indices[offs[0] : offs[-1]])
         ids, tables = _linearize(raw, offs - offs[0], bounds, self.table_offsets,
                                  self.num_tables, buffers)
+        # the chunk holds copies: a mapped trace's pages go back (bounded resident set)
+        release(self.indices, int(offs[0]), int(offs[-1]))
+        release(self.offsets, lo, hi + 1)
         return Chunk(k, int(offs[0]), ids, tables, bptr)
 
     def chunk_ids(self, k: int, end: int, ptr: np.ndarray | None = None,
@@ -294,9 +308,11 @@ class Trace:
         ids = np.asarray(raw)
         if ids.dtype != np.int64 or not ids.flags.writeable or not ids.flags.c_contiguous:
             if buffers is None:
-                return np.array(raw, dtype=np.int64)
-            out = buffers.take(len(ids))[0]
-            np.copyto(out, ids, casting="unsafe")
+                out = np.array(raw, dtype=np.int64)
+            else:
+                out = buffers.take(len(ids))[0]
+                np.copyto(out, ids, casting="unsafe")
+            release(self.indices, lo, hi)  # copied: a mapped trace's pages go back
             return out
         return ids
 
@@ -310,12 +326,13 @@ class Trace:
             self._memo["zeros"] = z
         return z[:n]
 
-    def chunk_starts(self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0,
+    def chunk_starts(self, max_accesses: int | None = None, start_batch: int = 0,
                      ptr: np.ndarray | None = None,
                      max_batches: int | None = None) -> list[int]:
         """First batch of every chunk `iter_chunks` yields, then `num_batches` (no data read
         beyond the batch pointers), so a caller can walk the chunks in any order."""
         ptr = self.batch_access_ptr() if ptr is None else ptr
+        max_accesses = chunk_size(max_accesses)
         starts, k, nb_ = [start_batch], start_batch, self.num_batches
         step = nb_ if max_batches is None else max(1, int(max_batches))
         while k < nb_:
@@ -429,6 +446,14 @@ class Trace:
                      np.asarray(bounds, np.int64), batch_size, meta or {}, source)
 
 
+def chunk_size(max_accesses: int | None = None) -> int:
+    """Accesses per chunk: `max_accesses` if given, else $SCRATCHPIPE_CHUNK_ACCESSES, else
+    `DEFAULT_CHUNK_ACCESSES`."""
+    if max_accesses is not None:
+        return int(max_accesses)
+    return int(env_number(CHUNK_ENV, DEFAULT_CHUNK_ACCESSES, minimum=1))
+
+
 def _hash_array(h: hashlib._Hash, arr: np.ndarray) -> None:
     """Feed `arr` to `h` as little-endian int64, a block at a time (a memory-mapped array
     is never copied whole)."""
@@ -437,6 +462,18 @@ def _hash_array(h: hashlib._Hash, arr: np.ndarray) -> None:
     for lo in range(0, len(flat), step):
         block = np.ascontiguousarray(flat[lo : lo + step], dtype="<i8")
         h.update(memoryview(block).cast("B"))
+        release(flat, lo, lo + step)
+
+
+def _rebased(offsets: np.ndarray, base: int) -> np.ndarray:
+    """A slice's offsets (`offsets - base`, int64) without a copy of one int64 a bag in
+    memory: the view itself when nothing moves; a spilled, mapped copy when the view is
+    mapped from a file and large (a production-scale trace's timed slice)."""
+    if base == 0 and np.dtype(offsets.dtype) == np.int64:
+        return offsets
+    if len(offsets) > _REBASE_IN_MEMORY and read_only_mapping(offsets):
+        return spilled_copy(offsets, base, f"the rebased offsets of {len(offsets) - 1} bags")
+    return np.asarray(offsets, np.int64) - base
 
 
 #: slices made by `slice_trace`, per parent trace object (the parent is kept in the entry, so
