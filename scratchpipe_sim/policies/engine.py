@@ -34,6 +34,7 @@ from scratchpipe_sim.policies.base import (
     WRITEBACKS,
     Policy,
 )
+from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.safety.limits import env_number
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces._pages import read_at, spill_file, write_at
@@ -56,7 +57,7 @@ NUM_COUNTERS = len(COUNTERS)
 MAX_CHUNK_BATCHES = 1 << 16
 #: next uses kept in memory up to this many bytes (64 MiB: the quickstart's 15.7M int32);
 #: more go to a temporary file, written by the backward pass and read back a chunk at a time
-NEXT_USE_MEMORY_BYTES = 1 << 26
+NEXT_USE_MEMORY_BYTES = memory_guard.NEXT_USE_MEMORY_BYTES
 #: environment variable overriding NEXT_USE_MEMORY_BYTES (0: always on disk, as tests force)
 NEXT_USE_MEMORY_ENV = "SCRATCHPIPE_NEXT_USE_MEMORY_BYTES"
 #: next uses are int32 below this many accesses (every position and `NO_NEXT_USE_32` fit)

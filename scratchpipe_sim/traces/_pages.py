@@ -29,6 +29,10 @@ from scratchpipe_sim import cache_dir
 from scratchpipe_sim.safety.memory_guard import check_disk
 
 _PAGE = mmap.PAGESIZE
+#: bytes released beyond each end of a range: a read fault maps the neighbouring pages
+#: already in the page cache too (Linux's fault-around, 64 KiB by default), so pages just
+#: outside the range read may be resident as well
+_AROUND = 64 << 10
 _MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 _LIBC: list = []  # the C library's madvise, loaded on first use ([None] where there is none)
 #: bytes a spilled array's temporary file is allowed beyond its own size before the disk
@@ -64,16 +68,18 @@ def read_only_mapping(arr: np.ndarray) -> bool:
 
 
 def release(arr: np.ndarray, lo: int, hi: int) -> None:
-    """Drop the resident pages of entries lo..hi-1 of a 1-D read-only memory-mapped array
-    (whole pages, rounded outwards: a neighbour's page is read back on its next use)."""
+    """Drop the resident pages of entries lo..hi-1 of a 1-D read-only memory-mapped array,
+    and of up to `_AROUND` bytes on either side within the array (whole pages, rounded
+    outwards: a neighbour's page is read back on its next use)."""
     if hi <= lo or not read_only_mapping(arr) or not arr.flags.c_contiguous:
         return
     fn = _madvise()
     if fn is None:
         return
     item = arr.itemsize
-    start = arr.ctypes.data + int(lo) * item
-    end = arr.ctypes.data + int(min(hi, len(arr))) * item
+    base = arr.ctypes.data
+    start = max(base, base + int(lo) * item - _AROUND)
+    end = min(base + len(arr) * item, base + int(hi) * item + _AROUND)
     start -= start % _PAGE  # the mapping starts on a page boundary at or before the data
     end += -end % _PAGE  # and its last page is mapped whole
     if end > start:

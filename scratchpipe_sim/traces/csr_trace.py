@@ -27,10 +27,12 @@ import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety.limits import env_number
+from scratchpipe_sim.safety.memory_guard import CHUNK_ACCESSES
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces._pages import read_only_mapping, release, spilled_copy
 
-DEFAULT_CHUNK_ACCESSES = 1 << 22
+#: accesses per chunk of a pass (the memory guard's working-set estimate is built on it)
+DEFAULT_CHUNK_ACCESSES = CHUNK_ACCESSES
 #: environment variable overriding DEFAULT_CHUNK_ACCESSES (tests replay at chunk sizes of
 #: one batch, an odd size and more than the trace; results never depend on it)
 CHUNK_ENV = "SCRATCHPIPE_CHUNK_ACCESSES"
@@ -118,6 +120,12 @@ class Trace:
         return np.concatenate(([0], np.cumsum(self.table_rows, dtype=np.int64)[:-1])).astype(
             np.int64
         )
+
+    @property
+    def mapped(self) -> bool:
+        """Whether the ids are memory-mapped read-only from a file (a `.sptrace`): passes
+        then hold a chunk at a time, not the trace (`memory_guard.check_run(mapped=...)`)."""
+        return read_only_mapping(self.indices)
 
     @property
     def total_rows(self) -> int:
@@ -281,10 +289,11 @@ class Trace:
         raw = np.asarray(self.indices[offs[0] : offs[-1]])
         ids, tables = _linearize(raw, offs - offs[0], bounds, self.table_offsets,
                                  self.num_tables, buffers)
+        first, last = int(offs[0]), int(offs[-1])
         # the chunk holds copies: a mapped trace's pages go back (bounded resident set)
-        release(self.indices, int(offs[0]), int(offs[-1]))
+        release(self.indices, first, last)
         release(self.offsets, lo, hi + 1)
-        return Chunk(k, int(offs[0]), ids, tables, bptr)
+        return Chunk(k, first, ids, tables, bptr)
 
     def chunk_ids(self, k: int, end: int, ptr: np.ndarray | None = None,
                   buffers: ChunkBuffers | None = None) -> tuple[int, np.ndarray]:
