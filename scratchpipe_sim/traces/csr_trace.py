@@ -373,7 +373,7 @@ class Trace:
         if np.any(bags <= 0) or np.any(bags % self.num_tables):
             raise UserError("every batch needs T*B bags (B >= 1)", source=src,
                             field="batch_bounds")
-        if np.any(np.diff(np.asarray(self.offsets)) < 0) or self.offsets[0] != 0:
+        if self.offsets[0] != 0 or _decreases(self.offsets):
             raise UserError("offsets must start at 0 and never decrease", source=src,
                             field="offsets")
         for chunk in self.iter_chunks():
@@ -472,6 +472,18 @@ def _hash_array(h: hashlib._Hash, arr: np.ndarray) -> None:
         block = np.ascontiguousarray(flat[lo : lo + step], dtype="<i8")
         h.update(memoryview(block).cast("B"))
         release(flat, lo, lo + step)
+
+
+def _decreases(arr: np.ndarray) -> bool:
+    """Whether `arr` ever decreases, checked a block at a time (no copy of a mapped
+    array; its pages go back)."""
+    step = max(1, _HASH_BLOCK // 8)
+    for lo in range(0, max(len(arr) - 1, 0), step):
+        d = np.diff(np.asarray(arr[lo : lo + step + 1]))
+        release(arr, lo, lo + step + 1)
+        if np.any(d < 0):
+            return True
+    return False
 
 
 def _rebased(offsets: np.ndarray, base: int) -> np.ndarray:
