@@ -376,7 +376,7 @@ class Trace:
         if self.offsets[0] != 0 or _decreases(self.offsets):
             raise UserError("offsets must start at 0 and never decrease", source=src,
                             field="offsets")
-        for chunk in self.iter_chunks():
+        for chunk in self.iter_chunks(reuse_buffers=True):  # one chunk's memory
             if len(chunk.ids) == 0:
                 continue
             bad = _first_out_of_range(chunk.ids, chunk.tables, self.table_offsets,
