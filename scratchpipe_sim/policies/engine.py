@@ -2,15 +2,15 @@
 
 The engine is the only caller of `Policy.process`. It linearizes ids (via the trace), gives
 future-aware policies their next-use positions, and turns per-access outcomes into per-batch
-and per-table counters. Memory is bounded by the chunk size plus policy state; only the
-next-use array (one int32 per access below 2^31 - 1 accesses, else int64; for `belady`,
-`scratchpipe` and `bagpipe`) grows with the trace, and it lives in a temporary memory-mapped
-file when large.
+and per-table counters. Memory is bounded by the chunk size plus policy state, whatever the
+trace's length: the next uses (one int32 per access below 2^31 - 1 accesses, else int64; for
+`belady`, `scratchpipe` and `bagpipe`) are kept in memory only while they take at most
+`NEXT_USE_MEMORY_BYTES`; beyond, the backward pass writes them chunk by chunk to a
+temporary file (`NextUses`) and the replay reads back each chunk's own.
 """
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -34,13 +34,16 @@ from scratchpipe_sim.policies.base import (
     WRITEBACKS,
     Policy,
 )
+from scratchpipe_sim.safety import memory_guard
+from scratchpipe_sim.safety.limits import env_number
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._pages import read_at, spill_file, write_at
 from scratchpipe_sim.traces._prefetch import prefetch
 from scratchpipe_sim.traces.csr_trace import (
-    DEFAULT_CHUNK_ACCESSES,
     ChunkBuffers,
     Trace,
     all_single,
+    chunk_size,
 )
 
 #: Columns of `BatchCounts.counts`, in order.
@@ -52,7 +55,11 @@ A_ACC, A_UNIQ, A_HIT, A_MISS, A_FILL, A_EVICT, A_WB, A_UNPL, A_UNIQ_UNPL = range
 NUM_COUNTERS = len(COUNTERS)
 #: most batches per engine chunk (bounds the per-batch buffers at small batch sizes)
 MAX_CHUNK_BATCHES = 1 << 16
-_IN_MEMORY_NEXT_USE = 1 << 26
+#: next uses kept in memory up to this many bytes (64 MiB: the quickstart's 15.7M int32);
+#: more go to a temporary file, written by the backward pass and read back a chunk at a time
+NEXT_USE_MEMORY_BYTES = memory_guard.NEXT_USE_MEMORY_BYTES
+#: environment variable overriding NEXT_USE_MEMORY_BYTES (0: always on disk, as tests force)
+NEXT_USE_MEMORY_ENV = "SCRATCHPIPE_NEXT_USE_MEMORY_BYTES"
 #: next uses are int32 below this many accesses (every position and `NO_NEXT_USE_32` fit)
 _NARROW_NEXT_USE_ACCESSES = NO_NEXT_USE_32
 _PF_NEXT_USE = 48  # prefetch distance of the next-use pass, in accesses
@@ -119,7 +126,7 @@ def make_policy(name: str, capacity: int, num_rows: int, **params: Any) -> Polic
     return POLICIES.get(name, field="policy")(capacity, num_rows, **params)
 
 
-def iter_cache(trace: Trace, policy: Policy, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
+def iter_cache(trace: Trace, policy: Policy, chunk_accesses: int | None = None,
                per_table: np.ndarray | None = None) -> Iterator[BatchCounts]:
     """Run `policy` over `trace`, yielding per-batch counters chunk by chunk.
 
@@ -145,16 +152,32 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
                         f"{trace.total_rows}", source=trace.source)
     policy.prepare(trace)
     ptr = trace.batch_access_ptr()  # once: at batch size 1 it is one int64 per access
-    next_use = (compute_next_use(trace, chunk_accesses, ptr) if policy.needs_next_use
-                else None)
+    next_use = (next_uses(trace, chunk_accesses, ptr) if policy.needs_next_use else None)
     seen = SeenSet(trace, ptr, lazy=True)
     tables = per_table if per_table is not None else np.zeros((1, 4), np.int64)
+    chunk_accesses = chunk_size(chunk_accesses)
     max_batches = max(1, min(MAX_CHUNK_BATCHES, trace.num_batches))
-    outcome_buf = np.empty(0, np.uint8)
     events_buf = np.zeros((max_batches, NUM_EVENTS), np.int64)
     totals = None if per_batch else np.zeros((1, NUM_COUNTERS), np.int64)
     # policies copy what they keep of a chunk (scratchpipe's window): one buffer serves
     start = min(policy.first_replayed_batch(), trace.num_batches)
+    try:
+        yield from _replay_chunks(trace, policy, chunk_accesses, per_table, start,
+                                  max_batches, ptr, next_use, seen, tables, events_buf,
+                                  totals)
+    finally:
+        if next_use is not None:
+            next_use.close()  # a file's space goes back at once
+    policy.finish()
+
+
+def _replay_chunks(trace: Trace, policy: Policy, chunk_accesses: int,
+                   per_table: np.ndarray | None, start: int, max_batches: int,
+                   ptr: np.ndarray, next_use: NextUses | None, seen: SeenSet,
+                   tables: np.ndarray, events_buf: np.ndarray,
+                   totals: np.ndarray | None) -> Iterator[tuple[int, np.ndarray]]:
+    """`_replay`'s loop over the chunks (see there)."""
+    outcome_buf = np.empty(0, np.uint8)
     for chunk in trace.iter_chunks(chunk_accesses, start, max_batches=max_batches, ptr=ptr,
                                    reuse_buffers=True):
         n = len(chunk.ids)
@@ -164,8 +187,8 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
         outcome = outcome_buf[:n]
         events = events_buf[:nbat]  # zero: `_count_chunk` clears what it has read
         nu = None
-        if next_use is not None:
-            nu = np.asarray(next_use[chunk.first_access : chunk.first_access + n])
+        if next_use is not None:  # valid until the next chunk: policies copy what they keep
+            nu = next_use.read(chunk.first_access, n)
         policy.process(chunk, nu, outcome, events)
         if not seen.ready and _count_may_walk_set(outcome, events, nu is not None,
                                                   policy.counts_unique):
@@ -184,11 +207,10 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
                          per_table is not None, nu_arg, chunk.first_access, nu is not None,
                          policy.counts_unique)
             yield chunk.first_batch, totals
-    policy.finish()
 
 
 def run_cache(trace: Trace, policy: str | Policy, capacity: int | None = None,
-              chunk_accesses: int = DEFAULT_CHUNK_ACCESSES, **params: Any) -> CacheResult:
+              chunk_accesses: int | None = None, **params: Any) -> CacheResult:
     """Totals (and per-table counts) of one policy over one trace."""
     if isinstance(policy, str):
         if capacity is None:
@@ -215,7 +237,7 @@ def run_cache(trace: Trace, policy: str | Policy, capacity: int | None = None,
 
 
 def replay_columns(trace: Trace, policy: Policy,
-                   chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
+                   chunk_accesses: int | None = None,
                    per_table: np.ndarray | None = None
                    ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Every per-batch column of one replay: `COUNTERS` plus the policy's `batch_columns()`
@@ -236,7 +258,89 @@ def replay_columns(trace: Trace, policy: Policy,
     return cols, extra
 
 
-def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
+def next_use_dtype(accesses: int) -> type:
+    """int32 while every position of a trace of `accesses` and `NO_NEXT_USE_32` fit."""
+    return np.int32 if accesses < _NARROW_NEXT_USE_ACCESSES else np.int64
+
+
+def next_use_memory_bytes() -> int:
+    """Largest next-use array kept in memory: $SCRATCHPIPE_NEXT_USE_MEMORY_BYTES, else
+    `NEXT_USE_MEMORY_BYTES`."""
+    return int(env_number(NEXT_USE_MEMORY_ENV, NEXT_USE_MEMORY_BYTES, minimum=0))
+
+
+class NextUses:
+    """A trace's next uses (`compute_next_use`'s values), in memory or in a temporary file.
+
+    Why a file: one entry per access is the only replay state that grows with the trace
+    (4 B an access: 20 GB for a day of Criteo 1TB). The backward pass that computes them
+    writes each chunk's at its place in an unnamed temporary file (`_pages.spill_file`,
+    in the user cache folder, its size checked against the free disk first; the OS deletes
+    it when it is closed or the process ends), and `read` fills one reused buffer with a
+    chunk's: the memory is one chunk's, and nothing is mapped, so the pages read stay out of
+    the resident set. Values and type are those of the in-memory array, so a replay is the
+    same bit for bit either way. Never clamped (scratchpipe's FIFO compares next uses past
+    its window)."""
+
+    def __init__(self, values: np.ndarray | None = None, file=None, dtype: type = np.int32,
+                 accesses: int = 0):
+        self.values = values
+        self.file = file
+        self.dtype = np.dtype(values.dtype if values is not None else dtype)
+        self.accesses = len(values) if values is not None else int(accesses)
+        self._buf = np.empty(0, self.dtype)
+
+    @property
+    def on_disk(self) -> bool:
+        return self.file is not None
+
+    def read(self, first: int, n: int) -> np.ndarray:
+        """Next uses of accesses first..first+n-1: a view of the array, or (on disk) of a
+        buffer the next call overwrites."""
+        if self.values is not None:
+            return np.asarray(self.values[first : first + n])
+        if len(self._buf) < n:
+            self._buf = np.empty(n, self.dtype)
+        return read_at(self.file, self._buf[:n], first)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def next_uses(trace: Trace, chunk_accesses: int | None = None,
+              ptr: np.ndarray | None = None, on_disk: bool | None = None) -> NextUses:
+    """The trace's next uses (see `compute_next_use`): in memory when they take at most
+    `next_use_memory_bytes()`, else in a temporary file (`on_disk` forces either)."""
+    n = trace.num_accesses
+    dtype = next_use_dtype(n)
+    nbytes = n * np.dtype(dtype).itemsize
+    if on_disk is None:
+        on_disk = nbytes > next_use_memory_bytes()
+    if not on_disk:
+        return NextUses(compute_next_use(trace, chunk_accesses, ptr))
+    f = spill_file(nbytes, f"the next uses of {n} accesses")
+    try:
+        buf = np.empty(0, dtype)
+
+        def sink(first: int, ids: np.ndarray) -> np.ndarray:
+            nonlocal buf
+            if len(buf) < len(ids):
+                buf = np.empty(len(ids), dtype)
+            return buf[: len(ids)]
+
+        def done(first: int, out: np.ndarray) -> None:
+            write_at(f, out, first)
+
+        _backward(trace, chunk_accesses, ptr, dtype, sink, done)
+    except BaseException:
+        f.close()
+        raise
+    return NextUses(None, f, dtype, n)
+
+
+def compute_next_use(trace: Trace, chunk_accesses: int | None = None,
                      ptr: np.ndarray | None = None) -> np.ndarray:
     """For every access, the global position of the next access to the same linearized id.
 
@@ -249,23 +353,29 @@ def compute_next_use(trace: Trace, chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
     docs/performance.md. A comparison with a position decides the same with either type,
     since every position is below both sentinels: policies only compare next uses with
     positions and with each other.
-    Large traces get a temporary memory-mapped array (deleted when unreferenced).
+    The whole array in memory: the engine's replays take `next_uses`, which keeps a large
+    trace's on disk.
     """
-    n = trace.num_accesses
-    dtype = np.int32 if n < _NARROW_NEXT_USE_ACCESSES else np.int64
-    if n <= _IN_MEMORY_NEXT_USE:
-        out = np.empty(n, dtype)
-    else:
-        tmp = tempfile.TemporaryFile(prefix="scratchpipe-next-use-")
-        out = np.memmap(tmp, dtype=dtype, mode="w+", shape=(n,))
-    last = np.full(trace.total_rows, next_use_sentinel(out), dtype)  # row -> next position
+    out = np.empty(trace.num_accesses, next_use_dtype(trace.num_accesses))
+    _backward(trace, chunk_accesses, ptr, out.dtype.type,
+              lambda first, ids: out[first : first + len(ids)], lambda first, part: None)
+    return out
+
+
+def _backward(trace: Trace, chunk_accesses: int, ptr: np.ndarray | None, dtype: type,
+              sink, done) -> None:
+    """The backward pass: chunks last to first, each chunk's next uses written into
+    `sink(first, ids)` (an array of len(ids)), then handed to `done(first, that array)`."""
+    sentinel = NO_NEXT_USE_32 if np.dtype(dtype) == np.int32 else NO_NEXT_USE
+    last = np.full(trace.total_rows, sentinel, dtype)  # row -> next position
     ptr = trace.batch_access_ptr() if ptr is None else ptr
     starts = trace.chunk_starts(chunk_accesses, ptr=ptr)
     buffers = ChunkBuffers()
     for k, end in reversed(list(zip(starts[:-1], starts[1:], strict=True))):
         first, ids = trace.chunk_ids(k, end, ptr, buffers)
-        _next_use_backward(ids, first, last, out[first : first + len(ids)])
-    return out
+        out = sink(first, ids)
+        _next_use_backward(ids, first, last, out)
+        done(first, out)
 
 
 def next_use_sentinel(next_use: np.ndarray) -> int:

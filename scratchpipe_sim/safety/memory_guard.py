@@ -31,10 +31,21 @@ RUN_BYTES_PER_ROW = 28
 #: the engine's unique-row set, which is per batch unless a batch is comparable to the
 #: table (then 8 B a row: the estimate is 4 B a row short).
 CACHE_BYTES_PER_ROW = 20
-#: per access: the id (int64 at most: a generated trace or a store holds uint32 when every
-#: table fits), its table (int32) and one int64 working array at most (next use: int32
-#: below 2^31 - 1 accesses; or the generator's draw).
+#: per access of a trace held in memory (a generated one): the id (int64 at most: a
+#: generated trace or a store holds uint32 when every table fits), its table (int32) and
+#: one int64 working array at most (its next use: int32 below 2^31 - 1 accesses; or the
+#: generator's draw). A trace memory-mapped from a `.sptrace` costs none of it: every pass
+#: reads it a chunk at a time and hands the chunk's pages back (`traces/_pages.py`).
 BYTES_PER_ACCESS = 20
+#: accesses in one chunk of a pass over a trace (`traces/csr_trace.DEFAULT_CHUNK_ACCESSES`)
+CHUNK_ACCESSES = 1 << 22
+#: per access of the chunk a pass holds: the linearized id (int64), its table (int32), the
+#: policy's outcome (uint8), the chunk's next uses (int64 at most) and scratchpipe's slot of
+#: each access (int64), rounded up
+CHUNK_BYTES_PER_ACCESS = 32
+#: next uses kept in memory at most (`policies/engine.py`: more are written to a temporary
+#: file and read back a chunk at a time)
+NEXT_USE_MEMORY_BYTES = 1 << 26
 ENV = "SCRATCHPIPE_MEMORY_BYTES"
 
 
@@ -83,12 +94,27 @@ def check(need: int, what: str, advice: str, *, source: str | None = None,
                     f"{human(have)} available; {advice}", source=source, field=field)
 
 
+def streaming_bytes(accesses: int) -> int:
+    """What the passes over a memory-mapped trace of `accesses` keep beside per-row state:
+    one chunk's arrays and the next uses held in memory (both bounded, whatever the
+    trace's length)."""
+    a = int(accesses)
+    return min(a, CHUNK_ACCESSES) * CHUNK_BYTES_PER_ACCESS + min(a * 8, NEXT_USE_MEMORY_BYTES)
+
+
 def check_run(rows: int, accesses: int, *, source: str | None = None,
-              field: str = "model.tables.rows") -> None:
-    """`run` / a sweep point: every design keeps per-row state for all rows."""
-    check(estimate(rows, accesses, RUN_BYTES_PER_ROW),
-          f"simulating {rows} rows ({accesses} lookups: "
-          f"{human(int(accesses) * BYTES_PER_ACCESS)}, per-row state "
+              field: str = "model.tables.rows", mapped: bool = False) -> None:
+    """`run` / a sweep point: every design keeps per-row state for all rows; a trace held
+    in memory costs `BYTES_PER_ACCESS` a lookup, one memory-mapped from a `.sptrace`
+    (`mapped`) only its chunk buffers (`streaming_bytes`)."""
+    if mapped:
+        need = int(rows) * RUN_BYTES_PER_ROW + streaming_bytes(accesses)
+        lookups = f"memory-mapped, chunk buffers {human(streaming_bytes(accesses))}"
+    else:
+        need = estimate(rows, accesses, RUN_BYTES_PER_ROW)
+        lookups = human(int(accesses) * BYTES_PER_ACCESS)
+    check(need,
+          f"simulating {rows} rows ({accesses} lookups: {lookups}, per-row state "
           f"{human(int(rows) * RUN_BYTES_PER_ROW)})",
           "expected fewer or smaller tables (model.tables.count x model.tables.rows) or "
           "fewer lookups (model.num_batches, model.batch_size, model.pooling); for a trace "

@@ -31,7 +31,7 @@ import numpy as np
 from scratchpipe_sim.policies.fbgemm import cache_set
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces._prefetch import prefetch
-from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, Trace
+from scratchpipe_sim.traces.csr_trace import Trace
 
 EMPTY = -1
 #: accesses ahead whose set the walk hashes and prefetches (the sets, 16 B a way, outgrow
@@ -72,7 +72,7 @@ def geometry(capacity_rows: int, ways: int) -> tuple[int, int]:
 
 
 def onchip_hits(trace: Trace, capacity_rows: int, ways: int,
-                chunk_accesses: int = DEFAULT_CHUNK_ACCESSES) -> OnChipCounts:
+                chunk_accesses: int | None = None) -> OnChipCounts:
     """Replay `trace` through a set-associative LRU on-chip cache; per-batch hits.
 
     Deterministic: the result depends only on the trace, `capacity_rows` and `ways` (not on

@@ -79,7 +79,7 @@ def check_trace_memory(cfg: Config, trace: Trace, source: str | None = None) -> 
     auto warm-up prefix grew), blaming the key `memory_field` names."""
     rows, accesses = trace.total_rows, trace.num_accesses
     memory_guard.check_run(rows, accesses, source=source,
-                           field=memory_field(cfg, rows, accesses))
+                           field=memory_field(cfg, rows, accesses), mapped=trace.mapped)
 
 
 def build_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = None,

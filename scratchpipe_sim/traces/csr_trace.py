@@ -26,12 +26,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.safety.limits import env_number
+from scratchpipe_sim.safety.memory_guard import CHUNK_ACCESSES
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._pages import read_only_mapping, release, spilled_copy
 
-DEFAULT_CHUNK_ACCESSES = 1 << 22
+#: accesses per chunk of a pass (the memory guard's working-set estimate is built on it)
+DEFAULT_CHUNK_ACCESSES = CHUNK_ACCESSES
+#: environment variable overriding DEFAULT_CHUNK_ACCESSES (tests replay at chunk sizes of
+#: one batch, an odd size and more than the trace; results never depend on it)
+CHUNK_ENV = "SCRATCHPIPE_CHUNK_ACCESSES"
 #: the arrays a trace's content digest covers, in this order
 CONTENT_ARRAYS = ("table_rows", "indices", "offsets", "batch_bounds")
 _HASH_BLOCK = 1 << 24  # bytes hashed per step (bounded memory for memory-mapped traces)
+#: bags whose rebased offsets a slice of a memory-mapped trace keeps in memory (16 MiB);
+#: more are spilled to a temporary file (`_pages.spilled_copy`)
+_REBASE_IN_MEMORY = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,12 @@ class Trace:
         )
 
     @property
+    def mapped(self) -> bool:
+        """Whether the ids are memory-mapped read-only from a file (a `.sptrace`): passes
+        then hold a chunk at a time, not the trace (`memory_guard.check_run(mapped=...)`)."""
+        return read_only_mapping(self.indices)
+
+    @property
     def total_rows(self) -> int:
         return int(np.sum(self.table_rows, dtype=np.int64))
 
@@ -126,7 +142,9 @@ class Trace:
         ptr = self._memo.get("ptr")
         if ptr is not None:
             return ptr
-        return np.asarray(self.offsets[np.asarray(self.batch_bounds)], dtype=np.int64)
+        ptr = np.asarray(self.offsets[np.asarray(self.batch_bounds)], dtype=np.int64)
+        release(self.offsets, 0, len(self.offsets))  # a page a batch of a mapped trace
+        return ptr
 
     def largest_batch(self, ptr: np.ndarray | None = None) -> int:
         """Most accesses in one batch (at least 1); `ptr`: `batch_access_ptr()`, if at hand.
@@ -160,9 +178,10 @@ class Trace:
         if start == 0 and stop == self.num_batches:
             return self
         bounds = np.asarray(self.batch_bounds[start : stop + 1], np.int64)
-        offs = np.asarray(self.offsets[int(bounds[0]) : int(bounds[-1]) + 1], np.int64)
-        indices = self.indices[int(offs[0]) : int(offs[-1])]
-        part = dataclasses.replace(self, indices=indices, offsets=offs - offs[0],
+        view = self.offsets[int(bounds[0]) : int(bounds[-1]) + 1]
+        lo, hi = int(view[0]), int(view[-1])
+        indices = self.indices[lo:hi]
+        part = dataclasses.replace(self, indices=indices, offsets=_rebased(view, lo),
                                    batch_bounds=bounds - bounds[0])
         part._memo["parent"] = (self, int(start), int(stop))
         return part
@@ -232,7 +251,7 @@ class Trace:
         return self
 
     def iter_chunks(
-        self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0,
+        self, max_accesses: int | None = None, start_batch: int = 0,
         max_batches: int | None = None, ptr: np.ndarray | None = None,
         reuse_buffers: bool = False,
     ) -> Iterator[Chunk]:
@@ -270,7 +289,11 @@ class Trace:
         raw = np.asarray(self.indices[offs[0] : offs[-1]])
         ids, tables = _linearize(raw, offs - offs[0], bounds, self.table_offsets,
                                  self.num_tables, buffers)
-        return Chunk(k, int(offs[0]), ids, tables, bptr)
+        first, last = int(offs[0]), int(offs[-1])
+        # the chunk holds copies: a mapped trace's pages go back (bounded resident set)
+        release(self.indices, first, last)
+        release(self.offsets, lo, hi + 1)
+        return Chunk(k, first, ids, tables, bptr)
 
     def chunk_ids(self, k: int, end: int, ptr: np.ndarray | None = None,
                   buffers: ChunkBuffers | None = None) -> tuple[int, np.ndarray]:
@@ -294,9 +317,11 @@ class Trace:
         ids = np.asarray(raw)
         if ids.dtype != np.int64 or not ids.flags.writeable or not ids.flags.c_contiguous:
             if buffers is None:
-                return np.array(raw, dtype=np.int64)
-            out = buffers.take(len(ids))[0]
-            np.copyto(out, ids, casting="unsafe")
+                out = np.array(raw, dtype=np.int64)
+            else:
+                out = buffers.take(len(ids))[0]
+                np.copyto(out, ids, casting="unsafe")
+            release(self.indices, lo, hi)  # copied: a mapped trace's pages go back
             return out
         return ids
 
@@ -310,12 +335,13 @@ class Trace:
             self._memo["zeros"] = z
         return z[:n]
 
-    def chunk_starts(self, max_accesses: int = DEFAULT_CHUNK_ACCESSES, start_batch: int = 0,
+    def chunk_starts(self, max_accesses: int | None = None, start_batch: int = 0,
                      ptr: np.ndarray | None = None,
                      max_batches: int | None = None) -> list[int]:
         """First batch of every chunk `iter_chunks` yields, then `num_batches` (no data read
         beyond the batch pointers), so a caller can walk the chunks in any order."""
         ptr = self.batch_access_ptr() if ptr is None else ptr
+        max_accesses = chunk_size(max_accesses)
         starts, k, nb_ = [start_batch], start_batch, self.num_batches
         step = nb_ if max_batches is None else max(1, int(max_batches))
         while k < nb_:
@@ -347,10 +373,10 @@ class Trace:
         if np.any(bags <= 0) or np.any(bags % self.num_tables):
             raise UserError("every batch needs T*B bags (B >= 1)", source=src,
                             field="batch_bounds")
-        if np.any(np.diff(np.asarray(self.offsets)) < 0) or self.offsets[0] != 0:
+        if self.offsets[0] != 0 or _decreases(self.offsets):
             raise UserError("offsets must start at 0 and never decrease", source=src,
                             field="offsets")
-        for chunk in self.iter_chunks():
+        for chunk in self.iter_chunks(reuse_buffers=True):  # one chunk's memory
             if len(chunk.ids) == 0:
                 continue
             bad = _first_out_of_range(chunk.ids, chunk.tables, self.table_offsets,
@@ -429,6 +455,14 @@ class Trace:
                      np.asarray(bounds, np.int64), batch_size, meta or {}, source)
 
 
+def chunk_size(max_accesses: int | None = None) -> int:
+    """Accesses per chunk: `max_accesses` if given, else $SCRATCHPIPE_CHUNK_ACCESSES, else
+    `DEFAULT_CHUNK_ACCESSES`."""
+    if max_accesses is not None:
+        return int(max_accesses)
+    return int(env_number(CHUNK_ENV, DEFAULT_CHUNK_ACCESSES, minimum=1))
+
+
 def _hash_array(h: hashlib._Hash, arr: np.ndarray) -> None:
     """Feed `arr` to `h` as little-endian int64, a block at a time (a memory-mapped array
     is never copied whole)."""
@@ -437,6 +471,30 @@ def _hash_array(h: hashlib._Hash, arr: np.ndarray) -> None:
     for lo in range(0, len(flat), step):
         block = np.ascontiguousarray(flat[lo : lo + step], dtype="<i8")
         h.update(memoryview(block).cast("B"))
+        release(flat, lo, lo + step)
+
+
+def _decreases(arr: np.ndarray) -> bool:
+    """Whether `arr` ever decreases, checked a block at a time (no copy of a mapped
+    array; its pages go back)."""
+    step = max(1, _HASH_BLOCK // 8)
+    for lo in range(0, max(len(arr) - 1, 0), step):
+        d = np.diff(np.asarray(arr[lo : lo + step + 1]))
+        release(arr, lo, lo + step + 1)
+        if np.any(d < 0):
+            return True
+    return False
+
+
+def _rebased(offsets: np.ndarray, base: int) -> np.ndarray:
+    """A slice's offsets (`offsets - base`, int64) without a copy of one int64 a bag in
+    memory: the view itself when nothing moves; a spilled, mapped copy when the view is
+    mapped from a file and large (a production-scale trace's timed slice)."""
+    if base == 0 and np.dtype(offsets.dtype) == np.int64:
+        return offsets
+    if len(offsets) > _REBASE_IN_MEMORY and read_only_mapping(offsets):
+        return spilled_copy(offsets, base, f"the rebased offsets of {len(offsets) - 1} bags")
+    return np.asarray(offsets, np.int64) - base
 
 
 #: slices made by `slice_trace`, per parent trace object (the parent is kept in the entry, so

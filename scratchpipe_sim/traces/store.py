@@ -29,6 +29,7 @@ import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety.paths import input_file
+from scratchpipe_sim.traces._pages import release
 from scratchpipe_sim.traces.csr_trace import Trace
 
 FORMAT = "scratchpipe-trace"
@@ -300,6 +301,7 @@ def _check_pointers(arr: np.ndarray, end: int, name: str, src: str, step: int = 
     n = _CHECK_BLOCK // 8
     for lo in range(0, len(arr) - 1, n):
         d = np.diff(np.asarray(arr[lo:lo + n + 1]))
+        release(arr, lo, lo + n + 1)  # checked: the map's pages go back (bounded RSS)
         if np.any(d < 0):
             at = lo + int(np.argmax(d < 0)) + 1
             raise UserError(f"{name} decreases at entry {at}: expected a non-decreasing "
@@ -359,6 +361,7 @@ def _check_crc(arr: np.ndarray, m: dict, name: str, src: str) -> None:
     crc, flat = 0, np.asarray(arr).reshape(-1).view(np.uint8)
     for lo in range(0, len(flat), _CRC_BLOCK):
         crc = zlib.crc32(memoryview(flat[lo : lo + _CRC_BLOCK]), crc)
+        release(flat, lo, lo + _CRC_BLOCK)
     if crc != want:
         raise UserError(f"{name} does not match its CRC-32 in manifest.json (damaged)",
                         source=src, field=name)

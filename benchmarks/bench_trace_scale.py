@@ -1,0 +1,117 @@
+"""Peak RSS and wall time of `run` against trace length (issue 41): a `.sptrace` written by
+`trace gen` at 1x, 4x and 16x its batches, each `run` in a fresh process with an empty
+cache folder (`--no-cache`: every replay and pass is computed), the same six designs.
+
+    python benchmarks/bench_trace_scale.py                   # 1x = 50 batches: 50, 200, 800
+    python benchmarks/bench_trace_scale.py --batches 25 --scales 1,4,16
+    python benchmarks/bench_trace_scale.py --tree /tmp/old   # another checkout's package
+
+The compile cache (NUMBA_CACHE_DIR, one for every figure) is warmed by an unrecorded first
+run: compiling is not what is measured. Peak RSS is the child's `ru_maxrss`
+(`resource.getrusage(RUSAGE_CHILDREN)`, one fresh child per figure, read after it exits).
+The trace (8 tables x 250k rows, batch 1024, pooling 10: 81,920 lookups a batch, Zipf 1.05)
+is memory-mapped from its file.
+Goal: peak RSS flat within 10% from 1x to 16x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-c", "import sys; from scratchpipe_sim.cli import main; "
+       "sys.exit(main(sys.argv[1:]))"]
+#: the measuring child: runs the CLI in a grandchild and prints that one's peak RSS (so
+#: every figure's RUSAGE_CHILDREN holds one run only)
+PROBE = ("import json, resource, subprocess, sys, time; t = time.perf_counter(); "
+         "rc = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL); "
+         "w = time.perf_counter() - t; "
+         "print(json.dumps({'rc': rc, 'wall_s': w, 'maxrss_kib': "
+         "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))")
+DESIGNS = ["hybrid", "gpu-only", "static-cache", "lru-cache", "lru-prefetch", "scratchpipe"]
+
+
+def env(cache: str, tree: str | None, numba: str) -> dict[str, str]:
+    e = dict(os.environ)
+    e["SCRATCHPIPE_CACHE_DIR"] = cache
+    e["NUMBA_CACHE_DIR"] = numba  # one compile cache for every figure, warmed first
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (tree or str(ROOT), e.get("PYTHONPATH"))
+                                      if p)
+    return e
+
+
+def gen(out: Path, batches: int, e: dict[str, str]) -> None:
+    subprocess.run([*CLI, "trace", "gen", "--rows", "250000", "--tables", "8",
+                    "--batch-size", "1024", "--pooling", "10", "--batches", str(batches),
+                    "--seed", "1", "--out", str(out), "--force"], check=True, env=e,
+                   stdout=subprocess.DEVNULL)
+
+
+def config(path: Path, trace: Path, batches: int) -> None:
+    cfg = {"name": "trace-scale", "seed": 1, "hardware": {"preset": "a100-gen4"},
+           "model": {"tables": {"count": 8, "rows": 250000, "dim": 64,
+                                "bytes_per_element": 4},
+                     "pooling": 10, "batch_size": 1024, "optimizer": "sgd",
+                     "bottom_mlp": [13, 512, 256, 64], "top_mlp": [100, 512, 256, 1],
+                     "num_batches": batches - 8, "warmup_batches": 8},
+           "trace": {"path": str(trace)},
+           "cache": {"policy": "lru", "load_factor": 0.05},
+           "design_params": {"scratchpipe": {
+               "lookahead": 3, "queue_depth": 2,
+               "pipeline": [["plan"], ["collect", "exchange", "insert"], ["train"]]}},
+           "designs": DESIGNS}
+    path.write_text(yaml.safe_dump(cfg))
+
+
+def measure(cfg: Path, out: Path, e: dict[str, str]) -> dict:
+    cmd = [sys.executable, "-c", PROBE, *CLI, "run", str(cfg), "--no-cache",
+           "--no-timeline", "--out", str(out)]
+    t = time.perf_counter()
+    res = json.loads(subprocess.run(cmd, check=True, env=e, capture_output=True,
+                                    text=True).stdout)
+    res["outer_wall_s"] = time.perf_counter() - t
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", type=int, default=50, help="batches of the 1x trace")
+    ap.add_argument("--scales", default="1,4,16")
+    ap.add_argument("--tree", default=None, help="checkout to import the package from")
+    args = ap.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-trace-scale-") as tmp:
+        tmpd = Path(tmp)
+        numba = str(tmpd / "numba")
+        scales = [int(x) for x in args.scales.split(",")]
+        for s in [0, *scales]:  # 0: the smallest trace once, unrecorded, to compile
+            n = args.batches * max(s, 1)
+            e = env(str(tmpd / f"cache{s}"), args.tree, numba)
+            trace = tmpd / f"t{s}.sptrace"
+            gen(trace, n, e)
+            cfgp = tmpd / f"c{s}.yaml"
+            config(cfgp, trace, n)
+            r = measure(cfgp, tmpd / f"out{s}", e)
+            if s == 0:
+                continue
+            r.update(scale=s, batches=n, lookups=n * 81920)
+            rows.append(r)
+            print(f"{s:>3}x  {n:>6} batches  {n * 81920 / 1e6:8.1f} M lookups  "
+                  f"peak RSS {r['maxrss_kib'] / 1024:8.1f} MiB  wall {r['wall_s']:7.1f} s  "
+                  f"rc {r['rc']}", flush=True)
+    base = rows[0]["maxrss_kib"]
+    print(f"peak RSS, largest / 1x: {max(r['maxrss_kib'] for r in rows) / base:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
