@@ -54,7 +54,7 @@ from scratchpipe_sim.measure import host
 from scratchpipe_sim.policies.engine import COUNTERS
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.designs import DESIGNS
-from scratchpipe_sim.timing.designs.base import config_designs
+from scratchpipe_sim.timing.designs.design_registry import config_designs
 from scratchpipe_sim.timing.machine import Machine, price_alone
 from scratchpipe_sim.timing.replay_passes import Replays
 from scratchpipe_sim.timing.trace_setup import build_trace

@@ -17,7 +17,7 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.cuda.stage_errors import measured_stages
 from scratchpipe_sim.cuda.training import TrainSpec
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.timing.designs.base import design_params
+from scratchpipe_sim.timing.designs.design_parameters import design_params
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ def plan(cfg: Config, target: float = 0.95, designs: Sequence[str] | None = None
     base = float(simulate(cfg, ["gpu-only"], trace=trace)[0]["samples_per_s"])
     goal = target * base
     result = Plan(target, base, usd_per_million(cfg, base))
-    from scratchpipe_sim.timing.designs.base import config_designs
+    from scratchpipe_sim.timing.designs.design_registry import config_designs
 
     names = list(config_designs(cfg) if designs is None else designs)
     if designs is None:  # the alternatives a user would weigh, even when not configured

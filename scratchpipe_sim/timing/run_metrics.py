@@ -15,7 +15,7 @@ import numpy as np
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.timing.counts import Workload
-from scratchpipe_sim.timing.designs.base import baseline_design
+from scratchpipe_sim.timing.designs.design_registry import baseline_design
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.stage_columns import stage_key
 from scratchpipe_sim.timing.trace_setup import AUTO_WARMUP_MAX_ACCESSES, steady

@@ -22,12 +22,9 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs import DESIGNS
-from scratchpipe_sim.timing.designs.base import (
-    Design,
-    check_params,
-    config_designs,
-    design_params,
-)
+from scratchpipe_sim.timing.designs.base import Design
+from scratchpipe_sim.timing.designs.design_parameters import check_params, design_params
+from scratchpipe_sim.timing.designs.design_registry import config_designs
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.replay_passes import Replays
 from scratchpipe_sim.timing.resources import run_to_end

@@ -22,7 +22,7 @@ from scratchpipe_sim.policies.replay_cache import cached_columns
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.counts import access_unique, first_touches, warmup_length
 from scratchpipe_sim.timing.designs import DESIGNS
-from scratchpipe_sim.timing.designs.base import config_designs
+from scratchpipe_sim.timing.designs.design_registry import config_designs
 from scratchpipe_sim.traces.csr_trace import Trace, slice_trace
 from scratchpipe_sim.traces.trace_cache import cached_trace
 

@@ -10,7 +10,7 @@ from small_configs import TWO_SMALL_TABLES
 
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.timing import runner, simulate
-from scratchpipe_sim.timing.designs.base import design_order
+from scratchpipe_sim.timing.designs.design_registry import design_order
 from scratchpipe_sim.timing.resources import Span
 from scratchpipe_sim.timing.timeline import timeline_json, timeline_tracks, write_timeline
 

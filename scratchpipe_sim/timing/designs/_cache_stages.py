@@ -29,13 +29,9 @@ import math
 from dataclasses import dataclass, field
 
 from scratchpipe_sim.policies.fbgemm import FbgemmParams
-from scratchpipe_sim.timing.designs.base import (
-    Columns,
-    Design,
-    WorkloadKey,
-    params_tuple,
-    policy_params,
-)
+from scratchpipe_sim.timing.designs.base import Design
+from scratchpipe_sim.timing.designs.design_inputs import Columns, WorkloadKey
+from scratchpipe_sim.timing.designs.design_parameters import params_tuple, policy_params
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 
 from scratchpipe_sim.policies.bagpipe import BagpipeParams
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages
-from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
+from scratchpipe_sim.timing.designs.base import Design
+from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
+from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 from scratchpipe_sim.timing.machine import PlannerParams
 
 

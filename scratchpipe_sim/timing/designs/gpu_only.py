@@ -7,12 +7,10 @@ gradient contributions, then 2U row updates with state).
 
 from __future__ import annotations
 
-from scratchpipe_sim.timing.designs.base import (
-    DESIGNS,
-    Design,
-    InputCopies,
-    WorkloadKey,
-)
+from scratchpipe_sim.timing.designs._input_copies import InputCopies
+from scratchpipe_sim.timing.designs.base import Design
+from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
+from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 
 
 @DESIGNS.register("gpu-only")

@@ -10,7 +10,9 @@ stay on the CPU: no index bytes cross PCIe.
 
 from __future__ import annotations
 
-from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey
+from scratchpipe_sim.timing.designs.base import Design
+from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
+from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 
 
 @DESIGNS.register("hybrid")

@@ -12,12 +12,10 @@ from scratchpipe_sim.timing.designs._cache_stages import (
     FbgemmCacheParams,
     cache_key,
 )
-from scratchpipe_sim.timing.designs.base import (
-    DESIGNS,
-    Design,
-    InputCopies,
-    WorkloadKey,
-)
+from scratchpipe_sim.timing.designs._input_copies import InputCopies
+from scratchpipe_sim.timing.designs.base import Design
+from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
+from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 
 
 @DESIGNS.register("lru-cache")

@@ -42,7 +42,10 @@ import simpy
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.cost import usd_per_million
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.timing.designs.base import DESIGNS, Design, WorkloadKey, design_params
+from scratchpipe_sim.timing.designs.base import Design
+from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
+from scratchpipe_sim.timing.designs.design_parameters import design_params
+from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 from scratchpipe_sim.timing.machine import Collective
 from scratchpipe_sim.timing.placement import GiB, gpus_to_hold, shard, table_bytes
 

@@ -69,13 +69,10 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.policies.scratchpipe import ScratchpipeParams
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages
-from scratchpipe_sim.timing.designs.base import (
-    DESIGNS,
-    Design,
-    WorkloadKey,
-    design_params,
-    params_tuple,
-)
+from scratchpipe_sim.timing.designs.base import Design
+from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
+from scratchpipe_sim.timing.designs.design_parameters import design_params, params_tuple
+from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 from scratchpipe_sim.timing.machine import PlannerParams
 
 DATA_STAGES = ("collect", "exchange", "insert")

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scratchpipe_sim.timing.designs.base import (
-    DESIGNS,
-    Design,
-    InputCopies,
-    WorkloadKey,
-)
+from scratchpipe_sim.timing.designs._input_copies import InputCopies
+from scratchpipe_sim.timing.designs.base import Design
+from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
+from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,10 @@ Published check: FBGEMM MANAGED on H100, points T1.7-T1.10 (docs/validation.md).
 
 from __future__ import annotations
 
-from scratchpipe_sim.timing.designs.base import DESIGNS, Design, InputCopies, WorkloadKey
+from scratchpipe_sim.timing.designs._input_copies import InputCopies
+from scratchpipe_sim.timing.designs.base import Design
+from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
+from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 
 
 @DESIGNS.register("uvm")
