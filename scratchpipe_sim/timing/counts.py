@@ -10,6 +10,7 @@ the engine's unique-row set: `engine.access_unique`);
 
 from __future__ import annotations
 
+import enum
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,17 @@ from scratchpipe_sim.policies.engine import (
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces._prefetch import prefetch
 from scratchpipe_sim.traces.csr_trace import ChunkBuffers, Trace
+
+
+class Where(str, enum.Enum):
+    """Where a design without a cache keeps every row: host memory or HBM. A str enum, so
+    its value is the same text wherever it is written."""
+
+    HOST = "host"
+    DEVICE = "device"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -98,16 +110,19 @@ def policy_counts(trace: Trace, policy: str, capacity: int, *, replay_cache: boo
     return Workload(policy, capacity, cols, extra)
 
 
-def uncached_counts(trace: Trace, where: str,
+def uncached_counts(trace: Trace, where: Where,
                     au: tuple[np.ndarray, np.ndarray] | None = None) -> Workload:
-    """No cache: every row in host memory (`where="host"`) or every row in HBM ("device").
+    """No cache: every row in host memory (`Where.HOST`) or every row in HBM (`DEVICE`).
 
     `au` = `access_unique(trace)` when already computed (hybrid and gpu-only share it).
     """
+    if not isinstance(where, Where):
+        raise TypeError(f"where: expected a Where ({', '.join(w.name for w in Where)}), "
+                        f"got {where!r}")
     nbat = trace.num_batches
     acc, uniq = access_unique(trace) if au is None else au
     zero = np.zeros(nbat, np.int64)
-    host = where == "host"
+    host = where is Where.HOST
     cols = {"accesses": acc, "unique": uniq, "hits": zero if host else acc.copy(),
             "misses": acc.copy() if host else zero, "fills": zero, "evictions": zero,
             "writebacks": zero, "unplaced": acc.copy() if host else zero,

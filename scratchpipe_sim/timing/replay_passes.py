@@ -22,6 +22,7 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies import POLICIES
 from scratchpipe_sim.policies.replay_cache import NotCached, cached_columns, lookup_only
 from scratchpipe_sim.timing.counts import (
+    Where,
     Workload,
     access_unique,
     first_touches,
@@ -31,7 +32,7 @@ from scratchpipe_sim.timing.counts import (
     uncached_counts,
     warmup_length,
 )
-from scratchpipe_sim.timing.designs import WorkloadKey
+from scratchpipe_sim.timing.designs.design_inputs import Warm, WorkloadKey
 from scratchpipe_sim.traces.csr_trace import Trace, slice_trace
 
 #: code behind the trace passes `Replays` caches (see `traces.disk_cache.code_digest`):
@@ -296,7 +297,7 @@ class Replays:
             onchip = self._onchip_pass(k)
             if onchip.rows > 0 and onchip not in self._onchip_hits and onchip not in shared:
                 shared.append(onchip)
-        if any(k.policy is not None and k.warm == "replay" for k in todo):
+        if any(k.policy is not None and k.warm is Warm.REPLAY for k in todo):
             if self._first is None:
                 shared.append(FirstTouches())
         if todo and self.cfg.model.heterogeneous and self._bytes is None:
@@ -350,7 +351,7 @@ class Replays:
         cols = self._onchip(key)
         if self.cfg.model.heterogeneous:
             cols.update(self._table_bytes())
-        if key.policy is not None and key.warm == "replay":
+        if key.policy is not None and key.warm is Warm.REPLAY:
             cols["first_touches"] = self._first_touches()
         return w.with_columns(cols)
 
@@ -358,15 +359,15 @@ class Replays:
         """The counts `key`'s policy (or none) makes over the timed batches, before the
         columns every design shares (on-chip hits, first touches, per-table bytes)."""
         cfg = self.cfg
-        if key.policy is not None and key.warm != "replay":  # profile, preload
-            if key.warm == "profile-prefix" and self.prefix == 0:
+        if key.policy is not None and key.warm is not Warm.REPLAY:  # profile, preload
+            if key.warm is Warm.PROFILE_PREFIX and self.prefix == 0:
                 raise UserError(f"{key.policy} picks its rows from the warm-up prefix: "
                                 "expected cache.warmup_batches >= 1 (or profile every batch, "
                                 f"as an oracle: see {key.params_field})",
                                 source=cfg.source, field="cache.warmup_batches")
             n = self.trace.num_batches
             # ceil(fraction x n) = prefix batches exactly (the 0.5 keeps float error away)
-            frac = 1.0 if key.warm == "profile-all" else (self.prefix - 0.5) / n
+            frac = 1.0 if key.warm is Warm.PROFILE_ALL else (self.prefix - 0.5) / n
             # preloaded: the prefix changes nothing the timed batches see, so only they
             # are replayed (the prefix is profiled all the same)
             params = {**dict(key.params), "profile_fraction": frac, "preload": True,
@@ -412,7 +413,7 @@ class Replays:
     def _onchip_pass(self, key: WorkloadKey) -> OnChip:
         """Which on-chip cache `key`'s lookups meet: its name, rows and ways."""
         hw, r = self.cfg.hardware, self.cfg.model.row_bytes
-        host = key.policy is None and key.where == "host"
+        host = key.policy is None and key.where is Where.HOST
         mib, ways, name = ((hw.cpu.llc_MiB, hw.cpu.llc_ways, "llc") if host
                            else (hw.gpu.l2_MiB, hw.gpu.l2_ways, "l2"))
         return OnChip(name, int(mib * (1 << 20) // r), int(ways))

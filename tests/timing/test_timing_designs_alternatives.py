@@ -14,7 +14,7 @@ from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing import build_trace, simulate
-from scratchpipe_sim.timing.counts import Workload, policy_counts, uncached_counts
+from scratchpipe_sim.timing.counts import Where, Workload, policy_counts, uncached_counts
 from scratchpipe_sim.timing.designs import DESIGNS, check_params, default_designs
 from scratchpipe_sim.timing.designs.multi_gpu import PARAMS_KEY
 from scratchpipe_sim.timing.machine import Collective, Machine
@@ -65,7 +65,7 @@ def test_multi_gpu_with_an_infinitely_fast_interconnect_is_gpu_only_on_a_1_over_
     cfg = cfg_of({"design_params": {"multi-gpu": {"gpus": gpus, "sharding": "row-wise"}},
                   "hardware": {"interconnect": {"nvlink_GBps": 1e15, "nvlink_latency_ns": 0}}})
     cfg, trace = timed_trace(cfg)
-    w = uncached_counts(trace, "device")
+    w = uncached_counts(trace, Where.DEVICE)
     share = {k: (v / gpus if k in ("accesses", "unique", "samples") else v).astype(float)
              for k, v in w.cols.items()}
     w_n = Workload(w.policy, w.capacity, share, {})
@@ -181,7 +181,7 @@ def test_uvm_reads_each_distinct_row_once_at_the_in_place_rate():
     reach here: no page walks."""
     cfg = cfg_of({"hardware": {"cpu": {"dram_GBps": 1e9}}})
     cfg_s, trace = timed_trace(cfg)
-    w = uncached_counts(trace, "host")
+    w = uncached_counts(trace, Where.HOST)
     A, U = w.cols["accesses"].astype(float), w.cols["unique"].astype(float)
     row = simulate(cfg, ["uvm"])[0]
     m, p = cfg.model, cfg.hardware.pcie
@@ -279,7 +279,7 @@ def test_bagpipe_with_a_window_of_1_and_ttl_0_is_an_on_demand_cache():
     trace = random_trace(7)
     w = policy_counts(trace, "bagpipe", 10_000, replay_cache=False, lookahead=1,
                       ttl_batches=0)
-    au = uncached_counts(trace, "device")
+    au = uncached_counts(trace, Where.DEVICE)
     # every batch fetches exactly its unique rows and writes them all back after training
     assert (w.cols["fills"] == au.cols["unique"]).all()
     assert (w.cols["evictions"] == au.cols["unique"]).all()
@@ -320,8 +320,8 @@ def test_bagpipe_on_demand_moves_each_batchs_unique_rows_both_ways():
         }
     )
     _, trace = timed_trace(cfg)
-    U = uncached_counts(trace, "device").cols["unique"].astype(float)
-    A = uncached_counts(trace, "device").cols["accesses"].astype(float)
+    U = uncached_counts(trace, Where.DEVICE).cols["unique"].astype(float)
+    A = uncached_counts(trace, Where.DEVICE).cols["accesses"].astype(float)
     m, wu = cfg.model, cfg.model.warmup_batches
     R = m.moved_row_bytes
     idx = (A + m.batch_size * m.table_count + 1) * m.index_bytes

@@ -3,10 +3,27 @@ columns of the counts it gets back (`Columns`), read inside its SimPy process.""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from scratchpipe_sim.timing.counts import Workload
+from scratchpipe_sim.timing.counts import Where, Workload
+
+
+class Warm(str, enum.Enum):
+    """How a cache's state before the timed batches is made. A str enum, so its value is
+    the same text wherever it is written."""
+
+    #: the policy runs over the last warm-up batches
+    REPLAY = "replay"
+    #: it profiles the whole warm-up prefix and starts the timed batches preloaded with its
+    #: picks
+    PROFILE_PREFIX = "profile-prefix"
+    #: it profiles every batch, timed ones included (an oracle)
+    PROFILE_ALL = "profile-all"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -16,16 +33,21 @@ class WorkloadKey:
     policy: str | None
     capacity: int = 0
     params: tuple[tuple[str, Any], ...] = field(default=())
-    where: str = "host"
-    #: how the cache's state before the timed batches is made: "replay" (the policy runs
-    #: over the last warm-up batches), "profile-prefix" (it profiles the whole warm-up
-    #: prefix and starts the timed batches preloaded with its picks) or "profile-all" (it
-    #: profiles every batch, timed ones included: an oracle)
-    warm: str = "replay"
+    where: Where = Where.HOST
+    #: how the cache's state before the timed batches is made (`Warm`)
+    warm: Warm = Warm.REPLAY
     #: the config key naming the policy (for error messages)
     policy_field: str = field(default="cache.policy", compare=False)
     #: the config key holding `params` (for error messages)
     params_field: str = field(default="cache.params", compare=False)
+
+    def __post_init__(self) -> None:
+        # a plain string would compare equal to a member yet be no member: refuse it
+        for name, kind in (("where", Where), ("warm", Warm)):
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                raise TypeError(f"WorkloadKey.{name}: expected a {kind.__name__} "
+                                f"({', '.join(k.name for k in kind)}), got {value!r}")
 
 
 def fraction(part: float, whole: float) -> float:

@@ -7,6 +7,7 @@ gradient contributions, then 2U row updates with state).
 
 from __future__ import annotations
 
+from scratchpipe_sim.timing.counts import Where
 from scratchpipe_sim.timing.designs._input_copies import InputCopies
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
@@ -22,7 +23,7 @@ class GpuOnly(Design):
     phase_stages = {"forward": ("gpu_gather",), "backward": ("gpu_update",)}
 
     def workload_key(self) -> WorkloadKey:
-        return WorkloadKey(None, where="device")
+        return WorkloadKey(None, where=Where.DEVICE)
 
     def run(self, m, w):
         c = self.columns(w)

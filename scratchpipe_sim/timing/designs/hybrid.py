@@ -10,6 +10,7 @@ stay on the CPU: no index bytes cross PCIe.
 
 from __future__ import annotations
 
+from scratchpipe_sim.timing.counts import Where
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
 from scratchpipe_sim.timing.designs.design_registry import DESIGNS
@@ -24,7 +25,7 @@ class Hybrid(Design):
     phase_stages = {"forward": ("cpu_gather",), "backward": ("cpu_update",)}
 
     def workload_key(self) -> WorkloadKey:
-        return WorkloadKey(None, where="host")
+        return WorkloadKey(None, where=Where.HOST)
 
     def run(self, m, w):
         c = self.columns(w)

@@ -42,6 +42,7 @@ import simpy
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.cost import usd_per_million
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.timing.counts import Where
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
 from scratchpipe_sim.timing.designs.design_parameters import design_params
@@ -119,7 +120,7 @@ class MultiGpu(Design):
                                                   strict=True))
 
     def workload_key(self) -> WorkloadKey:
-        return WorkloadKey(None, where="device")
+        return WorkloadKey(None, where=Where.DEVICE)
 
     def run(self, m, w):
         env = m.env

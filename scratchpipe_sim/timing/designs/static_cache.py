@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from scratchpipe_sim.timing.designs._input_copies import InputCopies
 from scratchpipe_sim.timing.designs.base import Design
-from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
+from scratchpipe_sim.timing.designs.design_inputs import Warm, WorkloadKey
 from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 
 
@@ -44,8 +44,8 @@ class StaticCache(Design):
 
     def workload_key(self) -> WorkloadKey:
         p = self.params
-        warm = ("replay" if p.policy != "static" else
-                "profile-all" if p.profile == "oracle" else "profile-prefix")
+        warm = (Warm.REPLAY if p.policy != "static" else
+                Warm.PROFILE_ALL if p.profile == "oracle" else Warm.PROFILE_PREFIX)
         return WorkloadKey(p.policy, self.cfg.capacity_rows(), warm=warm,
                            policy_field="design_params.static-cache.policy",
                            params_field="design_params.static-cache")

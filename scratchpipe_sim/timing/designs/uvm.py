@@ -16,6 +16,7 @@ Published check: FBGEMM MANAGED on H100, points T1.7-T1.10 (docs/validation.md).
 
 from __future__ import annotations
 
+from scratchpipe_sim.timing.counts import Where
 from scratchpipe_sim.timing.designs._input_copies import InputCopies
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
@@ -30,7 +31,7 @@ class Uvm(Design):
     phase_stages = {"forward": ("forward",), "backward": ("backward",)}
 
     def workload_key(self) -> WorkloadKey:
-        return WorkloadKey(None, where="host")
+        return WorkloadKey(None, where=Where.HOST)
 
     def run(self, m, w):
         c = self.columns(w)
