@@ -1,6 +1,7 @@
 """What a design is priced from is typed: `WorkloadKey.warm` / `.where` are enums (a plain or
 misspelt string is an error, never a silent default) whose values are the texts they were,
-so the replay cache's keys stay byte-identical."""
+so the replay cache's keys stay byte-identical; the per-batch columns are declared fields,
+and a column beyond them that the counts do not hold raises (never a column of zeros)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,14 @@ from scratchpipe_sim.config import load_config
 from scratchpipe_sim.policies import replay_cache as rc
 from scratchpipe_sim.safety.jsonout import canonical_json
 from scratchpipe_sim.timing import simulate
-from scratchpipe_sim.timing.counts import Where, uncached_counts
-from scratchpipe_sim.timing.designs.design_inputs import Warm, WorkloadKey
+from scratchpipe_sim.timing.counts import Where, Workload, uncached_counts
+from scratchpipe_sim.timing.designs.design_inputs import (
+    COUNT_COLUMNS,
+    Columns,
+    MissingColumn,
+    Warm,
+    WorkloadKey,
+)
 from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 from scratchpipe_sim.timing.trace_setup import build_trace
 
@@ -84,3 +91,45 @@ def test_a_profiled_replay_is_kept_under_the_key_written_in_plain_values():
     with rc.lookup_only():
         cols, _ = rc.cached_columns(key, lambda: pytest.fail("not in the cache"))
     assert len(cols["accesses"]) == trace.num_batches
+
+
+def _replay_columns(cfg, name):
+    """The `Columns` design `name` is priced from under cfg (its own replay)."""
+    from scratchpipe_sim.timing.replay_passes import Replays
+    from scratchpipe_sim.timing.trace_setup import sized_config
+
+    trace = build_trace(cfg)
+    cfg = sized_config(cfg, trace)
+    design = DESIGNS.get(name)(cfg)
+    replays = Replays(cfg, trace, cached=True)
+    return design.columns(replays.get(design.workload_key())[0])
+
+
+def test_a_column_the_replay_did_not_make_raises():
+    """scratchpipe's refetch distances (W = 3: d = 1, 2) are its policy's columns; any
+    other distance, or the same name on a policy that makes none, is an error, not zeros."""
+    cfg = _cfg()
+    sp = _replay_columns(cfg, "scratchpipe")
+    n = cfg.model.num_batches
+    assert [len(sp.column(f"refetch_d{d}")) for d in (1, 2)] == [n, n]
+    with pytest.raises(MissingColumn, match="no per-batch column 'refetch_d3'"):
+        sp.column("refetch_d3")
+    lru = _replay_columns(cfg, "lru-cache")
+    with pytest.raises(MissingColumn, match="'refetch_d1'"):
+        lru.column("refetch_d1")
+    with pytest.raises(AttributeError):
+        lru.refetch_d1  # noqa: B018 (no attribute by a column's name any more)
+
+
+def test_the_declared_counts_are_the_workloads_and_a_missing_one_raises():
+    cfg = _cfg()
+    trace = build_trace(cfg)
+    w = uncached_counts(trace, Where.HOST)
+    c = Columns.of(w, 8.0, 16.0)
+    for name in COUNT_COLUMNS:
+        assert getattr(c, name) == w.cols[name].tolist(), name
+    assert c.r == [8.0] * trace.num_batches and c.R_fill == [16.0] * trace.num_batches
+    renamed = Workload(w.policy, w.capacity,
+                       {("fill" if k == "fills" else k): v for k, v in w.cols.items()}, {})
+    with pytest.raises(MissingColumn, match="hold no fills column"):
+        Columns.of(renamed, 8.0, 16.0)

@@ -86,7 +86,7 @@ class Design(ABC):
         self.sample_out_rows = sum(m.output_rows_per_table)
 
     def columns(self, w: Workload) -> Columns:
-        return Columns(w, self.r, self.R)
+        return Columns.of(w, self.r, self.R)
 
     @abstractmethod
     def workload_key(self) -> WorkloadKey:

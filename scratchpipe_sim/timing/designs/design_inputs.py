@@ -7,6 +7,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from scratchpipe_sim.policies.engine import COUNTERS
 from scratchpipe_sim.timing.counts import Where, Workload
 
 
@@ -54,9 +55,25 @@ def fraction(part: float, whole: float) -> float:
     return part / whole if whole > 0 else 0.0
 
 
+class MissingColumn(LookupError):
+    """A design asked for a per-batch column its counts do not hold (a renamed column, or a
+    policy that does not make it): a bug, never a column of zeros."""
+
+
+#: the count columns every Workload holds (the engine's counters, and samples per batch),
+#: each a declared field of `Columns`
+COUNT_COLUMNS = (*COUNTERS, "samples")
+
+
+@dataclass(frozen=True)
 class Columns:
     """Per-batch counts as Python lists (fast scalar access inside SimPy processes), plus
     the on-chip hit fractions and the row sizes the designs pass to the Machine's helpers.
+
+    Every field is declared, so a renamed column fails when the columns are made (or when a
+    design reads it), never as 0. Columns beyond them (a policy's own `batch_columns()`,
+    e.g. scratchpipe's `refetch_d{d}`) are read through `column(name)`, which raises
+    `MissingColumn` when the counts do not hold it. Build with `Columns.of`.
 
     Row sizes per batch: `r` (bytes a lookup reads), `R` (bytes of an updated row with its
     state), `R_fill` (a filled or written-back row), `r_host` / `R_host` (unplaced lookups and
@@ -64,9 +81,38 @@ class Columns:
     lookups' and updates' come from the trace batch by batch, the others from the policy's
     per-table totals (counts.policy_mix)."""
 
-    def __init__(self, w: Workload, r: float, R: float):
-        for name, arr in w.cols.items():
-            setattr(self, name, arr.tolist())
+    # the engine's counters (`policies.engine.COUNTERS`) and samples per batch
+    accesses: list[int]
+    unique: list[int]
+    hits: list[int]
+    misses: list[int]
+    fills: list[int]
+    evictions: list[int]
+    writebacks: list[int]
+    unplaced: list[int]
+    unique_unplaced: list[int]
+    samples: list[int]
+    # row sizes (bytes) per batch
+    r: list[float]
+    R: list[float]
+    R_fill: list[float]
+    r_host: list[float]
+    R_host: list[float]
+    #: lookups / unique rows of each batch that hit in the GPU L2 or CPU LLC
+    l2: list[float]
+    l2_update: list[float]
+    llc: list[float]
+    llc_update: list[float]
+    #: every other column of the counts, by name (read through `column`)
+    extra: dict[str, list[int]]
+
+    @classmethod
+    def of(cls, w: Workload, r: float, R: float) -> Columns:
+        """The columns of `w`, with `r` and `R` the row sizes where `w` holds none."""
+        missing = [name for name in COUNT_COLUMNS if name not in w.cols]
+        if missing:
+            raise MissingColumn(f"the counts of {w.policy!r} hold no {', '.join(missing)} "
+                                f"column (they hold: {', '.join(sorted(w.cols))})")
         n = w.num_batches
         zero = [0.0] * n
 
@@ -84,13 +130,26 @@ class Columns:
             return [float(a) / float(c) if c else float(default)
                     for a, c in zip(w.cols[name], w.cols[per], strict=True)]
 
-        self.r = size("lookup_bytes", "accesses", r)
-        self.R = size("unique_bytes", "unique", R)
-        self.R_fill = size("fill_row_bytes", None, R)
-        self.r_host = size("unplaced_lookup_bytes", None, r)
-        self.R_host = size("unplaced_row_bytes", None, R)
-        #: lookups / unique rows of each batch that hit in the GPU L2 or CPU LLC
-        self.l2 = frac("l2_hits", "accesses")
-        self.l2_update = frac("l2_update_hits", "unique")
-        self.llc = frac("llc_hits", "accesses")
-        self.llc_update = frac("llc_update_hits", "unique")
+        return cls(
+            **{name: w.cols[name].tolist() for name in COUNT_COLUMNS},
+            r=size("lookup_bytes", "accesses", r),
+            R=size("unique_bytes", "unique", R),
+            R_fill=size("fill_row_bytes", None, R),
+            r_host=size("unplaced_lookup_bytes", None, r),
+            R_host=size("unplaced_row_bytes", None, R),
+            l2=frac("l2_hits", "accesses"),
+            l2_update=frac("l2_update_hits", "unique"),
+            llc=frac("llc_hits", "accesses"),
+            llc_update=frac("llc_update_hits", "unique"),
+            extra={name: col.tolist() for name, col in w.cols.items()
+                   if name not in COUNT_COLUMNS})
+
+    def column(self, name: str) -> list[int]:
+        """A column beyond the declared fields (a policy's `batch_columns()`), by name;
+        `MissingColumn` when the counts do not hold it."""
+        try:
+            return self.extra[name]
+        except KeyError:
+            raise MissingColumn(f"no per-batch column {name!r}; the counts hold: "
+                                f"{', '.join(sorted(self.extra)) or 'none beyond the declared'}"
+                                ) from None

@@ -168,7 +168,7 @@ class ScratchPipe(Design):
         forward = cache.refetch == "forward"
         groups = cache.pipeline
         # rows filled at plan(b) that plan(b-d) evicted, d = 1..W-1 (the policy's columns)
-        refetch = [getattr(c, f"refetch_d{d}", [0] * n) for d in range(1, W)]
+        refetch = [c.column(f"refetch_d{d}") for d in range(1, W)]
         tokens = simpy.Container(env, capacity=W, init=W)
         queues = [simpy.Store(env, capacity=cache.queue_depth) for _ in groups[1:]]
         inserted = [env.event() for _ in range(n)]  # insert(j)'s write-back has finished
