@@ -61,6 +61,7 @@ collect and insert share a group, since a group finishes batch j before it start
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 
 import simpy
@@ -68,12 +69,13 @@ import simpy
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.policies.scratchpipe import ScratchpipeParams
+from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs._cache_stages import CacheStages
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
 from scratchpipe_sim.timing.designs.design_parameters import design_params, params_tuple
 from scratchpipe_sim.timing.designs.design_registry import DESIGNS
-from scratchpipe_sim.timing.machine import PlannerParams
+from scratchpipe_sim.timing.machine import Machine, PlannerParams
 
 DATA_STAGES = ("collect", "exchange", "insert")
 #: scratchpipe's stages in data-flow order; `pipeline` groups them
@@ -159,112 +161,148 @@ class ScratchPipe(Design):
                            params_field="design_params.scratchpipe")
 
     def run(self, m, w):
-        env = m.env
-        cache = self.params
-        c = self.columns(w)
-        train_parts = CacheStages(self, c)
-        n = w.num_batches
-        W = cache.lookahead
-        forward = cache.refetch == "forward"
-        groups = cache.pipeline
+        yield from _Pipeline(self, m, w).run()
+
+
+class _Pipeline:
+    """One run of scratchpipe's pipeline: what its stage groups share (the window's tokens,
+    the queues between groups, which write-backs have finished, each batch's hazard rows),
+    and one method per stage, each the events of its batch b."""
+
+    def __init__(self, design: ScratchPipe, m: Machine, w: Workload):
+        p = design.params
+        self.m, self.env, self.p = m, m.env, p
+        self.c = c = design.columns(w)
+        self.train_parts = CacheStages(design, c)
+        self.n = n = w.num_batches
+        W = p.lookahead
+        self.forward = p.refetch == "forward"
+        self.gpu_collect = p.collect == "gpu"
+        self.gpu_plan = p.planner == "gpu"
         # rows filled at plan(b) that plan(b-d) evicted, d = 1..W-1 (the policy's columns)
-        refetch = [c.column(f"refetch_d{d}") for d in range(1, W)]
-        tokens = simpy.Container(env, capacity=W, init=W)
-        queues = [simpy.Store(env, capacity=cache.queue_depth) for _ in groups[1:]]
-        inserted = [env.event() for _ in range(n)]  # insert(j)'s write-back has finished
-        late = [0] * n  # per batch: hazard rows (forward mode: rows forwarded)
+        self.refetch = [c.column(f"refetch_d{d}") for d in range(1, W)]
+        self.tokens = simpy.Container(m.env, capacity=W, init=W)
+        self.queues = [simpy.Store(m.env, capacity=p.queue_depth) for _ in p.pipeline[1:]]
+        self.inserted = [m.env.event() for _ in range(n)]  # insert(j)'s write-back finished
+        self.late = [0] * n  # per batch: hazard rows (forward mode: rows forwarded)
+        self.data_parts = {"collect": self.collect, "exchange": self.exchange,
+                           "insert": self.insert}
         m.counters["refetch_hazards"] = 0
         m.counters["refetch_rows"] = 0
 
-        def pending_writebacks(b):
-            """(rows, event) of the refetches whose write-back is still in flight."""
-            out = []
-            for d, counts in enumerate(refetch, start=1):
-                j = b - d
-                if counts[b] and j >= 0 and not inserted[j].triggered:
-                    out.append((counts[b], inserted[j]))
-            return out
+    def run(self) -> Generator:
+        """Every stage group as its own process, until all of them have ended."""
+        procs = [self.env.process(self.group(g, stages))
+                 for g, stages in enumerate(self.p.pipeline)]
+        yield self.m.all_of(procs)
 
-        gpu_collect = cache.collect == "gpu"
-        gpu_plan = cache.planner == "gpu"
+    def group(self, g: int, stages: tuple[str, ...]) -> Generator:
+        """Stage group g: its stages of each batch in order, then the batch to group g+1
+        (the last group, train, returns the window's token instead)."""
+        m = self.m
+        data = [s for s in stages if s in DATA_STAGES]
+        for i in range(self.n):
+            if g == 0:  # plan(i) waits for train(i - W)
+                yield self.tokens.get(1)
+                b = i
+            else:  # in order, from group g-1
+                b = yield self.queues[g - 1].get()
+            if "plan" in stages:
+                yield from self.plan(b)
+            if data:  # fused stages stream: all their transfers start together
+                yield m.all_of([self.env.process(self.data_stage(s, b)) for s in data])
+            if "train" in stages:
+                yield from self.train(b)
+                m.batch_done(b)
+                yield self.tokens.put(1)
+            else:
+                yield self.queues[g].put(b)
 
-        def collect(b):
-            R, F = c.R_fill[b], c.fills[b]
-            waits = pending_writebacks(b)
-            hz = sum(k for k, _ in waits)
-            late[b] = hz
-            if b >= m.warmup:
-                m.counters["refetch_hazards"] += hz
-                m.counters["refetch_rows"] += sum(col[b] for col in refetch)
-            # the GPU variant loads the rows in place into the scratchpad (no staging copy)
-            rows_in = (m.uvm_read(b, F - hz, R, "collect in place") if gpu_collect
-                       else m.collect(b, F - hz, R))
-            parts = [rows_in, m.hbm.gather(c.writebacks[b], R, b, "victim read")]
-            if hz and not forward:
-                parts.append(env.process(refetch_after_writeback(b, hz, waits)))
-            return parts
+    def plan(self, b: int) -> Generator:
+        """The policy on the host cores, or (planner: gpu) the ids to the GPU, then its
+        hash table."""
+        m, c = self.m, self.c
+        if self.gpu_plan:
+            planned = m.seq(lambda: m.index_h2d(b, c.accesses[b], c.samples[b]),
+                            lambda: m.gpu_plan(b, c.accesses[b], c.evictions[b]))
+        else:
+            planned = m.plan(b, c.accesses[b], c.evictions[b], self.p)
+        yield from m.stage("plan", b, [planned])
 
-        def refetch_after_writeback(b, rows, waits):
-            start = env.now
-            yield m.all_of([ev for _, ev in waits])
-            m.end_stage("refetch_wait", b, start)
-            ev = (m.uvm_read(b, rows, c.R_fill[b], "refetch collect") if gpu_collect
-                  else m.collect(b, rows, c.R_fill[b], "refetch collect"))
-            if ev is not None:
-                yield ev
+    def data_stage(self, name: str, b: int) -> Generator:
+        """One of collect, exchange, insert (`DATA_STAGES`) as a stage; insert's end is
+        the write-back a later refetch of its victims waits for."""
+        yield from self.m.stage(name, b, self.data_parts[name](b))
+        if name == "insert":
+            self.inserted[b].succeed()
 
-        def exchange(b):
-            R = c.R_fill[b]
-            sent = c.fills[b] - (late[b] if forward else 0)
-            # the GPU variants moved the rows in collect / insert, the indices before plan
-            return [None if gpu_collect else m.pcie.h2d(sent * R, b, "fill"),
-                    None if gpu_collect else m.pcie.d2h(c.writebacks[b] * R, b, "victims"),
-                    None if gpu_plan else m.index_h2d(b, c.accesses[b], c.samples[b])]
+    def pending_writebacks(self, b: int) -> list[tuple[int, simpy.Event]]:
+        """(rows, event) of batch b's refetches whose write-back is still in flight."""
+        out = []
+        for d, counts in enumerate(self.refetch, start=1):
+            j = b - d
+            if counts[b] and j >= 0 and not self.inserted[j].triggered:
+                out.append((counts[b], self.inserted[j]))
+        return out
 
-        def insert(b):
-            R = c.R_fill[b]
-            parts = [m.hbm.gather(c.fills[b], R, b, "insert"),
-                     m.uvm_write(b, c.writebacks[b], R, "write back in place") if gpu_collect
-                     else m.write_back(b, c.writebacks[b], R)]
-            if forward:
-                parts.append(m.hbm.gather(late[b], R, b, "forward from victims"))
-            return parts
+    def collect(self, b: int) -> list:
+        """The missed rows into the staging buffer (or in place) || the victims out of the
+        scratchpad; hazard rows wait for their write-back (or are forwarded)."""
+        m, c = self.m, self.c
+        R, F = c.R_fill[b], c.fills[b]
+        waits = self.pending_writebacks(b)
+        hz = sum(k for k, _ in waits)
+        self.late[b] = hz
+        if b >= m.warmup:
+            m.counters["refetch_hazards"] += hz
+            m.counters["refetch_rows"] += sum(col[b] for col in self.refetch)
+        # the GPU variant loads the rows in place into the scratchpad (no staging copy)
+        rows_in = (m.uvm_read(b, F - hz, R, "collect in place") if self.gpu_collect
+                   else m.collect(b, F - hz, R))
+        parts = [rows_in, m.hbm.gather(c.writebacks[b], R, b, "victim read")]
+        if hz and not self.forward:
+            parts.append(self.env.process(self.refetch_after_writeback(b, hz, waits)))
+        return parts
 
-        data_parts = {"collect": collect, "exchange": exchange, "insert": insert}
+    def refetch_after_writeback(self, b: int, rows: int,
+                                waits: list[tuple[int, simpy.Event]]) -> Generator:
+        """The hazard rows of collect(b), gathered once their write-backs have ended (the
+        wait is the stage `refetch_wait`)."""
+        m, c = self.m, self.c
+        start = self.env.now
+        yield m.all_of([ev for _, ev in waits])
+        m.end_stage("refetch_wait", b, start)
+        ev = (m.uvm_read(b, rows, c.R_fill[b], "refetch collect") if self.gpu_collect
+              else m.collect(b, rows, c.R_fill[b], "refetch collect"))
+        if ev is not None:
+            yield ev
 
-        def data_stage(name, b):
-            yield from m.stage(name, b, data_parts[name](b))
-            if name == "insert":
-                inserted[b].succeed()
+    def exchange(self, b: int) -> list:
+        """H2D of the fills || D2H of the victims || the batch's indices."""
+        m, c = self.m, self.c
+        R = c.R_fill[b]
+        sent = c.fills[b] - (self.late[b] if self.forward else 0)
+        # the GPU variants moved the rows in collect / insert, the indices before plan
+        return [None if self.gpu_collect else m.pcie.h2d(sent * R, b, "fill"),
+                None if self.gpu_collect else m.pcie.d2h(c.writebacks[b] * R, b, "victims"),
+                None if self.gpu_plan else m.index_h2d(b, c.accesses[b], c.samples[b])]
 
-        def train(b):
-            t = m.seq(lambda: m.all_of(train_parts.forward(m, b)),
-                      lambda: m.mlp(b, c.samples[b]),
-                      lambda: m.all_of(train_parts.backward(m, b)))
-            yield from m.stage("train", b, [t])
+    def insert(self, b: int) -> list:
+        """The fills written into their slots || the victims written back to the table
+        (forward mode: || the forwarded rows copied from the victim buffer)."""
+        m, c = self.m, self.c
+        R = c.R_fill[b]
+        parts = [m.hbm.gather(c.fills[b], R, b, "insert"),
+                 m.uvm_write(b, c.writebacks[b], R, "write back in place") if self.gpu_collect
+                 else m.write_back(b, c.writebacks[b], R)]
+        if self.forward:
+            parts.append(m.hbm.gather(self.late[b], R, b, "forward from victims"))
+        return parts
 
-        def group(g, stages):
-            data = [s for s in stages if s in DATA_STAGES]
-            for b in range(n):
-                if g == 0:
-                    yield tokens.get(1)  # plan(b) waits for train(b - W)
-                else:
-                    b = yield queues[g - 1].get()
-                if "plan" in stages and gpu_plan:  # the ids first, then the GPU's planner
-                    yield from m.stage("plan", b, [m.seq(
-                        lambda b=b: m.index_h2d(b, c.accesses[b], c.samples[b]),
-                        lambda b=b: m.gpu_plan(b, c.accesses[b], c.evictions[b]))])
-                elif "plan" in stages:
-                    yield from m.stage("plan", b, [m.plan(b, c.accesses[b],
-                                                          c.evictions[b], cache)])
-                if data:  # fused stages stream: all their transfers start together
-                    yield m.all_of([env.process(data_stage(s, b)) for s in data])
-                if "train" in stages:
-                    yield from train(b)
-                    m.batch_done(b)
-                    yield tokens.put(1)
-                else:
-                    yield queues[g].put(b)
-
-        procs = [env.process(group(g, stages)) for g, stages in enumerate(groups)]
-        yield m.all_of(procs)
+    def train(self, b: int) -> Generator:
+        """Forward, mlp, backward over the scratchpad's rows."""
+        m, c, parts = self.m, self.c, self.train_parts
+        t = m.seq(lambda: m.all_of(parts.forward(m, b)),
+                  lambda: m.mlp(b, c.samples[b]),
+                  lambda: m.all_of(parts.backward(m, b)))
+        yield from m.stage("train", b, [t])
