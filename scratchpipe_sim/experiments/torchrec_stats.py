@@ -69,6 +69,8 @@ class TableCurve:
     #: the replays' miss rates before the running minimum (the ends are the contract's)
     raw_miss: tuple[float, ...]
     fill: tuple[float, ...]
+    #: rows written back (evictions) / distinct rows: below `fill` while the cache fills
+    writeback: tuple[float, ...]
     unplaced_unique: tuple[float, ...]
     unplaced_access: tuple[float, ...]
 
@@ -80,6 +82,9 @@ class TableCurve:
 
     def fill_rate(self, clf: float) -> float:
         return self._at(self.fill, clf)
+
+    def writeback_rate(self, clf: float) -> float:
+        return self._at(self.writeback, clf)
 
     def unplaced_unique_rate(self, clf: float) -> float:
         return self._at(self.unplaced_unique, clf)
@@ -100,6 +105,7 @@ class TableCurve:
                 "cacheability": self.cacheability,
                 "load_factors": list(self.load_factors), "miss": list(self.miss),
                 "raw_miss": list(self.raw_miss), "fill": list(self.fill),
+                "writeback": list(self.writeback),
                 "unplaced_unique": list(self.unplaced_unique),
                 "unplaced_access": list(self.unplaced_access)}
 
@@ -182,10 +188,12 @@ def replay_shares(sub: Trace, clf: float, policy: str, ways: int, warm: int
     cap = max(1, int(round(clf * rows)))
     cols, _ = replay_columns(sub, make_policy(policy, cap, rows, ways=ways))
     tot = {k: float(np.sum(cols[k][warm:])) for k in
-           ("accesses", "unique", "fills", "unique_unplaced", "unplaced")}
+           ("accesses", "unique", "fills", "writebacks", "unique_unplaced",
+                         "unplaced")}
     n = max(sub.num_batches - warm, 1)
     U, A = max(tot["unique"], 1.0), max(tot["accesses"], 1.0)
     return {"miss": (tot["fills"] + tot["unique_unplaced"]) / U, "fill": tot["fills"] / U,
+            "writeback": tot["writebacks"] / U,
             "unplaced_unique": tot["unique_unplaced"] / U,
             "unplaced_access": tot["unplaced"] / A, "unique_per_batch": tot["unique"] / n,
             "accesses_per_batch": tot["accesses"] / n}
@@ -211,7 +219,8 @@ def table_curve(trace: Trace, t: int, policy: str = "fbgemm-lru", ways: int = 32
         table=t, rows=int(trace.table_rows[t]), expected_lookups=first["unique_per_batch"],
         accesses_per_batch=first["accesses_per_batch"],
         load_factors=tuple([0.0] + lfs + [1.0]), miss=tuple(mono), raw_miss=tuple(raw),
-        fill=curve("fill", 0.0), unplaced_unique=curve("unplaced_unique", 1.0),
+        fill=curve("fill", 0.0), writeback=curve("writeback", 0.0),
+        unplaced_unique=curve("unplaced_unique", 1.0),
         unplaced_access=curve("unplaced_access", 1.0))
 
 
@@ -285,7 +294,8 @@ def read_stats(path: str | Path) -> TraceCacheStats:
                             field=f"{where}.load_factors")
         n = len(lfs)
         curves = {k: _curve_of(t, k, n, where, src) for k in
-                  ("miss", "raw_miss", "fill", "unplaced_unique", "unplaced_access")}
+                  ("miss", "raw_miss", "fill", "writeback", "unplaced_unique",
+                   "unplaced_access")}
         if any(b > a for a, b in zip(curves["miss"], curves["miss"][1:], strict=False)):
             raise UserError("expected a non-increasing miss curve", source=src,
                             field=f"{where}.miss")
