@@ -190,8 +190,10 @@ def plan_both(cfg: Config, stats: TraceCacheStats, world_size: int = 1
     batch = max(1, stats.batch_size // world_size)
     topo = Topology(world_size=world_size, local_world_size=local, compute_device="cuda",
                     **peers.topology_args(cfg))
-    planners = [_Planner(name, cfg, topo, batch, stats.batch_size, curves, sim)
-                for name, sim in (("torchrec", False), ("simulator", True))]
+    with warnings.catch_warnings():  # TorchRec's deprecation notices, not ours
+        warnings.simplefilter("ignore")
+        planners = [_Planner(name, cfg, topo, batch, stats.batch_size, curves, sim)
+                    for name, sim in (("torchrec", False), ("simulator", True))]
     sharders = [EmbeddingBagCollectionSharder()]
     for p in planners:
         try:
