@@ -434,7 +434,7 @@ def stage_figure(res: Results, name: str, opts: dict[str, Any]) -> Figure:
         y += h
     ax.set_yticks(ticks, [r.design for r in rows], fontsize=MIN_FONT_PT + 1)
     ax.set_ylim(y - 0.2, -0.6)
-    ax.set_xlim(0, top * 1.45)
+    ax.set_xlim(0, top * 1.7)  # room for the labels right of the longest bar
     ax.set_xlabel("microseconds per iteration: thick bar = mean iteration time "
                   "(iter_ns_mean); thin bars = mean stage time per batch", fontsize=MIN_FONT_PT + 1)
     vals = {a: f[a].iloc[0] for a in res.axes if a in f.columns}
