@@ -381,7 +381,9 @@ def _ratio(v: Any) -> str:
 
 
 def _figure_names(f: Folder) -> list[str]:
-    return list(f.results.figures) or ["stage-breakdown"]
+    """The figures in report order: the key one first (a speedup figure when declared)."""
+    names = list(f.results.figures) or ["stage-breakdown"]
+    return sorted(names, key=lambda n: not n.startswith("speedup"))
 
 
 def caption(f: Folder, name: str) -> str:

@@ -132,8 +132,9 @@ def format_table(c: Comparison, wide: bool = False, width: int = TERMINAL_COLUMN
     """A fixed-width text table: a line per point (#, axis values, speedups), then the
     geometric mean and the maximum over points, then why each '-' is missing. It fits
     `width` columns: long axis columns are left out (named under the table; `wide` keeps
-    them and does not fit), design names break at '-' onto two header lines, and designs
-    that still do not fit go to a second block with the same # and axis columns."""
+    them and does not fit), design names break at '-' onto two header lines when the table
+    would not fit otherwise, and designs that still do not fit go to a second block with
+    the same # and axis columns."""
     cells = {a: [_cell(r[a]) for _, r in c.table.iterrows()] for a in c.axes}
     long_axes = [] if wide else [a for a in c.axes if max(map(len, cells[a]), default=0)
                                  > LONG_CELL]
@@ -142,11 +143,17 @@ def format_table(c: Comparison, wide: bool = False, width: int = TERMINAL_COLUMN
     left = [["", "#", *map(str, range(n)), "", "geomean", "max"]]
     for a in axes:
         left.append(["", a.rsplit(".", 1)[-1], *cells[a], "", "", ""])
-    right = []
-    for d in c.designs:
-        top, bottom = _header(d, wide)
-        right.append([top, bottom, *(_ratio(c.table.at[i, d]) for i in range(n)), "",
-                      _ratio(c.geomean[d]), _ratio(c.maximum[d])])
+    def columns(broken: bool) -> list[list[str]]:
+        out = []
+        for d in c.designs:
+            top, bottom = _header(d) if broken else ("", d)
+            out.append([top, bottom, *(_ratio(c.table.at[i, d]) for i in range(n)), "",
+                        _ratio(c.geomean[d]), _ratio(c.maximum[d])])
+        return out
+
+    right = columns(False)
+    if not wide and _width(left + right) > width:  # break long names only to fit
+        right = columns(True)
     blocks, block, used = [], [], _width(left)
     for col in right:
         w = max(map(len, col)) + 2
@@ -172,9 +179,9 @@ def format_table(c: Comparison, wide: bool = False, width: int = TERMINAL_COLUMN
     return "\n".join(out[1:] if out and out[0] == "" else out)
 
 
-def _header(design: str, wide: bool) -> tuple[str, str]:
+def _header(design: str) -> tuple[str, str]:
     """A design name on two header lines, broken at its last '-' when that is narrower."""
-    if wide or "-" not in design or len(design) <= 8:
+    if "-" not in design or len(design) <= 8:
         return "", design
     head, tail = design.rsplit("-", 1)
     return head + "-", tail

@@ -52,7 +52,7 @@ def test_failed_design_row_alone_and_geomean_over_common_points(results, capsys)
     assert main(["compare", str(results)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "geomean over the 2 of 3 points where every design ran" in out[1]
-    assert out[6].split() == ["0", "0.01", "1.000x", "1.100x", "-"]
+    assert out[5].split() == ["0", "0.01", "1.000x", "1.100x", "-"]
 
 
 def test_every_missing_value_has_its_reason_and_the_table_fits_100_columns(results, capsys):
