@@ -101,15 +101,26 @@ def _state_folder() -> str:
 API = ("simulate", "sweep", "resolve")
 
 
+#: the package's public face (`from scratchpipe_sim import *`, `dir()`, a notebook's tab
+#: completion): the API, the error it raises for bad input, the version; the cache-folder
+#: helpers above are the layers' own, not the user's
+__all__ = [*API, "UserError", "__version__"]
+
+
 def __getattr__(name: str) -> object:
     """`scratchpipe_sim.simulate` and the rest of `API` (docs/api.md), loaded on first use;
-    `scratchpipe_sim.errors` (for `scratchpipe_sim.errors.UserError`)."""
+    `scratchpipe_sim.UserError` and `scratchpipe_sim.errors` (the module)."""
     if name in API:
         from scratchpipe_sim import api
 
         return getattr(api, name)
-    if name == "errors":
+    if name in ("errors", "UserError"):
         import scratchpipe_sim.errors as errors
 
-        return errors
+        return errors if name == "errors" else errors.UserError
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """What `dir(scratchpipe_sim)` lists: the public face, not the modules it imports."""
+    return sorted(__all__)

@@ -26,7 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default: iter_ns_mean)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",
                    help="table: aligned text with geomean and max rows; csv: one row per "
-                        "point; json: points, geomean and max (default: table)")
+                        "point; json: points, geomean, max and why values are missing "
+                        "(default: table)")
+    p.add_argument("--wide", action="store_true",
+                   help="table: print long columns (swept values such as a JSON mapping) "
+                        "in full and do not fit the table to 100 columns")
     p.set_defaults(func=handle)
 
 
@@ -36,7 +40,7 @@ def handle(args: argparse.Namespace) -> int:
 
     c = compare(load_results(args.results), args.baseline, args.metric)
     if args.format == "table":
-        print(format_table(c))
+        print(format_table(c, wide=args.wide))
     elif args.format == "csv":
         print(c.table.to_csv(index=False), end="")
     else:
@@ -48,5 +52,7 @@ def handle(args: argparse.Namespace) -> int:
             "points": [{k: num(v) for k, v in r.items()}
                        for r in c.table.to_dict(orient="records")],
             "geomean": {d: num(v) for d, v in c.geomean.items()},
-            "max": {d: num(v) for d, v in c.maximum.items()}}))
+            "max": {d: num(v) for d, v in c.maximum.items()},
+            "missing": [{"point": i, "design": d, "status": st, "reason": r}
+                        for i, d, st, r in c.missing]}))
     return 0

@@ -17,11 +17,12 @@ ORDER = 90
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help=HELP,
                        description="Write one HTML file for a `run` or `sweep` results "
-                       "folder: what ran (resolved config, versions, trace checksum, "
-                       "date), the results table with its legend, the stage breakdown and "
-                       "figures, speedups over the baseline, the points that did not run "
-                       "and how to reproduce it. Figures are embedded; the page loads "
-                       "nothing from elsewhere.")
+                       "folder, headline first: what was compared, the speedups over the "
+                       "baseline and the key figure; then the figures with captions, the "
+                       "results table with its legend, the points that did not run, "
+                       "provenance (resolved config, versions, trace checksum, date; "
+                       "folded) and how to reproduce it. Figures are embedded; the page "
+                       "loads nothing from elsewhere and fits a 1400-pixel window.")
     p.add_argument("results", help="a `run` or `sweep` results folder (or its results.csv "
                    "/ results.parquet)")
     p.add_argument("--out", metavar="FILE", help="the HTML file (default: "

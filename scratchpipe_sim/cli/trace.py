@@ -358,6 +358,9 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
                         "(default 1,2,5,10,20%% of rows)")
     s.add_argument("--meta-format", action="store_true",
                    help="print only the histogram, in locality_stats.txt's exact layout")
+    s.add_argument("--torchrec", metavar="OUT.json",
+                   help="write TorchRec cache statistics (per table: distinct ids per batch, "
+                        "FBGEMM LRU miss-ratio curve, cacheability) for torchrec-plan --stats")
     s.set_defaults(func=handle_stats)
 
 
@@ -399,6 +402,12 @@ def handle_stats(args: argparse.Namespace) -> int:
                        fmt=args.fmt)
     _check_rows(trace, args)
     caps = parse_capacities(args.capacities, trace.total_rows) if args.capacities else None
+    if args.torchrec:
+        from scratchpipe_sim.experiments import torchrec_stats as ts
+
+        out = ts.write_stats(ts.trace_stats(trace), args.torchrec)
+        print(f"wrote {out}: TorchRec cache statistics of {trace.num_tables} tables")
+        return 0
     summary = st.summarize(trace)
     if args.meta_format:
         print(st.format_locality_stats(summary.histogram), end="")

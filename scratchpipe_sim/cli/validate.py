@@ -171,7 +171,7 @@ def handle_cpu(args: argparse.Namespace) -> int:
     hw = cfg.hardware
     print(f"validate --cpu {cfg.name or Path(args.config).stem}: hardware "
           f"{hw.name or '(inline)'}, cpu.cores {hw.cpu.cores}, "
-          f"{cfg.model.table_count} tables x {max(cfg.model.rows_per_table)} rows at most, "
+          f"{cfg.model.table_count} x {max(cfg.model.rows_per_table)} rows, "
           f"{results[0].batches} batches, {args.statistic} of {args.reps} passes; plan "
           "priced with plan_threads=1 (the policy kernel runs on one thread)")
     import numba

@@ -46,7 +46,8 @@ def band_axes(data: dict[str, Any]) -> tuple[str | None, list[str]]:
 
 def band_figure(data: dict[str, Any], designs: Sequence[str] | None = None):
     """The figure (matplotlib) of a bands table."""
-    from scratchpipe_sim.experiments.plots import design_color, plt  # noqa: PLC0415
+    from scratchpipe_sim.experiments.plots import plt  # noqa: PLC0415
+    from scratchpipe_sim.experiments.styles import design_style  # noqa: PLC0415
 
     base = data.get("baseline")
     names = [d for d in (designs or data["designs"]) if d != base]
@@ -83,8 +84,9 @@ def band_figure(data: dict[str, Any], designs: Sequence[str] | None = None):
             nom = [r["nominal"] for _, r in pts]
             err = [[r["nominal"] - r["min"] for _, r in pts],
                    [r["max"] - r["nominal"] for _, r in pts]]
-            ax.errorbar(pos, nom, yerr=err, fmt="o-", ms=3.5, lw=1.0, capsize=2.5,
-                        color=design_color(d, list(data["designs"])), label=d)
+            style = design_style(d)  # the design's colour and marker in every figure
+            ax.errorbar(pos, nom, yerr=err, fmt="-", marker=style.marker, ms=4, lw=1.0,
+                        capsize=2.5, color=style.color, label=d)
         ax.axhline(1.0, color="black", lw=0.8, ls="--")
         ax.set_xticks(range(len(xs)), [_label(v) for v in xs], fontsize=8)
         ax.set_xlabel(x or "point", fontsize=8)

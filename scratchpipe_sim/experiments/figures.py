@@ -3,13 +3,14 @@
 A figure is a mapping of plain options (no matplotlib here, so an experiment file is
 checked without importing it):
 
-    kind:    line | stacked-bar
+    kind:    line | stages (stacked-bar: its old name, the same figure)
     x:       column on the x axis (a swept key); null: guessed from the axes
     y:       a metric column, or a list of them (one line per design per metric)
     series:  column that makes one line per value (default: design)
     facet:   column that makes one panel per value (null: none)
     where:   {column: value} rows to keep (e.g. one representative point)
-    stacks:  stacked-bar only: the columns stacked in each bar (default: every stage column)
+    stacks:  stages only: the stage columns drawn under each design's iteration bar
+             (default: every stage column)
     designs: designs to draw (default: all in the table)
     x_scale: multiply x by this (0.01 load factor x 100 = 1 % of rows)
     logx, logy, x_label, y_label, title
@@ -21,7 +22,9 @@ from typing import Any
 
 from scratchpipe_sim.errors import UserError, closest
 
-KINDS = ("line", "stacked-bar")
+KINDS = ("line", "stages", "stacked-bar")
+#: the kinds that draw the stage figure (iteration bar + its stages; plots.stage_figure)
+STAGE_KINDS = ("stages", "stacked-bar")
 OPTION_KEYS = ("kind", "x", "y", "series", "facet", "where", "stacks", "designs", "x_scale",
                "logx", "logy", "x_label", "y_label", "title", "baseline")
 
@@ -52,8 +55,7 @@ BUILTIN: dict[str, dict[str, Any]] = {
         "y": [H2D, D2H], "y_label": "PCIe traffic (bytes/sample)", "logy": True,
         "title": "PCIe traffic per sample (solid: H2D, dashed: D2H)"},
     "stage-breakdown": {
-        "kind": "stacked-bar", "y_label": "time per iteration (ms)",
-        "title": "Per-stage time per iteration"},
+        "kind": "stages", "title": "Iteration time and the stages under it"},
     "miss-ratio-curve": {
         "kind": "line", "x": None, "x_candidates": CACHE_SIZE_KEYS, "y": MISS_RATIO,
         "y_label": "miss ratio (fraction of lookups)", "logx": True,

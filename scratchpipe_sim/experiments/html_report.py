@@ -1,11 +1,15 @@
 """One self-contained HTML page for a `run` or `sweep` results folder, to send to colleagues.
 
 The page needs nothing but itself: CSS inline, figures as base64 PNG `data:` URIs, no script
-and no link to anything outside it. It says what ran (the resolved config, the versions, the
-trace checksum, when), shows the results table with its column legend, the per-stage
-breakdown and the figures (drawn by `experiments.plots`, as `plot` draws them), the speedups
-over the baseline (`experiments.speedups`, as `compare` prints them), the points that did not
-run, optionally a `sensitivity` folder's bands or tornado figure, and how to reproduce it.
+and no link to anything outside it. It reads headline first, so a colleague has the answer
+on the first screen: what was compared and the speedups over the baseline
+(`experiments.speedups`, as `compare` prints them) with the key figure; then every figure
+(drawn by `experiments.plots`, as `plot` draws them) with a one-sentence caption; then the
+full results table (metrics first; long text columns and, past a screen of rows, the table
+itself folded) with its legend and the points that did not run (each reason once);
+optionally a `sensitivity` folder's bands or tornado figure; then provenance, folded (the
+resolved config, the versions, the trace checksum, when); and how to reproduce it, as
+commands that work as written. It fits a 1400-pixel-wide window without sideways scrolling.
 """
 
 from __future__ import annotations
@@ -42,18 +46,42 @@ REPORT_NAME = "report.html"
 FIGURE_DPI = 110
 #: significant digits of a number in the HTML tables
 DIGITS = 4
+#: a text cell longer than this (a JSON mapping, a path, an error) is a long column: folded
+LONG_TEXT = 24
+#: a table of more rows than this is folded (a <details> closed), so the page stays short
+FOLD_ROWS = 15
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;
-max-width:72em;padding:0 1em;color:#222;line-height:1.4}
-h1{font-size:1.6em}h2{font-size:1.25em;border-bottom:1px solid #ccc;margin-top:2em}
-table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
-th,td{border:1px solid #ccc;padding:.2em .5em;text-align:right}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1em auto;
+max-width:84em;padding:0 1em;color:#222;line-height:1.35}
+h1{font-size:1.5em;margin:.3em 0}h2{font-size:1.2em;border-bottom:1px solid #ccc;
+margin-top:1.4em}
+table{border-collapse:collapse;margin:.4em 0;font-size:.85em;max-width:100%}
+th,td{border:1px solid #ccc;padding:.15em .45em;text-align:right;overflow-wrap:anywhere}
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}
-pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.85em}
-figure{margin:1em 0}img{max-width:100%;height:auto}
-.note{color:#555}.bad{color:#b00}
+pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.85em;white-space:pre-wrap;
+overflow-wrap:anywhere}
+figure{margin:.8em 0}img{max-width:100%;height:auto}figcaption{color:#444;font-size:.9em}
+.note{color:#555}.bad{color:#b00}.lead{font-size:1.05em}
+.head{display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start}
+.head>div{flex:0 1 auto;min-width:0}.head figure{flex:1 1 34em;margin:0;min-width:0}
+.scroll{max-width:100%;overflow-x:auto}
+summary{cursor:pointer;color:#225}
 ul.legend{font-size:.9em;color:#333}
 """
+#: what each built-in figure shows, in one sentence (a declared one: its title)
+CAPTIONS = {
+    "speedup-vs-cache-size": "Each design's speedup over the baseline (the baseline's "
+    "iteration time / the design's; higher is faster) as the GPU cache grows.",
+    "speedup-vs-alpha": "Each design's speedup over the baseline as the trace's locality "
+    "(Zipf alpha) grows.",
+    "pcie-bytes": "PCIe bytes each design moves per training sample, host-to-device solid "
+    "and device-to-host dashed (log scale).",
+    "stage-breakdown": "Each design's mean iteration time (thick bar, the table's "
+    "iter_ns_mean) with its stages under it: end to end where they run in series, side by "
+    "side from 0 where they overlap, so the bars rank designs as the table does.",
+    "miss-ratio-curve": "Fraction of embedding lookups that miss the GPU cache as the cache "
+    "grows (log x); a design that could not run is marked above the panel, not drawn.",
+}
 
 
 @dataclass(frozen=True)
@@ -82,11 +110,18 @@ def cell(v: Any) -> str:
     return str(v)
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], ident: str = "") -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(cell(v))}</td>" for v in r) + "</tr>"
                    for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    attr = f' id="{ident}"' if ident else ""
+    return (f'<div class="scroll"><table{attr}><thead><tr>{head}</tr></thead><tbody>{body}'
+            "</tbody></table></div>")
+
+
+def _fold(summary: str, body: str, open_: bool = False) -> str:
+    return (f"<details{' open' if open_ else ''}><summary>{html.escape(summary)}</summary>"
+            f"{body}</details>")
 
 
 def _legend(lines: Iterable[str]) -> str:
@@ -102,15 +137,17 @@ def _note(text: str, cls: str = "note") -> str:
     return f'<p class="{cls}">{html.escape(text)}</p>'
 
 
-def _png(fig: Any) -> str:
-    """A matplotlib figure as an <img> with its PNG inline (base64); the figure is closed."""
+def _png(fig: Any, alt: str = "figure") -> str:
+    """A matplotlib figure as an <img> with its PNG inline (base64); the figure is closed.
+    Saved as `plot` saves it (tight box: the legends and notes outside the axes kept)."""
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=FIGURE_DPI, metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=FIGURE_DPI, bbox_inches="tight", pad_inches=0.15,
+                metadata={"Software": None})
     plt.close(fig)
     data = base64.b64encode(buf.getvalue()).decode("ascii")
-    return f'<img alt="figure" src="data:image/png;base64,{data}">'
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -160,13 +197,13 @@ def _what_ran(f: Folder) -> str:
     now = versions()
     facts.append(("report made (UTC)", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
     facts += [(f"{k} (report)", v) for k, v in now.items() if recorded.get(k) != v]
-    out = ["<h2>What ran</h2>", _table(["", "value"], facts)]
+    out = ["<h2>What ran</h2>", _fold("versions, checksum, dates",
+                                      _table(["", "value"], facts))]
     config = _config_text(f)
     if config:
-        out.append("<details open><summary>resolved config"
-                   + (" (the first point; the others differ in the swept keys)"
-                      if f.kind == "sweep" else "") + "</summary>" + _pre(config)
-                   + "</details>")
+        out.append(_fold("resolved config" + (" (the first point; the others differ in the "
+                                              "swept keys)" if f.kind == "sweep" else ""),
+                         _pre(config)))
     return "".join(out)
 
 
@@ -250,64 +287,131 @@ def _sweep_legend(columns: Sequence[str]) -> list[str]:
 
 
 def _results_sweep(f: Folder) -> str:
-    frame = f.results.frame
+    """The full table: point number, design and swept keys, then the metrics; long text
+    columns in a table of their own, folded; the whole folded past FOLD_ROWS rows. Rows
+    that did not run are under "Points that did not run", once."""
+    frame = f.results.ok().sort_values("index")
     cols = [c for c in (f.metadata.get("columns") or frame.columns) if c in frame.columns
-            and c != "point"]
-    rows = frame[cols].itertuples(index=False, name=None)
-    return ("<h2>Results</h2>" + _table(cols, rows) + _legend(_sweep_legend(cols)))
+            and c not in ("point", "status", "error")]
+    long_cols = [c for c in cols if not pd_numeric(frame[c])
+                 and frame[c].astype(str).str.len().max() > LONG_TEXT]
+    first = [c for c in ("index", "design") if c in cols]
+    axes = [c for c in f.results.axes if c in cols and c not in long_cols]
+    metrics = [c for c in cols if c not in (*first, *axes, *long_cols)]
+    main = first + axes + metrics
+    table = _table(main, frame[main].itertuples(index=False, name=None))
+    n = len(frame)
+    out = ["<h2>Results</h2>",
+           table if n <= FOLD_ROWS else _fold(f"the full table: {n} rows (every design at "
+                                              "every point it ran)", table),
+           _legend(_sweep_legend(main))]
+    if long_cols:
+        keys = first + long_cols
+        out.append(_fold(f"long text columns ({', '.join(long_cols)})",
+                         _table(keys, frame[keys].itertuples(index=False, name=None))))
+    return "".join(out)
+
+
+def pd_numeric(values: Any) -> bool:
+    import pandas as pd
+
+    return bool(pd.api.types.is_numeric_dtype(values))
 
 
 def _not_run(f: Folder) -> str:
-    bad = f.results.not_ok()
+    from scratchpipe_sim.experiments.not_run import group, ranges
+
+    bad = f.results.not_ok().sort_values("index")
     if bad.empty:
         return ("<h2>Points that did not run</h2>"
                 + _note("none: every design ran at every point"))
+    reasons = group(zip(bad["design"], bad["status"], bad["index"].astype(str),
+                        bad["error"] if "error" in bad.columns else [None] * len(bad),
+                        strict=True))
+    lines = [f"{r.design} {r.status} at point {', '.join(ranges(int(w) for w in r.where))}: "
+             + ("e.g. " if len(r.reasons) > 1 else "") + r.reasons[0] for r in reasons]
     cols = [c for c in ("index", *f.results.axes, "design", "status", "error")
             if c in bad.columns]
     return ("<h2>Points that did not run</h2>"
             + _note(f"{len(bad)} design result(s): infeasible ones are results (the design "
                     "cannot run there), errors are failures (rerun the sweep with "
                     "--retry-failed once fixed)", "bad")
-            + _table(cols, bad[cols].itertuples(index=False, name=None)))
+            + _legend(lines)
+            + _fold("each of them", _table(cols, bad[cols].itertuples(index=False,
+                                                                      name=None))))
 
 
-def _speedups(f: Folder) -> str:
+def _speedups(f: Folder) -> tuple[str, str]:
+    """(the headline table, the per-point table or ""): for a run, each design's iteration
+    time and speedup; for a sweep, each design's geometric mean and maximum speedup over the
+    points, and the per-point table (folded past FOLD_ROWS points)."""
     from scratchpipe_sim.experiments.speedups import compare
 
     try:
         c = compare(f.results)
     except UserError as e:
-        return "<h2>Speedups</h2>" + _note(f"no speedups: {e.message}")
-    head = ["#", *c.axes, *c.designs]
-    body = [[i, *(r[a] for a in c.axes), *(_ratio(r[d]) for d in c.designs)]
-            for i, (_, r) in enumerate(c.table.iterrows())]
-    blank = [""] * len(c.axes)
-    body += [["geomean", *blank, *(_ratio(c.geomean[d]) for d in c.designs)],
-             ["max", *blank, *(_ratio(c.maximum[d]) for d in c.designs)]]
-    title = f"speedup over {c.baseline} ({c.metric}: baseline time / design time)"
-    if c.common < len(c.table):
-        title += (f"; geomean over the {c.common} of {len(c.table)} points where every "
-                  "design ran ('-': did not run)")
-    return "<h2>Speedups</h2>" + _note(title) + _table(head, body)
+        return _note(f"no speedups: {e.message}", "bad"), ""
+    what = f"speedup over {c.baseline} ({c.metric}: baseline time / design time; higher " \
+           "is faster)"
+    n = len(c.table)
+    if f.kind == "run":
+        ok = f.results.ok().set_index("design")
+        body = [[d, ok.at[d, c.metric] / 1e3 if d in ok.index else None,
+                 _ratio(c.table.at[0, d])] for d in c.designs]
+        head = _table(["design", "iteration (us)", f"speedup over {c.baseline}"], body,
+                      "speedups")
+        return _note(what) + head, ""
+    ran = {d: n - sum(1 for _, x, _, _ in c.missing if x == d) for d in c.designs}
+    body = [[d, _ratio(c.geomean[d]), _ratio(c.maximum[d]), f"{ran[d]} of {n}"]
+            for d in c.designs]
+    note = what + (f"; geometric mean over the {c.common} of {n} points where every design "
+                   "ran" if c.common < n else f"; geometric mean over the {n} points")
+    head = _note(note) + _table(["design", "geomean", "max", "points ran"], body, "speedups")
+    table = [[i, *(r[a] for a in c.axes), *(_ratio(r[d]) for d in c.designs)]
+             for i, (_, r) in enumerate(c.table.iterrows())]
+    per = _table(["#", *c.axes, *c.designs], table)
+    per = per if n <= FOLD_ROWS else _fold(f"speedup at each of the {n} points", per)
+    return head, "<h2>Speedup at each point</h2>" + _note("'-': the design has no value "
+                                                           "there (why: Points that did "
+                                                           "not run)") + per
 
 
 def _ratio(v: Any) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}x"
 
 
-def _figures(f: Folder) -> str:
+def _figure_names(f: Folder) -> list[str]:
+    """The figures in report order: the key one first (a speedup figure when declared)."""
+    names = list(f.results.figures) or ["stage-breakdown"]
+    return sorted(names, key=lambda n: not n.startswith("speedup"))
+
+
+def caption(f: Folder, name: str) -> str:
+    """One sentence saying what figure `name` shows."""
+    if name in CAPTIONS:
+        return CAPTIONS[name]
+    opts = f.results.figures.get(name, {})
+    ys = opts.get("y")
+    y = ", ".join(ys) if isinstance(ys, list) else ys
+    return str(opts.get("title") or (f"{y} per design" + (f" against {opts['x']}"
+                                                          if opts.get("x") else "")) + ".")
+
+
+def _figure(f: Folder, name: str) -> str:
     from scratchpipe_sim.experiments.plots import make_figure
 
-    names = list(f.results.figures) or ["stage-breakdown"]
-    out = ["<h2>Figures</h2>"]
-    for name in names:
-        try:
-            img = _png(make_figure(f.results, name))
-        except UserError as e:
-            out.append(_note(f"{name}: not drawn: {e.message}", "bad"))
-            continue
-        out.append(f"<figure>{img}<figcaption>{html.escape(name)}</figcaption></figure>")
-    return "".join(out)
+    try:
+        img = _png(make_figure(f.results, name), name)
+    except UserError as e:
+        return _note(f"{name}: not drawn: {e.message}", "bad")
+    return (f'<figure id="fig-{html.escape(name)}">{img}<figcaption><b>{html.escape(name)}'
+            f"</b>: {html.escape(caption(f, name))}</figcaption></figure>")
+
+
+def _figures(f: Folder, names: list[str]) -> str:
+    if not names:
+        return ""
+    return "<h2>Figures</h2>" + "".join(_figure(f, n) for n in names)
 
 
 def sensitivity_kind(path: Path) -> str:
@@ -357,28 +461,51 @@ def _reproduce(f: Folder, report_out: Path) -> str:
                              "--out", str(f.path)]),
                  "# (resumes: finished points are skipped; a fresh --out runs them all)"]
     lines.append(shlex.join(["scratchpipe-sim", "report", str(f.path), "--out",
-                             str(report_out)]))
+                             str(report_out), "--force"]))
+    lines.append("# (--force: this page is there already, and is replaced)")
     return ("<h2>How to reproduce</h2>"
             + _note("with the versions listed under What ran; results are deterministic "
                     "for a given config and seed (wall-clock columns aside)")
             + _pre("\n".join(lines)))
 
 
+def _summary(f: Folder) -> str:
+    """One sentence: what was compared, on what."""
+    meta = f.metadata
+    designs = ", ".join(sorted(set(f.results.frame["design"]),
+                               key=list(f.results.frame["design"]).index))
+    if f.kind == "run":
+        on = f"on {meta.get('config') or f.path}"
+        if meta.get("overrides"):
+            on += " with " + " ".join(meta["overrides"])
+        return f"{designs} {on}, one point."
+    axes = ", ".join(f.results.axes) or "no swept key"
+    return (f"{designs} over {meta.get('points') or f.results.frame['point'].nunique()} "
+            f"points of {meta.get('experiment') or f.path} (swept: {axes}).")
+
+
 def build(f: Folder, report_out: Path, bands: Path | None = None) -> str:
-    """The report page of results folder `f` (`bands`: a sensitivity folder to include)."""
+    """The report page of results folder `f` (`bands`: a sensitivity folder to include):
+    the headline (what was compared, the speedups, the key figure) first, provenance last."""
     title = (f"{f.kind} report: "
              + (f.metadata.get("name") or Path(str(f.metadata.get("config") or f.path)).stem))
-    parts = [_what_ran(f),
-             _results_run(f) if f.kind == "run" else _results_sweep(f),
-             _speedups(f), _figures(f)]
+    names = _figure_names(f)
+    head, per_point = _speedups(f)
+    parts = [f'<p class="lead">{html.escape(_summary(f))}</p>',
+             '<div class="head"><div><h2>Speedups</h2>' + head + "</div>"
+             + (_figure(f, names[0]) if names else "") + "</div>",
+             _figures(f, names[1:]), per_point,
+             _results_run(f) if f.kind == "run" else _results_sweep(f)]
     if f.kind == "sweep":
         parts.append(_not_run(f))
     if bands is not None:
         parts.append(_bands(bands))
-    parts.append(_reproduce(f, report_out))
+    parts += [_what_ran(f), _reproduce(f, report_out)]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1>" + "\n".join(parts) + "</body></html>\n")
+            f"<h1>{html.escape(title)}</h1>" + "\n".join(p for p in parts if p)
+            + "</body></html>\n")
 
 
 def write(results: str | Path, out: str | Path | None = None, *, force: bool = False,

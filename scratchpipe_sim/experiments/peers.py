@@ -85,22 +85,22 @@ class PeerRow:
                 "measured_ms": self.measured_ms, "closer": self.closer}
 
 
-def import_torchrec() -> Any:
+def import_torchrec(command: str = "compare-peers") -> Any:
     """The planner modules, or a UserError naming the missing package (exit 2)."""
     try:
         import torch  # noqa: F401
     except ImportError as e:
-        raise UserError(f"compare-peers needs torch ({e.name or 'torch'} not importable); "
+        raise UserError(f"{command} needs torch ({e.name or 'torch'} not importable); "
                         f"install: {INSTALL_HINT}", field="torch") from None
     try:
         import fbgemm_gpu  # noqa: F401
     except ImportError:
-        raise UserError(f"compare-peers needs fbgemm-gpu-cpu (fbgemm_gpu not importable); "
+        raise UserError(f"{command} needs fbgemm-gpu-cpu (fbgemm_gpu not importable); "
                         f"install: {INSTALL_HINT}", field="fbgemm_gpu") from None
     try:
         import torchrec.distributed.planner.shard_estimators as est
     except ImportError:
-        raise UserError(f"compare-peers needs torchrec==1.8.0 (torchrec not importable); "
+        raise UserError(f"{command} needs torchrec==1.8.0 (torchrec not importable); "
                         f"install: {INSTALL_HINT}", field="torchrec") from None
     return est
 

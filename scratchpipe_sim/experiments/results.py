@@ -20,6 +20,7 @@ from scratchpipe_sim.experiments.results_store import (
     CSV_NAME,
     MANIFEST,
     PARQUET_NAME,
+    read_csv_table,
     read_manifest,
 )
 from scratchpipe_sim.safety.paths import input_kind
@@ -54,11 +55,6 @@ class Results:
         """Rows that did not run: status infeasible (a result) or error."""
         f = self.frame
         return f[f["status"] != "ok"] if "status" in f.columns else f.iloc[0:0]
-
-
-def read_csv_table(path: str | os.PathLike) -> pd.DataFrame:
-    return pd.read_csv(path, dtype={"point": str, "error": str, "design": str,
-                                    "status": str}, keep_default_na=True)
 
 
 def check_complete_csv(path: Path) -> None:

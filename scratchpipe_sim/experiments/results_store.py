@@ -76,6 +76,15 @@ def encode(value: Any) -> str:
     return str(value).replace("\r", " ").replace("\n", " ")
 
 
+def read_csv_table(path: str | os.PathLike) -> Any:
+    """A results table as a DataFrame, its text columns kept as text (pandas imported
+    here, on first use: a sweep's start-up does not need it)."""
+    import pandas as pd
+
+    return pd.read_csv(path, dtype={"point": str, "error": str, "design": str,
+                                    "status": str}, keep_default_na=True)
+
+
 def csv_bytes(rows: Iterable[Sequence[str]]) -> bytes:
     """CSV text of `rows` (cells already encoded), as written atomically by its callers."""
     buf = io.StringIO()
@@ -356,8 +365,6 @@ class ResultStore:
             import pyarrow  # noqa: F401
         except ImportError:
             return None
-        from scratchpipe_sim.experiments.results import read_csv_table
-
         frame = read_csv_table(self.csv_path)
         out = self.folder / PARQUET_NAME
         buf = io.BytesIO()

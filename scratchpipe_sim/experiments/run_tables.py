@@ -47,8 +47,15 @@ LEGEND = (
     "speedup_vs_hybrid: hybrid's mean iteration time / this design's (higher is faster)",
     "hit: fraction of embedding lookups served from GPU memory (gpu-only 1, hybrid 0)",
     "H2D_B/smp, D2H_B/smp: PCIe bytes per sample, host-to-device and device-to-host",
-    "DRAM_MB_tot, HBM_MB_tot: MB moved in CPU DRAM and GPU HBM, totals over the measured "
-    "batches (not per sample)",
+    "DRAM_MB_tot: MB the CPU's DRAM served, reads and writes together: embedding-row "
+    "gathers and updates that miss the LLC, "
+    "staging copies (collect, write-back), and the DMA of every PCIe copy when "
+    "pcie.dma_loads_dram (so gpu-only's is its input indices only; the cache designs' is "
+    "their misses, write-backs and their staging and DMA)",
+    "HBM_MB_tot: MB the GPU's HBM served, reads and writes together: embedding gathers "
+    "and updates that miss L2, cache probes and inserts, the copies landing in HBM "
+    "(docs/experiments.md: every column, per design)",
+    "DRAM_MB_tot, HBM_MB_tot: totals over the measured batches (not per sample)",
 )
 
 

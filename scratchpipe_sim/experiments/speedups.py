@@ -8,12 +8,14 @@ it is the same whichever design is the baseline, up to inversion.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import textwrap
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.experiments.figures import ITER_TIME
+from scratchpipe_sim.experiments.not_run import Reason, group, ranges
 from scratchpipe_sim.experiments.results import Results
 from scratchpipe_sim.timing.designs import baseline_design, design_order
 
@@ -28,6 +30,21 @@ class Comparison:
     common: int                  # points where every design ran (the geomean's points)
     baseline: str
     metric: str
+    #: (point number in `table`, design, status, reason) of every missing speedup
+    missing: list[tuple[int, str, str, str]] = field(default_factory=list)
+
+    def reasons(self) -> list[Reason]:
+        """The missing speedups' reasons, grouped (points as table numbers)."""
+        found = group((d, st, str(i), r) for i, d, st, r in self.missing)
+        return [Reason(r.design, r.status, tuple(ranges(int(w) for w in r.where)), r.reasons)
+                for r in found]
+
+
+#: the width `compare` fits its table to (characters) unless --wide
+TERMINAL_COLUMNS = 100
+#: an axis value longer than this (a JSON mapping, a path) is a long column: left out of
+#: the table unless --wide, and named under it
+LONG_CELL = 16
 
 
 def geometric_mean(values) -> float:
@@ -75,30 +92,123 @@ def compare(res: Results, baseline: str | None = None, metric: str = ITER_TIME) 
                         "error column)", source=res.source)
     gm = {d: geometric_mean(out.loc[both, d]) for d in designs}
     mx = {d: float(out[d].max()) for d in designs}
-    return Comparison(axes, designs, out, gm, mx, int(both.sum()), baseline, metric)
+    return Comparison(axes, designs, out, gm, mx, int(both.sum()), baseline, metric,
+                      _missing(res, out, designs, baseline, metric))
 
 
-def format_table(c: Comparison) -> str:
+def _missing(res: Results, out: pd.DataFrame, designs: list[str], baseline: str,
+             metric: str) -> list[tuple[int, str, str, str]]:
+    """Why each '-' of the speedup table is missing: the design's row status and reason,
+    or its baseline's, from the results table."""
+    points = list(res.frame.drop_duplicates("point").sort_values("index")["point"])
+    rows = {(p, d): r for p, d, r in zip(res.frame["point"], res.frame["design"],
+                                         res.frame.to_dict(orient="records"), strict=True)}
+
+    def why(p: str, d: str) -> tuple[str, str] | None:
+        r = rows.get((p, d))
+        if r is None:
+            return "absent", "no row for this design at this point"
+        if r.get("status", "ok") != "ok":
+            return str(r["status"]), str(r.get("error") or "")
+        if pd.isna(r.get(metric)):
+            return "no value", f"its {metric} is empty"
+        return None
+
+    found = []
+    for i, p in enumerate(points[:len(out)]):
+        for d in designs:
+            if not pd.isna(out.at[i, d]):
+                continue
+            own = why(p, d)
+            if own is not None:
+                found.append((i, d, *own))
+            else:
+                st, r = why(p, baseline) or ("no value", "")
+                found.append((i, d, f"no baseline ({baseline} {st})", r))
+    return found
+
+
+def format_table(c: Comparison, wide: bool = False, width: int = TERMINAL_COLUMNS) -> str:
     """A fixed-width text table: a line per point (#, axis values, speedups), then the
-    geometric mean and the maximum over points."""
-    head = ["#", *(a.rsplit(".", 1)[-1] for a in c.axes), *c.designs]
-    body = [[str(i), *(_cell(r[a]) for a in c.axes), *(_ratio(r[d]) for d in c.designs)]
-            for i, (_, r) in enumerate(c.table.iterrows())]
-    blank = [""] * len(c.axes)
-    foot = [["geomean", *blank, *(_ratio(c.geomean[d]) for d in c.designs)],
-            ["max", *blank, *(_ratio(c.maximum[d]) for d in c.designs)]]
-    widths = [max(len(x) for x in col) for col in zip(head, *body, *foot, strict=True)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(x.rjust(w) for x, w in zip(cells, widths, strict=True))
-
-    rule = "  ".join("-" * w for w in widths)
-    title = f"speedup over {c.baseline} ({c.metric}: baseline / design)"
+    geometric mean and the maximum over points, then why each '-' is missing. It fits
+    `width` columns: long axis columns are left out (named under the table; `wide` keeps
+    them and does not fit), design names break at '-' onto two header lines when the table
+    would not fit otherwise, and designs that still do not fit go to a second block with
+    the same # and axis columns."""
+    cells = {a: [_cell(r[a]) for _, r in c.table.iterrows()] for a in c.axes}
+    long_axes = [] if wide else [a for a in c.axes if max(map(len, cells[a]), default=0)
+                                 > LONG_CELL]
+    axes = [a for a in c.axes if a not in long_axes]
     n = len(c.table)
+    left = [["", "#", *map(str, range(n)), "", "geomean", "max"]]
+    for a in axes:
+        left.append(["", a.rsplit(".", 1)[-1], *cells[a], "", "", ""])
+    def columns(broken: bool) -> list[list[str]]:
+        out = []
+        for d in c.designs:
+            top, bottom = _header(d) if broken else ("", d)
+            out.append([top, bottom, *(_ratio(c.table.at[i, d]) for i in range(n)), "",
+                        _ratio(c.geomean[d]), _ratio(c.maximum[d])])
+        return out
+
+    right = columns(False)
+    if not wide and _width(left + right) > width:  # break long names only to fit
+        right = columns(True)
+    blocks, block, used = [], [], _width(left)
+    for col in right:
+        w = max(map(len, col)) + 2
+        if block and not wide and used + w > width:
+            blocks.append(block)
+            block, used = [], _width(left)
+        block.append(col)
+        used += w
+    blocks.append(block)
+    out = _wrap(f"speedup over {c.baseline} ({c.metric}: baseline / design)", width, wide)
     if c.common < n:
-        title += (f"; geomean over the {c.common} of {n} points where every design ran "
-                  "(- = did not run: infeasible or error, see the error column)")
-    return "\n".join([title, line(head), rule, *map(line, body), rule, *map(line, foot)])
+        out += _wrap(f"geomean over the {c.common} of {n} points where every design ran; "
+                     "- = no value (why: under the table)", width, wide)
+    for b in blocks:
+        out += ["", *_render(left + b)]
+    if c.missing:
+        out += ["", "no value (-), by design; # = the table's point numbers:"]
+        for r in c.reasons():
+            out += _wrap("  " + r.line("#"), width, wide, indent="      ")
+    if long_axes:
+        out += ["", *_wrap("left out (long values; --wide prints them): "
+                           + ", ".join(long_axes), width, wide)]
+    return "\n".join(out[1:] if out and out[0] == "" else out)
+
+
+def _header(design: str) -> tuple[str, str]:
+    """A design name on two header lines, broken at its last '-' when that is narrower."""
+    if "-" not in design or len(design) <= 8:
+        return "", design
+    head, tail = design.rsplit("-", 1)
+    return head + "-", tail
+
+
+def _width(cols: list[list[str]]) -> int:
+    return sum(max(map(len, col)) + 2 for col in cols) - 2
+
+
+def _render(cols: list[list[str]]) -> list[str]:
+    """Columns of [header 1, header 2, points..., "", geomean, max] as aligned lines."""
+    widths = [max(map(len, col)) for col in cols]
+
+    def line(i: int) -> str:
+        return "  ".join(col[i].ljust(w) if j == 0 else col[i].rjust(w)
+                         for j, (col, w) in enumerate(zip(cols, widths, strict=True))).rstrip()
+
+    rows = len(cols[0])
+    rule = "  ".join("-" * w for w in widths)
+    head = [line(0)] if any(col[0] for col in cols) else []
+    return [*head, line(1), rule, *map(line, range(2, rows - 3)), rule, line(rows - 2),
+            line(rows - 1)]
+
+
+def _wrap(text: str, width: int, wide: bool, indent: str = "    ") -> list[str]:
+    return [text] if wide else textwrap.wrap(text, width, subsequent_indent=indent,
+                                             break_on_hyphens=False)
 
 
 def _cell(v) -> str:

@@ -74,10 +74,11 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     `sample`: a spatial sampling rate R (None: trace.sample_rate); R < 1 is a sampled run
     (`timing.sampled_run`: caches x R, counts x 1/R, mean and spread over the salts)."""
     scale = sample if isinstance(sample, SampleScale) else None
-    if scale is None and (rate_salts := sample_settings(cfg, sample))[0] < 1:
-        return simulate_sampled(cfg, designs, *rate_salts, trace=trace, progress=progress,
-                                timeline_dir=timeline_dir, replay_cache=replay_cache, jobs=jobs)
     names = check_designs(cfg, designs)
+    if scale is None and (rate_salts := sample_settings(cfg, sample))[0] < 1:
+        return simulate_sampled(cfg, names, *rate_salts, simulate, trace=trace,
+                                progress=progress, timeline_dir=timeline_dir,
+                                replay_cache=replay_cache, jobs=jobs)
     check_jobs(jobs)
     trace = build_trace(cfg, cache=replay_cache) if trace is None else trace
     given = trace

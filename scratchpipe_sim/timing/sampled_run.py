@@ -17,13 +17,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs import DESIGNS, WorkloadKey
+from scratchpipe_sim.timing.trace_setup import build_trace, fit_trace, sized_config
 from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.spatial_sampling import cached_sample, check_rate
 
@@ -103,18 +104,23 @@ def sample_settings(cfg: Config, sample: float | None = None,
 Progress = Callable[[str, str, int, int], None]
 
 
-def simulate_sampled(cfg: Config, designs: Sequence[str] | None, rate: float, salts: int,
-                     *, trace: Trace | None = None, timeline_dir: Path | None = None,
-                     progress: Progress | None = None, replay_cache: bool = True,
-                     jobs: int = 1) -> list[dict[str, Any]]:
-    """`runner.simulate` at sampling rate `rate` < 1: the trace (built or given) sampled
-    once per salt 0..salts-1 (from the trace cache when made before), every design run on
-    each sample, one row per design: each figure the mean over the salts, with
-    `X_spread`; timelines of salt 0's run."""
-    from scratchpipe_sim.timing.runner import check_designs, simulate  # it imports this
-    from scratchpipe_sim.timing.trace_setup import build_trace, fit_trace, sized_config
+class ExactRun(Protocol):
+    """`runner.simulate`, as a sampled run calls it on each sample (passed in by the runner,
+    which imports this module: this one imports nothing above it)."""
 
-    names = check_designs(cfg, designs)
+    def __call__(self, cfg: Config, designs: Sequence[str] | None, *,
+                 timeline_dir: Path | None, trace: Trace, progress: Progress,
+                 replay_cache: bool, jobs: int, sample: SampleScale) -> list[dict]: ...
+
+
+def simulate_sampled(cfg: Config, names: Sequence[str], rate: float, salts: int,
+                     exact: ExactRun, *, trace: Trace | None = None,
+                     timeline_dir: Path | None = None, progress: Progress | None = None,
+                     replay_cache: bool = True, jobs: int = 1) -> list[dict[str, Any]]:
+    """`runner.simulate` at sampling rate `rate` < 1 for the (checked) designs `names`: the
+    trace (built or given) sampled once per salt 0..salts-1 (from the trace cache when made
+    before), `exact` run on each sample, one row per design: each figure the mean over the
+    salts, with `X_spread`; timelines of salt 0's run."""
     trace = build_trace(cfg, cache=replay_cache) if trace is None else trace
     cfg = sized_config(cfg, trace)
     trace = fit_trace(trace, cfg)
@@ -129,7 +135,7 @@ def simulate_sampled(cfg: Config, designs: Sequence[str] | None, rate: float, sa
             if progress is not None and (event == "policy" or last):
                 progress(event, design, done, total)
 
-        per_salt.append(simulate(cfg, names, timeline_dir=timeline_dir if salt == 0 else None,
+        per_salt.append(exact(cfg, names, timeline_dir=timeline_dir if salt == 0 else None,
                                  trace=sampled, progress=relay, replay_cache=replay_cache,
                                  jobs=jobs, sample=scale))
     capacity = {n: DESIGNS.get(n)(cfg).workload_key() for n in names}

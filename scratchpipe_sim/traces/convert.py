@@ -89,14 +89,22 @@ ConvertFn = Callable[[Path, Path, ConvertOptions], ConvertResult]
 CONVERTERS: Registry[ConvertFn] = Registry("convert format", package="scratchpipe_sim.traces")
 #: suffix -> converter format, checked longest first.
 SUFFIXES: dict[str, str] = {}
+#: content sniffers, in registration order: each gives a format for a file it recognises
+#: (e.g. Criteo's 40 tab-separated fields, a `sample, table, id` header), else None
+Sniffer = Callable[[Path], "str | None"]
+SNIFFERS: list[Sniffer] = []
 
 
-def register_converter(name: str, suffixes: tuple[str, ...] = ()) -> Callable[[ConvertFn],
-                                                                             ConvertFn]:
+def register_converter(name: str, suffixes: tuple[str, ...] = (),
+                       sniff: Sniffer | None = None) -> Callable[[ConvertFn], ConvertFn]:
+    """Register a converter under `name`, found by any of `suffixes` and, before any
+    suffix, by `sniff` on the file's content."""
     def decorate(fn: ConvertFn) -> ConvertFn:
         CONVERTERS.register(name)(fn)
         for s in suffixes:
             SUFFIXES[s] = name
+        if sniff is not None:
+            SNIFFERS.append(sniff)
         return fn
 
     return decorate
@@ -108,17 +116,14 @@ def load_converters() -> None:
 
 
 def detect_format(path: Path) -> str:
-    """The converter format for `path`: Criteo by content (40 tab-separated fields), a
-    table by its `sample, table, id` header (comma or tab separated), else by suffix."""
+    """The converter format for `path`: by content where a converter's sniffer recognises
+    it (Criteo's 40 tab-separated fields; a table's `sample, table, id` header), else by
+    suffix."""
     load_converters()
-    from scratchpipe_sim.traces.criteo import looks_like_criteo
-    from scratchpipe_sim.traces.tabular import tabular_header_format
-
-    if looks_like_criteo(path):
-        return "criteo"
-    header = tabular_header_format(path)  # a (sample, table, id) header, any suffix
-    if header:
-        return header
+    for sniff in SNIFFERS:  # by content first: a `.tsv` may be Criteo's or a table's
+        found = sniff(path)
+        if found:
+            return found
     name = path.name.lower()
     for suffix in sorted(SUFFIXES, key=len, reverse=True):
         if name.endswith(suffix):

@@ -230,7 +230,12 @@ def _message(src: str, line: int, code: int, where: int) -> str:
     return f"{loc}: {FIELD_NAMES[where]} (field {where + 1}): {_MESSAGES[code]}"
 
 
-@register_converter("criteo", suffixes=(".tsv", ".tsv.gz"))
+def sniff_criteo(path: Path) -> str | None:
+    """'criteo' for a file whose first line is Criteo's 40 tab-separated fields."""
+    return "criteo" if looks_like_criteo(path) else None
+
+
+@register_converter("criteo", suffixes=(".tsv", ".tsv.gz"), sniff=sniff_criteo)
 def convert_criteo(src: Path | Sequence[Path], out: Path, opts: ConvertOptions
                    ) -> ConvertResult:
     """Criteo TSV (one file or several days, in order) -> `.sptrace`: 26 tables, batches

@@ -222,7 +222,7 @@ def _append(writer, idmap, s, t, v, T, B, result) -> None:
     result.num_accesses += len(ids)
 
 
-@register_converter("csv", suffixes=(".csv", ".csv.gz"))
+@register_converter("csv", suffixes=(".csv", ".csv.gz"), sniff=tabular_header_format)
 def convert_csv(src: Path, out: Path, opts: ConvertOptions) -> ConvertResult:
     return _convert(src, out, opts, "csv")
 

@@ -137,3 +137,16 @@ def test_simulate_sample_equals_the_config_keys(cfg_file):
     with pytest.raises(UserError) as e:
         scratchpipe_sim.simulate(str(cfg_file), sample=0.5, **{"trace.sample_rate": 0.5})
     assert e.value.field == "trace.sample_rate"
+
+
+def test_the_package_face_is_the_api() -> None:
+    """dir() and __all__ list the API (not os, re, Path or the cache helpers); each name
+    resolves (issue 42, item 5)."""
+    import scratchpipe_sim as sp
+    from scratchpipe_sim.errors import UserError
+
+    assert dir(sp) == sorted(sp.__all__)
+    assert {"simulate", "sweep", "resolve", "UserError", "__version__"} == set(sp.__all__)
+    assert not {"os", "re", "shutil", "hashlib", "Path", "annotations"} & set(dir(sp))
+    assert all(getattr(sp, n) is not None for n in sp.__all__)
+    assert sp.UserError is UserError

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -174,20 +176,86 @@ def test_bad_results_path_is_one_line_exit_2(tmp_path, capsys, make):
     assert not (tmp_path / "x" / "report.html").exists()
 
 
+def test_headline_first_provenance_folded_and_the_reproduce_command_works(sweep_folder,
+                                                                         tmp_path, capsys):
+    """The speedup table comes before any figure, table of results or config; the config
+    is folded; the infeasible rows are not in the full table (they are listed once, under
+    Points that did not run); the page's own `report` command runs as written."""
+    out = tmp_path / "r.html"
+    assert main(["report", str(sweep_folder), "--out", str(out)]) == 0
+    capsys.readouterr()
+    text = out.read_text()
+    body = text[text.index("<body>"):]
+    order = [body.index(m) for m in ('id="speedups"', "<img", "<h2>Results</h2>",
+                                     "<h2>Points that did not run</h2>", "resolved config",
+                                     "<h2>How to reproduce</h2>")]
+    assert order == sorted(order)
+    assert "<details open>" not in text and "batch_size: 64" in text
+    results = body[body.index("<h2>Results</h2>"):body.index("<h2>Points that did not")]
+    assert "<th>status</th>" not in results and "<th>error</th>" not in results
+    assert "figcaption><b>speedup-vs-cache-size</b>: Each design" in text
+    pre = re.findall(r"<pre>(.*?)</pre>", body[body.index("How to reproduce"):], re.S)[0]
+    (cmd,) = [ln for ln in html.unescape(pre).splitlines()
+              if ln.startswith("scratchpipe-sim report")]
+    assert main(shlex.split(cmd)[1:]) == 0  # works as written: the page exists already
+    assert Path(capsys.readouterr().out.strip()) == out
+
+
 def _browser() -> str | None:
     return next((b for b in ("chromium", "chromium-browser", "google-chrome")
                  if shutil.which(b)), None)
 
 
+#: appended to a copy of the page (the report itself has no script): measures the laid-out
+#: page and writes the numbers into the DOM that --dump-dom prints
+MEASURE = """<script>
+window.addEventListener('load', () => {
+  const W = window.innerWidth, H = window.innerHeight;
+  let widest = 0, who = '';
+  for (const el of document.body.querySelectorAll('*')) {
+    const shut = el.closest('details:not([open])');
+    if (shut && !el.closest('summary')) continue;  // folded: not laid out for the reader
+    const r = el.getBoundingClientRect();
+    if (r.width > 0 && r.right > widest) { widest = r.right; who = el.tagName; }
+  }
+  const t = document.getElementById('speedups');
+  const out = {W, H, scroll: document.documentElement.scrollWidth, widest, who,
+    speedups: t ? t.getBoundingClientRect().bottom : null,
+    imgs: [...document.images].map(i => i.complete && i.naturalWidth > 0)};
+  const pre = document.createElement('pre');
+  pre.textContent = 'MEASURED' + JSON.stringify(out) + 'END';
+  document.body.appendChild(pre);
+});
+</script>"""
+WIDTH_PX, HEIGHT_PX = 1400, 900
+
+
+def _measure(page: Path, tmp: Path) -> dict:
+    probe = tmp / f"measured-{page.name}"
+    probe.write_text(page.read_text().replace("</body>", MEASURE + "</body>"))
+    args = [_browser(), "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
+            f"--window-size={WIDTH_PX},{HEIGHT_PX}", "--virtual-time-budget=5000"]
+    dom = subprocess.run([*args, "--dump-dom", probe.as_uri()], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    shot = tmp / f"{page.stem}.png"
+    subprocess.run([*args, f"--screenshot={shot}", page.as_uri()], capture_output=True,
+                   timeout=60, check=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return json.loads(re.search(r"MEASURED(\{.*?\})END", dom).group(1))
+
+
 @pytest.mark.skipif(_browser() is None, reason="no headless Chromium installed (Debian: "
                     "apt-get install chromium)")
-def test_page_loads_in_a_headless_browser(run_folder, tmp_path):
-    out = tmp_path / "page.html"
-    assert main(["report", str(run_folder), "--out", str(out)]) == 0
-    dom = subprocess.run([_browser(), "--headless", "--disable-gpu", "--no-sandbox",
-                          "--dump-dom", out.as_uri()], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
-    assert "<img" in dom and "data:image/png;base64," in dom and "Speedups" in dom
+def test_both_reports_fit_1400_px_in_a_real_browser(run_folder, sweep_folder, tmp_path):
+    """Chromium at 1400 px: the speedup table is on the first screen, nothing is wider than
+    the window (no sideways scrolling) and every figure decodes."""
+    for folder in (run_folder, sweep_folder):
+        page = tmp_path / f"{folder.name}.html"
+        assert main(["report", str(folder), "--out", str(page)]) == 0
+        m = _measure(page, tmp_path)
+        assert m["scroll"] <= m["W"] and m["widest"] <= m["W"], (folder.name, m)
+        assert m["speedups"] is not None and m["speedups"] <= m["H"], (folder.name, m)
+        assert m["imgs"] and all(m["imgs"]), (folder.name, m)
 
 
 def test_a_run_folder_without_results_json_reports_from_its_csv(run_folder, tmp_path, capsys):
@@ -200,3 +268,43 @@ def test_a_run_folder_without_results_json_reports_from_its_csv(run_folder, tmp_
     rows = json.loads((run_folder / "results.json").read_text())
     for r in rows:
         assert r["design"] in page.cells and cell(r["iter_ns_mean"]) in page.cells
+
+
+def test_stage_figure_ranks_a_real_runs_designs_as_its_table(run_folder):
+    """On a simulated run (serial hybrid, gpu-only, static-cache, lru-cache; pipelined
+    lru-prefetch, scratchpipe): the figure's bars are the table's iteration times, so its
+    ranking is the table's; a serial design's stages never reach past its bar."""
+    from scratchpipe_sim.experiments.plots import design_stages, make_figure, stage_columns
+    from scratchpipe_sim.experiments.results import load_results
+
+    res = load_results(run_folder)
+    rows = json.loads((run_folder / "results.json").read_text())
+    fig = make_figure(res, "stage-breakdown")
+    ax = fig.axes[0]
+    bars = {p.get_gid().split(":")[1]: p.get_width() for p in ax.patches
+            if (p.get_gid() or "").startswith("iteration:")}
+    table = {r["design"]: r["iter_ns_mean"] / 1e3 for r in rows}
+    assert bars == pytest.approx(table)
+    assert sorted(bars, key=bars.get) == sorted(table, key=table.get)
+    kinds = {r.design: r.serial for r in design_stages(res.ok(), stage_columns(res.ok()))}
+    assert kinds["hybrid"] and not kinds["scratchpipe"]
+    for d, serial in kinds.items():
+        stages = [p for p in ax.patches if (p.get_gid() or "").startswith(f"stage:{d}:")]
+        if serial:
+            assert max(p.get_x() + p.get_width() for p in stages) <= bars[d] * 1.02 + 1e-9
+        else:
+            assert {p.get_x() for p in stages} == {0.0}  # side by side, none stacked
+
+
+def test_report_and_plot_draw_the_same_figure(run_folder, tmp_path, capsys):
+    """The report embeds exactly the PNG `plot` writes (same function, size and dpi), so a
+    design's colour and marker are the same in both."""
+    import base64
+
+    assert main(["plot", str(run_folder), "--figure", "stage-breakdown", "--format", "png",
+                 "--out", str(tmp_path / "fig")]) == 0
+    out = tmp_path / "r.html"
+    assert main(["report", str(run_folder), "--out", str(out)]) == 0
+    capsys.readouterr()
+    (src,) = re.findall(r'src="data:image/png;base64,([^"]+)"', out.read_text())
+    assert base64.b64decode(src) == (tmp_path / "fig.png").read_bytes()

@@ -13,6 +13,7 @@ from scratchpipe_sim.cli import main
 from scratchpipe_sim.experiments.plots import OKABE_ITO, make_figure
 from scratchpipe_sim.experiments.results import load_results
 from scratchpipe_sim.experiments.spec import load_experiment
+from scratchpipe_sim.experiments.styles import design_style
 from scratchpipe_sim.experiments.sweep_runner import run_sweep
 
 DESIGNS = ["hybrid", "lru-cache", "scratchpipe"]
@@ -53,9 +54,25 @@ def panel_lines(ax):
     return {ln.get_label(): ln for ln in ax.get_lines()}
 
 
+def data_axes(fig):
+    """The visible panels (not the "not run" strips above them)."""
+    return [a for a in fig.axes if a.get_visible() and a.get_gid() != "not-run"]
+
+
+def iteration_bars(fig) -> dict[str, float]:
+    """The stage figure's iteration bar of each design: its length (us)."""
+    return {p.get_gid().split(":", 1)[1]: p.get_width() for p in fig.axes[0].patches
+            if (p.get_gid() or "").startswith("iteration:")}
+
+
+def stage_bars(fig, design: str) -> list:
+    return [p for p in fig.axes[0].patches if (p.get_gid() or "").startswith(
+        f"stage:{design}:")]
+
+
 def test_speedup_vs_cache_size_one_panel_per_alpha_one_line_per_design(results):
     fig = make_figure(load_results(results), "speedup-vs-cache-size")
-    axes = [a for a in fig.axes if a.get_visible()]
+    axes = data_axes(fig)
     assert len(axes) == 2
     assert [a.get_title() for a in axes] == ["Zipf alpha = 1.0", "Zipf alpha = 1.2"]
     for ax in axes:
@@ -67,7 +84,9 @@ def test_speedup_vs_cache_size_one_panel_per_alpha_one_line_per_design(results):
         assert ln.get_color() == OKABE_ITO[5]
         assert "%" in ax.get_xlabel()
     assert "(x)" in axes[0].get_ylabel()
-    assert len(axes[0].get_legend().get_texts()) == 3
+    assert axes[0].get_legend() is None  # the legend sits outside the panels
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == DESIGNS
 
 
 def test_pcie_bytes_two_metrics_per_design(results):
@@ -80,17 +99,92 @@ def test_pcie_bytes_two_metrics_per_design(results):
     assert ax.get_yscale() == "log" and "bytes/sample" in ax.get_ylabel()
 
 
-def test_stage_breakdown_bars_are_designs_times_stages(results):
-    fig = make_figure(load_results(results), "stage-breakdown")
-    ax = fig.axes[0]
-    assert len(ax.containers) == 2  # gather, train
-    gather, train = ax.containers
-    assert [p.get_height() for p in gather] == pytest.approx([0.4, 0.8, 1.2])
-    assert [p.get_height() for p in train] == pytest.approx([0.0, 0.2, 0.2])
-    assert [p.get_y() for p in train] == pytest.approx([0.4, 0.8, 1.2])
-    assert [t.get_text() for t in ax.get_xticklabels()] == DESIGNS
-    assert "ms" in ax.get_ylabel()
-    assert "load_factor=0.01" in ax.get_title()
+def test_stage_figure_ranks_designs_as_the_table_does(results):
+    """At load factor 0.01, alpha 1: scratchpipe's stages add up to 1.4 ms (gather 1.2 +
+    train 0.2) but its iteration is 0.83 ms, below hybrid's 1 ms (stages 0.4 ms): stacked
+    bars would reverse the two. The figure's iteration bars are the table's times."""
+    res = load_results(results)
+    fig = make_figure(res, "stage-breakdown")
+    bars = iteration_bars(fig)
+    table = res.ok().sort_values("index")
+    table = table[table["point"] == table["point"].iloc[0]].set_index("design")
+    assert bars == pytest.approx({d: table.at[d, "iter_ns_mean"] / 1e3 for d in DESIGNS})
+    assert sorted(bars, key=bars.get) == list(table["iter_ns_mean"].sort_values().index)
+    assert sorted(bars, key=bars.get) == ["scratchpipe", "lru-cache", "hybrid"]
+    # hybrid's one stage (0.4 ms) fits in its iteration: drawn in series, never past its bar
+    (gather,) = stage_bars(fig, "hybrid")
+    assert gather.get_x() == 0 and gather.get_width() == pytest.approx(400.0)
+    # scratchpipe's overlap: each stage from 0 in its own lane, none stacked on another
+    lanes = stage_bars(fig, "scratchpipe")
+    assert [p.get_x() for p in lanes] == [0.0, 0.0]
+    assert sorted(p.get_width() for p in lanes) == pytest.approx([200.0, 1200.0])
+    assert len({p.get_y() for p in lanes}) == 2
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == DESIGNS
+    assert "load_factor=0.01" in fig.axes[0].get_title()
+
+
+def test_a_design_looks_the_same_in_every_figure(results):
+    """Every registered design has its own colour and marker, and a figure of a subset of
+    the designs (or of one point) draws each in that same colour and marker."""
+    from scratchpipe_sim.timing.designs import design_order
+
+    styles = [design_style(d) for d in design_order()]
+    assert len({s.color for s in styles}) == len(styles)
+    assert len({s.marker for s in styles}) == len(styles)
+    res = load_results(results)
+    seen: dict[str, set] = {d: set() for d in DESIGNS}
+    for name, over in (("speedup-vs-cache-size", {}), ("pcie-bytes", {}),
+                       ("miss-ratio-curve", {"designs": ["lru-cache", "scratchpipe"]}),
+                       ("hit-vs-alpha", {})):
+        for ax in data_axes(make_figure(res, name, over)):
+            for ln in ax.get_lines():
+                d = ln.get_label().split(" ")[0].rstrip(",")
+                seen[d].add((ln.get_color(), ln.get_marker()))
+    for p in make_figure(res, "stage-breakdown").axes[0].patches:
+        if (p.get_gid() or "").startswith("iteration:"):
+            d = p.get_gid().split(":")[1]
+            seen[d].add((matplotlib_hex(p.get_facecolor()), design_style(d).marker))
+    for d in DESIGNS:
+        assert seen[d] == {(design_style(d).color, design_style(d).marker)}, d
+
+
+def matplotlib_hex(rgba) -> str:
+    from matplotlib.colors import to_hex
+
+    return to_hex(rgba).upper()
+
+
+def test_points_that_did_not_run_are_not_drawn_as_values(tmp_path):
+    """An infeasible design is a hollow marker in a strip above the panel, never a point in
+    the data (miss ratio 0 would read as 'never misses'), with its reason in a note of at
+    least 8 pt that lists every point."""
+    from scratchpipe_sim.experiments.sweep_runner import DESIGN_ERROR
+
+    def infeasible_small(config, designs):
+        rows = point(config, designs)
+        if config["cache"]["load_factor"] < 0.05:
+            rows[-1] = {"design": "scratchpipe", DESIGN_ERROR: "window needs 50 rows"}
+        return rows
+
+    exp = tmp_path / "i.yaml"
+    exp.write_text(yaml.safe_dump({
+        "name": "i", "base": BASE, "designs": DESIGNS, "metrics": METRICS,
+        "sweep": {"grid": {"cache.load_factor": [0.01, 0.02, 0.05, 0.1]}}}))
+    run_sweep(load_experiment(exp), tmp_path / "out", run_point=infeasible_small, quiet=True)
+    fig = make_figure(load_results(tmp_path / "out"), "miss-ratio-curve")
+    (ax,) = data_axes(fig)
+    assert panel_lines(ax)["scratchpipe"].get_xdata().tolist() == pytest.approx([5.0, 10.0])
+    (strip,) = [c for c in ax.child_axes if c.get_gid() == "not-run"]
+    (marks,) = strip.get_lines()
+    assert marks.get_xdata().tolist() == pytest.approx([1.0, 2.0])
+    assert marks.get_markerfacecolor() == "white"
+    assert marks.get_markeredgecolor() == design_style("scratchpipe").color
+    fmt = ax.xaxis.get_major_formatter()  # the log axis reads 1, 2, 5, 10, never 10^0
+    assert [fmt(v, 0) for v in (1.0, 2.0, 5.0, 10.0, 20.0)] == ["1", "2", "5", "10", "20"]
+    (note,) = [t for t in fig.texts if t.get_gid() == "not-run-note"]
+    assert note.get_fontsize() >= 8 and "at cache size = 1, 2: window needs 50 rows" in (
+        note.get_text().replace("\n", " "))
+    assert all(t.get_fontsize() >= 8 for t in [*fig.texts, *fig.legends[0].get_texts()])
 
 
 def test_miss_ratio_curve_is_one_minus_hit_ratio(results):
@@ -146,9 +240,10 @@ def test_compare_speedups_and_geomean(results, capsys):
     assert main(["compare", str(results)]) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[0].startswith("speedup over hybrid")
-    assert text[1].split() == ["#", "load_factor", "alpha", *DESIGNS]
+    assert text[2].split() == ["#", "load_factor", "alpha", *DESIGNS]
     assert text[-2].split()[0] == "geomean" and text[-2].split()[-1] == f"{want:.3f}x"
-    assert len(text) == 3 + 6 + 3
+    assert text[-1].split() == ["max", "1.000x", "2.000x", "3.000x"]
+    assert len(text) == 2 + 1 + 1 + 6 + 3 and max(map(len, text)) <= 100
 
 
 def test_compare_against_another_baseline_and_bad_baseline(results, capsys):
