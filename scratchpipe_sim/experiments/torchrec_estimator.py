@@ -114,7 +114,7 @@ def shard_config(cfg: Config, counts: ShardCounts, design: str) -> Config:
 def price_shard(cfg: Config, counts: ShardCounts, design: str) -> dict[str, float]:
     """The design's stages (ns) for one batch of `counts` on the shard's config."""
     from scratchpipe_sim.timing.counts import Workload
-    from scratchpipe_sim.timing.designs.base import DESIGNS
+    from scratchpipe_sim.timing.designs.design_registry import DESIGNS
     from scratchpipe_sim.timing.runner import run_design
 
     scfg = shard_config(cfg, counts, design)
