@@ -62,7 +62,7 @@ def dask_mapper(jobs: int = 1, scheduler: str | None = None) -> Mapper:
                                        dashboard_address=None, processes=True)
                 client = Client(cluster)
             with client:
-                data = client.scatter(list(tasks))
+                data = client.scatter([t.sliced() for t in tasks])
                 futures = [client.submit(fn, d, pure=False,
                                          key=f"scratchpipe-range-{i}-{d.key}")
                            for i, d in enumerate(data)]

@@ -21,6 +21,7 @@ and next-use policies: their decisions also depend on the state before the overl
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -68,16 +69,25 @@ class TimeRange:
 
 @dataclass(frozen=True)
 class RangeTask:
-    """What one range's worker needs: its slice of the trace (batches start..stop-1, so a
-    pickled task carries only those), the policy and which of its batches to keep."""
+    """What one range's worker needs: the trace and its batches start..stop-1 to replay, the
+    policy and which of them to keep. A worker slices the trace itself (forked workers
+    share the parent's arrays); a task sent elsewhere is `sliced()` first, so it carries only
+    those batches."""
 
     trace: Trace
+    start: int
+    stop: int
     policy: str
     capacity: int
     num_rows: int
     params: tuple[tuple[str, Any], ...]
     keep_lo: int  # first kept batch of the slice (lo - start)
     keep_hi: int  # one past the last (hi - start)
+
+    def sliced(self) -> RangeTask:
+        """The same task holding only its batches (what a pickled copy should carry)."""
+        return dataclasses.replace(self, trace=self.trace.slice(self.start, self.stop),
+                                   start=0, stop=self.stop - self.start)
 
 
 @dataclass(frozen=True)
@@ -121,12 +131,17 @@ def forked_mapper(jobs: int) -> Mapper:
 
         if jobs <= 1 or len(tasks) <= 1 or not can_fork():
             return serial_map(fn, tasks)
-        return fork_map(_apply_task, fn, list(tasks), min(jobs, len(tasks)))
+        # the workers inherit the tasks (their traces are views of the parent's arrays):
+        # only an index goes down the pipe, never a slice's ids
+        return fork_map(_apply_task, (fn, list(tasks)), list(range(len(tasks))),
+                        min(jobs, len(tasks)))
     return run
 
 
-def _apply_task(fn: Callable[[RangeTask], RangePart], task: RangeTask) -> RangePart:
-    return fn(task)
+def _apply_task(state: tuple[Callable[[RangeTask], RangePart], list[RangeTask]],
+                i: int) -> RangePart:
+    fn, tasks = state
+    return fn(tasks[i])
 
 
 def supports_proof(policy: str) -> bool:
@@ -216,7 +231,7 @@ def range_tasks(trace: Trace, policy: str, capacity: int, plan: Sequence[TimeRan
                 **params: Any) -> list[RangeTask]:
     """One task per range: its slice of the trace and the batches to keep of it."""
     items = tuple(sorted(params.items()))
-    return [RangeTask(slice_trace(trace, r.start, r.stop), policy, int(capacity),
+    return [RangeTask(trace, r.start, r.stop, policy, int(capacity),
                       trace.total_rows, items, r.lo - r.start, r.hi - r.start)
             for r in plan]
 
@@ -224,7 +239,7 @@ def range_tasks(trace: Trace, policy: str, capacity: int, plan: Sequence[TimeRan
 def replay_range(task: RangeTask) -> RangePart:
     """One range's replay (what a worker runs): the kept batches' columns."""
     pol = make_policy(task.policy, task.capacity, task.num_rows, **dict(task.params))
-    cols, extra = replay_columns(task.trace, pol)
+    cols, extra = replay_columns(slice_trace(task.trace, task.start, task.stop), pol)
     return RangePart({k: np.ascontiguousarray(v[task.keep_lo:task.keep_hi])
                       for k, v in cols.items()}, extra)
 
