@@ -4,6 +4,8 @@
                                                                             like `run`
     resolve(config, overrides=None, **dotted) -> dict                        like `config show`
     sweep(experiment, out=None, jobs=1, ...) -> DataFrame                    like `sweep`
+    replay_time_ranges(trace, policy, capacity, ranges, ...) -> TimeRangeOutcome
+                                                                  like `cache --ranges`
 
 The CLI's `run` and `sweep` are built on the same steps (`check_run`, `run_trace`,
 `run_designs`, `write_run`; `run_experiment`), so a notebook and the command line get the
@@ -139,14 +141,25 @@ def run_trace(cfg: Config, replay_cache: bool = True, jobs: int = 1) -> Trace:
 
 def run_designs(cfg: Config, names: Sequence[str], trace: Trace, *,
                 timeline_dir: Path | None = None, replay_cache: bool = True,
-                progress: DesignProgress | None = None, jobs: int = 1) -> RunOutcome:
+                progress: DesignProgress | None = None, jobs: int = 1,
+                ranges: int | None = None, executor: str = "process",
+                scheduler: str | None = None) -> RunOutcome:
     """Every design of `names` on `trace` (timelines into `timeline_dir` when given; the
-    independent replays in `jobs` processes, identical results)."""
+    independent replays in `jobs` processes, identical results). `ranges=K`: each lru
+    replay as K time ranges run by `executor` (`process`: `jobs` forked processes; `dask`:
+    the cluster at `scheduler`), the same counts (docs/performance.md, "Time ranges")."""
     from scratchpipe_sim.timing import simulate as simulate_designs
 
+    setting = None
+    if ranges is not None:
+        from scratchpipe_sim.experiments.range_tasks import range_mapper
+        from scratchpipe_sim.policies.time_ranges import RangeSetting, split_batches
+
+        split_batches(1, ranges)  # checked (named as --ranges) before anything runs
+        setting = RangeSetting(ranges, range_mapper(executor, jobs, scheduler))
     rows = simulate_designs(cfg, list(names), timeline_dir=timeline_dir, trace=trace,
                             progress=progress, replay_cache=replay_cache, jobs=jobs,
-                            checksum=True)
+                            checksum=True, ranges=setting)
     from scratchpipe_sim.timing.designs import with_default_designs
 
     return RunOutcome(rows, with_default_designs(cfg.to_dict()), trace.checksum())
@@ -256,7 +269,8 @@ def sample_values(sample: float | None, salts: int | None) -> dict[str, Any]:
 def simulate(config: ConfigInput, designs: Sequence[str] | None = None,
              overrides: Mapping[str, Any] | None = None, *, replay_cache: bool = True,
              jobs: int = 1, sample: float | None = None, salts: int | None = None,
-             **dotted: Any) -> pd.DataFrame:
+             ranges: int | None = None, executor: str = "process",
+             scheduler: str | None = None, **dotted: Any) -> pd.DataFrame:
     """Run `designs` (default: the config's) on the config's trace, as `run` does.
 
     `config`: a YAML path or a dict (as a YAML file would hold it). Overrides are dotted
@@ -266,7 +280,9 @@ def simulate(config: ConfigInput, designs: Sequence[str] | None = None,
     resolved config. Writes nothing (timelines and the results folder are the CLI's).
     `jobs`: processes for the independent cache replays (`run --jobs`; same results).
     `sample=R` (`salts=N`): a sampled run (`run --sample R`, docs/sampling.md): each figure
-    the mean over N hash salts, with `<figure>_spread` = half their range."""
+    the mean over N hash salts, with `<figure>_spread` = half their range.
+    `ranges=K` (`run --ranges K`): each lru replay as K time ranges, each its own task
+    (`executor` "process" or "dask" with `scheduler`), the same numbers."""
     values = _values(overrides, dotted)
     for key, v in sample_values(sample, salts).items():
         if key in values:
@@ -275,7 +291,48 @@ def simulate(config: ConfigInput, designs: Sequence[str] | None = None,
         values[key] = v
     cfg, names = check_run(config, designs, values=values)
     trace = run_trace(cfg, replay_cache, jobs)
-    return frame(run_designs(cfg, names, trace, replay_cache=replay_cache, jobs=jobs))
+    return frame(run_designs(cfg, names, trace, replay_cache=replay_cache, jobs=jobs,
+                             ranges=ranges, executor=executor, scheduler=scheduler))
+
+
+@dataclass(frozen=True)
+class TimeRangeOutcome:
+    """A replay made as time ranges (`replay`: the stitched columns and each range's
+    proof), and with `check=True` its comparison with the full replay (`check`)."""
+
+    replay: Any  # policies.time_ranges.RangeReplay
+    check: Any | None  # policies.time_ranges.RangeCheck
+    ranges_wall_s: float
+    full_wall_s: float | None
+
+
+def replay_time_ranges(trace: Trace | str | os.PathLike, policy: str, capacity: int,
+                       ranges: int, overlap: int | None = None, *, check: bool = False,
+                       executor: str = "process", jobs: int = 1,
+                       scheduler: str | None = None, **params: Any) -> TimeRangeOutcome:
+    """`policy` over `trace` (a Trace or a trace file) as `ranges` time ranges, each
+    replayed from `overlap` batches before it (None: grown until it touches `capacity`
+    distinct rows, which proves an lru range exact), each range a task of `executor`.
+    `check=True` also makes the full replay and compares every per-batch column."""
+    from scratchpipe_sim.experiments.range_tasks import range_mapper
+    from scratchpipe_sim.policies.engine import make_policy, replay_columns
+    from scratchpipe_sim.policies.time_ranges import compare_full, replay_ranges
+    from scratchpipe_sim.traces.csr_trace import Trace as TraceClass
+
+    if not isinstance(trace, TraceClass):
+        from scratchpipe_sim.traces.io import open_trace
+
+        trace = open_trace(trace)
+    mapper = range_mapper(executor, jobs, scheduler)
+    t0 = time.perf_counter()
+    result = replay_ranges(trace, policy, capacity, ranges, overlap, mapper, **params)
+    ranges_s = time.perf_counter() - t0
+    if not check:
+        return TimeRangeOutcome(result, None, ranges_s, None)
+    t0 = time.perf_counter()
+    full, _ = replay_columns(trace, make_policy(policy, capacity, trace.total_rows, **params))
+    full_s = time.perf_counter() - t0
+    return TimeRangeOutcome(result, compare_full(result, full), ranges_s, full_s)
 
 
 # -- an experiment file: `sweep` -----------------------------------------------------------

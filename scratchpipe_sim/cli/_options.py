@@ -39,3 +39,17 @@ def load_config_of(args: argparse.Namespace) -> Config:
     from scratchpipe_sim.config import load_config
 
     return load_config(args.config, args.overrides)
+
+
+def add_ranges(p: argparse.ArgumentParser, what: str) -> None:
+    """`--ranges K`, `--executor`, `--scheduler`: a replay split into time ranges, each its
+    own task (`policies/time_ranges.py`, docs/performance.md "Time ranges")."""
+    p.add_argument("--ranges", type=int, default=None, metavar="K",
+                   help=f"{what} as K time ranges, each replayed from a warm-up overlap as "
+                        "its own task (exact for lru: docs/performance.md, Time ranges)")
+    p.add_argument("--executor", choices=("local", "process", "dask"), default="process",
+                   help="where the time ranges run: this process, --jobs forked processes "
+                        "(default) or a Dask cluster")
+    p.add_argument("--scheduler", metavar="ADDR",
+                   help="Dask scheduler address (tcp://host:8786); without it the dask "
+                        "executor starts a local cluster of --jobs workers")

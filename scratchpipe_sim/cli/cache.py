@@ -11,7 +11,7 @@ import math
 import sys
 from typing import Any
 
-from scratchpipe_sim.cli._options import add_json
+from scratchpipe_sim.cli._options import add_json, add_ranges
 from scratchpipe_sim.config.loader import parse_yaml_value
 from scratchpipe_sim.config.schema import check_named
 from scratchpipe_sim.errors import UserError
@@ -49,6 +49,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="fbgemm-*: associativity (their `ways` parameter)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="a policy parameter (repeatable), e.g. profile_fraction=0.1")
+    add_ranges(p, "replay the policy")
+    p.add_argument("--overlap", type=int, default=None, metavar="N",
+                   help="with --ranges: batches replayed before each range (default: grown "
+                        "until they touch --capacity distinct rows, the proof for lru)")
+    p.add_argument("--check", action="store_true",
+                   help="with --ranges: also replay the whole trace and compare every "
+                        "per-batch column, range by range (exit 1 if a proven range differs)")
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                   help="with --ranges: processes (or Dask workers of a local cluster) "
+                        "(default: the cores this process may use)")
     add_json(p, "one JSON object")
     p.set_defaults(func=handle)
 
@@ -97,6 +107,11 @@ def handle(args: argparse.Namespace) -> int:
         print(f"scratchpipe-sim cache: warning: --capacity {capacity} exceeds the trace's "
               f"{rows} rows: every row fits, only first-touch misses remain",
               file=sys.stderr)
+    if args.ranges is not None:
+        return ranged(args, trace, capacity, params)
+    for flag in ("overlap", "check"):
+        if getattr(args, flag) not in (None, False):
+            raise UserError(f"--{flag} needs --ranges K", field=f"--{flag}")
     result = run_cache(trace, args.policy, capacity, **params)
     if args.json:
         print(jsonout.dumps(to_json(result, trace)))
@@ -140,3 +155,54 @@ def report(r: CacheResult, trace) -> str:
     for cells in [head, ["-" * w for w in widths], *body]:
         lines.append("  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)))
     return "\n".join(lines)
+
+
+def ranged(args: argparse.Namespace, trace, capacity: int, params: dict[str, Any]) -> int:
+    """`cache --ranges K`: the replay as time ranges, each range's proof (and, `--check`,
+    its comparison with the full replay); exit 1 when a proven range differs."""
+    from scratchpipe_sim.api import replay_time_ranges  # noqa: PLC0415
+    from scratchpipe_sim.traces.forked import check_jobs, usable_cores  # noqa: PLC0415
+
+    jobs = usable_cores() if args.jobs is None else check_jobs(args.jobs)
+    out = replay_time_ranges(trace, args.policy, capacity, args.ranges, args.overlap,
+                             check=args.check, executor=args.executor, jobs=jobs,
+                             scheduler=args.scheduler, **params)
+    rep, chk = out.replay, out.check
+    acc = int(rep.cols["accesses"].sum())
+    hits = int(rep.cols["hits"].sum())
+    ranges = []
+    for i, r in enumerate(rep.ranges):
+        d = {"range": r.index, "first_batch": r.lo, "last_batch": r.hi - 1,
+             "overlap_batches": r.overlap_batches, "overlap_rows": r.overlap_rows,
+             "capacity": r.target or None, "proven": r.proven}
+        if chk is not None:
+            d.update(equal=chk.equal[i], max_abs_diff=chk.max_abs_diff[i])
+        ranges.append(d)
+    summary = {"trace": str(trace.source), "policy": args.policy, "capacity": capacity,
+               "ranges": ranges, "proven": rep.proven, "accesses": acc, "hits": hits,
+               "hit_ratio": hits / acc if acc else 0.0, "ranges_wall_s": out.ranges_wall_s,
+               "executor": args.executor, "jobs": jobs}
+    if chk is not None:
+        summary.update(full_hit_ratio=chk.hit_ratio_full, all_equal=chk.all_equal,
+                       full_wall_s=out.full_wall_s)
+    if args.json:
+        print(jsonout.dumps(summary))
+    else:
+        lines = [f"trace        {trace.source}: {trace.num_batches} batches",
+                 f"policy       {args.policy}, capacity {capacity} rows, "
+                 f"{len(rep.ranges)} time ranges ({args.executor}, {jobs} jobs)"]
+        for i, r in enumerate(rep.ranges):
+            line = r.describe()
+            if chk is not None:
+                line += ("; equal to the full replay" if chk.equal[i] else
+                         f"; differs from the full replay (largest |difference| "
+                         f"{chk.max_abs_diff[i]})")
+            lines.append(line)
+        lines.append(f"hit ratio    {summary['hit_ratio']:.6f} (ranges, "
+                     f"{out.ranges_wall_s:.3f} s)")
+        if chk is not None:
+            lines.append(f"full replay  {chk.hit_ratio_full:.6f} ({out.full_wall_s:.3f} s)")
+        print("\n".join(lines))
+    bad = chk is not None and any(r.proven and not e
+                                  for r, e in zip(rep.ranges, chk.equal, strict=True))
+    return 1 if bad else 0

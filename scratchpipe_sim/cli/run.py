@@ -24,7 +24,7 @@ from scratchpipe_sim.api import (
     sample_values,
     write_run,
 )
-from scratchpipe_sim.cli._options import add_config, add_json, add_overrides
+from scratchpipe_sim.cli._options import add_config, add_json, add_overrides, add_ranges
 from scratchpipe_sim.errors import UserError, os_reason
 from scratchpipe_sim.experiments.progress import Progress
 from scratchpipe_sim.experiments.run_tables import render
@@ -70,6 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "docs/sampling.md)")
     p.add_argument("--salts", type=int, default=None, metavar="N",
                    help="hash salts of a sampled run (trace.sample_salts, default 3)")
+    add_ranges(p, "replay each lru cache (other policies are replayed whole, with a warning)")
     add_json(p, "the result rows as one JSON array instead of tables")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress on stderr (default: a bar on a terminal, else a line "
@@ -101,7 +102,8 @@ def handle(args: argparse.Namespace) -> int:
                                   timeline_dir=None if args.no_timeline else out,
                                   progress=progress_callback(bar),
                                   replay_cache=not args.no_cache,
-                                  jobs=jobs)
+                                  jobs=jobs, ranges=args.ranges, executor=args.executor,
+                                  scheduler=args.scheduler)
         write_run(out, outcome, str(args.config), list(args.overrides))
     except OSError as e:
         shutil.rmtree(out, ignore_errors=True)

@@ -136,10 +136,11 @@ def _check_out(out: Path, force: bool) -> None:
     if out.exists() and not force:
         raise UserError("already exists; pass --force to overwrite", source=str(out))
     parent = out.resolve().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent  # missing folders are made (as `trace convert` makes them)
     if not parent.is_dir():
-        raise UserError("the folder to write into does not exist or is not a folder",
-                        source=str(out),
-                        field="--out")
+        raise UserError(f"{parent} is not a folder: expected a path under a folder",
+                        source=str(out), field="--out")
     if not os.access(parent, os.W_OK | os.X_OK) or (out.exists()
                                                     and not os.access(out, os.W_OK)):
         raise UserError("not writable: expected a path in a folder you can write to",

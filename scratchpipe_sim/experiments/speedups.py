@@ -176,7 +176,7 @@ def format_table(c: Comparison, wide: bool = False, width: int = TERMINAL_COLUMN
     if long_axes:
         out += ["", *_wrap("left out (long values; --wide prints them): "
                            + ", ".join(long_axes), width, wide)]
-    return "\n".join(out[1:] if out and out[0] == "" else out)
+    return "\n".join(out[1:] if out and not out[0] else out)
 
 
 def _header(design: str) -> tuple[str, str]:

@@ -72,6 +72,10 @@ class Bagpipe(Policy):
         self.state = np.zeros(4, np.int64)
         self.ptr = np.zeros(1, np.int64)
 
+    def range_tail_batches(self) -> int:
+        """A use's decision looks `window` batches ahead."""
+        return self.window
+
     def prepare(self, trace) -> None:
         self.ptr = trace.batch_access_ptr()
 

@@ -77,6 +77,10 @@ class Policy(ABC):
     #: parameter name -> default, derived from `Params`; unknown parameters are errors
     #: (see `check_params`)
     params: ClassVar[dict[str, Any]] = {}
+    #: LRU's stack property: once C = min(capacity, rows) distinct rows have been touched,
+    #: the cache holds the C most recent of them in recency order, whatever it held before,
+    #: so a time range replayed from such an overlap is exact (`policies/time_ranges.py`)
+    stack_property: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -106,6 +110,11 @@ class Policy(ABC):
 
     def prepare(self, trace) -> None:  # noqa: B027 - optional hook
         """Called once with the whole trace before the first chunk (e.g. `static` profiles it)."""
+
+    def range_tail_batches(self) -> int:
+        """Batches past a batch that its outcomes depend on (a lookahead window): a time
+        range is replayed that far past its last counted batch (`policies/time_ranges.py`)."""
+        return 0
 
     def first_replayed_batch(self) -> int:
         """The batch the engine's replay starts at (after `prepare`): 0, or later for a policy

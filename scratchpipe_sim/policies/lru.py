@@ -51,6 +51,7 @@ _SIZE, _FRONT, _BACK = 0, 1, 2
 class LRU(Policy):
 
     counts_unique = True
+    stack_property = True
 
     def __init__(self, capacity: int, num_rows: int, **params):
         super().__init__(capacity, num_rows, **params)

@@ -541,6 +541,10 @@ class ScratchPipe(Policy):
         return self._batch_starts(np.minimum(np.arange(end, end + self.lookahead + 1),
                                              self.num_batches))
 
+    def range_tail_batches(self) -> int:
+        """Plan(j) sees batches up to j + W."""
+        return self.lookahead
+
     def prepare(self, trace: Trace) -> None:
         self._trace = trace
         self.num_batches = trace.num_batches

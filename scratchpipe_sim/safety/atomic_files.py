@@ -24,6 +24,12 @@ def default_mode() -> int:
     return 0o666 & ~_umask()
 
 
+def default_dir_mode() -> int:
+    """What `mkdir` gives a new folder: 0777 less the umask (mkdtemp gives 0700, so a
+    trace published from a temporary folder could not be read by the user's group)."""
+    return 0o777 & ~_umask()
+
+
 def named(e: OSError, path: str | os.PathLike) -> OSError:
     """`e` with `path` as its file name when it has none (a write's or fsync's error)."""
     if e.filename is None:

@@ -25,6 +25,7 @@ from scratchpipe_sim.policies.engine import (
     seen_batch,
     seen_first,
 )
+from scratchpipe_sim.policies.time_ranges import RangeSetting
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces._prefetch import prefetch
 from scratchpipe_sim.traces.csr_trace import ChunkBuffers, Trace
@@ -90,14 +91,17 @@ UNSCALED_EXTRAS = frozenset({"ways"})
 
 
 def policy_counts(trace: Trace, policy: str, capacity: int, *, replay_cache: bool = True,
-                  **params: Any) -> Workload:
+                  ranges: RangeSetting | None = None, **params: Any) -> Workload:
     """Run `policy` (a POLICIES name) over `trace`; per-batch counts for the timing model:
     the engine's counters, the policy's own per-batch columns (e.g. refetch distances) and
     samples per batch. Replays come from the on-disk replay cache when it has them (keyed
-    by the trace's content, the policy, its capacity and parameters)."""
+    by the trace's content, the policy, its capacity and parameters). `ranges`: made as
+    time ranges where that is proven exact (the same columns, so the same cache entry)."""
     from scratchpipe_sim.policies.replay_cache import cached_columns, policy_key
 
     def compute() -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        if ranges is not None and ranges.applies(policy):
+            return ranges.columns(trace, policy, capacity, **params)
         return replay_columns(trace, make_policy(policy, capacity, trace.total_rows, **params))
 
     if replay_cache:

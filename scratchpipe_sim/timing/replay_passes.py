@@ -21,6 +21,7 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies import POLICIES
 from scratchpipe_sim.policies.replay_cache import NotCached, cached_columns, lookup_only
+from scratchpipe_sim.policies.time_ranges import RangeSetting
 from scratchpipe_sim.timing.counts import (
     Where,
     Workload,
@@ -52,11 +53,12 @@ RANK_NEXT_USE_REPLAY, RANK_REPLAY, RANK_ONCHIP, RANK_SINGLE = 0, 1, 2, 3
 
 
 def workload(trace: Trace, key: WorkloadKey, cfg: Config,
-             replay_cache: bool = True) -> Workload:
+             replay_cache: bool = True, ranges: RangeSetting | None = None) -> Workload:
     """The per-batch counts `key` asks for over `trace` (policy errors named by config key).
 
     Tables of different dims need the policy's per-table totals (what it fills is priced at
-    its tables' row bytes): that replay runs without the replay cache."""
+    its tables' row bytes): that replay runs without the replay cache (and whole, never as
+    `ranges`)."""
     m = cfg.model
     if key.policy is None:
         return uncached_counts(trace, key.where)
@@ -67,6 +69,7 @@ def workload(trace: Trace, key: WorkloadKey, cfg: Config,
             n = w.num_batches
             return w.with_columns({k: np.full(n, v) for k, v in mix.items()})
         return policy_counts(trace, key.policy, key.capacity, replay_cache=replay_cache,
+                             ranges=ranges,
                              **dict(key.params))
     except UserError as e:
         field = e.field
@@ -227,9 +230,11 @@ class Replays:
     """
 
     def __init__(self, cfg: Config, trace: Trace, cached: bool, replay_cache: bool = True,
-                 checksum_of: Trace | None = None):
+                 checksum_of: Trace | None = None, ranges: RangeSetting | None = None):
         self.cfg, self.trace = cfg, trace
         self.replay_cache = replay_cache
+        #: the replays a run makes as time ranges (`run --ranges`), where proven exact
+        self.ranges = ranges
         #: the trace whose `checksum()` the caller will ask for (the one it passed, before
         #: `fit_trace`): hashed among the passes when pending, not after them
         self.checksum_of = checksum_of
@@ -272,6 +277,12 @@ class Replays:
         _, extra = self._cached("warmup-length", self.trace, compute, _COUNTS_SOURCES,
                                 prefix=self.prefix, capacity=int(capacity))
         return int(extra["warm"])
+
+    def ranged(self, key: WorkloadKey) -> bool:
+        """Whether `key`'s replay is made as time ranges (`run --ranges`): a policy with the
+        stack property, replayed (not profiled), tables of one dim."""
+        return (self.ranges is not None and key.warm == "replay"
+                and not self.cfg.model.heterogeneous and self.ranges.applies(key.policy))
 
     def get(self, key: WorkloadKey) -> tuple[Workload, float]:
         if key not in self._cache:
@@ -377,7 +388,7 @@ class Replays:
         elif key.policy is None:  # no cache, nothing to warm: the timed batches alone
             w = uncached_counts(self._timed_trace, key.where, self._access_unique())
         else:
-            w = workload(self._run, key, cfg, self.replay_cache).tail(self.warm)
+            w = workload(self._run, key, cfg, self.replay_cache, self.ranges).tail(self.warm)
         return w
 
     def _access_unique(self) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,8 @@ import numpy as np
 import simpy
 
 from scratchpipe_sim.config import Config
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.policies.time_ranges import RangeSetting
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs import DESIGNS
@@ -62,7 +64,8 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
              timeline_dir: Path | None = None, trace: Trace | None = None,
              progress: Progress | None = None, replay_cache: bool = True,
              jobs: int = 1, checksum: bool = False,
-             sample: float | SampleScale | None = None) -> list[dict]:
+             sample: float | SampleScale | None = None,
+             ranges: RangeSetting | None = None) -> list[dict]:
     """Run `designs` (default: cfg.designs) on one trace; one flat metrics dict per design.
 
     `replay_cache=False` recomputes every policy replay (and generates the trace) instead
@@ -72,10 +75,16 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     records it); with the replays forked, a worker hashes the trace beside them (0.1 s of
     a ~2.6 s cold quickstart run on 2 cores, otherwise spent after them in this process).
     `sample`: a spatial sampling rate R (None: trace.sample_rate); R < 1 is a sampled run
-    (`timing.sampled_run`: caches x R, counts x 1/R, mean and spread over the salts)."""
+    (`timing.sampled_run`: caches x R, counts x 1/R, mean and spread over the salts).
+    `ranges`: replay each cache whose policy has the stack property (lru) as time ranges,
+    each range its own task (`policies/time_ranges.py`: the same counts); the others are
+    replayed whole, with a warning naming them."""
     scale = sample if isinstance(sample, SampleScale) else None
     names = check_designs(cfg, designs)
     if scale is None and (rate_salts := sample_settings(cfg, sample))[0] < 1:
+        if ranges is not None:
+            raise UserError("time ranges replay the whole trace: not with a sampled run",
+                            source=cfg.source, field="--ranges")
         return simulate_sampled(cfg, names, *rate_salts, simulate, trace=trace,
                                 progress=progress, timeline_dir=timeline_dir,
                                 replay_cache=replay_cache, jobs=jobs)
@@ -89,10 +98,17 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
             for name, d in built.items()}
     replays = Replays(cfg if scale is None else scale.replay_config(cfg), trace,
                       any(k.policy is not None for k in keys.values()), replay_cache,
-                      checksum_of=given if checksum else None)
+                      checksum_of=given if checksum else None, ranges=ranges)
+    if ranges is not None:
+        for name in names:
+            if keys[name].policy is not None and not replays.ranged(keys[name]):
+                print(f"scratchpipe-sim: warning: --ranges: design {name}'s policy "
+                      f"{keys[name].policy} is not proven exact by time ranges (only lru "
+                      "is, by its stack property): replayed whole", file=sys.stderr)
     jobs = memory_guard.jobs_within_memory(trace.total_rows, trace.num_accesses, jobs)
     if jobs > 1 and trace.num_accesses >= generators.PARALLEL_MIN_ACCESSES:
-        replays.precompute([keys[n] for n in names], jobs)
+        # a ranged replay runs its ranges as tasks of its own (after these passes)
+        replays.precompute([keys[n] for n in names if not replays.ranged(keys[n])], jobs)
     rows = []
     for name in names:
         design, key = built[name], keys[name]

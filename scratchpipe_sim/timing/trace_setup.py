@@ -10,6 +10,7 @@ module's code (`_AUTO_SOURCES`), not by the metrics' or the runner's.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,18 @@ def generator_fields(cfg: Config) -> dict[str, str]:
             **({} if "alpha" in t.params else {"alpha": "trace.alpha"})}
 
 
+def _read_trace_file(open_trace: Callable[..., Trace], path: Path, **kw: Any) -> Trace:
+    """`open_trace(path, **kw)`, its input errors naming the key that gave the file
+    (`trace.path`) beside the file and line the reader names."""
+    try:
+        return open_trace(path, **kw)
+    except UserError as e:
+        if e.field is None:
+            raise UserError(e.message, source=e.source or str(path),
+                            field="trace.path") from None
+        raise
+
+
 def config_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = None,
                  jobs: int = 1) -> Trace:
     """The config's trace: read `trace.path` or generate it, checked against model.tables.
@@ -130,14 +143,14 @@ def config_trace(cfg: Config, cache: bool = True, prefix_batches: int | None = N
         from scratchpipe_sim.traces.store import is_store
 
         if is_store(path):  # a store keeps its own mini-batches: they must be the model's
-            trace = open_trace(path, fmt=t.format)
+            trace = _read_trace_file(open_trace, path, fmt=t.format)
             if trace.batch_size != m.batch_size:
                 raise UserError(
                     f"the trace {path} has batch size {trace.batch_size}; expected "
                     f"model.batch_size to match (e.g. --set model.batch_size="
                     f"{trace.batch_size})", source=cfg.source, field="model.batch_size")
         else:  # flat id streams are cut into the model's mini-batches; rows = max id + 1
-            trace = open_trace(path, batch_size=m.batch_size, fmt=t.format)
+            trace = _read_trace_file(open_trace, path, batch_size=m.batch_size, fmt=t.format)
             trace = trace.with_meta({**trace.meta, ROWS_INFERRED: True})
         return fit_trace(trace, sized_config(cfg, trace))
     seed = cfg.seed if t.seed is None else t.seed

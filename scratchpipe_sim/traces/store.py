@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.safety.atomic_files import default_dir_mode
 from scratchpipe_sim.safety.paths import input_file
 from scratchpipe_sim.traces._pages import release
 from scratchpipe_sim.traces.csr_trace import Trace
@@ -79,6 +80,7 @@ class TraceWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = Path(tempfile.mkdtemp(prefix=self.path.name + ".", suffix=".tmp",
                                           dir=self.path.parent))
+        os.chmod(self._tmp, default_dir_mode())  # mkdtemp's 0700 would hide it from the group
         self._f = {name: open(self._tmp / name, "wb") for name in DATA_FILES}
         self._num_indices = 0
         self._num_bags = 0

@@ -72,8 +72,8 @@ def test_estimator_agrees_with_the_simulator_on_one_table():
     within 10% (its page walks are not linear in the counts, so the price of the mean
     batch is not the mean of the prices)."""
     from scratchpipe_sim.experiments import torchrec_estimator as te
-    from scratchpipe_sim.experiments.published import PHASE_STAGES
     from scratchpipe_sim.timing import simulate
+    from scratchpipe_sim.timing.designs import DESIGNS
 
     cfg, trace, stats = _cfg_trace_stats(1)
     assert stats.warm_batches == cfg.model.num_batches
@@ -83,7 +83,7 @@ def test_estimator_agrees_with_the_simulator_on_one_table():
         counts = te.shard_counts(curve, kernel, "table_wise", ROWS, DIM, BATCH, 1, CLF)
         terms = te.perf_terms(te.price_shard(cfg, counts, design), design)
         sim = {ph: sum(rows[design][f"stage_{s}_ns"] for s in ss) / 1e6
-               for ph, ss in PHASE_STAGES[design].items()}
+               for ph, ss in DESIGNS.get(design).phase_stages.items()}
         est = {"forward": terms["fwd_compute"] + terms["prefetch_compute"],
                "backward": terms["bwd_compute"]}
         tol = 0.10 if design == "uvm" else 1e-9
