@@ -40,7 +40,7 @@ from scratchpipe_sim.timing.sampled_run import SampleScale, sample_settings, sim
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.timing.trace_setup import build_trace, fit_trace, sized_config
 from scratchpipe_sim.traces import generators
-from scratchpipe_sim.traces.csr_trace import Trace
+from scratchpipe_sim.traces.csr_trace import Trace, slice_trace
 from scratchpipe_sim.traces.forked import check_jobs
 
 
@@ -95,12 +95,15 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     jobs = memory_guard.jobs_within_memory(trace.total_rows, trace.num_accesses, jobs)
     if jobs > 1 and trace.num_accesses >= generators.PARALLEL_MIN_ACCESSES:
         replays.precompute([keys[n] for n in names], jobs)
+    timed = slice_trace(trace, trace.num_batches - cfg.model.num_batches, trace.num_batches)
     rows = []
     for name in names:
         design, key = built[name], keys[name]
         if progress is not None:
             progress("policy", name, len(rows), len(names))
         w, policy_s = replays.get(key)
+        own = design.trace_columns(timed)
+        w = w.with_columns(own) if own else w
         w = w if scale is None else scale.counts(w)
         t0 = time.perf_counter()
         m = run_design(cfg, design, w, keep_spans=timeline_dir is not None)

@@ -20,7 +20,7 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import simpy
 
@@ -31,6 +31,11 @@ from scratchpipe_sim.policies.base import POLICIES
 from scratchpipe_sim.registry import Registry
 from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.machine import Machine
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from scratchpipe_sim.traces.csr_trace import Trace
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,11 @@ class Design(ABC):
 
     def columns(self, w: Workload) -> Columns:
         return Columns(w, self.r, self.R)
+
+    def trace_columns(self, trace: Trace) -> dict[str, np.ndarray]:
+        """Per-batch columns of its own from the timed batches of the trace, added to its
+        Workload (the cluster's per-rank counts); {} (the default): none."""
+        return {}
 
     @abstractmethod
     def workload_key(self) -> WorkloadKey:
