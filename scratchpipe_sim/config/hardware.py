@@ -358,6 +358,33 @@ class InterconnectConfig:
 
 
 @dataclass(frozen=True)
+class ClusterConfig:
+    """Nodes of `interconnect.gpus_per_node` GPUs joined by a network (InfiniBand / RoCE),
+    read only by the `cluster` design: one node (the default) is the single machine every
+    other design models, so nothing here changes their prices."""
+
+    nodes: int = field(default=1, metadata=doc(
+        "nodes", "1-128",
+        "one node: every design but cluster prices one machine") | {
+        "help": "nodes in the cluster (ranks = nodes x interconnect.gpus_per_node)",
+        "min": 1})
+    nics_per_node: int = field(default=8, metadata=doc(
+        "NICs", "1-8",
+        "DGX A100 / DGX H100: 8 compute NICs, one per GPU (NVIDIA DGX user guides)") | {
+        "help": "network adapters per node for the GPUs' traffic (a GPU gets nic_GBps x "
+                "min(1, nics_per_node / gpus_per_node))", "min": 1})
+    nic_GBps: float = field(default=24.0, metadata=doc(
+        "GB/s per NIC per direction", "22-25 (HDR); 46-49 (NDR)",
+        "HDR 200 Gb/s ~24 GB/s measured (NCCL maintainers, nccl-tests issues; DGX A100 "
+        "multi-node all-reduce ~192 GB/s busbw = 8 x 24)") | _pos(
+        "bandwidth one NIC reaches per direction (measured, not the line rate)"))
+    net_latency_ns: float = field(default=9600.0, metadata=doc(
+        "ns per inter-node step", "2700-50000",
+        "NCCL src/graph/tuning.cc hwLat[NET]: ring Simple 9.6 us (LL 2.7, tree Simple 50)")
+        | _nonneg("cost of one step of a collective that crosses the network"))
+
+
+@dataclass(frozen=True)
 class PriceConfig:
     gpu_usd_per_hour: float = field(default=4.0, metadata=doc(
         "USD per GPU-hour", "up to on-demand 4.10 / 12.29",
@@ -404,6 +431,7 @@ class HardwareConfig:
     pcie: PcieConfig = field(default_factory=PcieConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
     interconnect: InterconnectConfig = field(default_factory=InterconnectConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     prices: PriceConfig = field(default_factory=PriceConfig)
     cxl: CxlConfig = field(default_factory=CxlConfig)
     dram_capacity_GiB: float = field(default=512.0, metadata=doc(

@@ -24,6 +24,8 @@ Resources (one `Server` each, processor sharing — see resources.py):
                 writes in place): uvm_translation_ns per walk, walks sharing the walkers
     nvlink_tx,  this GPU's NVLink/NVSwitch port, per direction (made on a design's first
     nvlink_rx   `collective`, so only the designs that talk to other GPUs have them)
+    net_tx,     this GPU's share of its node's NICs, per direction (made on the first
+    net_rx      `cluster_collective` that crosses nodes)
 
 Every design prices its work through the helpers below, so the same work costs the same
 in every design (docs/timing.md lists each formula and its source).
@@ -43,6 +45,14 @@ import simpy
 from scratchpipe_sim.config import Config, interpolate
 from scratchpipe_sim.config.hardware import doc, rate_at
 from scratchpipe_sim.config.model import GiB
+from scratchpipe_sim.timing.collectives import (
+    Fabric,
+    Group,
+    allreduce_split,
+    alltoall_split,
+    net_latency_ns,
+    net_share_GBps,
+)
 from scratchpipe_sim.timing.resources import (
     AllDone,
     Memory,
@@ -146,6 +156,7 @@ class Machine:
         self.index_bytes = m.index_bytes
         self.tables = m.table_count
         self._nvlink: tuple[Server, Server] | None = None
+        self._net: tuple[Server, Server] | None = None
 
     def batch_done(self, b: int) -> None:
         """Batch b finished training; at the end of warm-up, snapshot busy times."""
@@ -475,6 +486,39 @@ class Machine:
         tx, rx = self.nvlink
         return self.all_of([tx.transfer(send, batch, label, efficiency=eff),
                             rx.transfer(recv, batch, label, efficiency=eff)])
+
+    @property
+    def net(self) -> tuple[Server, Server]:
+        """This GPU's share of its node's NICs (tx, rx), made on first use like `nvlink`."""
+        if self._net is None:
+            fabric = Fabric.of(self.cfg.hardware)
+            self._net = tuple(
+                Server(self.env, name, fabric.net_GBps_per_gpu, fabric.net_latency_ns,
+                       self.num_batches, self.recorder) for name in ("net_tx", "net_rx"))
+        return self._net
+
+    def cluster_collective(self, batch: int, send: float, recv: float, label: str,
+                           kind: Collective, group: Group) -> simpy.Event | None:
+        """One collective over `group`'s ranks of the cluster (`timing/collectives.py`):
+        for ALL_TO_ALL `send` / `recv` are this GPU's bytes off itself, for ALL_REDUCE
+        `send` is the buffer all-reduced. The NVLink phase is `collective` (so one node
+        prices exactly as `multi-gpu`); across nodes the network phase runs beside it on
+        `net_tx` / `net_rx`, at its share of the NICs, paying its inter-node latency."""
+        if kind is Collective.ALL_TO_ALL:
+            split, name = alltoall_split(group, send, recv), "all-to-all"
+        elif kind is Collective.ALL_REDUCE:
+            split, name = allreduce_split(group, send), "all-reduce"
+        else:
+            raise TypeError(f"expected a Collective, got {kind!r}")
+        parts = [self.collective(batch, split.nvlink_send, split.nvlink_recv, label, kind)]
+        if split.net_send > 0 or split.net_recv > 0:
+            fabric = Fabric.of(self.cfg.hardware)
+            GBps = net_share_GBps(fabric, group, name)
+            lat = net_latency_ns(fabric, group, name)
+            tx, rx = self.net
+            parts += [tx.transfer(split.net_send, batch, label, GBps=GBps, latency_ns=lat),
+                      rx.transfer(split.net_recv, batch, label, GBps=GBps, latency_ns=lat)]
+        return self.all_of(parts)
 
     def mlp(self, batch: int, samples: int) -> simpy.Process:
         m = self.cfg.model

@@ -39,7 +39,7 @@ from scratchpipe_sim.timing.sampled_run import SampleScale, sample_settings, sim
 from scratchpipe_sim.timing.timeline import write_timeline
 from scratchpipe_sim.timing.trace_setup import build_trace, fit_trace, sized_config
 from scratchpipe_sim.traces import generators
-from scratchpipe_sim.traces.csr_trace import Trace
+from scratchpipe_sim.traces.csr_trace import Trace, slice_trace
 from scratchpipe_sim.traces.forked import check_jobs
 
 
@@ -109,12 +109,15 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     if jobs > 1 and trace.num_accesses >= generators.PARALLEL_MIN_ACCESSES:
         # a ranged replay runs its ranges as tasks of its own (after these passes)
         replays.precompute([keys[n] for n in names if not replays.ranged(keys[n])], jobs)
+    timed = slice_trace(trace, trace.num_batches - cfg.model.num_batches, trace.num_batches)
     rows = []
     for name in names:
         design, key = built[name], keys[name]
         if progress is not None:
             progress("policy", name, len(rows), len(names))
         w, policy_s = replays.get(key)
+        own = design.trace_columns(timed)
+        w = w.with_columns(own) if own else w
         w = w if scale is None else scale.counts(w)
         t0 = time.perf_counter()
         m = run_design(cfg, design, w, keep_spans=timeline_dir is not None)

@@ -19,13 +19,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Generator
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs.design_inputs import Columns, WorkloadKey
 from scratchpipe_sim.timing.designs.design_parameters import design_params
 from scratchpipe_sim.timing.machine import Machine
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from scratchpipe_sim.traces.csr_trace import Trace
 
 
 class Design(ABC):
@@ -87,6 +92,11 @@ class Design(ABC):
 
     def columns(self, w: Workload) -> Columns:
         return Columns.of(w, self.r, self.R)
+
+    def trace_columns(self, trace: Trace) -> dict[str, np.ndarray]:
+        """Per-batch columns of its own from the timed batches of the trace, added to its
+        Workload (the cluster's per-rank counts); {} (the default): none."""
+        return {}
 
     @abstractmethod
     def workload_key(self) -> WorkloadKey:

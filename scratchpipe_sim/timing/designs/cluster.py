@@ -1,0 +1,292 @@
+"""`cluster`: the tables sharded over every GPU of a multi-node cluster (TorchRec / HugeCTR
+model-parallel embeddings, data-parallel dense part), the exchange over NVLink and the network.
+
+The cluster is `hardware.cluster.nodes` x `hardware.interconnect.gpus_per_node` = n ranks.
+Tables are sharded (`design_params.cluster.sharding`: table-wise, row-wise or auto, placed by
+`timing/placement.py` as `multi-gpu`'s; or `placement`: table -> the ranks of its shard
+group it lives on) inside shard groups of L = `shard_group` ranks (null: L = n); with L < n
+the groups are replicas (2D sparse parallelism) whose embedding weights and optimizer state
+are all-reduced every `sync_every_batches` batches. Each rank's lookups come from the global
+trace by its shards (`timing/rank_streams.py`: one trace in, per-rank streams out).
+
+The simulated rank is the critical one: per batch each quantity is the largest rank's (every
+collective waits for the slowest rank). Pricing one rank is exact when one rank is the
+largest on every quantity of every batch — row-wise sharding of evenly spread rows, or ranks
+with statistically identical shards — and an upper bound otherwise (the max of each quantity
+may come from different ranks). Per batch, as `multi-gpu`:
+
+    input_wait   its B/n samples' indices over PCIe, then the ids all-to-all to the shards'
+                 owners (ids deduplicated per destination with `dedup`)
+    emb_forward  gpu_forward(its lookups) from its HBM
+    output_dist  the pooled vectors' all-to-all inside the shard group (Sharding.alltoall_bytes
+                 of the group's B x L / n samples; an unpooled table's rows scaled by the
+                 batch's deduplicated / all ids with `dedup`)
+    mlp          mlp(B/n)
+    grad_dist    the same all-to-all reversed
+    emb_backward gpu_backward(its lookups, its unique rows) || the dense ring all-reduce over
+                 all n ranks || (2D, every sync_every_batches-th batch) the all-reduce of its
+                 shard's rows with their state over the n / L replicas
+
+Collectives go through `Machine.cluster_collective` (`timing/collectives.py`: NVLink inside
+a node, each GPU's share of the NICs across nodes). Not modelled (yet): per-rank caches over
+host memory (every shard lives in HBM; a shard that does not fit is an error), column-wise
+sharding, pipelining across batches beyond the input copy (TorchRec's train pipeline,
+NestPipe), SHARP in-network reductions, the L2 hits of each rank's own stream (the lookups
+are priced with no L2 hits).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from scratchpipe_sim.config import Config
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.timing.collectives import Group
+from scratchpipe_sim.timing.counts import Where
+from scratchpipe_sim.timing.designs.base import Design
+from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
+from scratchpipe_sim.timing.designs.design_registry import DESIGNS
+from scratchpipe_sim.timing.designs.multi_gpu import mlp_param_bytes
+from scratchpipe_sim.timing.machine import Collective
+from scratchpipe_sim.timing.placement import GiB, Sharding, shard, table_bytes
+from scratchpipe_sim.timing.rank_streams import RankPlan, rank_counts
+from scratchpipe_sim.traces.csr_trace import Trace
+
+A2A, AR = Collective.ALL_TO_ALL, Collective.ALL_REDUCE
+#: the config key of this design's parameters (errors name it)
+PARAMS_KEY = "design_params.cluster"
+
+
+@dataclass(frozen=True)
+class ClusterParams:
+    sharding: str = field(default="auto", metadata={
+        "help": "table-wise (whole tables per rank), row-wise (every table split over the "
+                "shard group) or auto (table-wise, row-wise for a table larger than one GPU)",
+        "choices": ("table-wise", "row-wise", "auto")})
+    placement: dict[str, tuple[int, ...]] | None = field(default=None, metadata={
+        "help": "table index -> the ranks of its shard group holding it (one rank: "
+                "table-wise; every rank of the group: row-wise); tables not named are "
+                "placed by `sharding` (null: all by `sharding`)"})
+    shard_group: int | None = field(default=None, metadata={
+        "help": "ranks a copy of the tables is sharded over (2D sparse parallelism: the "
+                "groups are replicas); must divide the ranks (null: every rank)", "min": 1})
+    sync_every_batches: int = field(default=1, metadata={
+        "help": "with shard_group below the ranks: batches between all-reduces of the "
+                "replicas' embedding rows and optimizer state", "min": 1})
+    dedup: bool = field(default=False, metadata={
+        "help": "deduplicate the ids each rank sends before the ids all-to-all (TorchRec / "
+                "dynamicemb input dist): fewer ids sent and looked up"})
+
+
+def cluster_ranks(cfg: Config) -> int:
+    return cfg.hardware.cluster.nodes * cfg.hardware.interconnect.gpus_per_node
+
+
+def group_size(cfg: Config, p: ClusterParams) -> int:
+    """L, checked: it divides the ranks."""
+    n = cluster_ranks(cfg)
+    L = n if p.shard_group is None else p.shard_group
+    if L > n or n % L:
+        raise UserError(f"a shard group of {L} ranks does not divide the cluster's {n} ranks "
+                        f"(hardware.cluster.nodes x gpus_per_node): expected a divisor of {n}",
+                        source=cfg.source, field=f"{PARAMS_KEY}.shard_group")
+    return L
+
+
+def cluster_sharding(cfg: Config, p: ClusterParams, L: int) -> Sharding:
+    """The tables placed on a shard group of L ranks: `placement`'s tables where it names
+    them, the rest by `sharding` (one-line errors naming the key that cannot be met)."""
+    src = cfg.source
+    T = cfg.model.table_count
+    fixed: dict[int, tuple[int, ...]] = {}
+    for key, ranks in (p.placement or {}).items():
+        where = f"{PARAMS_KEY}.placement.{key}"
+        if not key.isdigit() or int(key) >= T:
+            raise UserError(f"no table {key!r}: expected a table index 0-{T - 1}",
+                            source=src, field=where)
+        if not ranks or len(set(ranks)) != len(ranks):
+            raise UserError(f"expected distinct ranks, got {list(ranks)}", source=src,
+                            field=where)
+        bad = [r for r in ranks if not 0 <= r < L]
+        if bad:
+            raise UserError(f"rank {bad[0]} is beyond the shard group's {L} ranks: expected "
+                            f"ranks 0-{L - 1}", source=src, field=where)
+        if len(ranks) not in (1, L):
+            raise UserError(f"{len(ranks)} ranks: expected one rank (table-wise) or all {L} "
+                            "(row-wise)", source=src, field=where)
+        fixed[int(key)] = tuple(ranks)
+    where_nodes = ("hardware.cluster.nodes" if p.shard_group is None
+                   else f"{PARAMS_KEY}.shard_group")
+    try:
+        base = shard(cfg, L, p.sharding, PARAMS_KEY)
+    except UserError as e:
+        field_ = where_nodes if e.field == f"{PARAMS_KEY}.gpus" else e.field
+        raise UserError(e.message.replace("more GPUs", "more ranks"), source=src,
+                        field=field_) from None
+    if not fixed:
+        return base
+    frac = [list(f) for f in base.frac]
+    row_wise = list(base.row_wise)
+    for t, ranks in fixed.items():
+        for g in range(L):
+            frac[g][t] = (1.0 / L if len(ranks) == L else float(g == ranks[0]))
+        row_wise[t] = len(ranks) == L and L > 1
+    sizes = table_bytes(cfg)
+    hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
+    for g in range(L):
+        used = sum(f * s for f, s in zip(frac[g], sizes, strict=True))
+        if used > hbm:
+            raise UserError(f"rank {g} holds {used / GiB:.2f} GiB of tables but a GPU holds "
+                            f"{hbm / GiB:g} GiB: expected a placement that fits",
+                            source=src, field=f"{PARAMS_KEY}.placement")
+    return Sharding(L, tuple(tuple(f) for f in frac), tuple(row_wise))
+
+
+def rank_plan(cfg: Config, sharding: Sharding, n: int) -> RankPlan:
+    owner = tuple(-1 if sharding.row_wise[t] else
+                  max(range(sharding.gpus), key=lambda g: sharding.frac[g][t])
+                  for t in range(len(sharding.row_wise)))
+    return RankPlan(n, sharding.gpus, owner)
+
+
+@DESIGNS.register("cluster")
+class Cluster(Design):
+    order = 65
+    summary = ("tables sharded over a multi-node cluster's GPUs, all-to-all over NVLink and "
+               "the network (hardware.cluster)")
+    Params = ClusterParams
+
+    @classmethod
+    def gpus_of(cls, cfg: Config) -> int:
+        return cluster_ranks(cfg)
+
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
+        p: ClusterParams = self.params
+        self.ranks = cluster_ranks(cfg)
+        self.G = cfg.hardware.interconnect.gpus_per_node
+        self.L = group_size(cfg, p)
+        self.sharding = cluster_sharding(cfg, p, self.L)
+        self.plan = rank_plan(cfg, self.sharding, self.ranks)
+        m = cfg.model
+        r_t = tuple(float(r) for r in m.row_bytes_per_table)
+        rows_out = m.output_rows_per_table
+        unpooled = tuple(mode == "none" for mode in m.pooling_modes)
+        self.pooled_out = tuple(0.0 if u else r * k for r, k, u in
+                                zip(r_t, rows_out, unpooled, strict=True))
+        self.unpooled_out = tuple(r * k if u else 0.0 for r, k, u in
+                                  zip(r_t, rows_out, unpooled, strict=True))
+        n, L, G = self.ranks, self.L, self.G
+        nodes = cfg.hardware.cluster.nodes
+        self.all_ranks = Group(n, nodes)
+        self.shard_group = Group(L, max(1, math.ceil(L / G)))
+        replicas = n // L
+        self.replicas = Group(replicas, min(nodes, replicas))
+        sizes = table_bytes(cfg)
+        self.shard_bytes = max(sum(f * s for f, s in zip(fr, sizes, strict=True))
+                               for fr in self.sharding.frac)
+
+    def workload_key(self) -> WorkloadKey:
+        return WorkloadKey(None, where=Where.DEVICE)
+
+    def trace_columns(self, trace: Trace) -> dict[str, np.ndarray]:
+        """The largest rank's counts per batch (`timing/rank_streams.py`)."""
+        counts = rank_counts(trace, self.plan, self.params.dedup)
+        cols = counts.max_per_batch()
+        # deduplicated over all ids received, summed over ranks: scales unpooled outputs
+        cols["rank_ids_recv_total"] = counts.ids_recv.sum(axis=1)
+        cols["rank_ids_total"] = (rank_counts(trace, self.plan, False).ids_recv.sum(axis=1)
+                                  if self.params.dedup else cols["rank_ids_recv_total"])
+        return cols
+
+    def run(self, m, w):
+        env = m.env
+        c = self.columns(w)
+        nb = w.num_batches
+        n, L = self.ranks, self.L
+        ib = m.index_bytes
+        ar = mlp_param_bytes(self.cfg)
+        sync_every = self.params.sync_every_batches
+        inputs: dict[int, simpy.Process] = {}
+
+        # this design's own per-batch columns (`trace_columns`): MissingColumn if absent
+        ids_send, ids_recv = c.column("rank_ids_send"), c.column("rank_ids_recv")
+        ids_recv_total, ids_total = c.column("rank_ids_recv_total"), c.column("rank_ids_total")
+        lookups, unique = c.column("rank_lookups"), c.column("rank_unique")
+        routed = c.column("rank_routed")
+
+        def input_copy(b):
+            A, B = c.accesses[b], c.samples[b]
+            ev = m.index_h2d(b, A / n, B / n)
+            if ev is not None:
+                yield ev
+            ev = m.cluster_collective(b, ids_send[b] * ib, ids_recv[b] * ib,
+                                      "input_dist", A2A, self.shard_group)
+            if ev is not None:
+                yield ev
+
+        def start(b):
+            if b < nb and b not in inputs:
+                inputs[b] = env.process(input_copy(b))
+
+        exchange = []
+        for b in range(nb):
+            A, B = c.accesses[b], c.samples[b]
+            look, uniq = lookups[b], unique[b]
+            start(b)
+            yield from m.stage("input_wait", b, [inputs.pop(b)])
+            start(b + 1)
+            out_samples = B * routed[b] / A if A else 0.0
+            yield from m.stage("emb_forward", b, [
+                m.gpu_forward(b, look, out_samples, 0.0, c.r[b])])
+            send, recv = self.output_bytes(B, ids_recv_total[b], ids_total[b])
+            exchange.append(max(send, recv))
+            yield from m.stage("output_dist", b, [
+                m.cluster_collective(b, send, recv, "pooled", A2A, self.shard_group)])
+            yield from m.stage("mlp", b, [m.mlp(b, B / n)])
+            yield from m.stage("grad_dist", b, [
+                m.cluster_collective(b, recv, send, "grads", A2A, self.shard_group)])
+            parts = [m.gpu_backward(b, look, uniq, 0.0, c.r[b], c.R[b]),
+                     m.cluster_collective(b, ar, ar, "allreduce", AR, self.all_ranks)]
+            if L < n and (b + 1) % sync_every == 0:
+                parts.append(m.cluster_collective(b, self.shard_bytes, self.shard_bytes,
+                                                  "replica sync", AR, self.replicas))
+            yield from m.stage("emb_backward", b, parts)
+            m.batch_done(b)
+        self._report(m, c, exchange)
+
+    def output_bytes(self, B: float, ids: float, all_ids: float) -> tuple[float, float]:
+        """(largest send, largest receive) of the output all-to-all inside a shard group: its
+        B x L / n samples' pooled vectors, its unpooled rows scaled by dedup's ratio."""
+        b_group = B * self.L / self.ranks
+        s1, r1 = self.sharding.alltoall_bytes(b_group, self.pooled_out)
+        if not any(self.unpooled_out):
+            return s1, r1
+        scale = ids / all_ids if all_ids else 1.0
+        s2, r2 = self.sharding.alltoall_bytes(b_group, self.unpooled_out)
+        return s1 + scale * s2, r1 + scale * r2
+
+    def _report(self, m, c, exchange: list[float]) -> None:
+        wu = m.warmup
+        done = m.done
+        span = float(done[-1] - (done[wu - 1] if wu > 0 else 0.0))
+        samples = sum(c.samples[wu:])
+        sps = samples / span * 1e9 if span > 0 else float("inf")
+        timed = len(done) - wu
+        stage = m.stage_ns
+        comm = sum(float(np.sum(stage[s][wu:])) for s in ("input_wait", "output_dist",
+                                                            "grad_dist") if s in stage)
+        m.counters.update({
+            "gpus": self.ranks,
+            "nodes": self.cfg.hardware.cluster.nodes,
+            "shard_group": self.L,
+            "table_GiB": sum(table_bytes(self.cfg)) / GiB,
+            "shard_GiB_per_gpu": self.shard_bytes / GiB,
+            "samples_per_s_per_gpu": sps / self.ranks,
+            "alltoall_bytes_per_gpu": (sum(exchange[wu:]) / timed) if timed > 0 else 0.0,
+            "exchange_share": comm / span if span > 0 else 0.0,
+        })

@@ -1,0 +1,256 @@
+"""The multi-node cluster: collectives against NCCL's formulas, one node equal to multi-gpu's
+pricing, per-rank streams against a per-lookup oracle, monotonicity and bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import yaml
+from small_configs import off_chip
+
+from scratchpipe_sim.cli import main
+from scratchpipe_sim.config import deep_merge, load_config
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.timing import simulate
+from scratchpipe_sim.timing.collectives import (
+    Fabric,
+    Group,
+    allreduce_ns,
+    allreduce_split,
+    alltoall_ns,
+    alltoall_split,
+    busbw_factor,
+)
+from scratchpipe_sim.timing.designs import DESIGNS
+from scratchpipe_sim.timing.machine import Collective, price_alone
+from scratchpipe_sim.timing.rank_streams import RankPlan, rank_counts
+from scratchpipe_sim.traces.csr_trace import Trace
+
+BASE = {
+    "hardware": deep_merge(off_chip("dgx-h100-cluster"), {"cluster": {"nodes": 2}}),
+    "model": {"tables": {"count": 4, "rows": 500, "dim": 32}, "pooling": 4, "batch_size": 64,
+              "num_batches": 6, "warmup_batches": 2, "bottom_mlp": [13, 64, 16],
+              "top_mlp": [20, 32, 1]},
+    "trace": {"distribution": "zipf", "alpha": 1.05},
+    "designs": ["cluster"],
+    "seed": 5,
+}
+
+
+def cfg_of(over=None, sets=()):
+    return load_config(deep_merge(BASE, over or {}), sets)
+
+
+FAB = Fabric(nodes=4, gpus_per_node=8, nvlink_GBps=450.0, nvlink_latency_ns=3000.0,
+             alltoall_efficiency=0.6, allreduce_efficiency=0.8, nic_GBps=48.0,
+             nics_per_node=8, net_latency_ns=9600.0)
+
+
+# -- collectives: closed forms ------------------------------------------------------------------
+def test_busbw_factors_are_nccl_tests():
+    assert busbw_factor("all-reduce", 8) == 2 * 7 / 8
+    assert busbw_factor("all-to-all", 64) == 63 / 64
+    assert busbw_factor("reduce-scatter", 4) == busbw_factor("all-gather", 4) == 3 / 4
+    assert busbw_factor("broadcast", 16) == 1.0
+    assert busbw_factor("all-reduce", 1) == 0.0
+
+
+def test_alltoall_cross_node_share_over_one_nic():
+    g = Group(32, 4)
+    S = 63e6  # bytes off the GPU; 31 peers
+    split = alltoall_split(g, S, S)
+    cross = S * 24 / 31  # 24 of 31 peers on other nodes: (N-1)/N of the whole buffer
+    assert split.net_send == pytest.approx(cross)
+    assert split.nvlink_send == pytest.approx(S * 7 / 31 + cross * 7 / 8)
+    net = 9600 + cross / 48.0
+    nv = 3000 + split.nvlink_send / (450 * 0.6)
+    assert alltoall_ns(FAB, g, S, S) == pytest.approx(max(net, nv))
+    assert net > nv  # the network sets the time (nccl-tests issue 130)
+
+
+def test_allreduce_busbw_is_the_nodes_nics_across_nodes():
+    g = Group(32, 4)
+    S = 100e6
+    bus = 2 * 31 / 32 * S
+    # ring 2(N-1) = 6 inter-node steps, tree 2 log2 4 = 4: the faster
+    net = 4 * 9600 + bus / (8 * 48.0)
+    nv = 3000 + bus / (450 * 0.8)
+    assert allreduce_ns(FAB, g, S) == pytest.approx(max(net, nv))
+    assert allreduce_split(g, S).net_send == pytest.approx(bus / 8)
+
+
+def test_one_node_prices_as_multi_gpu_collective():
+    """Closed form and SimPy, both collectives: one node is Machine.collective exactly."""
+    cfg = cfg_of({"hardware": {"cluster": {"nodes": 1}}})
+    fab = Fabric.of(cfg.hardware)
+    g = Group(8, 1)
+    for kind, send, recv in ((Collective.ALL_TO_ALL, 7e6, 5e6), (Collective.ALL_REDUCE, 9e6,
+                                                                 9e6)):
+        bus = send if kind is Collective.ALL_TO_ALL else 2 * 7 / 8 * send
+        bus_r = recv if kind is Collective.ALL_TO_ALL else bus
+        old = price_alone(cfg, 1, lambda m, b, k=kind, s=bus, r=bus_r:
+                          m.collective(b, s, r, "x", k), [0])[0]
+        new = price_alone(cfg, 1, lambda m, b, k=kind, s=send, r=recv:
+                          m.cluster_collective(b, s, r, "x", k, g), [0])[0]
+        assert new == old
+        closed = (alltoall_ns(fab, g, send, recv) if kind is Collective.ALL_TO_ALL
+                  else allreduce_ns(fab, g, send))
+        assert closed == pytest.approx(old)
+
+
+def test_simpy_prices_the_closed_form_across_nodes():
+    cfg = cfg_of({"hardware": {"cluster": {"nodes": 4}}})
+    fab = Fabric.of(cfg.hardware)
+    g = Group(32, 4)
+    a2a = price_alone(cfg, 1, lambda m, b: m.cluster_collective(
+        b, 8e6, 6e6, "x", Collective.ALL_TO_ALL, g), [0])[0]
+    assert a2a == pytest.approx(alltoall_ns(fab, g, 8e6, 6e6))
+    ar = price_alone(cfg, 1, lambda m, b: m.cluster_collective(
+        b, 8e6, 8e6, "x", Collective.ALL_REDUCE, g), [0])[0]
+    assert ar == pytest.approx(allreduce_ns(fab, g, 8e6))
+
+
+# -- per-rank streams -------------------------------------------------------------------------
+def small_trace(seed=3, B=8, T=3, rows=(40, 7, 100), batches=3):
+    return _csr(np.random.default_rng(seed), B, T, rows, batches)
+
+
+def _csr(rng, B, T, rows, batches):
+    idx, offs, bounds = [], [0], [0]
+    for _ in range(batches):
+        for t in range(T):
+            for _s in range(B):
+                k = int(rng.integers(0, 4))
+                idx.extend(int(x) for x in rng.integers(0, rows[t], size=k))
+                offs.append(len(idx))
+        bounds.append(len(offs) - 1)
+    return Trace(np.array(rows, np.int64), np.array(idx, np.int64), np.array(offs, np.int64),
+                 np.array(bounds, np.int64), B)
+
+
+def oracle(trace, plan, dedup):
+    """Per lookup, in Python: the rank of its row, counts per rank."""
+    n, L = plan.ranks, plan.group
+    out = []
+    for b in range(trace.num_batches):
+        bt = trace.batch(b)
+        B = bt.batch_size
+        routed = [0] * n
+        pairs = set()
+        sent, recv, look = [0] * n, [0] * n, [0] * n
+        for t in range(trace.num_tables):
+            ind, offs = bt.table(t)
+            rows = int(trace.table_rows[t])
+            block = -(-rows // L)
+            for s in range(B):
+                src = s * n // B
+                for row in ind[offs[s]:offs[s + 1]]:
+                    local = plan.owner[t] if plan.owner[t] >= 0 else int(row) // block
+                    dst = (src // L) * L + local
+                    routed[dst] += 1
+                    key = (src, t, int(row))
+                    if dedup and key in pairs:
+                        continue
+                    pairs.add(key)
+                    look[dst] += 1
+                    if dst != src:
+                        sent[src] += 1
+                        recv[dst] += 1
+        out.append((routed, look, sent, recv))
+    return out
+
+
+@pytest.mark.parametrize("owner,group,dedup", [
+    ((-1, -1, -1), 4, False), ((-1, -1, -1), 4, True), ((0, 3, -1), 4, True),
+    ((1, -1, 0), 2, False)])
+def test_rank_streams_match_a_per_lookup_oracle(owner, group, dedup):
+    trace = small_trace()
+    plan = RankPlan(4, group, owner)
+    got = rank_counts(trace, plan, dedup)
+    for b, (routed, look, sent, recv) in enumerate(oracle(trace, plan, dedup)):
+        assert got.routed[b].tolist() == routed
+        assert got.lookups[b].tolist() == look
+        assert got.ids_send[b].tolist() == sent
+        assert got.ids_recv[b].tolist() == recv
+
+
+def test_row_wise_every_lookup_lands_on_exactly_one_rank():
+    trace = small_trace(seed=9, batches=4)
+    got = rank_counts(trace, RankPlan(8, 8, (-1, -1, -1)), False)
+    per_batch = np.diff(trace.batch_access_ptr())
+    assert got.routed.sum(axis=1).tolist() == per_batch.tolist()
+    assert (got.lookups == got.routed).all()
+    assert (rank_counts(trace, RankPlan(8, 8, (-1, -1, -1)), True).lookups
+            <= got.lookups).all()
+
+
+# -- the design -------------------------------------------------------------------------------
+def run(over=None, sets=()):
+    return simulate(cfg_of(over, sets), ["cluster"])[0]
+
+
+def test_cluster_runs_on_every_rank_and_reports_them():
+    row = run()
+    assert row["gpus"] == 16 and row["nodes"] == 2
+    assert row["samples_per_s_per_gpu"] == pytest.approx(row["samples_per_s"] / 16)
+    assert 0 < row["exchange_share"] < 1
+
+
+def test_more_network_bandwidth_is_never_slower():
+    times = [run(sets=[f"hardware.cluster.nic_GBps={bw}"])["iter_ns_mean"]
+             for bw in (5, 12, 25, 48, 400)]
+    assert times == sorted(times, reverse=True) and times[0] > times[-1]
+
+
+def test_dedup_on_is_never_slower():
+    over = {"model": {"pooling": 16}, "trace": {"alpha": 1.2}}
+    off = run(over)["iter_ns_mean"]
+    on = run(deep_merge(over, {"design_params": {"cluster": {"dedup": True}}}))
+    assert on["iter_ns_mean"] < off
+
+
+def test_two_d_groups_add_the_replica_sync_every_n_batches():
+    every = run({"design_params": {"cluster": {"shard_group": 8}}})["iter_ns_mean"]
+    rarely = run({"design_params": {"cluster": {"shard_group": 8,
+                                                "sync_every_batches": 4}}})["iter_ns_mean"]
+    assert rarely < every
+
+
+def test_cluster_is_registered_and_off_by_default():
+    assert "cluster" in DESIGNS and not DESIGNS.get("cluster").default
+
+
+def test_default_cluster_is_one_node():
+    cfg = load_config({})
+    assert cfg.hardware.cluster.nodes == 1
+    assert dataclasses.asdict(cfg.hardware.cluster)["nic_GBps"] > 0
+
+
+# -- bad input -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("over,field", [
+    ({"design_params": {"cluster": {"shard_group": 3}}}, "design_params.cluster.shard_group"),
+    ({"design_params": {"cluster": {"placement": {"9": [0]}}}},
+     "design_params.cluster.placement.9"),
+    ({"design_params": {"cluster": {"placement": {"1": [16]}}}},
+     "design_params.cluster.placement.1"),
+    ({"model": {"tables": {"rows": 1_500_000_000, "dim": 128}}, "cache": {"capacity_rows": 100},
+      "design_params": {"cluster": {"sharding": "row-wise"}}}, "hardware.cluster.nodes"),
+])
+def test_bad_cluster_names_the_key(over, field):
+    with pytest.raises(UserError) as e:
+        run(over)
+    assert e.value.field == field
+
+
+@pytest.mark.parametrize("key,value", [("nic_GBps", 0), ("nic_GBps", -5),
+                                       ("net_latency_ns", -1), ("nodes", 0),
+                                       ("nics_per_node", 0)])
+def test_bad_network_figures_exit_2_naming_the_key(tmp_path, capsys, key, value):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    assert main(["run", str(path), "-q", "--out", str(tmp_path / "o"),
+                 "--set", f"hardware.cluster.{key}={value}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"hardware.cluster.{key}" in err
