@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,7 +170,13 @@ def convert(src: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.
                             "converts several files into one trace; expected one input",
                             source=str(src_p), field="format")
         return fn(srcs, out_p, opts)  # type: ignore[arg-type]
-    return fn(src_p, out_p, opts)
+    try:
+        return fn(src_p, out_p, opts)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:  # the writer has dropped its folder
+        what = ("ends before its compressed stream does (truncated?)"
+                if isinstance(e, EOFError) else f"is damaged ({e})")
+        raise UserError(f"the compressed input {what}; nothing was written to {out_p}",
+                        source=str(src_p)) from None
 
 
 def input_position(f) -> int:
