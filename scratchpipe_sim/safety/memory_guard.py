@@ -123,16 +123,19 @@ def check_run(rows: int, accesses: int, *, source: str | None = None,
 
 
 def jobs_within_memory(rows: int, accesses: int, jobs: int, *,
-                       available: int | None = None) -> int:
-    """How many of `jobs` concurrent replays of one run fit in memory: the trace (per-access
-    arrays) is shared by the forked workers, each keeps its own per-row state
-    (`RUN_BYTES_PER_ROW`), so the bound is accesses x BYTES_PER_ACCESS + jobs x rows x
-    RUN_BYTES_PER_ROW. At least 1 (the serial run is what `check_run` admits)."""
+                       available: int | None = None, mapped: bool = False) -> int:
+    """How many of `jobs` concurrent replays of one run fit in memory. A trace in memory
+    (per-access arrays) is shared by the forked workers, each keeps its own per-row state
+    (`RUN_BYTES_PER_ROW`): the bound is accesses x BYTES_PER_ACCESS + jobs x rows x
+    RUN_BYTES_PER_ROW. A memory-mapped trace (`mapped`) costs nothing shared; each worker
+    keeps per-row state and its own chunk buffers (`streaming_bytes`). At least 1 (the
+    serial run is what `check_run` admits)."""
     have = available_bytes() if available is None else available
-    per_job = int(rows) * RUN_BYTES_PER_ROW
+    per_job = int(rows) * RUN_BYTES_PER_ROW + (streaming_bytes(accesses) if mapped else 0)
     if have is None or per_job == 0:
         return max(1, int(jobs))
-    fit = (have - int(accesses) * BYTES_PER_ACCESS) // per_job
+    shared = 0 if mapped else int(accesses) * BYTES_PER_ACCESS
+    fit = (have - shared) // per_job
     return int(max(1, min(int(jobs), fit)))
 
 

@@ -105,7 +105,8 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
                 print(f"scratchpipe-sim: warning: --ranges: design {name}'s policy "
                       f"{keys[name].policy} is not proven exact by time ranges (only lru "
                       "is, by its stack property): replayed whole", file=sys.stderr)
-    jobs = memory_guard.jobs_within_memory(trace.total_rows, trace.num_accesses, jobs)
+    jobs = memory_guard.jobs_within_memory(trace.total_rows, trace.num_accesses, jobs,
+                                           mapped=trace.mapped)
     if jobs > 1 and trace.num_accesses >= generators.PARALLEL_MIN_ACCESSES:
         # a ranged replay runs its ranges as tasks of its own (after these passes)
         replays.precompute([keys[n] for n in names if not replays.ranged(keys[n])], jobs)

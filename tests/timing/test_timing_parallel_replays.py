@@ -152,6 +152,12 @@ def test_jobs_within_memory_is_the_documented_bound() -> None:
     assert f(rows, accesses, 4, available=base + per) == 1
     assert f(rows, accesses, 4, available=0) == 1  # never below the serial run
     assert f(rows, accesses, 2, available=10**18) == 2  # never above what was asked
+    # a memory-mapped trace shares nothing: each worker keeps its state and chunk buffers
+    big = 10**9  # lookups: 20 GB held in memory, only bounded buffers mapped
+    per_mapped = per + memory_guard.streaming_bytes(big)
+    assert f(rows, big, 4, available=4 * per_mapped, mapped=True) == 4
+    assert f(rows, big, 4, available=4 * per_mapped - 1, mapped=True) == 3
+    assert f(rows, big, 4, available=4 * per_mapped) == 1  # held in memory it would not fit
 
 
 def test_run_lowers_jobs_to_what_fits_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
