@@ -169,10 +169,10 @@ def cached_columns(key: Mapping[str, Any], compute: Callable[[], tuple[Columns, 
     path = dc.entry_path(root, fk, SUFFIX)
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no entry (or no folder) there
         data = None
     except OSError as e:
-        dc.warn(_WHAT, f"cannot read {path}: {e}")
+        dc.warn_folder(_WHAT, root, f"cannot read {path}: {e}")
         data = None
     if data is not None:
         try:

@@ -6,7 +6,9 @@ lowest layer that needs them. An entry is a file or a folder named `<sha256 of i
 key><suffix>`; a writer builds it under a temporary name in the same folder and renames it
 into place (atomic on POSIX), so readers see a whole entry or none. After a write the least
 recently used entries (by mtime; a hit touches its entry) are removed beyond the budget, and
-temporaries older than an hour (left by a crash) with them.
+temporaries older than an hour (left by a crash) with them. A folder that cannot be written
+(read-only, full, a file in its place) is one warning per process and user cache folder,
+not one per entry: both caches and every entry share the one cause.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from scratchpipe_sim.safety.jsonout import canonical_json, canonical_sha256
 #: a writer's temporary file or folder older than this (seconds) is left over from a crash
 STALE_TMP_S = 3600.0
 _CODE_DIGESTS: dict[tuple[str, ...], str] = {}
+#: user cache folders (a cache root's parent) whose failure this process has reported
+_FOLDER_WARNED: set[Path] = set()
 
 
 def cache_subfolder(name: str) -> Path:
@@ -79,6 +83,18 @@ def warn(what: str, msg: str) -> None:
     print(f"scratchpipe-sim: {what}: {msg}", file=sys.stderr)
 
 
+def warn_folder(what: str, root: Path, msg: str) -> None:
+    """The one warning of an entry that cannot be written or read (`msg`): the first of this
+    process for `root`'s user cache folder (the replays and traces folders share it, and a
+    read-only or full folder fails every entry alike), so a run prints one line, not one per
+    entry."""
+    folder = root.parent
+    if folder in _FOLDER_WARNED:
+        return
+    _FOLDER_WARNED.add(folder)
+    warn(what, f"{msg}; running without it (further failures of this folder not reported)")
+
+
 def touch(path: Path) -> None:
     """Mark an entry recently used (evicted last)."""
     try:
@@ -114,7 +130,7 @@ def write_file(root: Path, path: Path, suffix: str, write: Callable[[BinaryIO], 
         tmp = None
         return True
     except OSError as e:
-        warn(what, f"cannot write {path}: {e}")
+        warn_folder(what, root, f"cannot write {path}: {e}")
         return False
     finally:
         if tmp is not None:

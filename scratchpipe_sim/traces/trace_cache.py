@@ -133,10 +133,10 @@ def _write(root: Path, path: Path, fk: dict[str, Any], trace: Trace, max_bytes: 
         write_trace(stored, path, index_dtype=index_dtype, extra={"cache": record})
     except UserError as e:
         if not path.exists():  # a full disk (not another process publishing it first)
-            dc.warn(_WHAT, f"cannot write {path}: {e.message}")
+            dc.warn_folder(_WHAT, root, f"cannot write {path}: {e.message}")
         return
     except (OSError, ValueError) as e:
-        dc.warn(_WHAT, f"cannot write {path}: {e}")
+        dc.warn_folder(_WHAT, root, f"cannot write {path}: {e}")
         return
     evict_traces(root, max_bytes, keep=path)
 
@@ -173,7 +173,7 @@ def _read(path: Path, fk: dict[str, Any]) -> Trace | None:
     except (KeyError, TypeError, ValueError) as e:
         return _damaged(path, f"bad manifest: {e}")
     except OSError as e:
-        dc.warn(_WHAT, f"cannot read {path}: {e}")
+        dc.warn_folder(_WHAT, path.parent, f"cannot read {path}: {e}")
         return None
     dc.touch(path)  # recently used: evicted last
     return trace
