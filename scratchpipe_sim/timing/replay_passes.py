@@ -352,6 +352,7 @@ class Replays:
 
         if not can_fork():
             return 1
+        trim_heap()  # what opening the trace freed is not inherited by every worker
         made = fork_map(_timed_pass, self, passes, jobs, skip_failures=True)
         for p, got in zip(passes, made, strict=True):
             if got is not FAILED:  # a failed pass is made again serially, raising its error
