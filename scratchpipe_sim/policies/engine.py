@@ -4,8 +4,9 @@ The engine is the only caller of `Policy.process`. It linearizes ids (via the tr
 future-aware policies their next-use positions, and turns per-access outcomes into per-batch
 and per-table counters. Memory is bounded by the chunk size plus policy state, whatever the
 trace's length: the next uses (one int32 per access below 2^31 - 1 accesses, else int64; for
-`belady`, `scratchpipe` and `bagpipe`) are kept in memory only while they take at most
-`NEXT_USE_MEMORY_BYTES`; beyond, the backward pass writes them chunk by chunk to a
+`belady`, `scratchpipe` and `bagpipe`) of a trace held in memory are kept in memory only
+while they take at most `NEXT_USE_MEMORY_BYTES`; beyond, and always for a trace
+memory-mapped from a `.sptrace`, the backward pass writes them chunk by chunk to a
 temporary file (`NextUses`) and the replay reads back each chunk's own.
 """
 
@@ -37,7 +38,7 @@ from scratchpipe_sim.policies.base import (
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.safety.limits import env_number
 from scratchpipe_sim.traces._jit import njit
-from scratchpipe_sim.traces._pages import read_at, spill_file, write_at
+from scratchpipe_sim.traces._pages import read_at, read_only_mapping, spill_file, write_at
 from scratchpipe_sim.traces._prefetch import prefetch
 from scratchpipe_sim.traces.csr_trace import (
     ChunkBuffers,
@@ -58,7 +59,12 @@ MAX_CHUNK_BATCHES = 1 << 16
 #: next uses kept in memory up to this many bytes (64 MiB: the quickstart's 15.7M int32);
 #: more go to a temporary file, written by the backward pass and read back a chunk at a time
 NEXT_USE_MEMORY_BYTES = memory_guard.NEXT_USE_MEMORY_BYTES
-#: environment variable overriding NEXT_USE_MEMORY_BYTES (0: always on disk, as tests force)
+#: next uses of a trace memory-mapped from a `.sptrace` kept in memory at most: none. Why: its
+#: run's memory must not grow with its length (issue 41), and with any bound above zero the
+#: traces just below it peak higher than longer ones (62.5 MiB more at 16.4M accesses than at
+#: 65.5M, `benchmarks/bench_trace_scale.py`); the spill costs one sequential write and read
+MAPPED_NEXT_USE_MEMORY_BYTES = 0
+#: environment variable overriding both bounds (0: always on disk, as tests force)
 NEXT_USE_MEMORY_ENV = "SCRATCHPIPE_NEXT_USE_MEMORY_BYTES"
 #: next uses are int32 below this many accesses (every position and `NO_NEXT_USE_32` fit)
 _NARROW_NEXT_USE_ACCESSES = NO_NEXT_USE_32
@@ -263,10 +269,12 @@ def next_use_dtype(accesses: int) -> type:
     return np.int32 if accesses < _NARROW_NEXT_USE_ACCESSES else np.int64
 
 
-def next_use_memory_bytes() -> int:
+def next_use_memory_bytes(mapped: bool = False) -> int:
     """Largest next-use array kept in memory: $SCRATCHPIPE_NEXT_USE_MEMORY_BYTES, else
+    `MAPPED_NEXT_USE_MEMORY_BYTES` for a memory-mapped trace (`mapped`), else
     `NEXT_USE_MEMORY_BYTES`."""
-    return int(env_number(NEXT_USE_MEMORY_ENV, NEXT_USE_MEMORY_BYTES, minimum=0))
+    default = MAPPED_NEXT_USE_MEMORY_BYTES if mapped else NEXT_USE_MEMORY_BYTES
+    return int(env_number(NEXT_USE_MEMORY_ENV, default, minimum=0))
 
 
 class NextUses:
@@ -312,12 +320,13 @@ class NextUses:
 def next_uses(trace: Trace, chunk_accesses: int | None = None,
               ptr: np.ndarray | None = None, on_disk: bool | None = None) -> NextUses:
     """The trace's next uses (see `compute_next_use`): in memory when they take at most
-    `next_use_memory_bytes()`, else in a temporary file (`on_disk` forces either)."""
+    `next_use_memory_bytes(mapped)` (`mapped`: the trace's ids are a read-only mapping of
+    its file), else in a temporary file (`on_disk` forces either)."""
     n = trace.num_accesses
     dtype = next_use_dtype(n)
     nbytes = n * np.dtype(dtype).itemsize
     if on_disk is None:
-        on_disk = nbytes > next_use_memory_bytes()
+        on_disk = nbytes > next_use_memory_bytes(read_only_mapping(trace.indices))
     if not on_disk:
         return NextUses(compute_next_use(trace, chunk_accesses, ptr))
     f = spill_file(nbytes, f"the next uses of {n} accesses")

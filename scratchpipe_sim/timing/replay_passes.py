@@ -34,6 +34,7 @@ from scratchpipe_sim.timing.counts import (
     warmup_length,
 )
 from scratchpipe_sim.timing.designs.design_inputs import Warm, WorkloadKey
+from scratchpipe_sim.traces._pages import trim_heap
 from scratchpipe_sim.traces.csr_trace import Trace, slice_trace
 
 #: code behind the trace passes `Replays` caches (see `traces.disk_cache.code_digest`):
@@ -288,6 +289,7 @@ class Replays:
         if key not in self._cache:
             t0 = time.perf_counter()
             w = self._compute(key)
+            trim_heap()  # as a worker does after each pass (`_timed_pass`)
             self._cache[key] = (w, time.perf_counter() - t0 + self._part_s.pop(key, 0.0))
         return self._cache[key]
 
@@ -350,6 +352,7 @@ class Replays:
 
         if not can_fork():
             return 1
+        trim_heap()  # what opening the trace freed is not inherited by every worker
         made = fork_map(_timed_pass, self, passes, jobs, skip_failures=True)
         for p, got in zip(passes, made, strict=True):
             if got is not FAILED:  # a failed pass is made again serially, raising its error
@@ -459,4 +462,5 @@ def _timed_pass(replays: Replays, trace_pass: TracePass) -> tuple[Any, float]:
     """A forked worker's pass (`fork_map`): its result and seconds."""
     t0 = time.perf_counter()
     result = trace_pass.run(replays)
+    trim_heap()  # the pass's freed buffers back to the OS before the worker's next pass
     return result, time.perf_counter() - t0

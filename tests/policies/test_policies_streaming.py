@@ -92,6 +92,20 @@ def test_next_uses_on_disk_read_back_as_computed(chunk, traces):
     nu.close()
 
 
+def test_a_mapped_traces_next_uses_never_stay_in_memory(traces, monkeypatch):
+    """Issue 41: with any bound above zero, a mapped trace just below it would peak higher
+    than a longer one; an in-memory trace keeps its bound (the quickstart's speed)."""
+    mem, mapped = traces
+    monkeypatch.delenv(engine.NEXT_USE_MEMORY_ENV, raising=False)
+    assert mem.num_accesses * 4 <= engine.NEXT_USE_MEMORY_BYTES
+    assert not engine.next_uses(mem).on_disk
+    nu = engine.next_uses(mapped)
+    assert nu.on_disk
+    nu.close()
+    monkeypatch.setenv(engine.NEXT_USE_MEMORY_ENV, str(1 << 40))  # the override still wins
+    assert not engine.next_uses(mapped).on_disk
+
+
 def test_disk_is_chosen_past_the_memory_bound(traces, monkeypatch):
     mem, _ = traces
     nbytes = mem.num_accesses * 4  # int32
