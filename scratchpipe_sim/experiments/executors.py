@@ -11,6 +11,7 @@ fallback elsewhere, watches its parent's pid from a daemon thread.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import multiprocessing
@@ -137,16 +138,23 @@ def run_process(fn: PointFn, tasks: Iterable[Task], jobs: int) -> Iterator[Outco
                 fut.cancel()
 
 
-def run_dask(fn: PointFn, tasks: Iterable[Task], jobs: int,
-             scheduler: str | None = None) -> Iterator[Outcome]:
-    """The same points on a dask.distributed cluster (`--scheduler tcp://host:8786`); without
-    an address, a LocalCluster of `jobs` worker processes on this machine."""
+def require_dask() -> None:
+    """A UserError naming the extra when dask.distributed is not importable."""
     try:
-        from distributed import Client, LocalCluster
-        from distributed import as_completed as dask_completed
+        import distributed  # noqa: F401
     except ImportError:
         raise UserError("the dask executor needs dask.distributed: pip install "
                         "'scratchpipe_sim[dist]'", field="--executor") from None
+
+
+@contextlib.contextmanager
+def dask_client(jobs: int, scheduler: str | None = None) -> Iterator[Any]:
+    """A dask.distributed client: of the cluster at `scheduler` (`--scheduler
+    tcp://host:8786`), else of a LocalCluster of `jobs` worker processes on this machine,
+    closed on the way out. Sweep points and a replay's time ranges both run on it."""
+    require_dask()
+    from distributed import Client, LocalCluster
+
     cluster = None
     try:
         if scheduler:
@@ -156,17 +164,26 @@ def run_dask(fn: PointFn, tasks: Iterable[Task], jobs: int,
                 raise UserError(f"cannot reach the Dask scheduler: {e}".splitlines()[0],
                                 field="--scheduler") from None
         else:
-            cluster = LocalCluster(n_workers=jobs, threads_per_worker=1,
+            cluster = LocalCluster(n_workers=max(1, jobs), threads_per_worker=1,
                                    dashboard_address=None)
             client = Client(cluster)
         with client:
-            futures = [client.submit(call_point, fn, k, c, d, pure=False,
-                                     key=f"scratchpipe-point-{k}") for k, c, d in tasks]
-            for fut in dask_completed(futures):
-                yield fut.result()
+            yield client
     finally:
         if cluster is not None:
             cluster.close()
+
+
+def run_dask(fn: PointFn, tasks: Iterable[Task], jobs: int,
+             scheduler: str | None = None) -> Iterator[Outcome]:
+    """The same points on a dask.distributed cluster (`dask_client`)."""
+    with dask_client(jobs, scheduler) as client:
+        from distributed import as_completed as dask_completed
+
+        futures = [client.submit(call_point, fn, k, c, d, pure=False,
+                                 key=f"scratchpipe-point-{k}") for k, c, d in tasks]
+        for fut in dask_completed(futures):
+            yield fut.result()
 
 
 def execute(executor: str, fn: PointFn, tasks: Iterable[Task], jobs: int = 1,

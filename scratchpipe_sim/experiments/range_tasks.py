@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.experiments.executors import EXECUTORS
+from scratchpipe_sim.experiments.executors import EXECUTORS, dask_client, require_dask
 from scratchpipe_sim.policies.time_ranges import (
     Mapper,
     RangePart,
@@ -38,36 +38,15 @@ def range_mapper(executor: str = "process", jobs: int = 1,
 
 def dask_mapper(jobs: int = 1, scheduler: str | None = None) -> Mapper:
     """Run the tasks on a dask.distributed cluster (checked importable now, connected when
-    the tasks come)."""
-    try:
-        import distributed  # noqa: F401, PLC0415 - only this executor needs it
-    except ImportError:
-        raise UserError("the dask executor needs dask.distributed: pip install "
-                        "'scratchpipe_sim[dist]'", field="--executor") from None
+    the tasks come: `executors.dask_client`, the sweep's own)."""
+    require_dask()
 
     def run(fn: Callable[[RangeTask], RangePart], tasks: Sequence[RangeTask]
             ) -> list[RangePart]:
-        from distributed import Client, LocalCluster  # noqa: PLC0415
-
-        cluster = None
-        try:
-            if scheduler:
-                try:
-                    client = Client(scheduler, timeout="10s")
-                except OSError as e:
-                    raise UserError(f"cannot reach the Dask scheduler: {e}".splitlines()[0],
-                                    field="--scheduler") from None
-            else:
-                cluster = LocalCluster(n_workers=max(1, jobs), threads_per_worker=1,
-                                       dashboard_address=None, processes=True)
-                client = Client(cluster)
-            with client:
-                data = client.scatter([t.sliced() for t in tasks])
-                futures = [client.submit(fn, d, pure=False,
-                                         key=f"scratchpipe-range-{i}-{d.key}")
-                           for i, d in enumerate(data)]
-                return client.gather(futures)
-        finally:
-            if cluster is not None:
-                cluster.close()
+        with dask_client(jobs, scheduler) as client:
+            data = client.scatter([t.sliced() for t in tasks])
+            futures = [client.submit(fn, d, pure=False,
+                                     key=f"scratchpipe-range-{i}-{d.key}")
+                       for i, d in enumerate(data)]
+            return client.gather(futures)
     return run
