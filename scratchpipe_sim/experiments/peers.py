@@ -130,6 +130,30 @@ def _optimizer_class(name: str) -> Any:
             "rowwise-adagrad": trec_optim.RowWiseAdagrad}[name]
 
 
+def embedding_module(cfg: Config) -> tuple[Any, list[str]]:
+    """The config's tables as a TorchRec EmbeddingBagCollection on the meta device (no
+    memory), its optimizer applied in backward, and the table names t0, t1, ..."""
+    import torch
+    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    m = cfg.model
+    dtype = {4: DataType.FP32, 2: DataType.FP16, 1: DataType.INT8}.get(
+        m.tables.bytes_per_element)
+    if dtype is None:
+        raise UserError(f"TorchRec has no {m.tables.bytes_per_element}-byte float type; "
+                        "expected 4, 2 or 1", field="model.tables.bytes_per_element")
+    names = [f"t{i}" for i in range(m.table_count)]
+    tables = [EmbeddingBagConfig(name=n, embedding_dim=d, num_embeddings=r,
+                                 feature_names=[f"f{i}"], data_type=dtype)
+              for i, (n, d, r) in enumerate(zip(names, m.dims, m.rows_per_table,
+                                                strict=True))]
+    ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+    apply_optimizer_in_backward(_optimizer_class(m.optimizer), ebc.parameters(), {"lr": 0.1})
+    return ebc, names
+
+
 def torchrec_estimates(cfg: Config, load_factor: float | None = None,
                        ) -> dict[str, dict[str, float]]:
     """Per kernel: forward_ms, backward_ms (summed over tables), hbm_bytes, ddr_bytes, from
@@ -137,7 +161,6 @@ def torchrec_estimates(cfg: Config, load_factor: float | None = None,
     import_torchrec()
     import logging
 
-    import torch
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
     from torchrec.distributed.planner.shard_estimators import (
@@ -146,27 +169,13 @@ def torchrec_estimates(cfg: Config, load_factor: float | None = None,
     )
     from torchrec.distributed.planner.types import ParameterConstraints, Topology
     from torchrec.distributed.types import CacheParams, ShardingType
-    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
-    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
     logging.getLogger("torchrec.distributed.planner.types").setLevel(logging.ERROR)
     m = cfg.model
-    dtype = {4: DataType.FP32, 2: DataType.FP16, 1: DataType.INT8}.get(
-        m.tables.bytes_per_element)
-    if dtype is None:
-        raise UserError(f"TorchRec has no {m.tables.bytes_per_element}-byte float type; "
-                        "expected 4, 2 or 1", field="model.tables.bytes_per_element")
+    ebc, names = embedding_module(cfg)
     clf = cfg.cache.load_factor if load_factor is None else load_factor
     if clf is None:  # capacity_rows given: the same fraction of rows
         clf = cfg.capacity_rows() / cfg.total_rows
-    names = [f"t{i}" for i in range(m.table_count)]
-    tables = [EmbeddingBagConfig(name=n, embedding_dim=d, num_embeddings=r,
-                                 feature_names=[f"f{i}"], data_type=dtype)
-              for i, (n, d, r) in enumerate(zip(names, m.dims, m.rows_per_table,
-                                                strict=True))]
-    ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
-    apply_optimizer_in_backward(_optimizer_class(m.optimizer), ebc.parameters(), {"lr": 0.1})
     topo = Topology(world_size=1, compute_device="cuda", **topology_args(cfg))
     out: dict[str, dict[str, float]] = {}
     for kernel in KERNEL_DESIGNS:

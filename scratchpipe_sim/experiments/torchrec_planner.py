@@ -77,29 +77,6 @@ def local_world(cfg: Config, world_size: int) -> int:
     return min(world_size, per_node)
 
 
-def _module(cfg: Config) -> tuple[Any, list[str]]:
-    import torch
-    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
-    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
-
-    m = cfg.model
-    dtype = {4: DataType.FP32, 2: DataType.FP16, 1: DataType.INT8}.get(
-        m.tables.bytes_per_element)
-    if dtype is None:
-        raise UserError(f"TorchRec has no {m.tables.bytes_per_element}-byte float type; "
-                        "expected 4, 2 or 1", field="model.tables.bytes_per_element")
-    names = [f"t{i}" for i in range(m.table_count)]
-    tables = [EmbeddingBagConfig(name=n, embedding_dim=d, num_embeddings=r,
-                                 feature_names=[f"f{i}"], data_type=dtype)
-              for i, (n, d, r) in enumerate(zip(names, m.dims, m.rows_per_table,
-                                                strict=True))]
-    ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
-    apply_optimizer_in_backward(peers._optimizer_class(m.optimizer), ebc.parameters(),
-                                {"lr": 0.1})
-    return ebc, names
-
-
 def _load_factor(cfg: Config) -> float:
     clf = cfg.cache.load_factor
     if clf is None:
@@ -185,7 +162,7 @@ def plan_both(cfg: Config, stats: TraceCacheStats, world_size: int = 1
     for name in ("torchrec.distributed.planner", "torchrec"):
         logging.getLogger(name).setLevel(logging.ERROR)
     local = local_world(cfg, world_size)
-    ebc, names = _module(cfg)
+    ebc, names = peers.embedding_module(cfg)
     curves = {n: c for n, c in zip(names, stats.tables, strict=True)}
     batch = max(1, stats.batch_size // world_size)
     topo = Topology(world_size=world_size, local_world_size=local, compute_device="cuda",

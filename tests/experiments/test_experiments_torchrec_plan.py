@@ -104,10 +104,10 @@ def test_every_enumerated_option_is_priced_and_storage_drops_cached_state():
 
     from scratchpipe_sim.experiments import peers
     from scratchpipe_sim.experiments import torchrec_estimator as te
-    from scratchpipe_sim.experiments.torchrec_planner import _module
+    from scratchpipe_sim.experiments.peers import embedding_module
 
     cfg, _trace, stats = _cfg_trace_stats(2)
-    ebc, names = _module(cfg)
+    ebc, names = embedding_module(cfg)
     curves = dict(zip(names, stats.tables, strict=True))
     topo = Topology(world_size=2, local_world_size=2, compute_device="cuda",
                     **peers.topology_args(cfg))
