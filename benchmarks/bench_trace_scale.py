@@ -5,6 +5,7 @@ cache folder (`--no-cache`: every replay and pass is computed), the same six des
     python benchmarks/bench_trace_scale.py                   # 1x = 50 batches: 50, 200, 800
     python benchmarks/bench_trace_scale.py --batches 25 --scales 1,4,16
     python benchmarks/bench_trace_scale.py --tree /tmp/old   # another checkout's package
+    python benchmarks/bench_trace_scale.py --scales 1,8 --jobs 2  # the whole process tree
 
 The compile cache (NUMBA_CACHE_DIR, one for every figure) is warmed by an unrecorded first
 run: compiling is not what is measured. Peak RSS is the child's `ru_maxrss`
@@ -72,12 +73,61 @@ def config(path: Path, trace: Path, batches: int) -> None:
     path.write_text(yaml.safe_dump(cfg))
 
 
-def measure(cfg: Path, out: Path, e: dict[str, str]) -> dict:
-    cmd = [sys.executable, "-c", PROBE, *CLI, "run", str(cfg), "--no-cache",
-           "--no-timeline", "--out", str(out)]
+def _tree(root: int) -> list[int]:
+    """`root` and every process below it (from /proc's parent links)."""
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += kids.get(p, [])
+    return out
+
+
+def _tree_kib(root: int) -> tuple[int, int]:
+    """(sum of Pss, sum of Rss) in KiB over the process tree of `root`: Pss shares a page
+    that forked workers hold copy-on-write between them, Rss counts it in each."""
+    pss = rss = 0
+    for p in _tree(root):
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        pss += int(line.split()[1])
+                    elif line.startswith("Rss:"):
+                        rss += int(line.split()[1])
+        except OSError:
+            pass
+    return pss, rss
+
+
+def measure(cfg: Path, out: Path, e: dict[str, str], jobs: int | None = None) -> dict:
+    """One `run` in a fresh child: its peak RSS (the largest single process, from
+    RUSAGE_CHILDREN in a probe) or, with `jobs`, the whole process tree's peak (the run
+    and its forked workers, Pss and Rss summed, sampled every 20 ms)."""
+    run = [*CLI, "run", str(cfg), "--no-cache", "--no-timeline", "--out", str(out)]
     t = time.perf_counter()
-    res = json.loads(subprocess.run(cmd, check=True, env=e, capture_output=True,
-                                    text=True).stdout)
+    if jobs is None:
+        res = json.loads(subprocess.run([sys.executable, "-c", PROBE, *run], check=True,
+                                        env=e, capture_output=True, text=True).stdout)
+    else:
+        proc = subprocess.Popen([*run, "--jobs", str(jobs)], env=e,
+                                stdout=subprocess.DEVNULL)
+        peak_pss = peak_rss = 0
+        while proc.poll() is None:
+            pss, rss = _tree_kib(proc.pid)
+            peak_pss, peak_rss = max(peak_pss, pss), max(peak_rss, rss)
+            time.sleep(0.02)
+        res = {"rc": proc.returncode, "wall_s": time.perf_counter() - t,
+               "maxrss_kib": peak_pss, "tree_rss_kib": peak_rss}
     res["outer_wall_s"] = time.perf_counter() - t
     return res
 
@@ -87,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, default=50, help="batches of the 1x trace")
     ap.add_argument("--scales", default="1,4,16")
     ap.add_argument("--tree", default=None, help="checkout to import the package from")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="run --jobs N, peak memory of the whole process tree (Pss summed)")
     args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-trace-scale-") as tmp:
@@ -100,16 +152,19 @@ def main(argv: list[str] | None = None) -> int:
             gen(trace, n, e)
             cfgp = tmpd / f"c{s}.yaml"
             config(cfgp, trace, n)
-            r = measure(cfgp, tmpd / f"out{s}", e)
+            r = measure(cfgp, tmpd / f"out{s}", e, args.jobs)
             if s == 0:
                 continue
             r.update(scale=s, batches=n, lookups=n * 81920)
             rows.append(r)
+            tree = (f"  (tree Rss sum {r['tree_rss_kib'] / 1024:8.1f} MiB)"
+                    if "tree_rss_kib" in r else "")
+            what = "tree Pss" if args.jobs else "peak RSS"
             print(f"{s:>3}x  {n:>6} batches  {n * 81920 / 1e6:8.1f} M lookups  "
-                  f"peak RSS {r['maxrss_kib'] / 1024:8.1f} MiB  wall {r['wall_s']:7.1f} s  "
-                  f"rc {r['rc']}", flush=True)
+                  f"{what} {r['maxrss_kib'] / 1024:8.1f} MiB{tree}  wall {r['wall_s']:7.1f} s"
+                  f"  rc {r['rc']}", flush=True)
     base = rows[0]["maxrss_kib"]
-    print(f"peak RSS, largest / 1x: {max(r['maxrss_kib'] for r in rows) / base:.3f}")
+    print(f"peak, largest / 1x: {max(r['maxrss_kib'] for r in rows) / base:.3f}")
     return 0
 
 
