@@ -15,6 +15,7 @@ from scratchpipe_sim.config import load_config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.engine import run_cache
 from scratchpipe_sim.timing import simulate
+from scratchpipe_sim.timing.counts import policy_mix
 from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.store import write_trace
 
@@ -168,3 +169,36 @@ def test_scaled_down_criteo_terabyte_runs_every_design():
     assert res["lru-cache"]["capacity_rows"] == math.ceil(0.2 * sum(rows))
     for r in res.values():
         assert r["iter_ns_mean"] > 0
+
+
+# -- what a policy moves, priced per table (counts.policy_mix) -----------------------------------
+def _static_mix_trace():
+    """Table 0 (4 rows): rows 0 and 1 in every batch, row 2 once; table 1 (6 rows): each row
+    once. A static cache of 2 rows pins table 0's rows 0 and 1 (the only rows seen more than
+    once): their first touches are the fills, every other access is unplaced."""
+    t1 = [[0, 1], [2, 3], [4, 5]]
+    batches = [[np.array([0, 1] + ([2] if k == 1 else [])), np.array(t1[k])]
+               for k in range(3)]
+    lens = [[np.array([2] + ([1] if k == 1 else [0])), np.array([1, 1])] for k in range(3)]
+    return Trace.from_batches(batches, [4, 6], pooling_lengths=lens)
+
+
+def test_policy_mix_prices_fills_and_unplaced_at_their_tables_row_bytes():
+    """Oracle by hand: fills are table 0's 2 pinned rows; unplaced are 1 lookup of table 0
+    and 6 of table 1. Lookups read r bytes (no optimizer state), rows move with their state
+    (R): an unplaced lookup priced at R, or a fill at r, changes these means."""
+    r_t, R_t = (128, 64), (384, 192)  # Adam-like: R = 3r, two dims
+    w, mix = policy_mix(_static_mix_trace(), "static", 2, r_t, R_t, preload=False)
+    assert w.total("fills") == 2 and w.total("unplaced") == 7
+    assert mix["fill_row_bytes"] == R_t[0]
+    assert mix["unplaced_lookup_bytes"] == pytest.approx((1 * r_t[0] + 6 * r_t[1]) / 7)
+    assert mix["unplaced_row_bytes"] == pytest.approx((1 * R_t[0] + 6 * R_t[1]) / 7)
+
+
+def test_policy_mix_without_unplaced_rows_is_the_plain_mean():
+    r_t, R_t = (128, 64), (384, 192)
+    w, mix = policy_mix(_static_mix_trace(), "static", 10, r_t, R_t, preload=False)
+    assert w.total("unplaced") == 0
+    assert mix["unplaced_lookup_bytes"] == 96.0 and mix["unplaced_row_bytes"] == 288.0
+    # every row pinned: table 0's 3 rows and table 1's 6 are each filled once
+    assert mix["fill_row_bytes"] == pytest.approx((3 * R_t[0] + 6 * R_t[1]) / 9)

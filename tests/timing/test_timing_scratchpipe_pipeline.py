@@ -205,3 +205,19 @@ def test_window_below_the_shape_is_one_line_naming_the_minimum(tmp_path, capsys)
     d["designs"] = ["hybrid"]
     with pytest.raises(UserError, match=r"design_params.scratchpipe.lookahead >= 5, got 3"):
         simulate(load_config(d), ["scratchpipe"])
+
+
+@pytest.mark.parametrize("refetch", ["wait", "forward"])
+def test_dram_bytes_are_each_moved_row_once(refetch):
+    """CPU DRAM traffic, closed form: collect reads each filled row from the table and writes
+    it to the staging buffer (2R a row; a forwarded hazard row never leaves the GPU), the
+    write-back reads the staging buffer and writes the table (2R a victim), and both DMAs
+    load DRAM with what crosses PCIe. A hazard row gathered twice (before and after its
+    write-back) moves bytes without moving time: only this count sees it."""
+    trace = period_trace()
+    r = simulate(hazard_cfg(refetch), trace=trace)[0]
+    R = hazard_cfg(refetch).model.moved_row_bytes
+    collected = r["fills"] - (r["refetch_hazards"] if refetch == "forward" else 0)
+    assert r["refetch_hazards"] == 2 * (N - 6)  # the hazard rows are there to be counted
+    assert r["dram_bytes"] == (2 * R * collected + 2 * R * r["writebacks"]
+                               + r["pcie_h2d_bytes"] + r["pcie_d2h_bytes"])

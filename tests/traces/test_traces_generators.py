@@ -272,3 +272,52 @@ def test_pooling_sigma_draws_fbgemm_style_bag_lengths_once(tmp_path, monkeypatch
     with pytest.raises(UserError) as e:
         small(pooling_sigma=-1.0)
     assert e.value.field == "pooling_sigma"
+
+
+def test_zipf_tail_ranks_one_by_one(monkeypatch):
+    """Each rank around the head/tail seam on its own (a binned test would not see a rounding
+    change that moves mass between neighbouring ranks: the first tail rank drawn ~1.5x)."""
+    monkeypatch.setattr(gen, "ZIPF_EXACT_ROWS", 50)
+    ZipfSampler._cache.clear()
+    rows, alpha, n = 5000, 1.05, 400_000
+    ids = ZipfSampler(rows, alpha, None).sample(np.random.default_rng(0), n)
+    ZipfSampler._cache.clear()
+    p = rank_probabilities(rows, alpha)
+    counts = np.bincount(ids, minlength=rows)
+    for r in range(40, 80):  # 0-based: ten head ranks, then the first thirty tail ranks
+        sd = np.sqrt(n * p[r] * (1 - p[r]))
+        assert abs(counts[r] - n * p[r]) < 5 * sd, (r, counts[r], n * p[r])
+
+
+class _FixedDraws:
+    """An rng whose `random(n)` returns the given uniforms (the sampler's only draw)."""
+
+    def __init__(self, u):
+        self.u = np.asarray(u, float)
+
+    def random(self, n):
+        assert n == len(self.u)
+        return self.u.copy()
+
+
+@pytest.mark.parametrize("alpha", [0.8, 1.0, 1.05, 1.3])
+def test_zipf_tail_inverts_its_integral_to_the_nearest_rank(monkeypatch, alpha):
+    """Closed form: in the tail, rank r (1-based) takes the uniforms whose tail mass lies
+    between the integral of x^-alpha from K+1/2 to r-1/2 and to r+1/2 (K tabulated ranks)."""
+    K, rows = 50, 5000
+    monkeypatch.setattr(gen, "ZIPF_EXACT_ROWS", K)
+    ZipfSampler._cache.clear()
+    s = ZipfSampler(rows, alpha, None)
+    ZipfSampler._cache.clear()
+    ranks = np.array([K + 1, K + 2, K + 3, 2 * K, 977, rows - 1, rows])
+
+    def u_at(x):  # the uniform whose tail integral reaches x
+        return s.head_mass + gen._power_integral(K + 0.5, x, alpha) / s.total
+
+    mid = [(u_at(r - 0.5) + u_at(r + 0.5)) / 2 for r in ranks]
+    assert s.sample(_FixedDraws(mid), len(mid)).tolist() == (ranks - 1).tolist()
+    # just inside each rank's interval, on both sides
+    lo = [u_at(r - 0.5 + 1e-6) for r in ranks]
+    hi = [u_at(r + 0.5 - 1e-6) for r in ranks]
+    assert s.sample(_FixedDraws(lo), len(lo)).tolist() == (ranks - 1).tolist()
+    assert s.sample(_FixedDraws(hi), len(hi)).tolist() == (ranks - 1).tolist()
