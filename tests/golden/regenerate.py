@@ -19,6 +19,12 @@ What is covered (deterministic; no on-disk replay or trace cache is read or writ
   takes the middle value of each axis group (a grid axis, or one zip group), and a point is
   kept when it differs from the centre in at most one group, so every value of every axis
   is run once beside the centre's values (fig1: 10 of 30 points, fig6: 7 of 20).
+- `run_<name>.json` for each `tests/golden/configs/run_<name>.yaml`: that config's `run`,
+  as the quickstart's. They cover what neither covers: `run_adam` (Adam's optimizer state
+  in every design's moved and updated rows), `run_mixed_dims` (tables of four dims with
+  Adam and a set-associative cache: fills, unplaced lookups and unplaced rows priced at
+  their tables' row bytes). A new case is a new YAML file there, then
+  `python tests/golden/regenerate.py run_<name>` writes its golden file alone.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = Path(__file__).resolve().parent
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 EXPERIMENTS_DIR = ROOT / "experiments"
+#: run cases beside the quickstart: `run_<name>.yaml`, each its own golden case
+RUN_CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 #: a sweep with more points than this is covered by the cross through its centre.
 FULL_POINTS_MAX = 12
 #: relative tolerance of a float (a time, a ratio); counts, strings and None are exact.
@@ -47,28 +55,36 @@ HOST_SUFFIX = "_wall_s"
 
 
 def cases() -> list[str]:
-    """Every golden case: the quickstart, then each study sweep by file stem."""
-    return ["quickstart"] + sorted(p.stem for p in EXPERIMENTS_DIR.glob("fig*.yaml"))
+    """Every golden case: the quickstart, each study sweep by file stem, then each run case
+    of tests/golden/configs by file stem."""
+    return (["quickstart"] + sorted(p.stem for p in EXPERIMENTS_DIR.glob("fig*.yaml"))
+            + sorted(p.stem for p in RUN_CONFIGS_DIR.glob("run_*.yaml")))
 
 
 def golden_path(case: str) -> Path:
     return GOLDEN_DIR / f"{case}.json"
 
 
-def quickstart_result() -> dict[str, Any]:
-    """`scratchpipe-sim run configs/quickstart.yaml --json --no-cache`, run in-process."""
+def run_result(config: Path = QUICKSTART) -> dict[str, Any]:
+    """`scratchpipe-sim run CONFIG --json --no-cache`, run in-process (the quickstart's
+    config by default)."""
     from scratchpipe_sim.cli import main
 
     with tempfile.TemporaryDirectory() as tmp:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            rc = main(["run", str(QUICKSTART), "--json", "--no-cache", "--no-timeline",
+            rc = main(["run", str(config), "--json", "--no-cache", "--no-timeline",
                        "-q", "--out", str(Path(tmp) / "run")])
     if rc != 0:
-        raise RuntimeError(f"scratchpipe-sim run exited {rc}")
+        raise RuntimeError(f"scratchpipe-sim run {config} exited {rc}")
     rows = [{k: v for k, v in r.items() if not k.endswith(HOST_SUFFIX)}
             for r in json.loads(out.getvalue())]
-    return {"source": "configs/quickstart.yaml", "rows": rows}
+    return {"source": str(config.relative_to(ROOT)), "rows": rows}
+
+
+def quickstart_result() -> dict[str, Any]:
+    """`scratchpipe-sim run configs/quickstart.yaml --json --no-cache`, run in-process."""
+    return run_result(QUICKSTART)
 
 
 def _groups(spec: Any) -> list[tuple[str, ...]]:
@@ -121,6 +137,8 @@ def sweep_result(path: Path) -> dict[str, Any]:
 def compute(case: str) -> dict[str, Any]:
     if case == "quickstart":
         return quickstart_result()
+    if case.startswith("run_"):
+        return run_result(RUN_CONFIGS_DIR / f"{case}.yaml")
     return sweep_result(EXPERIMENTS_DIR / f"{case}.yaml")
 
 
