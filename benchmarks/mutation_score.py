@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -75,24 +76,38 @@ def copy_tree(dest: Path) -> None:
             shutil.copy2(src, dest / name)
 
 
-def test_command(tests: list[str], golden: bool, cache: Path, deselect: list[str] = (),
+def test_command(tests: list[str], golden: bool, deselect: list[str] = (),
                  first_failure: bool = True) -> str:
-    """The shell command cosmic-ray runs per mutant (in the scratch tree)."""
+    """The command cosmic-ray runs per mutant in the scratch tree. cosmic-ray splits it with
+    shlex and runs it without a shell, so the shell steps are one `sh -c` argument: a fresh
+    replay / trace cache folder per run (removed after), the kernels uncompiled, pytest."""
     sel = " ".join(tests + (["tests/golden"] if golden else []))
-    sel += "".join(f" --deselect '{d}'" for d in deselect)
-    return (f"rm -rf {cache} && NUMBA_DISABLE_JIT=1 PYTHONPATH=. "
-            f"SCRATCHPIPE_CACHE_DIR={cache} {sys.executable} -m pytest "
-            f"{'-x ' if first_failure else ''}-q -p no:cacheprovider {sel}")
+    sel += "".join(f" --deselect {shlex.quote(d)}" for d in deselect)
+    script = ("export SCRATCHPIPE_CACHE_DIR=$(mktemp -d) NUMBA_DISABLE_JIT=1 CI=true "
+              f"PYTHONPATH=.; {shlex.quote(sys.executable)} -m pytest "
+              f"{'-x ' if first_failure else ''}-q -p no:cacheprovider {sel}; rc=$?; "
+              'rm -rf "$SCRATCHPIPE_CACHE_DIR"; exit $rc')
+    return f"sh -c {shlex.quote(script)}"
 
 
-def baseline_failures(tree: Path, tests: list[str], golden: bool, cache: Path) -> list[str]:
+def baseline_failures(tree: Path, tests: list[str], golden: bool) -> list[str]:
     """Tests that fail on the unmutated tree with the kernels uncompiled (a kernel whose
     pure-Python semantics differ from Numba's, e.g. uint8 arithmetic that wraps): they are
     deselected, and listed, since a mutant could not be told from the baseline there."""
-    cmd = test_command(tests, golden, cache, first_failure=False) + " -rfE"
-    out = subprocess.run(cmd, shell=True, cwd=tree, capture_output=True, text=True).stdout
+    cmd = shlex.split(test_command(tests, golden, first_failure=False))
+    cmd[-1] = cmd[-1].replace("; rc=$?", " -rfE; rc=$?")
+    out = subprocess.run(cmd, cwd=tree, capture_output=True, text=True).stdout
     return sorted({line.split(" ", 1)[1].split(" - ")[0] for line in out.splitlines()
                    if line.startswith(("FAILED ", "ERROR ")) and " " in line})
+
+
+def check_baseline(tree: Path, command: str) -> None:
+    """The unmutated tree must pass the exact command cosmic-ray runs (split as it splits
+    it): otherwise every mutant would count as killed."""
+    p = subprocess.run(shlex.split(command), cwd=tree, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"the unmutated tree fails the test command (exit {p.returncode}):"
+                         f"\n{command}\n{(p.stdout + p.stderr)[-3000:]}")
 
 
 def write_config(path: Path, module: str, command: str, timeout_s: float) -> None:
@@ -159,11 +174,12 @@ def run_module(module: str, tests: list[str], args: argparse.Namespace, work: Pa
     cfg, db = work / f"{name}.toml", work / f"{name}.sqlite"
     for p in (cfg, db):
         p.unlink(missing_ok=True)
-    broken = baseline_failures(tree, tests, args.golden, work / "cache")
+    broken = baseline_failures(tree, tests, args.golden)
     for b in broken:
         print(f"{module}: deselected (fails unmutated with NUMBA_DISABLE_JIT=1): {b}")
-    write_config(cfg, module, test_command(tests, args.golden, work / "cache", broken),
-                 args.timeout)
+    command = test_command(tests, args.golden, broken)
+    check_baseline(tree, command)
+    write_config(cfg, module, command, args.timeout)
     cosmic("init", str(cfg), str(db), cwd=tree)
     only = set(args.only_lines) if args.only_lines else None
     n = select(db, args.sample, args.seed, only)
