@@ -24,9 +24,9 @@ oracle, closed forms, invariants) or judged equivalent (it cannot change any res
   of a policy: the cache is keyed by the trace and the policy, not by the code).
 * `--sample N` draws N of the module's mutants (seeded: `--seed`), so a module of hundreds
   of mutants gives a score in minutes; without it, every mutant runs.
-* Skipped as not informative: mutants of docstrings and type hints cosmic-ray does not make
-  anyway, the `RemoveDecorator` operator (njit/dataclass decorators: see above), and the
-  `Is`/`IsNot` comparison swaps of `==` (equivalent on the small ints and None compared).
+* Skipped as not informative: mutants inside annotations (never evaluated: every module
+  has `from __future__ import annotations`), the `RemoveDecorator` operator (njit /
+  dataclass decorators: see above), and the `Is`/`IsNot` swaps of `==` / `!=`.
 
 Output: one line per module (killed / survived / incompetent / timed out, score =
 killed / (killed + survived + timed out)), then each survivor's diff.
@@ -35,6 +35,7 @@ killed / (killed + survived + timed out)), then each survivor's diff.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import random
 import shlex
@@ -126,18 +127,47 @@ def cosmic(*args: str, cwd: Path) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def select(db: Path, sample: int | None, seed: int, only_lines: set[int] | None) -> int:
-    """Mark as skipped the excluded operators' mutants and, with `sample`, all but a seeded
-    draw of `sample` of the rest; the number left to run."""
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) (line, column) of every annotation of a module that imports
+    `from __future__ import annotations` (none otherwise): they are never evaluated, so a
+    mutant inside one (`str | None` -> `str & None`) is equivalent by construction."""
+    tree = ast.parse(source)
+    future = any(isinstance(n, ast.ImportFrom) and n.module == "__future__"
+                 and any(a.name == "annotations" for a in n.names) for n in tree.body)
+    if not future:
+        return []
+    spans = []
+    for node in ast.walk(tree):
+        found = []
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            found.append(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns:
+            found.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            found.append(node.annotation)
+        spans += [((a.lineno, a.col_offset), (a.end_lineno, a.end_col_offset)) for a in found]
+    return spans
+
+
+def select(db: Path, sample: int | None, seed: int, only_lines: set[int] | None,
+           source: str) -> int:
+    """Mark as skipped the excluded operators' mutants, the mutants inside annotations and,
+    with `sample`, all but a seeded draw of `sample` of the rest; the number left to run."""
     con = sqlite3.connect(db)
-    rows = con.execute("SELECT job_id, operator_name, start_pos_row FROM mutation_specs"
-                       ).fetchall()
-    keep = [j for j, op, line in rows if op not in EXCLUDED_OPERATORS
+    rows = con.execute("SELECT job_id, operator_name, start_pos_row, start_pos_col "
+                       "FROM mutation_specs").fetchall()
+    spans = annotation_spans(source)
+
+    def in_annotation(line: int, col: int) -> bool:
+        return any(a <= (line, col) < b for a, b in spans)
+
+    keep = [j for j, op, line, col in rows if op not in EXCLUDED_OPERATORS
+            and not in_annotation(line, col)
             and (only_lines is None or line in only_lines)]
     keep = sorted(set(keep))
     if sample is not None and sample < len(keep):
         keep = sorted(random.Random(seed).sample(keep, sample))
-    skip = sorted({j for j, _, _ in rows} - set(keep))
+    skip = sorted({r[0] for r in rows} - set(keep))
     con.executemany("INSERT INTO work_results (job_id, worker_outcome, output) "
                     "VALUES (?, 'SKIPPED', 'not drawn')", [(j,) for j in skip])
     con.commit()
@@ -182,7 +212,7 @@ def run_module(module: str, tests: list[str], args: argparse.Namespace, work: Pa
     write_config(cfg, module, command, args.timeout)
     cosmic("init", str(cfg), str(db), cwd=tree)
     only = set(args.only_lines) if args.only_lines else None
-    n = select(db, args.sample, args.seed, only)
+    n = select(db, args.sample, args.seed, only, (tree / module).read_text())
     t0 = time.monotonic()
     print(f"{module}: {n} mutants, tests {' '.join(tests)}"
           f"{' + tests/golden' if args.golden else ''}", flush=True)

@@ -21,6 +21,7 @@ from typing import ClassVar
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.safety.limits import CLUSTER_RANKS
 
 #: the preset every default below equals (configs/hardware/NAME.yaml)
 DEFAULT_PRESET = "a100-gen4"
@@ -461,6 +462,16 @@ class HardwareConfig:
                             f"hardware.dram_capacity_GiB = {self.dram_capacity_GiB}: expected "
                             "llc_MiB below the DRAM size", source=source,
                             field="hardware.cpu.llc_MiB")
+        ranks = self.cluster.nodes * self.interconnect.gpus_per_node
+        if ranks > CLUSTER_RANKS.value():
+            # each node and GPU is cheap to write but costs the cluster design a rank's
+            # stream: 10**9 nodes would run for hours before a word
+            raise UserError(f"{self.cluster.nodes:,} nodes x {self.interconnect.gpus_per_node:,}"
+                            f" GPUs per node = {ranks:,} GPUs: expected at most "
+                            f"{CLUSTER_RANKS.value():,} ({CLUSTER_RANKS.advice()})",
+                            source=source, field="hardware.interconnect.gpus_per_node"
+                            if self.interconnect.gpus_per_node > CLUSTER_RANKS.value()
+                            else "hardware.cluster.nodes")
         for key, rng in self.ranges.items():
             where = f"hardware.ranges.{key}"
             lo, hi = rng

@@ -11,6 +11,9 @@ raised by its environment variable (docs/architecture.md lists them):
                                    (100,000)
     SCRATCHPIPE_MAX_SWEEP_POINTS   points of one sweep (grid x zip) (10,000)
     SCRATCHPIPE_MAX_FIGURE_PIXELS  pixels of one figure (width x height x dpi^2) (10**8)
+    SCRATCHPIPE_MAX_CLUSTER_RANKS  GPUs of a cluster: hardware.cluster.nodes x
+                                   interconnect.gpus_per_node (131,072; the cluster design's
+                                   per-rank streams take ~10 s there, and grow linearly)
 
 Every numeric environment value (these, SCRATCHPIPE_MEMORY_BYTES, ...) is read by
 `env_number`: text, `inf`, `nan` and values below the floor are one-line errors naming the
@@ -46,6 +49,7 @@ YAML_DEPTH = Limit("SCRATCHPIPE_MAX_YAML_DEPTH", 100, "levels of nesting")
 YAML_NODES = Limit("SCRATCHPIPE_MAX_YAML_NODES", 100_000, "YAML nodes after alias expansion")
 SWEEP_POINTS = Limit("SCRATCHPIPE_MAX_SWEEP_POINTS", 10_000, "points per sweep")
 FIGURE_PIXELS = Limit("SCRATCHPIPE_MAX_FIGURE_PIXELS", 10**8, "pixels per figure")
+CLUSTER_RANKS = Limit("SCRATCHPIPE_MAX_CLUSTER_RANKS", 1 << 17, "GPUs per cluster")
 
 
 def env_number(name: str, default: float, *, minimum: float = 0.0,

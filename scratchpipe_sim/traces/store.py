@@ -119,8 +119,8 @@ class TraceWriter:
         offsets = np.asarray(offsets, np.int64)
         bounds = np.asarray(batch_bounds, np.int64)
         T = len(self.table_rows)
-        if offsets[0] != 0 or offsets[-1] != len(indices):
-            raise ValueError("offsets must run from 0 to len(indices)")
+        if offsets[0] != 0 or offsets[-1] != len(indices) or np.any(np.diff(offsets) < 0):
+            raise ValueError("offsets must rise from 0 to len(indices)")
         if bounds[0] != 0 or bounds[-1] != len(offsets) - 1 or np.any(np.diff(bounds) % T):
             raise ValueError("batch_bounds must cut the bags into groups of T*B")
         if len(indices) and (indices.min() < 0):

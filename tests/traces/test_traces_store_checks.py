@@ -70,3 +70,43 @@ def test_a_batch_cut_mid_table_is_named_across_a_seam(monkeypatch, sptrace):
     _edit(sptrace, "batch_bounds.bin", 1, TABLES * BATCH + 1)  # batch 0 one bag too long
     with pytest.raises(UserError, match="not a whole number of bags per table"):
         read_trace(sptrace)
+
+
+# -- the writer's own checks (a store is refused when written, not only when read) -------------
+def _writer(tmp_path, rows=(50, 50), batch=2):
+    return store.TraceWriter(tmp_path / "w.sptrace", list(rows), batch, {})
+
+
+@pytest.mark.parametrize("offsets, bounds, what", [
+    ([0, 2, 1, 4, 4], [0, 4], "offsets"),      # a bag of length -1 (writer side)
+    ([1, 2, 3, 4, 4], [0, 4], "offsets"),      # offsets not starting at 0
+    ([0, 1, 2, 3, 3], [0, 4], "offsets"),      # offsets not ending at len(indices)
+    ([0, 1, 2, 3, 4], [1, 4], "batch_bounds"),  # bounds not starting at 0
+    ([0, 1, 2, 3, 4], [0, 3], "batch_bounds"),  # bounds not ending at the bags
+    ([0, 1, 2, 3, 4], [0, 1, 4], "batch_bounds"),  # a batch cut mid-table
+])
+def test_append_batches_refuses_pointers_that_would_misread(tmp_path, offsets, bounds, what):
+    w = _writer(tmp_path)
+    with pytest.raises(ValueError, match=what):
+        w.append_batches(np.arange(4), np.array(offsets), np.array(bounds))
+    w.abort()
+
+
+@pytest.mark.parametrize("rows, dtype", [((10, 2**31), "<u4"), ((2**32, 7), "<u4"),
+                                         ((2**32 + 1, 7), "<i8"), ((3, 2**40), "<i8")])
+def test_the_index_dtype_is_the_narrowest_that_holds_every_id(rows, dtype):
+    # uint32 holds ids 0 .. 2^32 - 1: tables of up to 2^32 rows
+    assert store.index_dtype_for(rows) == np.dtype(dtype)
+
+
+def test_ids_beyond_uint32_round_trip_in_int64(tmp_path):
+    from scratchpipe_sim.traces.csr_trace import Trace
+
+    big = 2**32 + 5
+    t = Trace.from_batches([[np.array([big - 1, 0]), np.array([3, 4])]], [big, 9])
+    out = read_trace(write_trace(t, tmp_path / "big.sptrace"))
+    assert store.read_manifest(tmp_path / "big.sptrace")["index_dtype"] == "<i8"
+    assert np.asarray(out.indices).tolist() == [big - 1, 0, 3, 4]
+    small = read_trace(write_trace(Trace.from_batches([[np.array([7]), np.array([8])]],
+                                                      [9, 9]), tmp_path / "small.sptrace"))
+    assert small.indices.dtype == np.dtype("<u4")
