@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.experiments import peers
 from scratchpipe_sim.experiments.torchrec_stats import TableCurve, TraceCacheStats
+from scratchpipe_sim.safety.limits import WORLD_SIZE
 
 if TYPE_CHECKING:
     from scratchpipe_sim.config import Config
@@ -74,6 +75,10 @@ def local_world(cfg: Config, world_size: int) -> int:
         raise UserError(f"a world size of {world_size} GPUs: expected 1 to {per_node} or a "
                         f"multiple of hardware.interconnect.gpus_per_node = {per_node} "
                         "(whole hosts)", field="--world-size")
+    if world_size > WORLD_SIZE.value():
+        # TorchRec's planner grows faster than linearly in the ranks: bounded before it runs
+        raise UserError(f"a world size of {world_size:,} GPUs: expected at most "
+                        f"{WORLD_SIZE.value():,} ({WORLD_SIZE.advice()})", field="--world-size")
     return min(world_size, per_node)
 
 

@@ -14,6 +14,9 @@ raised by its environment variable (docs/architecture.md lists them):
     SCRATCHPIPE_MAX_CLUSTER_RANKS  GPUs of a cluster: hardware.cluster.nodes x
                                    interconnect.gpus_per_node (131,072; the cluster design's
                                    per-rank streams take ~10 s there, and grow linearly)
+    SCRATCHPIPE_MAX_WORLD_SIZE     GPUs `torchrec-plan --world-size` plans for (1,024;
+                                   TorchRec's planner took 75 s and 0.5 GB at 512 here, over
+                                   100 s at 100,000, and 12 GB and growing at 10**9)
 
 Every numeric environment value (these, SCRATCHPIPE_MEMORY_BYTES, ...) is read by
 `env_number`: text, `inf`, `nan` and values below the floor are one-line errors naming the
@@ -50,6 +53,7 @@ YAML_NODES = Limit("SCRATCHPIPE_MAX_YAML_NODES", 100_000, "YAML nodes after alia
 SWEEP_POINTS = Limit("SCRATCHPIPE_MAX_SWEEP_POINTS", 10_000, "points per sweep")
 FIGURE_PIXELS = Limit("SCRATCHPIPE_MAX_FIGURE_PIXELS", 10**8, "pixels per figure")
 CLUSTER_RANKS = Limit("SCRATCHPIPE_MAX_CLUSTER_RANKS", 1 << 17, "GPUs per cluster")
+WORLD_SIZE = Limit("SCRATCHPIPE_MAX_WORLD_SIZE", 1024, "GPUs per TorchRec plan")
 
 
 def env_number(name: str, default: float, *, minimum: float = 0.0,

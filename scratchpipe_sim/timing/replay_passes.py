@@ -78,7 +78,7 @@ def workload(trace: Trace, key: WorkloadKey, cfg: Config,
             field = "cache.capacity_rows"
         elif field == "policy":
             field = key.policy_field
-        elif not field.startswith(("cache.", "design_params.")):
+        elif not field.startswith(("cache.", "design_params.", "--")):  # "--": a flag's
             field = f"{key.params_field}.{field}"
         raise UserError(e.message, source=cfg.source, field=field) from None
 
