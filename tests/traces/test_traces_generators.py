@@ -321,3 +321,36 @@ def test_zipf_tail_inverts_its_integral_to_the_nearest_rank(monkeypatch, alpha):
     hi = [u_at(r + 0.5 - 1e-6) for r in ranks]
     assert s.sample(_FixedDraws(lo), len(lo)).tolist() == (ranks - 1).tolist()
     assert s.sample(_FixedDraws(hi), len(hi)).tolist() == (ranks - 1).tolist()
+
+
+# -- mutation survivors (issue 42): block size, reuse positions, the memory check's blame --------
+@pytest.mark.parametrize("batch, pooling", [(4, [1, 2]), (4096, [20] * 8), (2**17, [2, 1]),
+                                            (2**18, [2])])
+def test_block_batches_closed_form(batch, pooling):
+    # part of the trace's definition: batches per RNG block, at least one
+    spec = gen.make_spec("uniform", [100] * len(pooling), batch, 3, pooling, 1)
+    assert spec.block_batches == max(1, gen.BLOCK_ACCESSES // (batch * sum(pooling)))
+
+
+@pytest.mark.parametrize("width, count", [(10, 1), (10, 3), (37, 36), (1000, 300), (513, 100)])
+def test_reuse_positions_are_the_smallest_keys_of_each_batch(width, count):
+    """FBGEMM's randperm(B*L)[:count]: per batch, the positions of the `count` smallest of
+    `width` uniform keys (the same draws), as a set."""
+    got = gen._reuse_positions(np.random.default_rng(5), 6, width, count)
+    keys = np.random.default_rng(5).random((6, width))
+    want = np.argsort(keys, axis=1)[:, :count]
+    assert [sorted(r) for r in got.tolist()] == [sorted(r) for r in want.tolist()]
+
+
+@pytest.mark.parametrize("batch, pooling, sigma, blamed", [
+    (4_000, [1], 2_000.0, "pooling_sigma"),   # the sigma term dominates the widest bag
+    (400, [200_000], 1.0, "pooling"),          # the pooling does
+    (3_000_000, [1, 1], 0.0, "batch_size"),    # the batch does
+])
+def test_the_generator_memory_check_blames_the_largest_term(monkeypatch, batch, pooling,
+                                                            sigma, blamed):
+    monkeypatch.setenv("SCRATCHPIPE_MEMORY_BYTES", str(10**6))
+    with pytest.raises(UserError) as e:
+        gen.make_spec("uniform", [100] * len(pooling), batch, 3, pooling, 1,
+                      pooling_sigma=sigma)
+    assert e.value.field == blamed, (e.value.field, str(e.value))
