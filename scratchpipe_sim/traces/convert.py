@@ -31,6 +31,7 @@ from numba.typed import Dict
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.registry import Registry
+from scratchpipe_sim.safety.memory_guard import available_bytes, human
 from scratchpipe_sim.safety.paths import input_file
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.store import TraceWriter
@@ -201,6 +202,10 @@ def open_input(path: Path):
 
 # -- id mapping -----------------------------------------------------------------------------
 
+#: bytes a dense-remap dictionary entry costs (Numba typed dict of (table, value) -> row,
+#: measured: 8 M entries grew the peak RSS by ~100 bytes each, its resizes included)
+DENSE_BYTES_PER_ENTRY = 100
+
 class IdMap:
     """Maps raw non-negative ids of T tables to row ids (modulo, dense or kept as is)."""
 
@@ -214,12 +219,16 @@ class IdMap:
                 rows = rows * num_tables
             if len(rows) != num_tables:
                 raise UserError(f"{len(rows)} row counts for {num_tables} tables: expected "
-                                f"one or {num_tables}", source="options", field="rows")
+                                f"one or {num_tables}", field="--rows")
             self.rows = np.asarray(rows, np.int64)
         else:
             self.rows = np.zeros(num_tables, np.int64)  # max id + 1 so far
         self._dict = Dict.empty(key_type=types.UniTuple(types.int64, 2),
                                 value_type=types.int64)
+        # the dictionary holds every distinct (table, value): bounded by the memory free
+        # when the conversion starts (checked a block at a time), never an OOM kill
+        have = available_bytes() if self.mode == "dense" else None
+        self._dense_max = None if have is None else max(1, have // DENSE_BYTES_PER_ENTRY)
 
     def writer_rows(self, raw_limit: int = _U32_ROWS) -> np.ndarray:
         """Row counts to open the writer with (they fix the stored id width)."""
@@ -232,7 +241,15 @@ class IdMap:
         if self.mode == "modulo":
             return values % self.rows[tables]
         if self.mode == "dense":
-            return _dense(values, tables.astype(np.int64), self._dict, self.rows)
+            out = _dense(values, tables.astype(np.int64), self._dict, self.rows)
+            if self._dense_max is not None and len(self._dict) > self._dense_max:
+                raise UserError(
+                    f"{len(self._dict):,} distinct (table, value) pairs so far, "
+                    f"about {human(len(self._dict) * DENSE_BYTES_PER_ENTRY)}: more than the "
+                    f"{human(self._dense_max * DENSE_BYTES_PER_ENTRY)} available; expected "
+                    "--rows N (ids modulo N keep no dictionary) or more memory",
+                    source=self.source, field="--dense-remap")
+            return out
         _track_max(values, tables, self.rows)
         return values
 

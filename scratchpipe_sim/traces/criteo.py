@@ -29,6 +29,7 @@ import numpy as np
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.convert import (
+    DENSE_BYTES_PER_ENTRY,
     ConvertOptions,
     ConvertResult,
     IdMap,
@@ -50,9 +51,6 @@ NUM_FIELDS = 1 + NUM_INT + NUM_CAT
 #: MLPerf DLRM-DCNv2's (and torchrec's) Criteo 1TB id range: id = hex value mod 40,000,000
 #: per table (`--max_ind_range=40000000`); the converter's default when no mapping is named
 MLPERF_ROWS = 40_000_000
-#: bytes a dense-remap dictionary entry costs (Numba typed dict of (table, value) -> row,
-#: measured: 8 M entries grew the peak RSS by ~100 bytes each, its resizes included)
-DENSE_BYTES_PER_ENTRY = 100
 FIELD_NAMES = ["label", *(f"I{i}" for i in range(1, NUM_INT + 1)),
                *(f"C{i}" for i in range(1, NUM_CAT + 1))]
 

@@ -304,3 +304,24 @@ def test_api_time_ranges_refuse_alike(args, words):
         api.replay_time_ranges(t, *args, executor="local")
     for w in words:
         assert w in str(e.value), (w, str(e.value))
+
+
+def test_a_dense_remap_dictionary_beyond_the_memory_is_one_line(converted, tmp_path, capsys,
+                                                                 monkeypatch):
+    """Every distinct (table, value) costs ~100 bytes: a day of distinct values on a small
+    memory is refused a block at a time (not an OOM kill), and the earlier OUT is kept."""
+    before = _tree_digest(converted)
+    day = write_day(tmp_path / "wide", day_lines(2000, 3, vocab=10**6))
+    monkeypatch.setenv("SCRATCHPIPE_MEMORY_BYTES", "200000")
+    one_line_error(capsys, ["trace", "convert", "--dense-remap", str(day), str(converted),
+                            "--force", "-q"], str(day), "--dense-remap",
+                   "distinct (table, value) pairs", "expected --rows N")
+    assert _tree_digest(converted) == before
+
+
+def test_row_counts_for_the_wrong_tables_name_the_flag(tmp_path, capsys):
+    day = write_day(tmp_path / "day", day_lines(50, 1))
+    err = one_line_error(capsys, ["trace", "convert", "--rows", "5,6", str(day),
+                                  str(tmp_path / "o.sptrace")], "--rows",
+                         "2 row counts for 26 tables")
+    assert "options" not in err
