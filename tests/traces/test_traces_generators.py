@@ -354,3 +354,16 @@ def test_the_generator_memory_check_blames_the_largest_term(monkeypatch, batch, 
         gen.make_spec("uniform", [100] * len(pooling), batch, 3, pooling, 1,
                       pooling_sigma=sigma)
     assert e.value.field == blamed, (e.value.field, str(e.value))
+
+
+@pytest.mark.parametrize("n, digest", [(1000, "a7334fa9303d88d6"), (1024, "bc9b457ee4c3f67b"),
+                                       (4097, "72a997521f95f639")])
+def test_the_feistel_permutation_is_part_of_the_trace_definition(n, digest):
+    """A table beyond PERMUTATION_EXACT_ROWS is permuted by the Feistel network: any change
+    to its rounds, constants or bit width keeps a bijection (the tests above) but changes
+    every trace of such tables for the same seed. Pinned (sha256 of the image of 0..n-1);
+    n = 1024 is a power of two, where the bit width's rounding matters."""
+    import hashlib
+
+    y = Permutation(n, np.random.SeedSequence(3), exact_max=0)(np.arange(n))
+    assert hashlib.sha256(y.astype("<i8").tobytes()).hexdigest()[:16] == digest
