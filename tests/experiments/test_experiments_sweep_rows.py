@@ -1,0 +1,66 @@
+"""sweep_runner's small pieces against hand-made oracles (mutation survivors of issue 42):
+the speedup's baseline row, the designs a sweep runs, the metric probe over failing designs."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+from small_configs import SHORT_A100
+
+import scratchpipe_sim.api as api
+from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.experiments import sweep_runner as sr
+
+
+def test_speedups_are_against_the_baseline_row_wherever_it_is():
+    rows = [{"design": "gpu-only", "iter_ns_mean": 50.0},
+            {"design": "lru-cache", sr.DESIGN_ERROR: "boom"},
+            {"design": "hybrid", "iter_ns_mean": 100.0},
+            {"design": "scratchpipe", "iter_ns_mean": 25.0}]
+    sr._fix_speedups(rows)
+    assert [r.get("speedup_vs_hybrid") for r in rows] == [2.0, None, 1.0, 4.0]
+
+
+def test_no_speedup_when_the_baseline_failed():
+    rows = [{"design": "gpu-only", "iter_ns_mean": 50.0},
+            {"design": "hybrid", sr.DESIGN_INFEASIBLE: "too large"}]
+    sr._fix_speedups(rows)
+    assert rows[0]["speedup_vs_hybrid"] is None
+
+
+def _spec(designs=None):
+    return SimpleNamespace(designs=designs, source="exp.yaml", base_source="base.yaml")
+
+
+def _points(*design_lists):
+    return [SimpleNamespace(config={"designs": d}) for d in design_lists]
+
+
+def test_sweep_designs_from_the_experiment_then_the_base_config():
+    assert sr.sweep_designs(_points(["hybrid"]), _spec(("gpu-only",))) == ("gpu-only",)
+    assert sr.sweep_designs(_points(["hybrid", "gpu-only"]), _spec()) == ("hybrid", "gpu-only")
+    with pytest.raises(UserError, match="design 'hybrid' listed twice") as e:
+        sr.sweep_designs(_points(["hybrid", "gpu-only", "hybrid"]), _spec())
+    assert e.value.field == "designs"
+    with pytest.raises(UserError, match="expected a 'designs:' list"):
+        sr.sweep_designs(_points(None), _spec())
+
+
+def _resolved(**model):
+    """A sweep point's config: resolved (presets expanded), as `expand_points` makes it."""
+    cfg = copy.deepcopy(SHORT_A100)
+    cfg["model"].update(model)
+    return api.resolve(cfg)
+
+
+def test_the_metric_probe_keeps_going_past_a_design_that_cannot_run():
+    cfg = _resolved()
+    names = sr.reported_metrics(cfg, ("no-such-design", "gpu-only"), replay_cache=False)
+    assert names is not None and "iter_ns_mean" in names
+
+
+def test_the_metric_probe_runs_a_few_batches_with_a_valid_warm_up():
+    cfg = _resolved(num_batches=8, warmup_batches=7)  # probed with 4 batches, warm-up 3
+    assert "iter_ns_mean" in sr.reported_metrics(cfg, ("gpu-only",), replay_cache=False)
