@@ -6,7 +6,7 @@ small change to the code (a comparison, an operator, a constant, a dropped loop,
 a mutant that no test fails is a survivor, to be killed by a new test (exact counts vs an
 oracle, closed forms, invariants) or judged equivalent (it cannot change any result).
 
-    pip install cosmic-ray==8.7.0          # once, into the project's venv
+    pip install -e .[mutation]             # cosmic-ray 8.7.0, once
     python benchmarks/mutation_score.py scratchpipe_sim/traces/store.py --sample 30
     python benchmarks/mutation_score.py scratchpipe_sim/timing/counts.py \\
         --tests tests/timing/test_timing_per_table_model.py --sample 25 --seed 1
