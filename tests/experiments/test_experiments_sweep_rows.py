@@ -64,3 +64,28 @@ def test_the_metric_probe_keeps_going_past_a_design_that_cannot_run():
 def test_the_metric_probe_runs_a_few_batches_with_a_valid_warm_up():
     cfg = _resolved(num_batches=8, warmup_batches=7)  # probed with 4 batches, warm-up 3
     assert "iter_ns_mean" in sr.reported_metrics(cfg, ("gpu-only",), replay_cache=False)
+
+
+def test_an_error_row_keeps_the_designs_after_it():
+    from scratchpipe_sim.experiments.executors import Outcome
+
+    point = SimpleNamespace(key="k", index=0, values={"cache.load_factor": 0.1})
+    rows = [{"design": "hybrid", sr.DESIGN_ERROR: "boom"},
+            {"design": "lru-cache", sr.DESIGN_INFEASIBLE: "too large"},
+            {"design": "gpu-only", "iter_ns_mean": 5.0}]
+    out = sr.point_rows(point, Outcome("k", rows, None, 0.0),
+                        ("hybrid", "lru-cache", "gpu-only"), ("iter_ns_mean",), _spec())
+    assert [(r["design"], r["status"]) for r in out] == [
+        ("hybrid", sr.ERROR), ("lru-cache", sr.INFEASIBLE), ("gpu-only", sr.OK)]
+
+
+def test_a_metric_typo_is_refused_before_the_results_folder_is_made(tmp_path):
+    from sweep_fakes import write_exp
+
+    from scratchpipe_sim.experiments.spec import load_experiment
+
+    exp = write_exp(tmp_path, grid={"cache.load_factor": [0.1, 0.2]}, metrics=["hit_ratoi"],
+                    designs=["gpu-only"])
+    with pytest.raises(UserError, match="no metric 'hit_ratoi'"):
+        sr.run_sweep(load_experiment(exp), tmp_path / "o", quiet=True, replay_cache=False)
+    assert not (tmp_path / "o").exists()
