@@ -89,3 +89,14 @@ def test_a_metric_typo_is_refused_before_the_results_folder_is_made(tmp_path):
     with pytest.raises(UserError, match="no metric 'hit_ratoi'"):
         sr.run_sweep(load_experiment(exp), tmp_path / "o", quiet=True, replay_cache=False)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("n, shown", [(20, 20), (21, 20), (25, 20)])
+def test_error_lines_show_twenty_then_count_the_rest(tmp_path, n, shown):
+    s = sr.SweepSummary("e", tmp_path, 30, 1, 0, 30, n, None,
+                        errors=[(i, {"a": i}, "hybrid", "boom") for i in range(n)])
+    lines = s.error_lines()
+    assert lines[:shown] == [f"error: point {i} (a={i}) hybrid: boom" for i in range(shown)]
+    assert lines[shown:] == ([] if n == shown else
+                             [f"... and {n - shown} more error rows (see the 'error' column "
+                              "of results.csv)"])
