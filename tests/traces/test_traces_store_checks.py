@@ -110,3 +110,43 @@ def test_ids_beyond_uint32_round_trip_in_int64(tmp_path):
     small = read_trace(write_trace(Trace.from_batches([[np.array([7]), np.array([8])]],
                                                       [9, 9]), tmp_path / "small.sptrace"))
     assert small.indices.dtype == np.dtype("<u4")
+
+
+# -- checksums, CRCs, a long bad value, appends in steps (store.py survivors, second pass) ------
+def test_verify_passes_an_intact_store_and_names_a_flipped_byte(sptrace):
+    store.verify_store(sptrace)  # intact: every CRC-32 matches
+    raw = bytearray((sptrace / "indices.bin").read_bytes())
+    raw[5] ^= 0x01
+    (sptrace / "indices.bin").write_bytes(bytes(raw))
+    read_trace(sptrace)  # sizes and pointers are intact: only the CRC sees it
+    with pytest.raises(UserError, match="indices.bin does not match its CRC-32") as e:
+        store.verify_store(sptrace)
+    assert e.value.field == "indices.bin"
+
+
+def test_the_checksum_covers_the_data(tmp_path):
+    a = generate_trace("uniform", [50, 50], BATCH, BATCHES, POOLING, seed=1)
+    b = generate_trace("uniform", [50, 50], BATCH, BATCHES, POOLING, seed=2)
+    sa = store.read_manifest(write_trace(a, tmp_path / "a.sptrace"))["sha256"]
+    sb = store.read_manifest(write_trace(b, tmp_path / "b.sptrace"))["sha256"]
+    again = store.read_manifest(write_trace(a, tmp_path / "a2.sptrace"))["sha256"]
+    assert sa == again and sa != sb and len(sa) == 64
+
+
+def test_a_long_bad_manifest_value_is_cut_in_the_message(sptrace):
+    import json
+
+    m = json.loads((sptrace / "manifest.json").read_text())
+    m["table_rows"] = ["x" * 200]
+    (sptrace / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(UserError, match=r"got \['xxx") as e:
+        read_trace(sptrace)
+    assert str(e.value).endswith("...") and len(str(e.value)) < 300
+
+
+def test_append_trace_in_steps_rebases_each_steps_offsets(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "_APPEND_BAGS", 5)  # several steps, none starting at offset 0
+    t = generate_trace("uniform", [50, 50], BATCH, BATCHES, POOLING, seed=3, pooling_sigma=1.0)
+    out = read_trace(write_trace(t, tmp_path / "s.sptrace"))
+    assert np.asarray(out.offsets).tolist() == np.asarray(t.offsets).tolist()
+    assert np.asarray(out.indices).tolist() == np.asarray(t.indices).tolist()
