@@ -100,3 +100,18 @@ def test_error_lines_show_twenty_then_count_the_rest(tmp_path, n, shown):
     assert lines[shown:] == ([] if n == shown else
                              [f"... and {n - shown} more error rows (see the 'error' column "
                               "of results.csv)"])
+
+
+@pytest.mark.parametrize("sel, ok", [("0", [0]), ("1-3", [1, 2, 3]), ("0,4", [0, 4]),
+                                     ("5", None), ("3-5", None), ("-1", None)])
+def test_band_point_indices_in_and_out_of_range(sel, ok):
+    from scratchpipe_sim.experiments.bands import select_points
+
+    points = [SimpleNamespace(index=i, values={}) for i in range(5)]
+    if ok is not None:
+        assert [p.index for p in select_points(points, [], [sel], "exp.yaml")] == ok
+        return
+    with pytest.raises(UserError) as e:
+        select_points(points, [], [sel], "exp.yaml")
+    assert e.value.field == "--points"
+    assert "the sweep has points 0-4" in str(e.value) or "bad point index" in str(e.value)
