@@ -367,3 +367,33 @@ def test_the_feistel_permutation_is_part_of_the_trace_definition(n, digest):
 
     y = Permutation(n, np.random.SeedSequence(3), exact_max=0)(np.arange(n))
     assert hashlib.sha256(y.astype("<i8").tobytes()).hexdigest()[:16] == digest
+
+
+# -- second pass (issue 42): the spec's bytes, the hot set's cold rows, the seed's type ----------
+@pytest.mark.parametrize("rows, batch, batches, pooling", [([50, 70], 4, 3, [2, 1]),
+                                                           ([2**33], 3, 2, [5])])
+def test_spec_nbytes_is_the_written_stores_data_files(tmp_path, rows, batch, batches, pooling):
+    spec = gen.make_spec("uniform", rows, batch, batches, pooling, 1)
+    out = gen.store_from_spec(spec, tmp_path / "s.sptrace")
+    on_disk = sum((out / f).stat().st_size for f in ("indices.bin", "offsets.bin",
+                                                     "batch_bounds.bin"))
+    assert gen.spec_nbytes(spec) == on_disk
+
+
+def test_hotset_cold_accesses_are_uniform_over_the_cold_rows():
+    rows, n = 1000, 100_000
+    s = gen.hotset(rows, np.random.SeedSequence(1), hot_fraction=0.1, hot_access_fraction=0.5)
+    ids = s.sample(np.random.default_rng(2), n)
+    hot = set(s.perm(np.arange(100)).tolist())
+    cold = ids[~np.isin(ids, list(hot))]
+    counts = np.bincount(cold, minlength=rows)[sorted(set(range(rows)) - hot)]
+    assert len(counts) == 900 and counts.min() > 0  # every cold row drawn
+    exp = len(cold) / 900
+    assert counts.std() < 4 * np.sqrt(exp)  # binomial spread, not piled on a few rows
+
+
+@pytest.mark.parametrize("seed", [1.5, True, -1, "3"])
+def test_a_seed_that_is_not_a_non_negative_integer(seed):
+    with pytest.raises(UserError, match="non-negative integer seed") as e:
+        gen.make_spec("uniform", [50], 4, 2, 1, seed)
+    assert e.value.field == "seed"
