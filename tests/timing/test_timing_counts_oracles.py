@@ -78,3 +78,23 @@ def test_uncached_counts_put_every_row_in_one_place():
     assert dev.total("unplaced") == 0 and dev.cols["unique"].tolist() == uniq
     with pytest.raises(TypeError):
         uncached_counts(t, "host")
+
+
+def test_scaled_counts_closed_form():
+    """A sampled run's estimate (factor 1/R): counts scaled and rounded to whole counts,
+    float columns scaled, row sizes and samples kept, extras rounded except the ways."""
+    w = Workload("lru", 7, {"accesses": np.array([3, 4, 5]), "hits": np.array([1, 0, 2]),
+                            "l2_hits": np.array([0.5, 1.5, 2.0]),
+                            "samples": np.array([8, 8, 8]),
+                            "fill_row_bytes": np.array([256.0, 256.0, 256.0])},
+                 {"fills": 7, "ways": 16})
+    s = w.scaled(2.5)
+    assert s.cols["accesses"].tolist() == [8, 10, 12]  # rint(7.5) = 8, rint(12.5) = 12
+    assert s.cols["accesses"].dtype == w.cols["accesses"].dtype
+    assert s.cols["hits"].tolist() == [2, 0, 5]
+    assert s.cols["l2_hits"].tolist() == [1.25, 3.75, 5.0]
+    assert s.cols["samples"].tolist() == [8, 8, 8]
+    assert s.cols["fill_row_bytes"].tolist() == [256.0] * 3
+    assert s.extra == {"fills": 18, "ways": 16}
+    with pytest.raises(AttributeError):  # frozen: a Workload is shared between designs
+        w.capacity = 3
