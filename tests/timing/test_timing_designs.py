@@ -302,7 +302,8 @@ def bags_trace(repeat: int, rows=400, batches=12):
 
 def test_more_lookups_at_fixed_unique_rows_cost_more_to_update():
     over = deep_merge(PLAIN, {"model": {"tables": {"count": 1, "rows": 400}, "num_batches": 12,
-                                        "pooling": 4}, "cache": {"warmup_batches": 0}})
+                                        "pooling": 4, "top_mlp": None},
+                              "cache": {"warmup_batches": 0}})
     res = []
     for rep in (1, 2):
         cfg = cfg_of(deep_merge(over, {"model": {"pooling": 4 * rep}}))
