@@ -23,7 +23,6 @@ hide); a CUDA graph launches once and pays graph_node_ns per kernel.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -241,9 +240,9 @@ def dense_kernels(model: ModelConfig, gpu: GpuConfig, samples: float) -> tuple[K
                  + optimizer_kernels(gpu, model))
 
 
-@functools.lru_cache(maxsize=512)
 def dense_iteration(model: ModelConfig, gpu: GpuConfig, samples: float) -> DenseCost:
-    """One iteration's dense work (memoized: the timing model asks at every batch)."""
+    """One iteration's dense work (not memoized here: `gpu` may be sensitivity's
+    read-recording view, which refuses hashing; `Machine.mlp` keeps its own per samples)."""
     kernels = dense_kernels(model, gpu, samples)
     busy = sum(k.exec_ns for k in kernels)
     parts = dict.fromkeys(PARTS, 0.0)

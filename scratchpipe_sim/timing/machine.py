@@ -54,7 +54,7 @@ from scratchpipe_sim.timing.collectives import (
     net_latency_ns,
     net_share_GBps,
 )
-from scratchpipe_sim.timing.dense_compute import dense_iteration
+from scratchpipe_sim.timing.dense_compute import DenseCost, dense_iteration
 from scratchpipe_sim.timing.resources import (
     AllDone,
     Memory,
@@ -160,6 +160,8 @@ class Machine:
         self.tables = m.table_count
         self._nvlink: tuple[Server, Server] | None = None
         self._net: tuple[Server, Server] | None = None
+        #: the dense work's price per distinct samples per batch (`mlp`)
+        self._dense: dict[float, DenseCost] = {}
 
     def batch_done(self, b: int) -> None:
         """Batch b finished training; at the end of warm-up, snapshot busy times."""
@@ -527,7 +529,11 @@ class Machine:
         """The dense work of one iteration on `samples` samples (MLPs, interaction, dense
         optimizer: `dense_compute.dense_iteration`): its FLOPs on `gpu_compute` for the
         kernels' GPU time, after the launch waits (idle, not busy)."""
-        cost = dense_iteration(self.cfg.model, self.cfg.hardware.gpu, float(samples))
+        cost = self._dense.get(samples)
+        if cost is None:  # once per distinct batch size (every batch asks)
+            cost = self._dense[samples] = dense_iteration(self.cfg.model,
+                                                          self.cfg.hardware.gpu,
+                                                          float(samples))
         return self.compute.transfer(cost.flops, batch, "mlp",
                                      GBps=cost.flops / cost.busy_ns,
                                      latency_ns=cost.launch_ns)

@@ -263,7 +263,7 @@ def test_validation_workload_runs_the_config_through_the_pipeline():
     )
     w = workload_of(cfg)
     assert w.lookahead == 2 and w.capacity_rows == 40 and w.spec.width == 3
-    assert w.mlp == ((3, 2, 3), (3, 3, 1))
+    assert w.mlp == ((3, 2, 3), (3, 7, 1))  # cat: 3 + 2 tables x dim 2
     from scratchpipe_sim.timing import build_trace
 
     measured = measure_on_gpu(cfg, build_trace(cfg))
