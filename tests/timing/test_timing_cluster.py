@@ -138,51 +138,63 @@ def oracle(trace, plan, dedup):
         bt = trace.batch(b)
         B = bt.batch_size
         routed = [0] * n
-        pairs = set()
-        sent, recv, look = [0] * n, [0] * n, [0] * n
+        pairs, rows_on = set(), set()
+        sent, recv, look, uniq, recv_all = [0] * n, [0] * n, [0] * n, [0] * n, [0] * n
         for t in range(trace.num_tables):
             ind, offs = bt.table(t)
             rows = int(trace.table_rows[t])
-            block = -(-rows // L)
+            k = plan.span[t]
             for s in range(B):
                 src = s * n // B
                 for row in ind[offs[s]:offs[s + 1]]:
-                    local = plan.owner[t] if plan.owner[t] >= 0 else int(row) // block
-                    dst = (src // L) * L + local
+                    if k == 0:
+                        dst = src
+                    else:
+                        local = plan.start[t] + (int(row) // -(-rows // k) if k > 1 else 0)
+                        dst = (src // L) * L + local
                     routed[dst] += 1
+                    recv_all[dst] += dst != src
+                    if (dst, t, int(row)) not in rows_on:
+                        rows_on.add((dst, t, int(row)))
+                        uniq[dst] += 1
                     key = (src, t, int(row))
-                    if dedup and key in pairs:
+                    if dedup and k > 0 and key in pairs:
                         continue
                     pairs.add(key)
                     look[dst] += 1
                     if dst != src:
                         sent[src] += 1
                         recv[dst] += 1
-        out.append((routed, look, sent, recv))
+        out.append((routed, look, sent, recv, uniq, recv_all))
     return out
 
 
-@pytest.mark.parametrize("owner,group,dedup", [
-    ((-1, -1, -1), 4, False), ((-1, -1, -1), 4, True), ((0, 3, -1), 4, True),
-    ((1, -1, 0), 2, False)])
-def test_rank_streams_match_a_per_lookup_oracle(owner, group, dedup):
+@pytest.mark.parametrize("plan,dedup", [
+    (RankPlan.of_owner(4, 4, (-1, -1, -1)), False),
+    (RankPlan.of_owner(4, 4, (-1, -1, -1)), True),
+    (RankPlan.of_owner(4, 4, (0, 3, -1)), True),
+    (RankPlan.of_owner(4, 2, (1, -1, 0)), False),
+    (RankPlan(8, 8, (0, 4, 2), (0, 4, 1)), True),  # data-parallel, row-wise over 4, table
+    (RankPlan(8, 4, (0, 0, 1), (0, 2, 3)), False)])
+def test_rank_streams_match_a_per_lookup_oracle(plan, dedup):
     trace = small_trace()
-    plan = RankPlan(4, group, owner)
     got = rank_counts(trace, plan, dedup)
-    for b, (routed, look, sent, recv) in enumerate(oracle(trace, plan, dedup)):
+    for b, (routed, look, sent, recv, uniq, recv_all) in enumerate(oracle(trace, plan, dedup)):
         assert got.routed[b].tolist() == routed
         assert got.lookups[b].tolist() == look
         assert got.ids_send[b].tolist() == sent
         assert got.ids_recv[b].tolist() == recv
+        assert got.unique[b].tolist() == uniq
+        assert got.ids_recv_all[b].tolist() == recv_all
 
 
 def test_row_wise_every_lookup_lands_on_exactly_one_rank():
     trace = small_trace(seed=9, batches=4)
-    got = rank_counts(trace, RankPlan(8, 8, (-1, -1, -1)), False)
+    got = rank_counts(trace, RankPlan.of_owner(8, 8, (-1, -1, -1)), False)
     per_batch = np.diff(trace.batch_access_ptr())
     assert got.routed.sum(axis=1).tolist() == per_batch.tolist()
     assert (got.lookups == got.routed).all()
-    assert (rank_counts(trace, RankPlan(8, 8, (-1, -1, -1)), True).lookups
+    assert (rank_counts(trace, RankPlan.of_owner(8, 8, (-1, -1, -1)), True).lookups
             <= got.lookups).all()
 
 

@@ -52,7 +52,7 @@ from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
 from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 from scratchpipe_sim.timing.designs.multi_gpu import mlp_param_bytes
 from scratchpipe_sim.timing.machine import Collective
-from scratchpipe_sim.timing.placement import GiB, Sharding, shard, table_bytes
+from scratchpipe_sim.timing.placement import GiB, shard, table_bytes
 from scratchpipe_sim.timing.rank_streams import RankPlan, rank_counts
 from scratchpipe_sim.traces.csr_trace import Trace
 
@@ -66,7 +66,17 @@ class ClusterParams:
     sharding: str = field(default="auto", metadata={
         "help": "table-wise (whole tables per rank), row-wise (every table split over the "
                 "shard group) or auto (table-wise, row-wise for a table larger than one GPU)",
-        "choices": ("table-wise", "row-wise", "auto")})
+        "choices": ("table-wise", "row-wise", "auto", "hybrid")})
+    dp_max_MiB: float = field(default=64.0, metadata={
+        "help": "with sharding hybrid (HugeCTR's placement): tables whose footprint is at "
+                "most this are data-parallel (replicated on every rank, their gradients in "
+                "the dense all-reduce); the rest row-wise over one node's GPUs (over the "
+                "shard group when it is one node)", "min": 0.0})
+    trace_scope: str = field(default="global", metadata={
+        "help": "global: the trace's mini-batch is the global batch; shard-group: it is one "
+                "shard group's batch, the n / L groups are statistically identical replicas "
+                "priced once (global batch = model.batch_size x n / L)",
+        "choices": ("global", "shard-group")})
     placement: dict[str, tuple[int, ...]] | None = field(default=None, metadata={
         "help": "table index -> the ranks of its shard group holding it (one rank: "
                 "table-wise; every rank of the group: row-wise); tables not named are "
@@ -97,11 +107,33 @@ def group_size(cfg: Config, p: ClusterParams) -> int:
     return L
 
 
-def cluster_sharding(cfg: Config, p: ClusterParams, L: int) -> Sharding:
+@dataclass(frozen=True)
+class Layout:
+    """Each table's span inside a shard group of `group` ranks: its first local rank
+    (`start[t]`) and its width (`span[t]`: 1 table-wise, k row-wise over k ranks, 0
+    data-parallel on every rank), and the HBM each local rank holds."""
+
+    group: int
+    start: tuple[int, ...]
+    span: tuple[int, ...]
+    used_bytes: tuple[float, ...]
+
+    @classmethod
+    def of(cls, L: int, start: list[int], span: list[int], sizes: list[float]) -> Layout:
+        used = [0.0] * L
+        for t, (s0, k) in enumerate(zip(start, span, strict=True)):
+            for g in range(L) if k == 0 else range(s0, s0 + k):
+                used[g] += sizes[t] / max(k, 1)
+        return cls(L, tuple(start), tuple(span), tuple(used))
+
+
+def cluster_layout(cfg: Config, p: ClusterParams, L: int) -> Layout:
     """The tables placed on a shard group of L ranks: `placement`'s tables where it names
     them, the rest by `sharding` (one-line errors naming the key that cannot be met)."""
     src = cfg.source
     T = cfg.model.table_count
+    sizes = table_bytes(cfg)
+    hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
     fixed: dict[int, tuple[int, ...]] = {}
     for key, ranks in (p.placement or {}).items():
         where = f"{PARAMS_KEY}.placement.{key}"
@@ -115,42 +147,67 @@ def cluster_sharding(cfg: Config, p: ClusterParams, L: int) -> Sharding:
         if bad:
             raise UserError(f"rank {bad[0]} is beyond the shard group's {L} ranks: expected "
                             f"ranks 0-{L - 1}", source=src, field=where)
-        if len(ranks) not in (1, L):
-            raise UserError(f"{len(ranks)} ranks: expected one rank (table-wise) or all {L} "
-                            "(row-wise)", source=src, field=where)
-        fixed[int(key)] = tuple(ranks)
-    where_nodes = ("hardware.cluster.nodes" if p.shard_group is None
-                   else f"{PARAMS_KEY}.shard_group")
-    try:
-        base = shard(cfg, L, p.sharding, PARAMS_KEY)
-    except UserError as e:
-        field_ = where_nodes if e.field == f"{PARAMS_KEY}.gpus" else e.field
-        raise UserError(e.message.replace("more GPUs", "more ranks"), source=src,
-                        field=field_) from None
-    if not fixed:
-        return base
-    frac = [list(f) for f in base.frac]
-    row_wise = list(base.row_wise)
+        if sorted(ranks) != list(range(min(ranks), min(ranks) + len(ranks))):
+            raise UserError(f"ranks {list(ranks)}: expected one rank (table-wise) or a run "
+                            "of consecutive ranks (row-wise over them)", source=src,
+                            field=where)
+        fixed[int(key)] = tuple(sorted(ranks))
+    if p.sharding == "hybrid":
+        layout = hybrid_layout(cfg, p, L, sizes, hbm)
+        start, span = list(layout.start), list(layout.span)
+    else:
+        where_nodes = ("hardware.cluster.nodes" if p.shard_group is None
+                       else f"{PARAMS_KEY}.shard_group")
+        try:
+            base = shard(cfg, L, p.sharding, PARAMS_KEY)
+        except UserError as e:
+            field_ = where_nodes if e.field == f"{PARAMS_KEY}.gpus" else e.field
+            raise UserError(e.message.replace("more GPUs", "more ranks"), source=src,
+                            field=field_) from None
+        start = [0 if base.row_wise[t] else
+                 max(range(L), key=lambda g, t=t: base.frac[g][t]) for t in range(T)]
+        span = [L if base.row_wise[t] else 1 for t in range(T)]
+        if not fixed:
+            return Layout.of(L, start, span, sizes)
     for t, ranks in fixed.items():
-        for g in range(L):
-            frac[g][t] = (1.0 / L if len(ranks) == L else float(g == ranks[0]))
-        row_wise[t] = len(ranks) == L and L > 1
-    sizes = table_bytes(cfg)
-    hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
-    for g in range(L):
-        used = sum(f * s for f, s in zip(frac[g], sizes, strict=True))
+        start[t], span[t] = ranks[0], len(ranks)
+    layout = Layout.of(L, start, span, sizes)
+    for g, used in enumerate(layout.used_bytes):
         if used > hbm:
+            field_ = (f"{PARAMS_KEY}.placement" if fixed else
+                      f"{PARAMS_KEY}.dp_max_MiB")
             raise UserError(f"rank {g} holds {used / GiB:.2f} GiB of tables but a GPU holds "
                             f"{hbm / GiB:g} GiB: expected a placement that fits",
-                            source=src, field=f"{PARAMS_KEY}.placement")
-    return Sharding(L, tuple(tuple(f) for f in frac), tuple(row_wise))
+                            source=src, field=field_)
+    return layout
 
 
-def rank_plan(cfg: Config, sharding: Sharding, n: int) -> RankPlan:
-    owner = tuple(-1 if sharding.row_wise[t] else
-                  max(range(sharding.gpus), key=lambda g: sharding.frac[g][t])
-                  for t in range(len(sharding.row_wise)))
-    return RankPlan(n, sharding.gpus, owner)
+def hybrid_layout(cfg: Config, p: ClusterParams, L: int, sizes: list[float],
+                  hbm: float) -> Layout:
+    """HugeCTR's split: tables of at most dp_max_MiB data-parallel; each other table
+    row-wise over one node's G GPUs (its node the one with the least lookup load that has
+    room; the whole group when the group is one node or no node has room)."""
+    m = cfg.model
+    G = min(cfg.hardware.interconnect.gpus_per_node, L)
+    T = len(sizes)
+    small = [s <= p.dp_max_MiB * (1 << 20) for s in sizes]
+    start = [0] * T
+    span = [0 if small[t] else L for t in range(T)]
+    if L > G:
+        nodes = L // G
+        dp = sum(s for s, sm in zip(sizes, small, strict=True) if sm)
+        used = [dp] * nodes  # per GPU of each node
+        load = [0.0] * nodes
+        weight = [q * r for q, r in zip(m.poolings, m.row_bytes_per_table, strict=True)]
+        for t in sorted((t for t in range(T) if not small[t]), key=lambda t: -weight[t]):
+            fits = [k for k in range(nodes) if used[k] + sizes[t] / G <= hbm]
+            if not fits:
+                continue  # row-wise over the group
+            k = min(fits, key=lambda k: (load[k], used[k], k))
+            start[t], span[t] = k * G, G
+            used[k] += sizes[t] / G
+            load[k] += weight[t]
+    return Layout.of(L, start, span, sizes)
 
 
 @DESIGNS.register("cluster")
@@ -170,25 +227,36 @@ class Cluster(Design):
         self.ranks = cluster_ranks(cfg)
         self.G = cfg.hardware.interconnect.gpus_per_node
         self.L = group_size(cfg, p)
-        self.sharding = cluster_sharding(cfg, p, self.L)
-        self.plan = rank_plan(cfg, self.sharding, self.ranks)
+        self.layout = cluster_layout(cfg, p, self.L)
+        n, L, G = self.ranks, self.L, self.G
+        #: the trace's batch covers every rank, or one shard group (priced once)
+        self.traced = n if p.trace_scope == "global" else L
+        self.plan = RankPlan(self.traced, L, self.layout.start, self.layout.span)
         m = cfg.model
         r_t = tuple(float(r) for r in m.row_bytes_per_table)
         rows_out = m.output_rows_per_table
         unpooled = tuple(mode == "none" for mode in m.pooling_modes)
-        self.pooled_out = tuple(0.0 if u else r * k for r, k, u in
-                                zip(r_t, rows_out, unpooled, strict=True))
-        self.unpooled_out = tuple(r * k if u else 0.0 for r, k, u in
-                                  zip(r_t, rows_out, unpooled, strict=True))
-        n, L, G = self.ranks, self.L, self.G
+        self.pooled_out = np.array([0.0 if u else r * k for r, k, u in
+                                    zip(r_t, rows_out, unpooled, strict=True)])
+        self.unpooled_out = np.array([r * k if u else 0.0 for r, k, u in
+                                      zip(r_t, rows_out, unpooled, strict=True)])
         nodes = cfg.hardware.cluster.nodes
         self.all_ranks = Group(n, nodes)
         self.shard_group = Group(L, max(1, math.ceil(L / G)))
+        self.node = Group(min(G, L), 1)
         replicas = n // L
         self.replicas = Group(replicas, min(nodes, replicas))
-        sizes = table_bytes(cfg)
-        self.shard_bytes = max(sum(f * s for f, s in zip(fr, sizes, strict=True))
-                               for fr in self.sharding.frac)
+        self.shard_bytes = max(self.layout.used_bytes)
+        # data-parallel tables' gradients join the dense all-reduce (their weights only)
+        self.dp_grad_bytes = sum(rows * r for rows, r, k in
+                                 zip(m.rows_per_table, m.row_bytes_per_table,
+                                     self.layout.span, strict=True) if k == 0)
+        span = np.array(self.layout.span)
+        start = np.array(self.layout.start)
+        g = np.arange(L)[:, None]
+        self.holds = (span[None, :] > 0) & (g >= start) & (g < start + span)  # [rank, table]
+        # a span inside one node of a multi-node group is reduced over NVLink first (TWRW)
+        self.node_local = ((span > 1) & (L > G) & (start // G == (start + span - 1) // G))
 
     def workload_key(self) -> WorkloadKey:
         return WorkloadKey(None, where=Where.DEVICE)
@@ -197,10 +265,9 @@ class Cluster(Design):
         """The largest rank's counts per batch (`timing/rank_streams.py`)."""
         counts = rank_counts(trace, self.plan, self.params.dedup)
         cols = counts.max_per_batch()
-        # deduplicated over all ids received, summed over ranks: scales unpooled outputs
+        # ids received over all ranks, deduplicated or not: scales unpooled outputs
         cols["rank_ids_recv_total"] = counts.ids_recv.sum(axis=1)
-        cols["rank_ids_total"] = (rank_counts(trace, self.plan, False).ids_recv.sum(axis=1)
-                                  if self.params.dedup else cols["rank_ids_recv_total"])
+        cols["rank_ids_total"] = counts.ids_recv_all.sum(axis=1)
         return cols
 
     def run(self, m, w):
@@ -208,8 +275,9 @@ class Cluster(Design):
         c = self.columns(w)
         nb = w.num_batches
         n, L = self.ranks, self.L
+        per = self.traced  # ranks the trace's batch is spread over
         ib = m.index_bytes
-        ar = mlp_param_bytes(self.cfg)
+        ar = mlp_param_bytes(self.cfg) + self.dp_grad_bytes
         sync_every = self.params.sync_every_batches
         inputs: dict[int, simpy.Process] = {}
 
@@ -221,7 +289,7 @@ class Cluster(Design):
 
         def input_copy(b):
             A, B = c.accesses[b], c.samples[b]
-            ev = m.index_h2d(b, A / n, B / n)
+            ev = m.index_h2d(b, A / per, B / per)
             if ev is not None:
                 yield ev
             ev = m.cluster_collective(b, ids_send[b] * ib, ids_recv[b] * ib,
@@ -233,6 +301,14 @@ class Cluster(Design):
             if b < nb and b not in inputs:
                 inputs[b] = env.process(input_copy(b))
 
+        def exchange_of(b, send, recv, intra, label):
+            if intra > 0:  # the node-local spans' reduce-scatter / all-gather over NVLink
+                yield m.cluster_collective(b, intra, intra, label + " (node)", A2A,
+                                           self.node)
+            ev = m.cluster_collective(b, send, recv, label, A2A, self.shard_group)
+            if ev is not None:
+                yield ev
+
         exchange = []
         for b in range(nb):
             A, B = c.accesses[b], c.samples[b]
@@ -243,13 +319,14 @@ class Cluster(Design):
             out_samples = B * routed[b] / A if A else 0.0
             yield from m.stage("emb_forward", b, [
                 m.gpu_forward(b, look, out_samples, 0.0, c.r[b])])
-            send, recv = self.output_bytes(B, ids_recv_total[b], ids_total[b])
-            exchange.append(max(send, recv))
+            send, recv, intra = self.output_bytes(B * L / per, ids_recv_total[b],
+                                                  ids_total[b])
+            exchange.append(max(send, recv) + intra)
             yield from m.stage("output_dist", b, [
-                m.cluster_collective(b, send, recv, "pooled", A2A, self.shard_group)])
-            yield from m.stage("mlp", b, [m.mlp(b, B / n)])
+                env.process(exchange_of(b, send, recv, intra, "pooled"))])
+            yield from m.stage("mlp", b, [m.mlp(b, B / per)])
             yield from m.stage("grad_dist", b, [
-                m.cluster_collective(b, recv, send, "grads", A2A, self.shard_group)])
+                env.process(exchange_of(b, recv, send, intra, "grads"))])
             parts = [m.gpu_backward(b, look, uniq, 0.0, c.r[b], c.R[b]),
                      m.cluster_collective(b, ar, ar, "allreduce", AR, self.all_ranks)]
             if L < n and (b + 1) % sync_every == 0:
@@ -259,31 +336,52 @@ class Cluster(Design):
             m.batch_done(b)
         self._report(m, c, exchange)
 
-    def output_bytes(self, B: float, ids: float, all_ids: float) -> tuple[float, float]:
-        """(largest send, largest receive) of the output all-to-all inside a shard group: its
-        B x L / n samples' pooled vectors, its unpooled rows scaled by dedup's ratio."""
-        b_group = B * self.L / self.ranks
-        s1, r1 = self.sharding.alltoall_bytes(b_group, self.pooled_out)
-        if not any(self.unpooled_out):
-            return s1, r1
+    def output_bytes(self, b_group: float, ids: float, all_ids: float
+                     ) -> tuple[float, float, float]:
+        """(largest send, largest receive, node-local reduce bytes) of the output all-to-all
+        inside a shard group of `b_group` samples. A rank holding part of a table sends
+        its partial (pooled) vectors of every sample not its own, b_group x v x (L-1)/L; a
+        rank receives b_group / L x v from each rank of the span but itself. A span inside
+        one node of a multi-node group is reduced over NVLink first (b_group x v x
+        (k-1)/k), then its ranks send b_group x v x (L-1) / (L k) each and a rank receives
+        one vector per sample. Unpooled rows scale by dedup's ratio of ids."""
+        L = self.L
+        if L == 1:
+            return 0.0, 0.0, 0.0
         scale = ids / all_ids if all_ids else 1.0
-        s2, r2 = self.sharding.alltoall_bytes(b_group, self.unpooled_out)
-        return s1 + scale * s2, r1 + scale * r2
+        v = self.pooled_out + scale * self.unpooled_out  # bytes per sample per table
+        k = np.maximum(np.array(self.layout.span, float), 1.0)
+        local = self.node_local
+        holds = self.holds
+        per_send = np.where(local, b_group * v * (L - 1) / (L * k), b_group * v * (L - 1) / L)
+        send = (holds * per_send).sum(axis=1)
+        sharded = np.array(self.layout.span) > 0
+        from_span = np.where(local, 1.0, k) - holds * np.where(local, 1.0 / k, 1.0)
+        recv = (sharded * from_span * b_group / L * v).sum(axis=1)
+        intra = (holds * local * b_group * v * (k - 1) / k).sum(axis=1)
+        return float(send.max()), float(recv.max()), float(intra.max())
 
     def _report(self, m, c, exchange: list[float]) -> None:
         wu = m.warmup
         done = m.done
         span = float(done[-1] - (done[wu - 1] if wu > 0 else 0.0))
-        samples = sum(c.samples[wu:])
+        samples = sum(c.samples[wu:]) * self.ranks / self.traced
         sps = samples / span * 1e9 if span > 0 else float("inf")
         timed = len(done) - wu
         stage = m.stage_ns
         comm = sum(float(np.sum(stage[s][wu:])) for s in ("input_wait", "output_dist",
                                                             "grad_dist") if s in stage)
+        nodes = self.cfg.hardware.cluster.nodes
+        prices = self.cfg.hardware.prices
+        per_hour = self.ranks * prices.gpu_usd_per_hour + nodes * prices.host_usd_per_hour
         m.counters.update({
             "gpus": self.ranks,
-            "nodes": self.cfg.hardware.cluster.nodes,
+            "nodes": nodes,
             "shard_group": self.L,
+            "samples_per_s": sps,
+            "usd_per_million_samples": (per_hour / (sps * 3600.0) * 1e6
+                                        if 0 < sps < float("inf") else None),
+            "data_parallel_tables": sum(k == 0 for k in self.layout.span),
             "table_GiB": sum(table_bytes(self.cfg)) / GiB,
             "shard_GiB_per_gpu": self.shard_bytes / GiB,
             "samples_per_s_per_gpu": sps / self.ranks,
