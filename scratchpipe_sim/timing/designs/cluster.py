@@ -185,8 +185,9 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int) -> Layout:
 def hybrid_layout(cfg: Config, p: ClusterParams, L: int, sizes: list[float],
                   hbm: float) -> Layout:
     """HugeCTR's split: tables of at most dp_max_MiB data-parallel; each other table
-    row-wise over one node's G GPUs (its node the one with the least lookup load that has
-    room; the whole group when the group is one node or no node has room)."""
+    row-wise over one node's G GPUs (`hier_auto`: a node's tables sharded over its GPUs;
+    the node with the least lookup load that has room, hottest tables first; the whole
+    group when the group is one node or no node has room)."""
     m = cfg.model
     G = min(cfg.hardware.interconnect.gpus_per_node, L)
     T = len(sizes)
