@@ -345,21 +345,27 @@ class Cluster(Design):
         rank receives b_group / L x v from each rank of the span but itself. A span inside
         one node of a multi-node group is reduced over NVLink first (b_group x v x
         (k-1)/k), then its ranks send b_group x v x (L-1) / (L k) each and a rank receives
-        one vector per sample. Unpooled rows scale by dedup's ratio of ids."""
+        one vector per sample. An unpooled table's rows are looked up by one rank each: a
+        rank of a k-rank span sends its 1/k of them, b_group x v x (L-1) / (L k), and a rank
+        receives b_group / L x v less what it holds itself; they scale by dedup's ratio of
+        ids."""
         L = self.L
         if L == 1:
             return 0.0, 0.0, 0.0
         scale = ids / all_ids if all_ids else 1.0
-        v = self.pooled_out + scale * self.unpooled_out  # bytes per sample per table
+        pooled, rows = self.pooled_out, scale * self.unpooled_out  # bytes per sample
         k = np.maximum(np.array(self.layout.span, float), 1.0)
         local = self.node_local
         holds = self.holds
-        per_send = np.where(local, b_group * v * (L - 1) / (L * k), b_group * v * (L - 1) / L)
-        send = (holds * per_send).sum(axis=1)
         sharded = np.array(self.layout.span) > 0
+        per_send = (np.where(local, b_group * pooled * (L - 1) / (L * k),
+                             b_group * pooled * (L - 1) / L)
+                    + b_group * rows * (L - 1) / (L * k))  # an unpooled row: one rank
+        send = (holds * per_send).sum(axis=1)
         from_span = np.where(local, 1.0, k) - holds * np.where(local, 1.0 / k, 1.0)
-        recv = (sharded * from_span * b_group / L * v).sum(axis=1)
-        intra = (holds * local * b_group * v * (k - 1) / k).sum(axis=1)
+        recv = (sharded * b_group / L * (from_span * pooled + (1.0 - holds / k) * rows)
+                ).sum(axis=1)
+        intra = (holds * local * b_group * pooled * (k - 1) / k).sum(axis=1)
         return float(send.max()), float(recv.max()), float(intra.max())
 
     def _report(self, m, c, exchange: list[float]) -> None:
