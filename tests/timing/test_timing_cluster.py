@@ -266,3 +266,80 @@ def test_bad_network_figures_exit_2_naming_the_key(tmp_path, capsys, key, value)
                  "--set", f"hardware.cluster.{key}={value}"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"hardware.cluster.{key}" in err
+
+
+# -- placement spans, hybrid, the traced scope ---------------------------------------------------
+def test_all_data_parallel_tables_exchange_nothing():
+    """Every table replicated (hybrid, threshold above every table): no ids or rows cross,
+    and the tables' gradients join the dense all-reduce."""
+    row = run({"design_params": {"cluster": {"sharding": "hybrid", "dp_max_MiB": 1000.0}}})
+    assert row["data_parallel_tables"] == 4
+    assert row["alltoall_bytes_per_gpu"] == 0.0
+    assert row["stage_output_dist_ns"] == row["stage_grad_dist_ns"] == 0.0
+
+
+def test_hybrid_places_large_tables_on_one_node_each():
+    from scratchpipe_sim.timing.designs.cluster import ClusterParams, cluster_layout
+
+    cfg = cfg_of({"model": {"tables": {"count": 4, "rows": [10, 500_000, 500_000, 20],
+                                       "dim": 32}}})
+    layout = cluster_layout(cfg, ClusterParams(sharding="hybrid", dp_max_MiB=1.0), 16)
+    assert layout.span == (0, 8, 8, 0)
+    assert sorted(layout.start[1:3]) == [0, 8]  # one node each (least load first)
+
+
+def test_unpooled_row_wise_rows_cross_once():
+    """Closed form: an unpooled table row-wise over L ranks of one node sends b v (L-1)/L^2
+    per rank (each row looked up by one rank), never the pooled reduce-scatter's b v (L-1)/L."""
+    from scratchpipe_sim.timing.designs.cluster import Cluster
+
+    cfg = cfg_of({"hardware": {"cluster": {"nodes": 1}}, "model": {"pooling_mode": "none"},
+                  "design_params": {"cluster": {"sharding": "row-wise"}}})
+    d = Cluster(cfg)
+    L, b = 8, 64.0
+    v = 4 * 32 * 4.0  # pooling 4 rows of dim 32 x 4 B per sample and table
+    send, recv, intra = d.output_bytes(b, 1.0, 1.0)
+    assert send == pytest.approx(4 * b * v * (L - 1) / L**2)
+    assert recv == pytest.approx(4 * b / L * v * (1 - 1 / L))
+    assert intra == 0.0
+
+
+def test_shard_group_scope_prices_every_group_from_one():
+    """trace_scope shard-group: the trace is one group's batch; the global batch is n / L
+    of them (samples/s = B x n / L per iteration)."""
+    row = run({"design_params": {"cluster": {"shard_group": 8,
+                                             "trace_scope": "shard-group"}}})
+    assert row["samples_per_s"] == pytest.approx(64 * 2 * 1e9 / row["iter_ns_mean"], rel=1e-9)
+
+
+def test_placement_refuses_ranks_that_are_not_a_run():
+    with pytest.raises(UserError) as e:
+        run({"design_params": {"cluster": {"placement": {"1": [0, 2]}}}})
+    assert e.value.field == "design_params.cluster.placement.1"
+
+
+def test_cluster_points_load_and_refuse_a_repeated_id(tmp_path):
+    from scratchpipe_sim.config.published_points import DATA_FILE, load_cluster_points
+
+    ids = [p.id for p in load_cluster_points()]
+    assert {"E3.6", "E3.7", "E3.13a", "E3.13b"} <= set(ids)
+    data = yaml.safe_load(DATA_FILE.read_text())
+    data["cluster_points"].append(dict(data["cluster_points"][0]))
+    bad = tmp_path / "p.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError) as e:
+        load_cluster_points(bad)
+    assert e.value.field == f"cluster_points[{len(ids)}].id"
+
+
+def test_cluster_point_embedding_ms_is_every_stage_but_the_mlp():
+    from scratchpipe_sim.config.published_points import ClusterPoint
+    from scratchpipe_sim.experiments import published_cluster as pc
+
+    p = ClusterPoint(id="X", source="s", gpu="g", config=deep_merge(BASE, {}),
+                     quantity="embedding_ms", measured=1.0, role="check", note="n")
+    got = pc.run_point(p)
+    row = simulate(load_config(pc.config_dict(p)), ["cluster"])[0]
+    stages = [v for k, v in row.items() if k.startswith("stage_") and k.endswith("_ns")]
+    assert got.predicted == pytest.approx((sum(stages) - row["stage_mlp_ns"]) / 1e6)
+    assert got.factor == pytest.approx(got.predicted)
