@@ -41,6 +41,29 @@ from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.csr_trace import Trace
 
 KINDS = ("routed", "lookups", "unique", "ids_send", "ids_recv", "ids_recv_all")
+#: tables of more rows than this get per-batch dense keys for the stamps (np.unique of
+#: their ids), so the stamp arrays stay at 2 x 8 B x this at most (1 GiB)
+STAMP_ROWS = 1 << 26
+
+
+def _stamp_keys(trace: Trace, batch, ind: np.ndarray) -> tuple[np.ndarray, int]:
+    """The batch's ids as stamp keys: a table of at most STAMP_ROWS rows keeps its rows, a
+    larger one is renumbered densely per batch (equal ids, equal keys); and the stamp
+    arrays' size."""
+    rows = np.asarray(trace.table_rows, np.int64)
+    big = np.flatnonzero(rows > STAMP_ROWS)
+    size = int(rows[rows <= STAMP_ROWS].max()) if (rows <= STAMP_ROWS).any() else 1
+    if not len(big):
+        return ind, size
+    keys = np.asarray(ind, np.int64).copy()
+    B = batch.batch_size
+    offs = np.asarray(batch.offsets, np.int64)
+    for t in big:
+        lo, hi = offs[t * B], offs[(t + 1) * B]
+        _, inv = np.unique(keys[lo:hi], return_inverse=True)
+        keys[lo:hi] = inv
+        size = max(size, hi - lo)
+    return keys, size
 
 
 @dataclass(frozen=True)
@@ -85,24 +108,28 @@ def rank_counts(trace: Trace, plan: RankPlan, dedup: bool) -> RankCounts:
     n, nb, T = plan.ranks, trace.num_batches, trace.num_tables
     out = np.zeros((len(KINDS), nb, n), np.int64)
     rows = np.asarray(trace.table_rows, np.int64)
-    size = int(rows.max()) if len(rows) else 0
-    pair_seen = np.full(max(size, 1), -1, np.int64)
-    row_seen = np.full(max(size, 1), -1, np.int64)
+    pair_seen = row_seen = np.zeros(0, np.int64)
     start = np.asarray(plan.start, np.int64)
     span = np.asarray(plan.span, np.int64)
     block = plan.block_rows(rows)
     for b in range(nb):
         batch = trace.batch(b)
-        _batch_counts(np.asarray(batch.indices), np.asarray(batch.offsets, np.int64),
+        ind = np.asarray(batch.indices)
+        keys, size = _stamp_keys(trace, batch, ind)
+        if len(pair_seen) < size:
+            pair_seen = np.full(size, -1, np.int64)
+            row_seen = np.full(size, -1, np.int64)
+        _batch_counts(ind, keys, np.asarray(batch.offsets, np.int64),
                       batch.batch_size, T, n, plan.group, start, span, block, dedup,
                       b, pair_seen, row_seen, out[:, b, :])
     return RankCounts(*out)
 
 
 @njit(cache=True)
-def _batch_counts(indices, offsets, B, T, n, L, start, span, block, dedup, b,
+def _batch_counts(indices, keys, offsets, B, T, n, L, start, span, block, dedup, b,
                   pair_seen, row_seen, out):
-    """One batch's counts into out[kind, rank] (KINDS' order)."""
+    """One batch's counts into out[kind, rank] (KINDS' order); `keys[j]` stands for row
+    indices[j] in the stamps."""
     for t in range(T):
         base = (b * T + t) * n
         k = span[t]
@@ -121,15 +148,79 @@ def _batch_counts(indices, offsets, B, T, n, L, start, span, block, dedup, b,
                 if dst != src:
                     out[5, dst] += 1
                 key = base + rep
-                if row_seen[row] != key:
-                    row_seen[row] = key
+                kj = keys[j]
+                if row_seen[kj] != key:
+                    row_seen[kj] = key
                     out[2, dst] += 1
                 if dedup and k > 0:
                     key = base + src
-                    if pair_seen[row] == key:
+                    if pair_seen[kj] == key:
                         continue
-                    pair_seen[row] = key
+                    pair_seen[kj] = key
                 out[1, dst] += 1
                 if dst != src:
                     out[3, src] += 1
                     out[4, dst] += 1
+
+
+def rank_stream(trace: Trace, plan: RankPlan, rank: int, dedup: bool) -> Trace:
+    """The lookups of model-parallel tables that `rank` serves (deduplicated per source with
+    `dedup`), as a trace of its own: per batch one bag per table (batch size 1), ids as in
+    the global trace. What a per-rank cache over host memory sees; data-parallel tables
+    (small, replicated in HBM) are left out."""
+    nb, T, n = trace.num_batches, trace.num_tables, plan.ranks
+    rows = np.asarray(trace.table_rows, np.int64)
+    pair_seen = np.zeros(0, np.int64)
+    start = np.asarray(plan.start, np.int64)
+    span = np.asarray(plan.span, np.int64)
+    block = plan.block_rows(rows)
+    parts, offsets = [], [np.zeros(1, np.int64)]
+    total = 0
+    for b in range(nb):
+        batch = trace.batch(b)
+        ind = np.asarray(batch.indices)
+        offs = np.asarray(batch.offsets, np.int64)
+        mask = np.zeros(len(ind), np.bool_)
+        keys, size = _stamp_keys(trace, batch, ind)
+        if len(pair_seen) < size:
+            pair_seen = np.full(size, -1, np.int64)
+        _served(ind, keys, offs, batch.batch_size, T, n, plan.group, start, span, block, dedup, b,
+                pair_seen, rank, mask)
+        kept = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
+        ends = kept[offs[batch.batch_size::batch.batch_size]]  # kept up to each table's end
+        parts.append(ind[mask].astype(np.int64))
+        offsets.append(total + ends)
+        total += int(kept[-1])
+    indices = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    bounds = np.arange(nb + 1, dtype=np.int64) * T
+    return Trace(rows, indices, np.concatenate(offsets), bounds, 1,
+                 {"rank_stream": rank}, f"{trace.source} (rank {rank})")
+
+
+@njit(cache=True)
+def _served(indices, keys, offsets, B, T, n, L, start, span, block, dedup, b, pair_seen, rank,
+            mask):
+    """mask[j]: lookup j of a model-parallel table is served by `rank` (its first from
+    its source when dedup is on)."""
+    for t in range(T):
+        k = span[t]
+        if k == 0:
+            continue
+        base = (b * T + t) * n
+        for s in range(B):
+            src = s * n // B
+            rep = src // L
+            if rep != rank // L:
+                continue
+            lo, hi = offsets[t * B + s], offsets[t * B + s + 1]
+            for j in range(lo, hi):
+                row = indices[j]
+                dst = rep * L + start[t] + (row // block[t] if k > 1 else 0)
+                if dst != rank:
+                    continue
+                if dedup:
+                    key = base + src
+                    if pair_seen[keys[j]] == key:
+                        continue
+                    pair_seen[keys[j]] = key
+                mask[j] = True

@@ -343,3 +343,81 @@ def test_cluster_point_embedding_ms_is_every_stage_but_the_mlp():
     stages = [v for k, v in row.items() if k.startswith("stage_") and k.endswith("_ns")]
     assert got.predicted == pytest.approx((sum(stages) - row["stage_mlp_ns"]) / 1e6)
     assert got.factor == pytest.approx(got.predicted)
+
+
+# -- per-rank caches over host memory -----------------------------------------------------------
+@pytest.mark.parametrize("plan,dedup", [
+    (RankPlan.of_owner(4, 4, (-1, -1, -1)), False),
+    (RankPlan.of_owner(4, 2, (1, -1, 0)), True),
+    (RankPlan(8, 8, (0, 4, 2), (0, 4, 1)), True)])
+def test_rank_stream_holds_exactly_the_rank_s_model_parallel_lookups(plan, dedup):
+    from scratchpipe_sim.timing.rank_streams import rank_stream
+
+    trace = small_trace(seed=4)
+    counts = rank_counts(trace, plan, dedup)
+    seen = np.zeros((trace.num_batches, plan.ranks), np.int64)
+    for r in range(plan.ranks):
+        s = rank_stream(trace, plan, r, dedup)
+        assert s.num_batches == trace.num_batches and s.batch_size == 1
+        seen[:, r] = np.diff(s.batch_access_ptr())
+        ids = np.concatenate([s.linear_batch(b)[0] for b in range(s.num_batches)])
+        table = np.searchsorted(trace.table_offsets, ids, side="right") - 1
+        assert all(plan.span[t] > 0 for t in table)
+    oracle_rows = oracle(trace, plan, dedup)
+    for b, (_routed, look, *_rest) in enumerate(oracle_rows):
+        # every served lookup but the data-parallel tables' (kept in HBM, no cache)
+        bt = trace.batch(b)
+        B = bt.batch_size
+        dp_on = [0] * plan.ranks
+        for t in range(trace.num_tables):
+            if plan.span[t] == 0:
+                _ind, offs = bt.table(t)
+                for s_ in range(B):
+                    dp_on[s_ * plan.ranks // B] += int(offs[s_ + 1] - offs[s_])
+        assert seen[b].tolist() == [x - d for x, d in zip(look, dp_on, strict=True)]
+    assert counts.lookups.sum() >= seen.sum()
+
+
+def test_rank_caches_price_misses_and_never_beat_all_hbm():
+    """Shards in host DRAM behind a per-rank cache: misses are fetched, so no cache mode is
+    faster than every shard in HBM; scratchpipe's fetch ahead of the batch hides more of it
+    than on-demand lru-cache."""
+    over = {"model": {"tables": {"count": 4, "rows": 20_000, "dim": 32}, "pooling": 8},
+            "cache": {"capacity_rows": 1500}}
+    hbm = run(over)
+    rows = {mode: run(deep_merge(over, {"design_params": {"cluster": {"rank_cache": mode}}}))
+            for mode in ("lru-cache", "lru-prefetch", "scratchpipe")}
+    for r in rows.values():
+        assert 0 < r["rank_cache_hit_ratio"] < 1
+        assert r["iter_ns_mean"] >= hbm["iter_ns_mean"] * (1 - 1e-12)
+    assert rows["lru-cache"]["iter_ns_mean"] > hbm["iter_ns_mean"]
+    assert rows["lru-cache"]["stage_rank_fetch_ns"] > rows["lru-prefetch"]["stage_rank_fetch_ns"]
+    assert rows["scratchpipe"]["stage_rank_fetch_ns"] <= rows["lru-prefetch"][
+        "stage_rank_fetch_ns"]
+
+
+def test_rank_caches_fit_a_model_larger_than_hbm():
+    """A model that the cluster's HBM cannot hold prices with per-rank caches over host
+    DRAM (16 GPUs of 256 KiB; four tables of 20,000 rows x 128 B: 10 MB)."""
+    over = {"hardware": {"gpu": {"hbm_capacity_GiB": 1 / 4096}},
+            "model": {"tables": {"count": 4, "rows": 20_000, "dim": 32}},
+            "cache": {"capacity_rows": 300},
+            "design_params": {"cluster": {"sharding": "row-wise"}}}
+    with pytest.raises(UserError) as e:
+        run(over)
+    assert e.value.field == "hardware.cluster.nodes"
+    row = run(deep_merge(over, {"design_params": {"cluster": {"rank_cache": "lru-cache"}}}))
+    assert 0 < row["rank_cache_hit_ratio"] < 1
+
+
+def test_dense_stamp_keys_of_large_tables_count_the_same(monkeypatch):
+    """Tables above STAMP_ROWS are renumbered per batch for the stamps: same counts."""
+    from scratchpipe_sim.timing import rank_streams
+
+    trace = small_trace(seed=6)
+    plan = RankPlan(8, 4, (0, 0, 1), (1, 2, 3))
+    want = rank_counts(trace, plan, True)
+    monkeypatch.setattr(rank_streams, "STAMP_ROWS", 30)
+    got = rank_counts(trace, plan, True)
+    for k in ("routed", "lookups", "unique", "ids_send", "ids_recv", "ids_recv_all"):
+        assert (getattr(got, k) == getattr(want, k)).all()

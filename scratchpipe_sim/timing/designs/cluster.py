@@ -37,6 +37,7 @@ are priced with no L2 hits).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -45,18 +46,23 @@ import simpy
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.policies.replay_cache import policy_columns
 from scratchpipe_sim.timing.collectives import Group
 from scratchpipe_sim.timing.counts import Where
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
+from scratchpipe_sim.timing.designs.design_parameters import params_tuple, policy_params
 from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 from scratchpipe_sim.timing.designs.multi_gpu import mlp_param_bytes
 from scratchpipe_sim.timing.machine import Collective
 from scratchpipe_sim.timing.placement import GiB, shard, table_bytes
-from scratchpipe_sim.timing.rank_streams import RankPlan, rank_counts
+from scratchpipe_sim.timing.rank_streams import RankPlan, rank_counts, rank_stream
 from scratchpipe_sim.traces.csr_trace import Trace
+from scratchpipe_sim.traces.forked import can_fork, fork_map, usable_cores
 
 A2A, AR = Collective.ALL_TO_ALL, Collective.ALL_REDUCE
+#: batches a per-rank scratchpipe cache pins (the one training, the one being fetched)
+RANK_LOOKAHEAD = 2
 #: the config key of this design's parameters (errors name it)
 PARAMS_KEY = "design_params.cluster"
 
@@ -87,6 +93,17 @@ class ClusterParams:
     sync_every_batches: int = field(default=1, metadata={
         "help": "with shard_group below the ranks: batches between all-reduces of the "
                 "replicas' embedding rows and optimizer state", "min": 1})
+    rank_cache: str = field(default="none", metadata={
+        "help": "none: every shard in HBM; else each rank's shards in host DRAM (its node's "
+                "hardware.dram_capacity_GiB / gpus_per_node) behind a per-rank HBM cache of "
+                "cache.capacity_rows rows (or cache.load_factor x its shard's rows), replayed "
+                "on the rank's own stream: lru-cache (on demand), lru-prefetch (batch i+1 "
+                "fetched during batch i's exchange, MLP and backward), scratchpipe (batch i+1 "
+                "fetched during all of batch i, its `scratchpipe` policy)",
+        "choices": ("none", "lru-cache", "lru-prefetch", "scratchpipe")})
+    cached_ranks: int = field(default=1, metadata={
+        "help": "with rank_cache: ranks whose caches are replayed (the most loaded first, "
+                "spread over the cores), the largest count of each batch priced", "min": 1})
     dedup: bool = field(default=False, metadata={
         "help": "deduplicate the ids each rank sends before the ids all-to-all (TorchRec / "
                 "dynamicemb input dist): fewer ids sent and looked up"})
@@ -131,6 +148,11 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int) -> Layout:
     """The tables placed on a shard group of L ranks: `placement`'s tables where it names
     them, the rest by `sharding` (one-line errors naming the key that cannot be met)."""
     src = cfg.source
+    if p.rank_cache != "none":  # shards live in host DRAM: a GPU's share of its node's
+        hw = cfg.hardware
+        per_gpu = hw.dram_capacity_GiB / hw.interconnect.gpus_per_node
+        cfg = dataclasses.replace(cfg, hardware=dataclasses.replace(
+            hw, gpu=dataclasses.replace(hw.gpu, hbm_capacity_GiB=per_gpu)))
     T = cfg.model.table_count
     sizes = table_bytes(cfg)
     hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
@@ -269,7 +291,47 @@ class Cluster(Design):
         # ids received over all ranks, deduplicated or not: scales unpooled outputs
         cols["rank_ids_recv_total"] = counts.ids_recv.sum(axis=1)
         cols["rank_ids_total"] = counts.ids_recv_all.sum(axis=1)
+        if self.params.rank_cache != "none":
+            cols.update(self.rank_cache_columns(trace, counts))
         return cols
+
+    def rank_cache_capacity(self, rank: int) -> int:
+        """Rows of a rank's HBM cache: cache.capacity_rows, else cache.load_factor x the
+        rows of its shard."""
+        cfg = self.cfg
+        if cfg.cache.capacity_rows is not None:
+            return int(cfg.cache.capacity_rows)
+        g = rank % self.L
+        rows = sum(math.ceil(r / max(k, 1)) for r, k, h in
+                   zip(cfg.model.rows_per_table, self.layout.span, self.holds[g], strict=True)
+                   if h)
+        return max(1, math.ceil((cfg.cache.load_factor or 1.0) * rows))
+
+    def rank_cache_columns(self, trace: Trace, counts) -> dict[str, np.ndarray]:
+        """Each cached rank's policy replayed on its own stream (`rank_stream`), the most
+        loaded `cached_ranks` ranks, forked over the cores; per batch the largest count."""
+        p: ClusterParams = self.params
+        order = np.argsort(-counts.lookups.sum(axis=0), kind="stable")[:p.cached_ranks]
+        if p.rank_cache == "scratchpipe":
+            # batch i trains while i+1 is fetched: two batches pinned
+            name, params = "scratchpipe", {"lookahead": RANK_LOOKAHEAD}
+        else:
+            name = self.cfg.cache.policy
+            params = dict(params_tuple(policy_params(self.cfg)))
+        state = (trace, self.plan, p.dedup, name, params, self)
+        ranks = [int(r) for r in order]
+        jobs = min(len(ranks), usable_cores())
+        try:
+            if jobs > 1 and can_fork():
+                per_rank = fork_map(_replay_rank, state, ranks, jobs)
+            else:
+                per_rank = [_replay_rank(state, r) for r in ranks]
+        except UserError as e:  # a cache too small for the rank's pinned batches
+            raise UserError(e.message, source=self.cfg.source,
+                            field="cache.capacity_rows") from None
+        out = {f"rc_{k}": np.max([c[k] for c in per_rank], axis=0)
+               for k in ("accesses", "unique", "fills", "writebacks")}
+        return out
 
     def run(self, m, w):
         env = m.env
@@ -302,6 +364,30 @@ class Cluster(Design):
             if b < nb and b not in inputs:
                 inputs[b] = env.process(input_copy(b))
 
+        mode = self.params.rank_cache
+        fetches: dict[int, simpy.Process] = {}
+        R = self.cfg.model.moved_row_bytes  # a row with its optimizer state
+
+        def fetch(b):
+            if mode == "none" or b >= nb or b in fetches:
+                return
+            rc = {k: c.column(f"rc_{k}")[b] for k in ("accesses", "unique", "fills",
+                                                      "writebacks")}
+            F, W = rc["fills"], rc["writebacks"]
+            if mode == "scratchpipe":  # the host gathers and copies the planned rows
+                fetches[b] = m.seq(lambda: m.all_of([
+                    m.cpu_gather(F, R, b, "rank collect"), m.pcie.h2d(F * R, b, "rank fill"),
+                    m.hbm.gather(F, R, b, "fill write"), m.hbm.gather(W, R, b, "victim read"),
+                    m.pcie.d2h(W * R, b, "rank writeback"),
+                    m.cpu_gather(W, R, b, "rank write-back")]))
+            else:  # FBGEMM's cache: lookup kernels, then fills / write-backs over UVM
+                fetches[b] = m.seq(
+                    lambda: m.cache_lookup(b, rc["accesses"], rc["unique"], F),
+                    lambda: m.all_of([m.uvm_read(b, F, R, "rank fill"),
+                                      m.hbm.gather(F, R, b, "fill write"),
+                                      m.hbm.gather(W, R, b, "victim read"),
+                                      m.uvm_write(b, W, R, "rank writeback")]))
+
         def exchange_of(b, send, recv, intra, label):
             if intra > 0:  # the node-local spans' reduce-scatter / all-gather over NVLink
                 yield m.cluster_collective(b, intra, intra, label + " (node)", A2A,
@@ -317,9 +403,16 @@ class Cluster(Design):
             start(b)
             yield from m.stage("input_wait", b, [inputs.pop(b)])
             start(b + 1)
+            if mode != "none":
+                fetch(b)
+                yield from m.stage("rank_fetch", b, [fetches.pop(b)])
+                if mode == "scratchpipe":
+                    fetch(b + 1)
             out_samples = B * routed[b] / A if A else 0.0
             yield from m.stage("emb_forward", b, [
                 m.gpu_forward(b, look, out_samples, 0.0, c.r[b])])
+            if mode == "lru-prefetch":
+                fetch(b + 1)
             send, recv, intra = self.output_bytes(B * L / per, ids_recv_total[b],
                                                   ids_total[b])
             exchange.append(max(send, recv) + intra)
@@ -381,6 +474,10 @@ class Cluster(Design):
         nodes = self.cfg.hardware.cluster.nodes
         prices = self.cfg.hardware.prices
         per_hour = self.ranks * prices.gpu_usd_per_hour + nodes * prices.host_usd_per_hour
+        if self.params.rank_cache != "none":
+            acc = float(np.sum(c.column("rc_accesses")[wu:]))
+            fills = float(np.sum(c.column("rc_fills")[wu:]))
+            m.counters["rank_cache_hit_ratio"] = 1.0 - fills / acc if acc else 1.0
         m.counters.update({
             "gpus": self.ranks,
             "nodes": nodes,
@@ -395,3 +492,12 @@ class Cluster(Design):
             "alltoall_bytes_per_gpu": (sum(exchange[wu:]) / timed) if timed > 0 else 0.0,
             "exchange_share": comm / span if span > 0 else 0.0,
         })
+
+
+def _replay_rank(state, rank: int) -> dict[str, np.ndarray]:
+    """One rank's cache replayed on its stream (a module-level function: fork_map's)."""
+    trace, plan, dedup, name, params, design = state
+    stream = rank_stream(trace, plan, rank, dedup)
+    cols, _ = policy_columns(stream, name, design.rank_cache_capacity(rank), **params)
+    return {k: np.asarray(cols[k], np.int64) for k in ("accesses", "unique", "fills",
+                                                        "writebacks")}
