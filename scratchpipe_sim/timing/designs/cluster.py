@@ -2,12 +2,15 @@
 model-parallel embeddings, data-parallel dense part), the exchange over NVLink and the network.
 
 The cluster is `hardware.cluster.nodes` x `hardware.interconnect.gpus_per_node` = n ranks.
-Tables are sharded (`design_params.cluster.sharding`: table-wise, row-wise or auto, placed by
-`timing/placement.py` as `multi-gpu`'s; or `placement`: table -> the ranks of its shard
-group it lives on) inside shard groups of L = `shard_group` ranks (null: L = n); with L < n
-the groups are replicas (2D sparse parallelism) whose embedding weights and optimizer state
-are all-reduced every `sync_every_batches` batches. Each rank's lookups come from the global
-trace by its shards (`timing/rank_streams.py`: one trace in, per-rank streams out).
+Tables are placed (`design_params.cluster.sharding`: table-wise, row-wise or auto by
+`timing/placement.py` as `multi-gpu`'s; hybrid, HugeCTR's: small tables data-parallel, the
+others row-wise over one node; or `placement`: table -> the ranks of its shard group it
+lives on) inside shard groups of L = `shard_group` ranks (null: L = n); with L < n the groups
+are replicas (2D sparse parallelism) whose embedding weights and optimizer state are
+all-reduced every `sync_every_batches` batches. Each rank's lookups come from the global
+trace by its shards (`timing/rank_streams.py`: one trace in, per-rank streams out); with
+`trace_scope: shard-group` the trace is one group's batch and the statistically identical
+groups are priced once.
 
 The simulated rank is the critical one: per batch each quantity is the largest rank's (every
 collective waits for the slowest rank). Pricing one rank is exact when one rank is the
@@ -17,22 +20,23 @@ may come from different ranks). Per batch, as `multi-gpu`:
 
     input_wait   its B/n samples' indices over PCIe, then the ids all-to-all to the shards'
                  owners (ids deduplicated per destination with `dedup`)
+    rank_fetch   (rank_cache) its cache's misses from host DRAM: on demand, or batch i+1's
+                 during batch i (lru-prefetch, scratchpipe)
     emb_forward  gpu_forward(its lookups) from its HBM
-    output_dist  the pooled vectors' all-to-all inside the shard group (Sharding.alltoall_bytes
-                 of the group's B x L / n samples; an unpooled table's rows scaled by the
-                 batch's deduplicated / all ids with `dedup`)
+    output_dist  the output all-to-all inside the shard group (`output_bytes`, closed form)
     mlp          mlp(B/n)
     grad_dist    the same all-to-all reversed
     emb_backward gpu_backward(its lookups, its unique rows) || the dense ring all-reduce over
-                 all n ranks || (2D, every sync_every_batches-th batch) the all-reduce of its
-                 shard's rows with their state over the n / L replicas
+                 all n ranks (with the data-parallel tables' gradients) || (2D, every
+                 sync_every_batches-th batch) the all-reduce of its shard's rows with their
+                 state over the n / L replicas
 
 Collectives go through `Machine.cluster_collective` (`timing/collectives.py`: NVLink inside
-a node, each GPU's share of the NICs across nodes). Not modelled (yet): per-rank caches over
-host memory (every shard lives in HBM; a shard that does not fit is an error), column-wise
-sharding, pipelining across batches beyond the input copy (TorchRec's train pipeline,
-NestPipe), SHARP in-network reductions, the L2 hits of each rank's own stream (the lookups
-are priced with no L2 hits).
+a node, each GPU's share of the NICs across nodes). Not modelled (yet): column-wise
+sharding, pipelining across batches beyond the input copy and the rank fetch (TorchRec's
+train pipeline, NestPipe), SHARP in-network reductions, the L2 hits of each rank's own
+stream (the lookups are priced with no L2 hits), a node's host DRAM and PCIe shared by its
+ranks' caches (docs/timing.md).
 """
 
 from __future__ import annotations
@@ -474,12 +478,18 @@ class Cluster(Design):
         nodes = self.cfg.hardware.cluster.nodes
         prices = self.cfg.hardware.prices
         per_hour = self.ranks * prices.gpu_usd_per_hour + nodes * prices.host_usd_per_hour
+        m.counters["rank_cache_hit_ratio"] = 1.0  # every shard in HBM: every lookup hits
         if self.params.rank_cache != "none":
             acc = float(np.sum(c.column("rc_accesses")[wu:]))
             fills = float(np.sum(c.column("rc_fills")[wu:]))
             m.counters["rank_cache_hit_ratio"] = 1.0 - fills / acc if acc else 1.0
+        hw = self.cfg.hardware
+        per_gpu_GiB = (hw.gpu.hbm_capacity_GiB if self.params.rank_cache == "none"
+                       else hw.dram_capacity_GiB / self.G)
         m.counters.update({
-            "gpus": self.ranks,
+            # the largest model one shard group holds: its ranks' HBM, or with per-rank
+            # caches their shares of host DRAM (what stops fitting first)
+            "max_model_GiB": self.L * per_gpu_GiB,
             "nodes": nodes,
             "shard_group": self.L,
             "samples_per_s": sps,
