@@ -490,6 +490,7 @@ class Cluster(Design):
             # the largest model one shard group holds: its ranks' HBM, or with per-rank
             # caches their shares of host DRAM (what stops fitting first)
             "max_model_GiB": self.L * per_gpu_GiB,
+            "gpus": self.ranks,
             "nodes": nodes,
             "shard_group": self.L,
             "samples_per_s": sps,
