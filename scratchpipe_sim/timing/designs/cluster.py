@@ -509,6 +509,8 @@ def _replay_rank(state, rank: int) -> dict[str, np.ndarray]:
     """One rank's cache replayed on its stream (a module-level function: fork_map's)."""
     trace, plan, dedup, name, params, design = state
     stream = rank_stream(trace, plan, rank, dedup)
-    cols, _ = policy_columns(stream, name, design.rank_cache_capacity(rank), **params)
+    # not through the on-disk replay cache: the design cannot see `--no-cache`, and a rank's
+    # stream is small beside the global trace (replaying it costs less than hashing it)
+    cols, _ = policy_columns(stream, name, design.rank_cache_capacity(rank), False, **params)
     return {k: np.asarray(cols[k], np.int64) for k in ("accesses", "unique", "fills",
                                                         "writebacks")}
