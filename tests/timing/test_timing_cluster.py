@@ -464,3 +464,22 @@ def test_bad_cluster_params_exit_2_naming_the_key(tmp_path, capsys, key, value):
                  "--set", f"design_params.cluster.{key}={value}"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"design_params.cluster.{key}" in err
+
+
+def test_one_node_iteration_equals_multi_gpu_table_wise():
+    """One node, table-wise: the cluster prices every stage as multi-gpu does. Row-wise it
+    takes the most loaded rank's lookups where multi-gpu takes an even 1/n share, so only
+    the lookup stages may be (never less) slower."""
+    for sharding in ("table-wise", "row-wise"):
+        cfg = cfg_of({"hardware": {"cluster": {"nodes": 1}},
+                      "design_params": {"cluster": {"sharding": sharding},
+                                        "multi-gpu": {"sharding": sharding, "gpus": 8}},
+                      "designs": ["cluster", "multi-gpu"]})
+        cl, mg = simulate(cfg, ["cluster", "multi-gpu"])
+        stages = [k for k in mg if k.startswith("stage_") and k.endswith("_ns")]
+        for k in stages:
+            if sharding == "table-wise" or k not in ("stage_emb_forward_ns",
+                                                     "stage_emb_backward_ns"):
+                assert cl[k] == pytest.approx(mg[k], rel=1e-12), k
+            else:
+                assert cl[k] >= mg[k] * (1 - 1e-12), k
