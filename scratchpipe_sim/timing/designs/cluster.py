@@ -75,13 +75,16 @@ PARAMS_KEY = "design_params.cluster"
 class ClusterParams:
     sharding: str = field(default="auto", metadata={
         "help": "table-wise (whole tables per rank), row-wise (every table split over the "
-                "shard group) or auto (table-wise, row-wise for a table larger than one GPU)",
+                "shard group), auto (table-wise, row-wise for a table larger than one GPU) "
+                "or hybrid (HugeCTR's: small tables data-parallel, see dp_max_MiB)",
         "choices": ("table-wise", "row-wise", "auto", "hybrid")})
     dp_max_MiB: float = field(default=64.0, metadata={
         "help": "with sharding hybrid (HugeCTR's placement): tables whose footprint is at "
                 "most this are data-parallel (replicated on every rank, their gradients in "
                 "the dense all-reduce); the rest row-wise over one node's GPUs (over the "
-                "shard group when it is one node)", "min": 0.0})
+                "shard group when it is one node). 64: an assumption that fits MLPerf E3.6 "
+                "at 659 TFLOP/s; a HugeCTR DLRM sample makes tables of <= 6,000 rows "
+                "data-parallel (~4.5 MiB here), docs/validation.md", "min": 0.0})
     trace_scope: str = field(default="global", metadata={
         "help": "global: the trace's mini-batch is the global batch; shard-group: it is one "
                 "shard group's batch, the n / L groups are statistically identical replicas "
@@ -89,7 +92,7 @@ class ClusterParams:
         "choices": ("global", "shard-group")})
     placement: dict[str, tuple[int, ...]] | None = field(default=None, metadata={
         "help": "table index -> the ranks of its shard group holding it (one rank: "
-                "table-wise; every rank of the group: row-wise); tables not named are "
+                "table-wise; a run of consecutive ranks: row-wise over them); tables not named are "
                 "placed by `sharding` (null: all by `sharding`)"})
     shard_group: int | None = field(default=None, metadata={
         "help": "ranks a copy of the tables is sharded over (2D sparse parallelism: the "
