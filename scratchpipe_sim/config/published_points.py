@@ -282,13 +282,36 @@ def _require_model(raw: Any, source: str, i: int) -> None:
                         field=f"{where}.model.batch_size")
 
 
+#: what a cluster point measured: a whole iteration's throughput, or the embedding part's
+#: time (every stage but the MLP)
+CLUSTER_QUANTITIES = ("samples_per_s", "embedding_ms")
+
+
+@dataclass(frozen=True)
+class ClusterPoint:
+    """A published multi-GPU training measurement, priced by the `cluster` design."""
+
+    id: str = field(metadata=_meta("the point's name (e.g. E3.6)"))
+    source: str = field(metadata=_meta("URL of the published figures"))
+    gpu: str = field(metadata=_meta("the GPUs, as published"))
+    config: dict[str, Any] = field(metadata=_meta(
+        "the run config (hardware, model, trace, design_params) that prices it"))
+    quantity: str = field(metadata=_meta("what was measured", choices=CLUSTER_QUANTITIES))
+    measured: float = field(metadata=_meta("the published figure", **_POSITIVE))
+    role: str = field(metadata=_meta(
+        "fit: sets model constants; check: validates them", choices=ROLES))
+    note: str = field(metadata=_meta("what was run, and what the fit set"))
+
+
 @dataclass(frozen=True)
 class PublishedPointsFile:
-    """The data file: the TBE points and the end-to-end points."""
+    """The data file: the TBE points, the end-to-end points and the multi-GPU points."""
 
     points: tuple[PublishedPoint, ...] = field(metadata=_meta("the published points"))
     end_to_end: tuple[EndToEndPoint, ...] = field(default=(), metadata=_meta(
         "published whole training iterations"))
+    cluster_points: tuple[ClusterPoint, ...] = field(default=(), metadata=_meta(
+        "published multi-GPU points (the cluster design)"))
 
 
 def known_presets() -> list[str]:
@@ -334,6 +357,19 @@ def load_points(path: str | Path = DATA_FILE) -> list[PublishedPoint]:
                             field=f"points[{i}].id")
         seen.add(p.id)
     return list(data.points)
+
+
+def load_cluster_points(path: str | Path = DATA_FILE) -> list[ClusterPoint]:
+    """The cluster points of a data file (a bad one: UserError naming file and key)."""
+    src = str(path)
+    data = build(PublishedPointsFile, read_yaml(path, "published-points file"), src)
+    ids = [p.id for p in data.points]
+    for i, p in enumerate(data.cluster_points):
+        if p.id in ids:
+            raise UserError(f"id '{p.id}' given twice; expected each id once", source=src,
+                            field=f"cluster_points[{i}].id")
+        ids.append(p.id)
+    return list(data.cluster_points)
 
 
 def point(point_id: str, path: str | Path = DATA_FILE) -> PublishedPoint:

@@ -114,19 +114,18 @@ def select(points: list[PublishedPoint], only: Sequence[str] | None) -> list[Pub
     return [p for p in points if p.id in set(only)]
 
 
-def select_all(points: list[PublishedPoint], end_to_end: list[EndToEndPoint],
-               only: Sequence[str] | None
-               ) -> tuple[list[PublishedPoint], list[EndToEndPoint]]:
-    """The TBE and end-to-end points named by `--only` (all when None)."""
+def select_all(only: Sequence[str] | None, *groups: Sequence[Any]) -> tuple[list[Any], ...]:
+    """Each group of points (TBE, end-to-end, multi-GPU) cut to the ids `--only` names (all
+    when None), in the file's order; an unknown id is one line naming the known ones."""
     if not only:
-        return points, end_to_end
-    ids = [p.id for p in points] + [p.id for p in end_to_end]
+        return tuple(list(g) for g in groups)
+    ids = [p.id for g in groups for p in g]
     for name in only:
         if name not in ids:
             raise UserError(f"no point '{name}'{closest(name, ids)}; expected one of: "
                             f"{', '.join(ids)}", field="--only")
     keep = set(only)
-    return [p for p in points if p.id in keep], [p for p in end_to_end if p.id in keep]
+    return tuple([p for p in g if p.id in keep] for g in groups)
 
 
 # -- configs and traces ----------------------------------------------------------------------
