@@ -3,9 +3,9 @@ MLPerf Training v3.0 DLRM-DCNv2 on 1 and 8 DGX H100 (HugeCTR), and the ratio 8 -
 
     python benchmarks/cluster_published.py [--set KEY=VALUE ...] [--batches N]
 
-The points and their configs are `validate --published`'s (E3.6 fit, E3.7 check: the
-`cluster_points` of scratchpipe_sim/data/published_points.yaml, HugeCTR's hybrid placement,
-gpu.tflops fitted on E3.6); `--set` overrides them (e.g. design_params.cluster.sharding=
+The points and their configs are `validate --published`'s (E3.6 and E3.7, both checks:
+the `cluster_points` of scratchpipe_sim/data/published_points.yaml, HugeCTR's hybrid
+placement, the dense work in fp16); `--set` overrides them (e.g. design_params.cluster.sharding=
 row-wise to see another placement). Prints one markdown row per point with its stages
 (docs/validation.md's cluster section).
 """

@@ -61,6 +61,8 @@ class Kernel:
     flops: float
     nbytes: float
     exec_ns: float
+    #: K splits of a GEMM (1: none; element-wise kernels 1)
+    splits: int = 1
 
 
 @dataclass(frozen=True)
@@ -86,23 +88,23 @@ class DenseCost:
 
 
 # -- one kernel ------------------------------------------------------------------------------
-def quantization(m: float, n: int, k: float, sm_count: int) -> tuple[float, int]:
-    """(share of the launched waves' work that is useful, K splits) for the best tile of
-    TILES and split-K factor of SPLITS (1: whole tiles filling whole waves). cuBLAS splits K
+def tilings(m: float, n: int, k: float, sm_count: int) -> list[tuple[float, int]]:
+    """(share of the launched waves' work that is useful, K splits) for every tile of TILES
+    and split-K factor of SPLITS (util 1: whole tiles filling whole waves). cuBLAS splits K
     over several CTAs when the M x N tiles cannot fill the GPU (a weight gradient: M x N a
     layer's weights, K the batch); each split works on ceil(K / splits) of K, at least
-    MIN_SPLIT_K."""
-    best = (0.0, 1)
+    MIN_SPLIT_K. `gemm` runs the one that takes least time: a split fills more SMs but
+    writes and sums partial tiles."""
+    out: list[tuple[float, int]] = []
     for tm, tn in TILES:
         tiles = math.ceil(m / tm) * math.ceil(n / tn)
         for splits in SPLITS:
             if splits > 1 and k / splits < MIN_SPLIT_K:
                 break
             waves = math.ceil(tiles * splits / sm_count)
-            util = m * n * k / (waves * sm_count * tm * tn * math.ceil(k / splits))
-            if util > best[0]:
-                best = (util, splits)
-    return best
+            out.append((m * n * k / (waves * sm_count * tm * tn * math.ceil(k / splits)),
+                        splits))
+    return out
 
 
 def peak_tflops(gpu: GpuConfig, precision: str, k: int, n: int) -> float:
@@ -129,13 +131,19 @@ def gemm(gpu: GpuConfig, precision: str, part: str, name: str, m: float, n: int,
     nbytes = ELEMENT_BYTES[precision] * (m * k + k * n + m * n) * batch
     if gpu.tflops is not None:
         compute = flops / (gpu.tflops * 1e3)
-    else:
-        quant, splits = (1.0, 1) if batch > 1 else quantization(m, n, k, gpu.sm_count)
-        if splits > 1:  # the partial tiles, written and summed in fp32
-            nbytes += 2.0 * 4.0 * splits * m * n
-        rate = peak_tflops(gpu, precision, k, n) * 1e3 * gpu.gemm_efficiency * quant
-        compute = flops / rate
-    return Kernel(part, name, flops, nbytes, max(compute, stream_ns(gpu, nbytes)))
+        return Kernel(part, name, flops, nbytes, max(compute, stream_ns(gpu, nbytes)))
+    peak = peak_tflops(gpu, precision, k, n) * 1e3 * gpu.gemm_efficiency
+    options = [(1.0, 1)] if batch > 1 else tilings(m, n, k, gpu.sm_count)
+    best: Kernel | None = None
+    for util, splits in options:
+        # the partial tiles of a split, written and summed in fp32
+        moved = nbytes + (2.0 * 4.0 * splits * m * n if splits > 1 else 0.0)
+        kern = Kernel(part, name, flops, moved,
+                      max(flops / (peak * util), stream_ns(gpu, moved)), splits)
+        if best is None or kern.exec_ns < best.exec_ns:
+            best = kern
+    assert best is not None
+    return best
 
 
 def elementwise(gpu: GpuConfig, part: str, name: str, nbytes: float) -> Kernel:

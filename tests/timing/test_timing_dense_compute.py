@@ -15,7 +15,7 @@ from scratchpipe_sim.timing.dense_compute import (
     dense_params,
     gemm,
     peak_tflops,
-    quantization,
+    tilings,
 )
 
 
@@ -30,7 +30,7 @@ def model_of(**model):
 def test_large_aligned_gemm_is_flops_over_peak_times_efficiency():
     g = gpu_of()
     m, n, k = 256 * g.sm_count, 1024, 4096  # 256 x 128 tiles: 8 whole waves
-    assert quantization(m, n, k, g.sm_count) == (1.0, 1)
+    assert (1.0, 1) in tilings(m, n, k, g.sm_count)
     flops = 2.0 * m * n * k
     for precision, peak in (("fp32", 19.5), ("tf32", 156.0), ("bf16", 312.0),
                             ("fp16", 312.0)):
@@ -45,10 +45,19 @@ def test_large_aligned_gemm_is_flops_over_peak_times_efficiency():
 def test_one_small_tile_uses_one_sm_of_the_wave():
     g = gpu_of()
     # 64 x 64 output, K too short to split: one 64 x 64 tile on one SM of one wave
-    assert quantization(64, 64, 64, g.sm_count) == (pytest.approx(1 / g.sm_count), 1)
-    # a weight gradient (K = the batch) splits K to fill the GPU
-    util, splits = quantization(512, 512, 65536, g.sm_count)
-    assert splits > 1 and util > 16 / g.sm_count
+    assert max(tilings(64, 64, 64, g.sm_count)) == (pytest.approx(1 / g.sm_count), 1)
+    # a weight gradient (K = the batch) splits K to fill the GPU: faster than one split
+    wgrad = gemm(g, "bf16", "top", "wgrad", 512, 512, 65536)
+    assert wgrad.splits > 1
+    flops = 2.0 * 512 * 512 * 65536
+    one_split = max(u for u, s in tilings(512, 512, 65536, g.sm_count) if s == 1)
+    assert wgrad.exec_ns < flops / (312e3 * g.gemm_efficiency * one_split)
+    # a GEMM whose tiles nearly fill the GPU stays compute-bound: no split whose partial
+    # tiles' traffic costs more than the waves it fills (MLPerf's 3456 -> 1024 layer at
+    # 6,912 rows; a 16-way split once priced it at 5.5x its FLOPs)
+    h100 = gpu_of("h100-gen5")
+    big = gemm(h100, "fp16", "top", "fwd", 6912, 1024, 3456)
+    assert big.exec_ns < 1.2 * big.flops / (h100.peak_tflops_fp16 * 1e3 * h100.gemm_efficiency)
 
 
 def test_misaligned_k_or_n_falls_off_the_tensor_cores():
