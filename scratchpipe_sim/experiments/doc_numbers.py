@@ -327,6 +327,14 @@ def _line_of(text: str, offset: int) -> int:
     return text.count("\n", 0, offset) + 1
 
 
+def _first_difference(old: str, new: str) -> tuple[int, str, str]:
+    """(line index, old line, new line) of the first line that differs: a block's stale
+    number is named by its own line, not by the whole block."""
+    a, b = old.split("\n"), new.split("\n")
+    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return i, (a[i] if i < len(a) else "").strip(), (b[i] if i < len(b) else "").strip()
+
+
 def render(text: str, src: Sources, path: Path) -> tuple[str, list[Stale]]:
     """The file's text with every marker regenerated, and the markers that were stale."""
     stale: list[Stale] = []
@@ -340,8 +348,9 @@ def render(text: str, src: Sources, path: Path) -> tuple[str, list[Stale]]:
                 raise UserError(e.message, source=f"{path}:{_line_of(text, m.start())}",
                                 field=e.field) from None
             if new != m.group("text"):
-                stale.append(Stale(path, _line_of(text, m.start()) + block, query,
-                                   m.group("text").strip(), new.strip()))
+                line, found, expected = _first_difference(m.group("text"), new)
+                stale.append(Stale(path, _line_of(text, m.start()) + block * (1 + line),
+                                   query, found, expected))
             head = "<!-- numbers: " if block else "<!-- n: "
             tail = "<!-- /numbers -->" if block else "<!-- /n -->"
             return f"{head}{query} -->{chr(10) if block else ''}{new}{tail}"
