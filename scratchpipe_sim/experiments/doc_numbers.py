@@ -331,7 +331,7 @@ def _first_difference(old: str, new: str) -> tuple[int, str, str]:
     """(line index, old line, new line) of the first line that differs: a block's stale
     number is named by its own line, not by the whole block."""
     a, b = old.split("\n"), new.split("\n")
-    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
     return i, (a[i] if i < len(a) else "").strip(), (b[i] if i < len(b) else "").strip()
 
 
