@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.experiments import peers
-from scratchpipe_sim.experiments.torchrec_stats import TableCurve, TraceCacheStats
+from scratchpipe_sim.experiments.torchrec_stats import ALGORITHMS, TableCurve, TraceCacheStats
 
 if TYPE_CHECKING:
     from scratchpipe_sim.config import Config
@@ -88,7 +88,8 @@ class _Planner:
     """One planner and its enumerator (kept: it re-prices the other planner's plan)."""
 
     def __init__(self, name: str, cfg: Config, topo: Any, batch: int, samples: int,
-                 curves: Mapping[str, TableCurve], with_sim: bool) -> None:
+                 curves: Mapping[str, TableCurve], with_sim: bool,
+                 kernels: Sequence[str] | None = None, algorithm: str = "lru") -> None:
         from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
         from torchrec.distributed.planner.planners import EmbeddingShardingPlanner
         from torchrec.distributed.planner.proposers import (
@@ -114,8 +115,9 @@ class _Planner:
             stats = cache_statistics(c) if with_sim else None
             cons[n] = ParameterConstraints(
                 pooling_factors=[c.accesses_per_batch / samples],
-                cache_params=CacheParams(algorithm=CacheAlgorithm.LRU, load_factor=clf,
-                                         stats=stats))
+                compute_kernels=list(kernels) if kernels else None,
+                cache_params=CacheParams(algorithm=CacheAlgorithm[algorithm.upper()],
+                                         load_factor=clf, stats=stats))
         storage = EmbeddingStorageEstimator(topo, constraints=cons)
         if with_sim:
             self.perf = simulator_estimator(topo, cons, cfg, curves, samples)
@@ -150,9 +152,11 @@ def _choices(plan: list[Any], priced: dict[str, list[Any]]) -> tuple[TableChoice
     return tuple(sorted(out, key=lambda c: int(c.table[1:])))
 
 
-def plan_both(cfg: Config, stats: TraceCacheStats, world_size: int = 1
-              ) -> tuple[PlanSide, PlanSide]:
-    """TorchRec's plan and the simulator-backed plan, each priced by both estimators."""
+def plan_both(cfg: Config, stats: TraceCacheStats, world_size: int = 1,
+              kernels: Sequence[str] | None = None) -> tuple[PlanSide, PlanSide]:
+    """TorchRec's plan and the simulator-backed plan, each priced by both estimators
+    (`kernels`: the compute kernels both may choose; None: TorchRec's default list). The
+    cache algorithm TorchRec is told is the statistics' (FBGEMM LRU or LFU)."""
     peers.import_torchrec("torchrec-plan")
     import logging
 
@@ -169,7 +173,9 @@ def plan_both(cfg: Config, stats: TraceCacheStats, world_size: int = 1
                     **peers.topology_args(cfg))
     with warnings.catch_warnings():  # TorchRec's deprecation notices, not ours
         warnings.simplefilter("ignore")
-        planners = [_Planner(name, cfg, topo, batch, stats.batch_size, curves, sim)
+        algorithm = next(a for a, pol in ALGORITHMS.items() if pol == stats.policy)
+        planners = [_Planner(name, cfg, topo, batch, stats.batch_size, curves, sim, kernels,
+                             algorithm)
                     for name, sim in (("torchrec", False), ("simulator", True))]
     sharders = [EmbeddingBagCollectionSharder()]
     for p in planners:
