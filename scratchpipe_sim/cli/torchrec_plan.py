@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="--published: only the configurations of these points (e.g. T1.5)")
     p.add_argument("--batches", type=int, default=None, metavar="N",
                    help="--published: batches of each configuration's ids the statistics "
-                        "replay (half warm-up; default 20)")
+                        "replay (half warm-up; default 10)")
     add_json(p, "one JSON object {world_size, torchrec, simulator, differences}; "
                 "--published: a list, one object per configuration")
     p.set_defaults(func=handle)

@@ -52,8 +52,6 @@ OPTION_KEYS = frozenset({"src", "metric", "scale", "fmt", "a", "b", "agg", "has"
                          "complete"})
 JOIN = " / "
 MISSING = "-"
-#: significant digits kept in the committed bands snapshot (6: any 2-decimal figure is exact)
-BANDS_DIGITS = 6
 
 
 @dataclass(frozen=True)
@@ -395,7 +393,8 @@ def count_markers(root: Path) -> int:
 def compact_bands(bands: dict[str, Any]) -> list[dict[str, Any]]:
     """A `sensitivity SWEEP --out` table as the runs of every point that ran: each run is
     the speedup of every design (nominal, each one-at-a-time end, each Latin-hypercube
-    sample, in that order: the same hardware at every point)."""
+    sample, in that order: the same hardware at every point). Full precision: a value
+    rounded to fewer digits can land on a printed half (19.515) and print the other way."""
     out = []
     for p in bands["points"]:
         if p["error"] is not None:
@@ -409,8 +408,7 @@ def compact_bands(bands: dict[str, Any]) -> list[dict[str, Any]]:
         n = len(next(iter(lhs.values()), []))
         runs += [{d: lhs[d][i] for d in lhs} for i in range(n)]
         out.append({"values": p["values"],
-                    "runs": [{d: float(f"{v:.{BANDS_DIGITS}g}") for d, v in r.items()
-                              if v is not None} for r in runs]})
+                    "runs": [{d: v for d, v in r.items() if v is not None} for r in runs]})
     return out
 
 
