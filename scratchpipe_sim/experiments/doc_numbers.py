@@ -39,7 +39,7 @@ from scratchpipe_sim.errors import UserError
 #: the committed snapshot every marker reads, relative to the repository root
 DATA_DIR = Path("docs") / "data"
 STUDY_DIR = "study"
-BANDS_DIR = "bands"
+BANDS_DIR = "band_runs"
 PUBLISHED_FILE = "published.json"
 #: the Markdown files whose markers are checked, relative to the repository root
 DOC_GLOBS = ("README.md", "docs/*.md")

@@ -54,12 +54,13 @@ PUBLISHED = [{"id": "P1", "design": "uvm", "phase": "forward", "factor": 0.8},
 def _snapshot(root: Path) -> None:
     data = root / doc_numbers.DATA_DIR
     (data / "study").mkdir(parents=True)
-    (data / "bands").mkdir()
+    (data / doc_numbers.BANDS_DIR).mkdir()
     with (data / "study" / "fig1_toy.csv").open("w", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, list(ROWS[0]))
         w.writeheader()
         w.writerows(ROWS)
-    (data / "bands" / "fig1_toy.json").write_text(json.dumps(BANDS), encoding="utf-8")
+    (data / doc_numbers.BANDS_DIR / "fig1_toy.json").write_text(json.dumps(BANDS),
+                                                               encoding="utf-8")
     (data / "published.json").write_text(json.dumps(PUBLISHED), encoding="utf-8")
 
 
@@ -151,7 +152,8 @@ def test_collect_snapshots_results_bands_and_published(tmp_path: Path) -> None:
     data = tmp_path / doc_numbers.DATA_DIR
     assert (data / "study" / "fig9_x.csv").read_text(encoding="utf-8").splitlines()[0] == \
         "index,design,status,speedup_vs_hybrid"
-    assert json.loads((data / "bands" / "fig9_x.json").read_text(encoding="utf-8")) == \
+    compact = data / doc_numbers.BANDS_DIR / "fig9_x.json"
+    assert json.loads(compact.read_text(encoding="utf-8")) == \
         [{"values": {"a": 1}, "runs": [{"sp": 2.5}, {"sp": 2.0}, {"sp": 3.0}, {"sp": 2.25},
                                        {"sp": 2.75}]}]
     assert "source" not in json.loads((data / "published.json").read_text(encoding="utf-8"))[0]
