@@ -19,6 +19,7 @@ predicted iteration time by TorchRec and by the simulator.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -61,10 +62,28 @@ class PlanSide:
     iter_ms: dict[str, float]
     hbm_bytes: int
     ddr_bytes: int
+    #: why this side holds another planner's plan (None: its own best plan)
+    note: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"planner": self.planner, "iter_ms": self.iter_ms, "hbm_bytes": self.hbm_bytes,
-                "ddr_bytes": self.ddr_bytes, "tables": [t.as_json() for t in self.tables]}
+                "ddr_bytes": self.ddr_bytes, "tables": [t.as_json() for t in self.tables],
+                "note": self.note}
+
+
+def simulator_choice(torchrec: PlanSide, simulator: PlanSide) -> PlanSide:
+    """The simulator-backed planner's answer: its own best plan, unless the simulator prices
+    TorchRec's plan faster — TorchRec's partitioner is a greedy heuristic, so the plan it
+    returns for the simulator's estimates can balance the ranks worse than the plan it
+    returned for its own; the simulator-backed planner weighs both and keeps the faster by
+    its own price, so it never answers with a plan it prices slower than TorchRec's."""
+    own, other = simulator.iter_ms["simulator"], torchrec.iter_ms["simulator"]
+    if own <= other:
+        return simulator
+    return dataclasses.replace(
+        torchrec, planner=simulator.planner,
+        note=f"TorchRec's plan kept: the simulator prices it at {other:.4g} ms, its own best "
+             f"plan at {own:.4g} ms")
 
 
 def local_world(cfg: Config, world_size: int) -> int:
@@ -201,7 +220,7 @@ def plan_both(cfg: Config, stats: TraceCacheStats, world_size: int = 1,
         sides.append(PlanSide(p.name, _choices(best, priced),
                               {q: _rate(pl, world_size) for q, pl in priced.items()},
                               int(hbm), int(ddr)))
-    return sides[0], sides[1]
+    return sides[0], simulator_choice(sides[0], sides[1])
 
 
 def differences(a: PlanSide, b: PlanSide) -> list[str]:
@@ -211,6 +230,12 @@ def differences(a: PlanSide, b: PlanSide) -> list[str]:
     for x, y in zip(a.tables, b.tables, strict=True):
         if (x.sharding_type, x.compute_kernel, x.load_factor, x.ranks) == (
                 y.sharding_type, y.compute_kernel, y.load_factor, y.ranks):
+            continue
+        if (x.sharding_type, x.compute_kernel, x.load_factor) == (
+                y.sharding_type, y.compute_kernel, y.load_factor):
+            was, now = (",".join(map(str, r)) for r in (x.ranks, y.ranks))
+            lines.append(f"{x.table}: the same option on other ranks ({was} -> {now}): the "
+                         "partitioner's balance of the ranks, no Perf term")
             continue
         gap = {t: (y.terms["simulator"][t] - x.terms["simulator"][t])
                - (y.terms["torchrec"][t] - x.terms["torchrec"][t]) for t in TERMS}
@@ -236,4 +261,5 @@ def format_plans(a: PlanSide, b: PlanSide) -> str:
         body.append([label, f"{a.iter_ms[key]:.4g}", f"{b.iter_ms[key]:.4g}"])
     body.append(["HBM GB", f"{a.hbm_bytes / 1e9:.3f}", f"{b.hbm_bytes / 1e9:.3f}"])
     body.append(["DDR GB", f"{a.ddr_bytes / 1e9:.3f}", f"{b.ddr_bytes / 1e9:.3f}"])
-    return table(body, ["table", "TorchRec's plan", "simulator-backed plan"])
+    out = table(body, ["table", "TorchRec's plan", "simulator-backed plan"])
+    return out + "".join(f"\n{side.planner}: {side.note}" for side in (a, b) if side.note)

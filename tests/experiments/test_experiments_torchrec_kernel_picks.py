@@ -72,3 +72,22 @@ def test_published_flags_are_one_line_errors(capsys, tmp_path):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and what in err, (argv, err)
+
+
+def test_the_simulator_backed_answer_is_never_slower_by_its_own_price():
+    """simulator_choice: the simulator-backed planner keeps its own plan unless the simulator
+    prices TorchRec's faster (TorchRec's greedy partitioner can balance its estimates
+    worse), then answers with TorchRec's plan and says so."""
+    from scratchpipe_sim.experiments.torchrec_planner import PlanSide, simulator_choice
+
+    def side(name: str, sim_ms: float, tr_ms: float) -> PlanSide:
+        return PlanSide(name, (), {"simulator": sim_ms, "torchrec": tr_ms}, 1, 0)
+
+    tr, own = side("torchrec", 0.0976, 0.0649), side("simulator", 0.0998, 0.0669)
+    got = simulator_choice(tr, own)
+    assert got.planner == "simulator" and got.iter_ms == tr.iter_ms
+    assert "TorchRec's plan kept" in got.note and "0.0998" in got.note
+    better = side("simulator", 0.09, 0.07)
+    assert simulator_choice(tr, better) is better
+    tie = side("simulator", 0.0976, 0.07)
+    assert simulator_choice(tr, tie) is tie
