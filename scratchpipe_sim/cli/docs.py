@@ -95,6 +95,7 @@ def _rerun(args: argparse.Namespace, root: Path) -> None:
     a sweep resumes from the rows it finds, which a model change leaves stale)."""
     import contextlib
     import io
+    import shutil
 
     from scratchpipe_sim.cli import main
     from scratchpipe_sim.errors import UserError
@@ -105,9 +106,14 @@ def _rerun(args: argparse.Namespace, root: Path) -> None:
                         source=str(args.out), field="--out")
     jobs = ["--jobs", str(args.jobs)]
     for exp in sorted((root / "experiments").glob("fig*.yaml")):
+        bands = args.out / "bands" / exp.stem
+        if bands.exists() and not (bands / "bands.json").is_file():
+            shutil.rmtree(bands)  # an interrupted rerun's (this command's own folder)
         for argv in (["sweep", str(exp), "-q", "--out", str(args.out / "results" / exp.stem)],
                      ["sensitivity", str(exp), "--samples", str(BAND_SAMPLES), "--seed",
-                      str(BAND_SEED), "--out", str(args.out / "bands" / exp.stem)]):
+                      str(BAND_SEED), "--out", str(bands)]):
+            if argv[0] == "sensitivity" and bands.exists():
+                continue  # finished before --resume (sensitivity does not resume a folder)
             print(f"docs --rerun: scratchpipe-sim {' '.join(argv + jobs)}", file=sys.stderr)
             if main(argv + jobs) != 0:
                 raise UserError(f"`scratchpipe-sim {' '.join(argv)}` failed", field="--rerun")
