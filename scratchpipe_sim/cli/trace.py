@@ -362,6 +362,9 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--torchrec", metavar="OUT.json",
                    help="write TorchRec cache statistics (per table: distinct ids per batch, "
                         "FBGEMM LRU miss-ratio curve, cacheability) for torchrec-plan --stats")
+    s.add_argument("--torchrec-algorithm", choices=("lru", "lfu"), default="lru",
+                   help="--torchrec: the FBGEMM cache replayed, lru (default) or lfu "
+                        "(fbgemm-lfu; torchrec-plan then tells TorchRec CacheAlgorithm.LFU)")
     s.set_defaults(func=handle_stats)
 
 
@@ -403,11 +406,15 @@ def handle_stats(args: argparse.Namespace) -> int:
                        fmt=args.fmt)
     _check_rows(trace, args)
     caps = parse_capacities(args.capacities, trace.total_rows) if args.capacities else None
+    if args.torchrec_algorithm != "lru" and not args.torchrec:
+        raise UserError("only with --torchrec OUT.json", field="--torchrec-algorithm")
     if args.torchrec:
         from scratchpipe_sim.experiments import torchrec_stats as ts
 
-        out = ts.write_stats(ts.trace_stats(trace), args.torchrec)
-        print(f"wrote {out}: TorchRec cache statistics of {trace.num_tables} tables")
+        stats = ts.trace_stats(trace, algorithm=args.torchrec_algorithm)
+        out = ts.write_stats(stats, args.torchrec)
+        print(f"wrote {out}: TorchRec cache statistics of {trace.num_tables} tables "
+              f"({stats.policy})")
         return 0
     summary = st.summarize(trace)
     if args.meta_format:
