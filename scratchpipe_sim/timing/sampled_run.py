@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from scratchpipe_sim.config import Config
+from scratchpipe_sim.policies.time_ranges import Mapper
 from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs import DESIGNS, WorkloadKey
 from scratchpipe_sim.timing.trace_setup import build_trace, fit_trace, sized_config
@@ -113,31 +114,84 @@ class ExactRun(Protocol):
                  replay_cache: bool, jobs: int, sample: SampleScale) -> list[dict]: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class SaltTask:
+    """One salt of a sampled run, an independent task (`simulate_sampled(mapper=...)`): its
+    sample of `trace` and every design on it. A forked worker samples the parent's trace
+    itself (inherited, nothing pickled); a task sent elsewhere (Dask,
+    `experiments/range_tasks.dask_mapper`) is `sliced()` first, so it carries the sample
+    (about R of the trace), not the trace."""
+
+    salt: int
+    trace: Trace
+    sampled: bool
+    cfg: Config
+    names: tuple[str, ...]
+    scale: SampleScale
+    exact: ExactRun
+    replay_cache: bool
+    jobs: int
+    timeline_dir: Path | None
+
+    @property
+    def key(self) -> str:
+        return f"salt{self.salt}"
+
+    def sample(self) -> Trace:
+        if self.sampled:
+            return self.trace
+        return cached_sample(self.trace, self.scale.rate, self.salt, cache=self.replay_cache,
+                             source=self.cfg.source)
+
+    def sliced(self) -> SaltTask:
+        """The task holding its sample instead of the parent trace."""
+        return dataclasses.replace(self, trace=self.sample(), sampled=True)
+
+
+def run_salt(task: SaltTask, progress: Progress | None = None) -> list[dict[str, Any]]:
+    """One salt's rows: `exact` on the salt's sample, caches x R, counts x 1/R."""
+    return task.exact(task.cfg, task.names, timeline_dir=task.timeline_dir,
+                      trace=task.sample(), progress=progress, replay_cache=task.replay_cache,
+                      jobs=task.jobs, sample=task.scale)
+
+
 def simulate_sampled(cfg: Config, names: Sequence[str], rate: float, salts: int,
                      exact: ExactRun, *, trace: Trace | None = None,
                      timeline_dir: Path | None = None, progress: Progress | None = None,
-                     replay_cache: bool = True, jobs: int = 1) -> list[dict[str, Any]]:
+                     replay_cache: bool = True, jobs: int = 1,
+                     mapper: Mapper | None = None) -> list[dict[str, Any]]:
     """`runner.simulate` at sampling rate `rate` < 1 for the (checked) designs `names`: the
     trace (built or given) sampled once per salt 0..salts-1 (from the trace cache when made
     before), `exact` run on each sample, one row per design: each figure the mean over the
-    salts, with `X_spread`; timelines of salt 0's run."""
+    salts, with `X_spread`; timelines of salt 0's run. `mapper`: run the salts as
+    independent `SaltTask`s on it (forked processes, a Dask cluster: the `--executor`s of
+    `experiments/range_tasks.range_mapper`), each salt's replays serial inside its task;
+    None: one salt after the other here, each with `jobs` forked replays. The same rows
+    either way."""
     trace = build_trace(cfg, cache=replay_cache) if trace is None else trace
     cfg = sized_config(cfg, trace)
     trace = fit_trace(trace, cfg)
     ptr = trace.batch_access_ptr()
     scale = SampleScale(rate, np.diff(np.asarray(ptr, np.int64)))
-    per_salt = []
-    for salt in range(salts):
-        sampled = cached_sample(trace, rate, salt, cache=replay_cache, source=cfg.source)
-        last = salt == salts - 1
+    tasks = [SaltTask(salt, trace, False, cfg, tuple(names), scale, exact, replay_cache,
+                      jobs if mapper is None else 1,
+                      timeline_dir if salt == 0 else None) for salt in range(salts)]
+    if mapper is not None:
+        per_salt = mapper(run_salt, tasks)
+        if progress is not None:
+            for i, name in enumerate(names):
+                progress("design", name, i + 1, len(names))
+    else:
+        per_salt = []
+        for task in tasks:
+            last = task.salt == salts - 1
 
-        def relay(event: str, design: str, done: int, total: int, last: bool = last) -> None:
-            if progress is not None and (event == "policy" or last):
-                progress(event, design, done, total)
+            def relay(event: str, design: str, done: int, total: int,
+                      last: bool = last) -> None:
+                if progress is not None and (event == "policy" or last):
+                    progress(event, design, done, total)
 
-        per_salt.append(exact(cfg, names, timeline_dir=timeline_dir if salt == 0 else None,
-                                 trace=sampled, progress=relay, replay_cache=replay_cache,
-                                 jobs=jobs, sample=scale))
+            per_salt.append(run_salt(task, relay))
     capacity = {n: DESIGNS.get(n)(cfg).workload_key() for n in names}
     rows = combine(per_salt)
     for row in rows:

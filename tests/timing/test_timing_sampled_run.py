@@ -103,3 +103,33 @@ def test_a_rate_outside_zero_one_is_refused(cfg, rate):
     with pytest.raises(UserError) as e:
         simulate(cfg, sample=rate)
     assert e.value.field == "--sample"
+
+
+def _salt_rows(cfg, mapper):
+    return simulate(cfg, ["lru-cache", "scratchpipe"], sample=RATE, salt_mapper=mapper)
+
+
+def test_salts_as_independent_tasks_give_the_serial_rows(cfg):
+    """Each salt one `SaltTask`: in forked processes, and shipped as a Dask task would be
+    (`sliced()`, pickled: it carries its sample, not the trace), the rows of the serial
+    run."""
+    import pickle
+
+    from scratchpipe_sim.policies.time_ranges import forked_mapper
+
+    want = _strip(_salt_rows(cfg, None))
+    assert _strip(_salt_rows(cfg, forked_mapper(2))) == want
+    seen = []
+
+    def shipped(fn, tasks):
+        out = []
+        for t in tasks:
+            copy = pickle.loads(pickle.dumps(t.sliced()))
+            assert copy.sampled and copy.jobs == 1
+            assert copy.trace.num_accesses < 0.4 * t.trace.num_accesses  # R = 20%
+            seen.append(copy.salt)
+            out.append(fn(copy))
+        return out
+
+    assert _strip(_salt_rows(cfg, shipped)) == want
+    assert seen == [0, 1, 2]
