@@ -63,6 +63,15 @@ def index_dtype_for(table_rows) -> np.dtype:
     return np.dtype(INDEX_DTYPES[0] if fits else INDEX_DTYPES[1])
 
 
+def store_nbytes(num_indices: int, index_itemsize: int, num_bags: int, num_batches: int,
+                 constant_bags: bool) -> int:
+    """Bytes of a store's data files as `TraceWriter` writes them: the ids, the batch
+    bounds and, unless every bag holds the same number of ids, 4 bytes an offset plus one
+    int64 mark per block."""
+    offsets = 0 if constant_bags else 4 * (num_bags + 1) + 8 * (num_bags // MARK_BAGS + 1)
+    return num_indices * index_itemsize + 8 * (num_batches + 1) + offsets
+
+
 def data_files(manifest: dict) -> tuple[str, ...]:
     """The data files of a store with this (checked) manifest, in checksum order."""
     if manifest.get("version", 1) < 2:

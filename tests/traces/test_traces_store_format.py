@@ -111,3 +111,17 @@ def test_a_version_1_store_still_reads_and_digests_alike(tmp_path):
     again = read_trace(write_trace(old, tmp_path / "again.sptrace"))
     assert not (tmp_path / "again.sptrace" / "offsets.bin").exists()
     _same(again, mem)
+
+
+@pytest.mark.parametrize("pooling, sigma", [(1, 0.0), ([2, 3], 0.0), (4, 1.5)])
+def test_the_disk_estimate_is_what_the_writer_writes(tmp_path, pooling, sigma):
+    """`generators.spec_disk_bytes` (`trace gen`'s disk check and progress) against the
+    files written."""
+    from scratchpipe_sim.traces import generators as gen
+
+    spec = gen.make_spec("zipf", [300, 500], 16, 9, pooling, 7, pooling_sigma=sigma,
+                         alpha=1.1)
+    path = gen.store_from_spec(spec, tmp_path / "t.sptrace")
+    written = sum(f.stat().st_size for f in path.glob("*.bin"))
+    assert gen.spec_disk_bytes(spec) == written
+    assert (path / "offsets_u32.bin").exists() == (pooling != 1)
