@@ -254,3 +254,17 @@ def test_run_sample_writes_each_figure_with_its_spread(cfg_file, tmp_path, capsy
 def test_run_sample_bad_rates_are_one_line(cfg_file, tmp_path, capsys, argv, word):
     one_line_error(capsys, ["run", str(cfg_file), "--out", str(tmp_path / "o"), "--quiet",
                             *argv], word)
+
+
+def test_run_sample_salts_as_tasks_give_the_serial_figures(cfg_file, tmp_path, capsys):
+    """`--executor local` (the salts one after the other) and the default (forked tasks,
+    `--jobs 2`): the same rows, wall times aside."""
+    def rows(*flags):
+        out = tmp_path / "_".join(flags)
+        assert main(["run", str(cfg_file), "--out", str(out), "--sample", "0.5", "--salts",
+                     "2", "--quiet", "--no-timeline", *flags]) == 0
+        capsys.readouterr()
+        return [{k: v for k, v in r.items() if not k.endswith(("wall_s", "wall_s_spread"))}
+                for r in json.loads((out / "results.json").read_text())]
+
+    assert rows("--executor", "local") == rows("--jobs", "2")
