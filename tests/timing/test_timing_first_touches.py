@@ -76,7 +76,7 @@ def test_an_all_rows_cache_warms_below_the_target_on_the_small_config():
     trace = build_trace(cfg)
     assert trace.meta[trace_setup.AUTO_PREFIX] == 480
     assert trace.meta[trace_setup.AUTO_SHARE] < FIRST_TOUCH_TARGET
-    names = ["gpu-only", "lru-cache", "lru-prefetch", "static-cache"]
+    names = ["gpu-only", "lru-cache", "lru-prefetch"]
     rows = {r["design"]: r for r in simulate(cfg, names, trace=trace)}
     for name in names[1:]:
         assert rows[name]["first_touch_share"] < FIRST_TOUCH_TARGET
@@ -198,3 +198,19 @@ def test_a_recorded_trace_reports_its_share_and_warns_only_while_it_falls(
     else:
         assert row["first_touch_drift"] > trace_setup.STEADY_TOL
         assert "still falling" in err and "lru-cache" in err
+
+
+def test_auto_decides_from_the_config_and_seed_alone(tmp_path, monkeypatch):
+    """The same config and seed give the same prefix and the same rows, made afresh or read
+    back from the on-disk caches (the decision never depends on the machine)."""
+    monkeypatch.setenv("SCRATCHPIPE_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = load_config(TINY)
+    wall = ("policy_wall_s", "simpy_wall_s")
+    runs = []
+    for cache in (False, True, True):  # afresh, then filling the caches, then from them
+        trace = build_trace(cfg, cache=cache)
+        rows = simulate(cfg, ["lru-cache", "scratchpipe"], trace=trace, replay_cache=cache)
+        runs.append((trace.meta[trace_setup.AUTO_PREFIX],
+                     [{k: v for k, v in r.items() if k not in wall} for r in rows]))
+    assert runs[0] == runs[1] == runs[2]
+    assert runs[0][0] > cfg.model.num_batches
