@@ -326,8 +326,11 @@ class GpuConfig:
         "host memory the GPU TLBs map at once: a random row read of a UVM table larger than "
         "this misses with probability 1 - reach / table bytes"))
     uvm_page_bytes: float = field(default=2 * 1024 * 1024, metadata=doc(
-        "bytes", "",
-        "UVM's 2 MiB large pages") | _pos(
+        "bytes", "65536-2097152",
+        "UVM's 2 MiB large pages: the driver maps host-resident managed memory on the GPU "
+        "at 2 MiB when the CPU chunk behind it is 2 MiB and contiguous, else 64 KiB or "
+        "4 KiB (github.com/NVIDIA/open-gpu-kernel-modules kernel-open/nvidia-uvm/"
+        "uvm_va_block.c); not in the presets' ranges") | _pos(
         "page size of UVM host allocations (2 MiB large pages): rows read in sorted order "
         "(the backward) walk once per distinct page they touch"))
     l2_MiB: float = field(default=40.0, metadata=doc(
