@@ -31,7 +31,7 @@ SMALL = {"hardware": {"preset": "a100-gen4"},
 TINY = {"hardware": {"preset": "a100-gen4"},
         "model": {"tables": {"count": 2, "rows": 2000, "dim": 16}, "pooling": 4,
                   "batch_size": 64, "num_batches": 12, "warmup_batches": 2,
-                  "bottom_mlp": [13, 16], "top_mlp": [8, 1]},
+                  "bottom_mlp": [13, 16], "top_mlp": [19, 1]},
         "trace": {"distribution": "zipf", "alpha": 1.05},
         "cache": {"policy": "lru", "load_factor": 1.0},
         "design_params": {"scratchpipe": {
@@ -184,9 +184,10 @@ def _recorded(tmp_path, name: str, fresh: bool) -> str:
 def test_a_recorded_trace_reports_its_share_and_warns_only_while_it_falls(
         tmp_path, capsys, fresh):
     cfg = load_config({"hardware": {"preset": "a100-gen4"},
-                       "model": {"tables": {"dim": 16}, "pooling": 1, "batch_size": 200,
+                       "model": {"tables": {"count": 1, "dim": 16}, "pooling": 1,
+                                 "batch_size": 200,
                                  "num_batches": 16, "warmup_batches": 2,
-                                 "bottom_mlp": [13, 16], "top_mlp": [8, 1]},
+                                 "bottom_mlp": [13, 16], "top_mlp": [17, 1]},
                        "trace": {"path": _recorded(tmp_path, "t", fresh)},
                        "cache": {"policy": "lru", "load_factor": 1.0}, "seed": 1})
     row = simulate(cfg, ["lru-cache"])[0]
