@@ -55,10 +55,10 @@ def design_color(design: str, known: object = None) -> str:
 STAGE_COLORS = {
     # CPU (host cores and DRAM): oranges / vermillions
     "cpu_gather": "#E69F00", "cpu_update": "#D55E00", "plan": "#F5C26B",
-    "collect": "#B35806", "oracle": "#FDB863",
+    "collect": "#B35806", "oracle": "#FDB863", "input_load": "#FDD49E",
     # PCIe transfers: blues
     "h2d_pooled": "#0072B2", "d2h_grads": "#56B4E9", "fetch": "#2166AC",
-    "prefetch": "#4393C3", "exchange": "#92C5DE",
+    "prefetch": "#4393C3", "exchange": "#92C5DE", "input_copy": "#C6DBEF",
     # GPU (HBM, kernels, MLP): greens
     "gpu_gather": "#009E73", "gpu_update": "#1B7837", "forward": "#5AAE61",
     "backward": "#00441B", "mlp": "#A6DBA0", "train": "#66BD63", "insert": "#44AA99",
@@ -67,7 +67,7 @@ STAGE_COLORS = {
     "output_dist": "#762A83", "grad_dist": "#C2A5CF",
     # waiting on another stage: greys
     "input_wait": "#BBBBBB", "prefetch_wait": "#888888", "refetch_wait": "#666666",
-    "oracle_wait": "#999999",
+    "oracle_wait": "#999999", "loader_wait": "#AAAAAA",
 }
 UNKNOWN_STAGE_COLORS = ("#CC79A7", "#882255", "#AA4499", "#DDCC77")
 

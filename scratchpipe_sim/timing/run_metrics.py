@@ -16,6 +16,7 @@ import numpy as np
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs.design_registry import baseline_design
+from scratchpipe_sim.timing.input_pipeline import WAIT_STAGES
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.stage_columns import stage_key
 from scratchpipe_sim.timing.trace_setup import AUTO_WARMUP_MAX_ACCESSES, steady
@@ -90,6 +91,7 @@ def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]
         row[f"busy_{s.name}"] = busy / window if window > 0 else 0.0
     for st in m.stage_order:
         row[stage_key(st)] = float(m.stage_ns[st][wu:].mean())
+    row.update(input_stall(m, wu))
     for k, v in w.extra.items():
         row[f"policy_{k}"] = v
     for k, v in m.counters.items():
@@ -110,6 +112,33 @@ def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]
         row["steady_state"] = ok
         row["fill_rate_drift"] = drift
     return row
+
+
+def input_stall(m: Machine, wu: int) -> dict[str, float]:
+    """How input-bound the run was over the measured batches: `input_stall_ns`, the mean
+    time per batch its consumers waited for the input pipeline (stages `input_wait` +
+    `loader_wait`), and `input_bound_share`, the share of batches that waited at all (a
+    wait is exactly 0 while the pipeline keeps ahead)."""
+    waits = [m.stage_ns[s][wu:] for s in WAIT_STAGES if s in m.stage_ns]
+    if not waits or len(waits[0]) == 0:
+        return {"input_stall_ns": 0.0, "input_bound_share": 0.0}
+    stall = np.sum(waits, axis=0)
+    return {"input_stall_ns": float(stall.mean()),
+            "input_bound_share": float(np.count_nonzero(stall > 0) / len(stall))}
+
+
+#: a run whose batches waited for their inputs this often is reported input-bound
+INPUT_BOUND_SHARE = 0.5
+
+
+def input_bound_warnings(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per design that waited on its input pipeline in most measured batches:
+    the data loader or the input copy, not the design, sets its iteration time."""
+    return [f"{r['design']} is input-bound: {r['input_bound_share']:.0%} of the measured "
+            f"batches waited for their inputs ({r['input_stall_ns'] / 1e3:.1f} us per batch "
+            f"on average); raise input_pipeline.loader_workers or prefetch_batches, or set "
+            f"input_pipeline.inputs_on_gpu for a benchmark whose inputs are resident"
+            for r in rows if r.get("input_bound_share", 0.0) >= INPUT_BOUND_SHARE]
 
 
 def steady_state_warnings(cfg: Config, rows: list[dict[str, Any]]) -> list[str]:
