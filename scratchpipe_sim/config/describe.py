@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scratchpipe_sim.config.hardware import DEFAULT_PRESET, HardwareConfig
-from scratchpipe_sim.config.input_pipeline import InputPipelineConfig
+from scratchpipe_sim.config.inputs import InputPipelineConfig
 from scratchpipe_sim.config.model import CacheConfig, ModelConfig
 from scratchpipe_sim.errors import UserError, closest
 

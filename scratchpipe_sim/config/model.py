@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from scratchpipe_sim.config.hardware import HardwareConfig, doc
-from scratchpipe_sim.config.input_pipeline import InputPipelineConfig
+from scratchpipe_sim.config.inputs import InputPipelineConfig
 from scratchpipe_sim.config.schema import build, to_plain
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.safety.paths import plain_name

@@ -1,7 +1,7 @@
 """A batch's inputs reaching the GPU: the data loader on the host cores, then one copy over
 PCIe, prefetched ahead of training as real trainers do (`input_pipeline:` config section).
 
-Per batch b of B samples and A sparse ids (`config/input_pipeline.py` for the constants):
+Per batch b of B samples and A sparse ids (`config/inputs.py` for the constants):
 
     load(b)   one loader worker builds the batch on one CPU core: B x loader_ns_per_sample
               + A x loader_ns_per_id core-ns on `cpu_cores` (shared with the designs' CPU
