@@ -55,10 +55,10 @@ def design_color(design: str, known: object = None) -> str:
 STAGE_COLORS = {
     # CPU (host cores and DRAM): oranges / vermillions
     "cpu_gather": "#E69F00", "cpu_update": "#D55E00", "plan": "#F5C26B",
-    "collect": "#B35806", "oracle": "#FDB863", "input_load": "#FDD49E",
+    "collect": "#B35806", "oracle": "#FDB863",
     # PCIe transfers: blues
     "h2d_pooled": "#0072B2", "d2h_grads": "#56B4E9", "fetch": "#2166AC",
-    "prefetch": "#4393C3", "exchange": "#92C5DE", "input_copy": "#C6DBEF",
+    "prefetch": "#4393C3", "exchange": "#92C5DE",
     # GPU (HBM, kernels, MLP): greens
     "gpu_gather": "#009E73", "gpu_update": "#1B7837", "forward": "#5AAE61",
     "backward": "#00441B", "mlp": "#A6DBA0", "train": "#66BD63", "insert": "#44AA99",

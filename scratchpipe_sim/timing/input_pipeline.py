@@ -19,29 +19,33 @@ beyond the one being consumed (0: a batch is loaded only when asked for). A desi
 with `wait(b)` (stage `input_wait`: batch b's inputs on the GPU) or, for a host-side first
 consumer (hybrid's gather, a planner), `host_wait(b)` (stage `loader_wait`). Both are 0
 while the pipeline keeps ahead; a design whose waits are not is *input-bound*
-(`run_metrics`: `input_stall_ns`, `input_bound_share`). `input_load` and `input_copy` are
-the pipeline's own per-batch times (background stages, off the critical path unless waited
-for). `inputs_on_gpu`: the batches are resident (a benchmark's generated inputs): nothing
-is loaded or copied.
+(`run_metrics`: `input_stall_ns`, `input_bound_share`). The pipeline's own times per batch,
+`input_load_ns` and `input_copy_ns` (means over the measured batches, metric columns), are
+not stages: they run beside the design's stages, off its path unless waited for (a stage
+figure adds a serial design's stages up to its iteration). A timeline shows them on their
+own track, `input pipeline`. `inputs_on_gpu`: the batches are resident (a benchmark's
+generated inputs): nothing is loaded or copied.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 
+import numpy as np
 import simpy
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.timing.machine import Machine, plan_share
+from scratchpipe_sim.timing.resources import Span
 
 #: a consumer waited for its batch's inputs on the GPU
 INPUT_WAIT = "input_wait"
 #: a host-side consumer waited for the loader
 LOADER_WAIT = "loader_wait"
-#: a worker loading the batch (background)
-INPUT_LOAD = "input_load"
-#: the batch's inputs crossing PCIe (background)
-INPUT_COPY = "input_copy"
+#: the timeline track of the loads and copies
+TRACK = "input pipeline"
+#: metric columns: a worker's time building a batch, the batch's copy (ns, measured mean)
+LOAD_COLUMN, COPY_COLUMN = "input_load_ns", "input_copy_ns"
 #: the stages that are a design waiting on its inputs (what `input_bound` is made of)
 WAIT_STAGES = (INPUT_WAIT, LOADER_WAIT)
 
@@ -92,6 +96,9 @@ class InputPipeline:
         self.taken = [False] * n
         self._taken_ev = [env.event() for _ in range(n)]
         self.resident = p.inputs_on_gpu
+        self.load_ns = np.zeros(n)
+        self.copy_ns = np.zeros(n)
+        m.counters[LOAD_COLUMN] = m.counters[COPY_COLUMN] = 0.0
         if self.resident:
             return
         self.loaded = [env.event() for _ in range(n)]
@@ -120,7 +127,7 @@ class InputPipeline:
                             "loader", max_share=self.one_core)
             if ev is not None:
                 yield ev
-            m.end_stage(INPUT_LOAD, b, start)
+            self._record(self.load_ns, "load", b, start)
             self.loaded[b].succeed()
 
     def _copier(self) -> Generator:
@@ -133,8 +140,19 @@ class InputPipeline:
                                               self.carry_ids), b, "inputs")
             if ev is not None:
                 yield ev
-            m.end_stage(INPUT_COPY, b, start)
+            self._record(self.copy_ns, "copy", b, start)
             self.ready[b].succeed()
+        # every batch loaded and copied: their means over the measured batches
+        wu = min(m.warmup, self.n)
+        if self.n > wu:
+            m.counters[LOAD_COLUMN] = float(self.load_ns[wu:].mean())
+            m.counters[COPY_COLUMN] = float(self.copy_ns[wu:].mean())
+
+    def _record(self, times: np.ndarray, name: str, b: int, start: float) -> None:
+        m = self.m
+        times[b] = m.env.now - start
+        if m.recorder.keep_spans:
+            m.recorder.spans.append(Span(TRACK, name, start, m.env.now, b))
 
     def ready_event(self, b: int) -> simpy.Event | None:
         """Batch b's inputs on the GPU (None: already); takes the batch."""

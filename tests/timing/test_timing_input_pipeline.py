@@ -82,7 +82,7 @@ def test_inputs_on_gpu_copy_and_load_nothing():
     row = run(cfg, "gpu-only")
     assert row["pcie_h2d_bytes"] == 0.0
     assert row["input_stall_ns"] == 0.0 and row["input_bound_share"] == 0.0
-    assert "stage_input_load_ns" not in row and "stage_input_copy_ns" not in row
+    assert row["input_load_ns"] == 0.0 and row["input_copy_ns"] == 0.0
     # multi-gpu's indices (its own all-to-all follows) are resident too
     assert run(cfg, "multi-gpu")["pcie_h2d_bytes"] == 0.0
 
@@ -100,7 +100,7 @@ def test_a_loader_slower_than_the_iteration_sets_it(workers):
                                      "prefetch_batches": workers}})
     row = run(cfg, "gpu-only")
     per_batch = B * ns_sample + A * ns_id
-    assert row["stage_input_load_ns"] == pytest.approx(per_batch, rel=1e-12)
+    assert row["input_load_ns"] == pytest.approx(per_batch, rel=1e-12)
     rel = 1e-4 if workers == 1 else 1e-2
     assert row["iter_ns_mean"] == pytest.approx(per_batch / workers, rel=rel)
     assert row["input_bound_share"] >= 0.5 and row["input_stall_ns"] > 0
@@ -111,7 +111,7 @@ def test_a_loader_slower_than_the_iteration_sets_it(workers):
 def test_prefetch_hides_a_copy_shorter_than_the_iteration():
     resident = run(cfg_of({"input_pipeline": {"inputs_on_gpu": True}}), "gpu-only")
     ahead = run(cfg_of(FREE_LOADER), "gpu-only")
-    assert ahead["stage_input_copy_ns"] < resident["iter_ns_mean"]  # the copy is shorter
+    assert ahead["input_copy_ns"] < resident["iter_ns_mean"]  # the copy is shorter
     assert ahead["iter_ns_mean"] == pytest.approx(resident["iter_ns_mean"], rel=1e-12)
     assert ahead["stage_input_wait_ns"] == 0.0 and ahead["input_bound_share"] == 0.0
     # prefetch_batches 0: each batch is loaded and copied only when asked for, so the copy
@@ -150,9 +150,14 @@ def test_the_timeline_shows_the_loader_and_the_copy(tmp_path):
     simulate(cfg_of(), ["gpu-only"], timeline_dir=tmp_path)
     doc = json.loads((tmp_path / "timeline_gpu-only.json").read_text())
     stages = {e["name"] for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 2}
-    assert {"input_load", "input_copy", "input_wait"} <= stages
-    work = {e["name"] for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 1}
-    assert {"loader", "h2d inputs"} <= work
+    assert "input_wait" in stages
+    threads = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"]
+               if e["name"] == "thread_name"}
+    spans = [(threads[e["tid"]], e["name"]) for e in doc["traceEvents"] if e["ph"] == "X"]
+    # the pipeline's own track, and the loader's and the copy's work on their resources
+    assert {("input pipeline", "load"), ("input pipeline", "copy")} <= set(spans)
+    assert ("cpu_cores", "loader") in spans
+    assert ("pcie_h2d", "h2d inputs") in spans
 
 
 @pytest.mark.parametrize("key, value", [
@@ -176,9 +181,9 @@ def test_cli_run_reports_the_input_columns_and_an_input_bound_design(tmp_path, c
                  "input_pipeline.loader_ns_per_sample=50000",
                  "--set", "input_pipeline.loader_workers=1"]) == 0
     captured = capsys.readouterr()
-    assert "input_load" in captured.out  # the stage table
+    assert "loader_wait" in captured.out  # the stage table: hybrid waited for its loader
     rows = {r["design"]: r for r in csv.DictReader(open(out / "results.csv"))}
     gpu = rows["gpu-only"]
     assert float(gpu["input_bound_share"]) == 1.0 and float(gpu["input_stall_ns"]) > 0
-    assert float(gpu["stage_input_load_ns"]) == pytest.approx(B * 50_000 + A * 2.0)
+    assert float(gpu["input_load_ns"]) == pytest.approx(B * 50_000 + A * 2.0)
     assert "gpu-only is input-bound" in captured.err
