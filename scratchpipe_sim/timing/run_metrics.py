@@ -96,6 +96,7 @@ def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]
         row[f"policy_{k}"] = v
     for k, v in m.counters.items():
         row[k] = v
+    row.update(input_bound(cfg, row))
     if "usd_per_million_samples" not in row:  # what a million samples cost on this hardware
         from scratchpipe_sim.config.cost import usd_per_million
 
@@ -127,18 +128,37 @@ def input_stall(m: Machine, wu: int) -> dict[str, float]:
             "input_bound_share": float(np.count_nonzero(stall > 0) / len(stall))}
 
 
-#: a run whose batches waited for their inputs this often is reported input-bound
+#: a run whose batches waited for their inputs this often is input-bound
 INPUT_BOUND_SHARE = 0.5
+#: ... and so is one whose iteration is within this fraction of the input pipeline's period
+INPUT_BOUND_SLACK = 0.02
+
+
+def input_bound(cfg: Config, row: dict[str, Any]) -> dict[str, Any]:
+    """`input_period_ns`, the fastest the input pipeline delivers a batch: its load time
+    over the workers that can load at once (loader_workers, at most prefetch_batches + 1),
+    or its copy, whichever is slower; and `input_bound`: most batches waited for their
+    inputs, or the iteration is the pipeline's period (workers of equal batches stay in
+    phase, so at the period only the first of each burst of batches waits)."""
+    p = cfg.input_pipeline
+    at_once = min(p.loader_workers, p.prefetch_batches + 1)
+    period = max(row.get("input_load_ns", 0.0) / at_once, row.get("input_copy_ns", 0.0))
+    it = row["iter_ns_mean"]
+    bound = (row["input_bound_share"] >= INPUT_BOUND_SHARE
+             or period > 0 and period >= it * (1 - INPUT_BOUND_SLACK))
+    return {"input_period_ns": period, "input_bound": bool(bound)}
 
 
 def input_bound_warnings(rows: list[dict[str, Any]]) -> list[str]:
-    """One line per design that waited on its input pipeline in most measured batches:
-    the data loader or the input copy, not the design, sets its iteration time."""
-    return [f"{r['design']} is input-bound: {r['input_bound_share']:.0%} of the measured "
-            f"batches waited for their inputs ({r['input_stall_ns'] / 1e3:.1f} us per batch "
-            f"on average); raise input_pipeline.loader_workers or prefetch_batches, or set "
+    """One line per input-bound design: the data loader or the input copy, not the
+    design, sets its iteration time."""
+    return [f"{r['design']} is input-bound: the input pipeline delivers a batch every "
+            f"{r['input_period_ns'] / 1e3:.1f} us (iteration {r['iter_ns_mean'] / 1e3:.1f} "
+            f"us), {r['input_bound_share']:.0%} of the measured batches waited for their "
+            f"inputs ({r['input_stall_ns'] / 1e3:.1f} us per batch on average); raise "
+            f"input_pipeline.loader_workers or prefetch_batches, or set "
             f"input_pipeline.inputs_on_gpu for a benchmark whose inputs are resident"
-            for r in rows if r.get("input_bound_share", 0.0) >= INPUT_BOUND_SHARE]
+            for r in rows if r.get("input_bound")]
 
 
 def steady_state_warnings(cfg: Config, rows: list[dict[str, Any]]) -> list[str]:
