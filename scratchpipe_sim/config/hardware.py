@@ -273,9 +273,58 @@ class GpuConfig:
     hbm_capacity_GiB: float = field(default=80.0, metadata=doc(
         "GiB", "",
         "GPU datasheet") | _pos("HBM capacity"))
-    tflops: float = field(default=60.0, metadata=doc(
-        "TFLOP/s", "30-120 (A100)",
-        "~40% of TF32 peak (assumption)") | _pos("achievable dense TFLOP/s (MLPs)"))
+    tflops: float | None = field(default=None, metadata=doc(
+        "TFLOP/s", "",
+        "set by calibrate (GPU): the measured rate of its own tiled fp32 GEMM") | _pos(
+        "a measured GEMM rate that replaces peak x efficiency for every GEMM of the dense "
+        "model (what calibrate writes); null: the peaks below with gemm_efficiency and the "
+        "shape's quantization (docs/timing.md, dense compute)"))
+    peak_tflops_fp32: float = field(default=19.5, metadata=doc(
+        "TFLOP/s", "",
+        "NVIDIA A100 datasheet (FP32, CUDA cores)") | _pos(
+        "dense FP32 peak without tensor cores (CUDA cores): model.precision fp32, and any "
+        "GEMM whose K or N misses the tensor cores' alignment"))
+    peak_tflops_tf32: float | None = field(default=156.0, metadata=doc(
+        "TFLOP/s", "",
+        "NVIDIA A100 datasheet (TF32 tensor, dense)") | _pos(
+        "dense TF32 tensor-core peak (null: no TF32, e.g. V100, T4: tf32 runs at fp32)"))
+    peak_tflops_fp16: float | None = field(default=312.0, metadata=doc(
+        "TFLOP/s", "",
+        "NVIDIA A100 datasheet (FP16 tensor, dense)") | _pos(
+        "dense FP16 tensor-core peak (model.precision fp16: AMP; null: no FP16 tensor "
+        "cores)"))
+    peak_tflops_bf16: float | None = field(default=312.0, metadata=doc(
+        "TFLOP/s", "",
+        "NVIDIA A100 datasheet (BF16 tensor, dense)") | _pos(
+        "dense BF16 tensor-core peak (model.precision bf16: AMP; null: no BF16, e.g. V100, "
+        "T4: refused)"))
+    sm_count: int = field(default=108, metadata=doc(
+        "SMs", "",
+        "NVIDIA A100 whitepaper (108 SMs); the Matrix Multiplication guide's wave "
+        "quantization") | {
+        "help": "streaming multiprocessors (AMD: compute units): a GEMM's output tiles run "
+                "in waves of this many (wave quantization)", "min": 1})
+    gemm_efficiency: float = field(default=0.8, metadata=doc(
+        "fraction of peak", "0.6-0.9",
+        "fitted on published point E3.8 at local batch 16384 (A100, fp32 DCNv2, "
+        "compute-bound); cuBLAS large GEMMs reach 70-90% of peak (NVIDIA Matrix "
+        "Multiplication guide)") | {
+        "help": "fraction of the precision's peak a large GEMM whose tiles fill whole waves "
+                "reaches (smaller GEMMs lose their tile and wave quantization on top)",
+        "gt": 0, "max": 1})
+    stream_efficiency: float = field(default=0.85, metadata=doc(
+        "fraction of hbm_GBps", "0.7-0.93",
+        "assumption: a GPU STREAM copy reaches ~85-93% of HBM peak (BabelStream on "
+        "A100/H100)") | {
+        "help": "fraction of hbm_GBps the dense model's memory-bound kernels reach "
+                "(GEMMs' operands, activations, the interaction, the dense optimizer)",
+        "gt": 0, "max": 1})
+    graph_node_ns: float = field(default=1_000.0, metadata=doc(
+        "ns per kernel", "500-3000",
+        "assumption: a kernel inside a CUDA graph starts ~1 us after the one before "
+        "(no CPU launch)") | _nonneg(
+        "per-kernel cost inside a CUDA graph (model.cuda_graphs: true); the graph itself "
+        "is one kernel_launch_ns"))
     kernel_launch_ns: float = field(default=5_000.0, metadata=doc(
         "ns per kernel", "2000-8000",
         "assumption (launch cost)") | _nonneg("cost per kernel"))

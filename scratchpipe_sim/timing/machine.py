@@ -19,7 +19,8 @@ Resources (one `Server` each, processor sharing — see resources.py):
     pcie_d2h
     hbm         GPU HBM; gathers at hbm_GBps x gather_efficiency(row)
     gpu_l2      rows that hit in the GPU L2 (l2_GBps)
-    gpu_compute dense MLPs: tflops x 1e3 FLOP/ns; latency = kernels x kernel_launch_ns
+    gpu_compute the dense work (MLPs, interaction, dense optimizer): its FLOPs over the
+                kernels' GPU time, after the launch waits (timing/dense_compute.py)
     gpu_mmu     address translations of host pages that miss the GPU TLB (UVM reads and
                 writes in place): uvm_translation_ns per walk, walks sharing the walkers
     nvlink_tx,  this GPU's NVLink/NVSwitch port, per direction (made on a design's first
@@ -53,6 +54,7 @@ from scratchpipe_sim.timing.collectives import (
     net_latency_ns,
     net_share_GBps,
 )
+from scratchpipe_sim.timing.dense_compute import DenseCost, dense_iteration
 from scratchpipe_sim.timing.resources import (
     AllDone,
     Memory,
@@ -132,7 +134,8 @@ class Machine:
                                if self.cxl is not None and hw.cxl.load_latency_ns > 0
                                else 1.0)
         self.pcie = Pcie(env, hw.pcie, num_batches, rec, dram=self.dram.server)
-        self.compute = server("gpu_compute", gpu.tflops * 1e3, gpu.kernel_launch_ns)
+        # FLOPs at the rate `mlp` sets per call (dense_compute prices each kernel)
+        self.compute = server("gpu_compute", 1.0, 0.0)
         # "bandwidth" in walks per ns: a transfer of `walks x uvm_translation_ns` at 1 per ns
         self.mmu = server("gpu_mmu", 1.0, 0.0)
         # "bandwidth" in core-ns of work per ns
@@ -157,6 +160,8 @@ class Machine:
         self.tables = m.table_count
         self._nvlink: tuple[Server, Server] | None = None
         self._net: tuple[Server, Server] | None = None
+        #: the dense work's price per distinct samples per batch (`mlp`)
+        self._dense: dict[float, DenseCost] = {}
 
     def batch_done(self, b: int) -> None:
         """Batch b finished training; at the end of warm-up, snapshot busy times."""
@@ -527,11 +532,18 @@ class Machine:
                       rx.transfer(split.net_recv, batch, label, GBps=GBps, latency_ns=lat)]
         return self.all_of(parts)
 
-    def mlp(self, batch: int, samples: int) -> simpy.Process:
-        m = self.cfg.model
-        flops = m.mlp_flops / m.batch_size * samples
-        launch = m.mlp_kernels * self.cfg.hardware.gpu.kernel_launch_ns
-        return self.compute.transfer(flops, batch, "mlp", latency_ns=launch)
+    def mlp(self, batch: int, samples: float) -> simpy.Event | None:
+        """The dense work of one iteration on `samples` samples (MLPs, interaction, dense
+        optimizer: `dense_compute.dense_iteration`): its FLOPs on `gpu_compute` for the
+        kernels' GPU time, after the launch waits (idle, not busy)."""
+        cost = self._dense.get(samples)
+        if cost is None:  # once per distinct batch size (every batch asks)
+            cost = self._dense[samples] = dense_iteration(self.cfg.model,
+                                                          self.cfg.hardware.gpu,
+                                                          float(samples))
+        return self.compute.transfer(cost.flops, batch, "mlp",
+                                     GBps=cost.flops / cost.busy_ns,
+                                     latency_ns=cost.launch_ns)
 
     # -- stages ------------------------------------------------------------------------------
     def stage(self, name: str, batch: int, parts: Iterable[simpy.Event | None]

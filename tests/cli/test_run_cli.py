@@ -85,7 +85,8 @@ def test_trace_file_input(cfg_file, tmp_path, capsys):
     ids = np.random.default_rng(0).integers(0, 400, 32 * 12)
     np.save(tmp_path / "ids.npy", ids)
     argv = ["run", str(cfg_file), "--out", str(tmp_path / "o"), "--json", "--design", "hybrid",
-            "--set", "trace.path=ids.npy", "--set", "model.tables.count=1"]
+            "--set", "trace.path=ids.npy", "--set", "model.tables.count=1",
+            "--set", "model.top_mlp=null"]  # one table: the interaction's width is derived
     assert main(argv) == 0
     row = json.loads(capsys.readouterr().out)[0]
     assert row["accesses"] == 32 * 10  # 12 batches of 32 ids, 2 warm-up
@@ -131,7 +132,8 @@ def test_unknown_design_flag(cfg_file, tmp_path, capsys):
 def test_trace_ids_exceed_table_rows(cfg_file, tmp_path, capsys):
     np.save(tmp_path / "ids.npy", np.array([1, 2, 399, 450] * 96))
     one_line_error(capsys, ["run", str(cfg_file), "--out", str(tmp_path / "o"),
-                            "--set", "trace.path=ids.npy", "--set", "model.tables.count=1"],
+                            "--set", "trace.path=ids.npy", "--set", "model.tables.count=1",
+                            "--set", "model.top_mlp=null"],
                    "model.tables.rows", "expected 0 <= id < 400")
 
 

@@ -27,7 +27,7 @@ BASE = {
     "hardware": off_chip("dgx-a100"),
     "model": {"tables": {"count": 4, "rows": 500, "dim": 32}, "pooling": 4, "batch_size": 64,
               "num_batches": 12, "warmup_batches": 3, "bottom_mlp": [13, 64, 16],
-              "top_mlp": [20, 32, 1]},
+              "interaction": "cat", "top_mlp": None},  # derived: tests vary the tables
     "trace": {"distribution": "zipf", "alpha": 1.05},
     "cache": {"capacity_rows": 600},
     "designs": ["gpu-only"],

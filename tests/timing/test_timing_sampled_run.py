@@ -22,7 +22,7 @@ SMALL = {
     "hardware": {"preset": "a100-gen4"},
     "model": {"tables": {"count": 2, "rows": 60000, "dim": 32}, "pooling": 8,
               "batch_size": 256, "num_batches": 12, "warmup_batches": 3,
-              "bottom_mlp": [13, 16], "top_mlp": [8, 1]},
+              "bottom_mlp": [13, 16], "interaction": "cat", "top_mlp": [80, 1]},
     "trace": {"distribution": "zipf", "alpha": 1.05},
     "cache": {"load_factor": 0.05, "warmup_batches": 12},
     "design_params": {"scratchpipe": {

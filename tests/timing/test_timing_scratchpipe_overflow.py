@@ -20,7 +20,8 @@ BASE = {
         "num_batches": 12,
         "warmup_batches": 2,
         "bottom_mlp": [13, 64, 16],
-        "top_mlp": [20, 32, 1],
+        "interaction": "cat",
+        "top_mlp": [80, 32, 1],
     },
     "trace": {"distribution": "zipf", "alpha": 1.05},
     # W = 3 needs a shape of at most 3 stage groups: plan | collect+exchange+insert | train

@@ -14,6 +14,7 @@ from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.engine import COUNTERS, iter_cache, make_policy
 from scratchpipe_sim.timing import build_trace, simulate
+from scratchpipe_sim.timing.dense_compute import dense_iteration
 from scratchpipe_sim.timing.designs import design_params
 from scratchpipe_sim.traces.csr_trace import Trace
 
@@ -25,7 +26,7 @@ BASE = {
     "hardware": off_chip("a100-gen4"),
     "model": {"tables": {"count": 2, "rows": 5000, "dim": 32}, "pooling": 4, "batch_size": 64,
               "num_batches": 40, "warmup_batches": 8, "bottom_mlp": [13, 64, 16],
-              "top_mlp": [20, 32, 1]},
+              "interaction": "cat", "top_mlp": [80, 32, 1]},
     "trace": {"distribution": "zipf", "alpha": 1.05},
     "cache": {"capacity_rows": 3000},
     "designs": ["scratchpipe"],
@@ -71,12 +72,8 @@ def exchange_closed_form(cfg):
 
 
 def mlp_closed_form(cfg):
-    """3 GEMMs of 2 x B x in x out FLOPs per layer, plus 3 kernel launches per layer."""
-    m, g = cfg.model, cfg.hardware.gpu
-    layers = [(a, b) for mlp in (m.bottom_mlp, m.top_mlp) for a, b in zip(mlp, mlp[1:],
-                                                                          strict=False)]
-    flops = 3 * 2 * m.batch_size * sum(a * b for a, b in layers)
-    return 3 * len(layers) * g.kernel_launch_ns + flops / (g.tflops * 1e3)
+    """The dense iteration alone (timing/dense_compute.py, tested by its closed forms)."""
+    return dense_iteration(cfg.model, cfg.hardware.gpu, float(cfg.model.batch_size)).total_ns
 
 
 @pytest.mark.parametrize("groups, w", [(FIVE, 5), (FUSED, 3), (FUSED, 6), (FIVE, 8)])
@@ -107,9 +104,8 @@ def test_balanced_stages_give_the_slowest_group_not_the_sum_over_the_window():
     cfg = cfg_of(PCIE_BOUND, shape(FUSED, 3))
     ex = exchange_closed_form(cfg)
     m = cfg.model
-    layers = sum(a * b for mlp in (m.bottom_mlp, m.top_mlp) for a, b in zip(mlp, mlp[1:],
-                                                                            strict=False))
-    tflops = 3 * 2 * m.batch_size * layers / (0.9 * ex) / 1e3  # mlp ~ 0.9 x exchange
+    flops = dense_iteration(m, cfg.hardware.gpu, float(m.batch_size)).flops
+    tflops = flops / (0.9 * ex) / 1e3  # mlp ~ 0.9 x exchange
     cfg = cfg_of(PCIE_BOUND, shape(FUSED, 3), {"hardware": {"gpu": {"tflops": tflops}}})
     row = simulate(cfg)[0]
     assert row["iter_ns_mean"] == pytest.approx(max(ex, row["stage_train_ns"]), rel=0.02)
@@ -144,7 +140,8 @@ def hazard_cfg(refetch, groups=FIVE):
                 "num_batches": N,
                 "warmup_batches": 2,
                 "bottom_mlp": [4, 8],
-                "top_mlp": [8, 1],
+                "interaction": "cat",
+                "top_mlp": [72, 1],
             },
             "cache": {"capacity_rows": 2 * W, "warmup_batches": 0},
             "design_params": {

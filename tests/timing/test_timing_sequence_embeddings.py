@@ -17,7 +17,7 @@ BASE = {
     "hardware": off_chip("a100-gen4"),
     "model": {"tables": {"count": 2, "rows": 2000, "dim": 16}, "pooling": 4, "batch_size": 32,
               "num_batches": 6, "warmup_batches": 2, "bottom_mlp": [13, 16],
-              "top_mlp": [8, 1]},
+              "top_mlp": [19, 1]},
     "trace": {"distribution": "zipf", "alpha": 1.05},
     "cache": {"capacity_rows": 400},
     "seed": 3,

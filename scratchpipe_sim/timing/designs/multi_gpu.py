@@ -44,6 +44,7 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.cost import usd_per_million
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing.counts import Where
+from scratchpipe_sim.timing.dense_compute import dense_params
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
 from scratchpipe_sim.timing.designs.design_parameters import design_params
@@ -81,12 +82,9 @@ def node_gpus(cfg: Config, p: MultiGpuParams) -> int:
 
 
 def mlp_param_bytes(cfg: Config) -> float:
-    """Dense parameters (fp32 weights and biases of both MLPs): what the all-reduce moves."""
-    m = cfg.model
-    total = 0
-    for layers in (m.bottom_mlp, m.top_mlp):
-        total += sum(a * b + b for a, b in zip(layers, layers[1:], strict=False))
-    return 4.0 * total
+    """Dense parameters (fp32 weights and biases of both MLPs and the interaction's):
+    what the all-reduce moves."""
+    return 4.0 * dense_params(cfg.model)
 
 
 @DESIGNS.register("multi-gpu")
