@@ -17,7 +17,8 @@ The window: load(b) starts once the trainer has taken batch b - prefetch_batches
 consumer asked for it), so at most `prefetch_batches` batches are loaded or in flight
 beyond the one being consumed (0: a batch is loaded only when asked for). A design waits
 with `wait(b)` (stage `input_wait`: batch b's inputs on the GPU) or, for a host-side first
-consumer (hybrid's gather, a planner), `host_wait(b)` (stage `loader_wait`). Both are 0
+consumer (hybrid's gather), `host_wait(b)` (stage `loader_wait`); a consumer that runs
+ahead of training (scratchpipe's and bagpipe's planners) with `ahead_wait(b)`, no stage. Both are 0
 while the pipeline keeps ahead; a design whose waits are not is *input-bound*
 (`run_metrics`: `input_stall_ns`, `input_bound_share`). The pipeline's own times per batch,
 `input_load_ns` and `input_copy_ns` (means over the measured batches, metric columns), are
@@ -54,7 +55,7 @@ def dense_features(cfg: Config) -> int:
     """Dense features per sample: input_pipeline.dense_features, else the bottom MLP's
     input width (DLRM's bottom MLP reads them)."""
     n = cfg.input_pipeline.dense_features
-    return cfg.model.bottom_mlp[0] if n is None else n
+    return cfg.model.bottom_layers[0] if n is None else n
 
 
 def dense_bytes_per_sample(cfg: Config) -> float:
@@ -171,6 +172,15 @@ class InputPipeline:
     def wait(self, b: int) -> Generator:
         """Until batch b's inputs are on the GPU (stage `input_wait`)."""
         yield from self.m.stage(INPUT_WAIT, b, [self.ready_event(b)])
+
+    def ahead_wait(self, b: int, on_gpu: bool = False) -> Generator:
+        """Until batch b is built (`on_gpu`: and copied), for a consumer that runs ahead of
+        training (a planner `lookahead` batches ahead): no stage, since its wait is upstream
+        of the iteration (the planner's group has slack); when the pipeline does hold the
+        iteration back, `input_period_ns` meets the iteration (`run_metrics.input_bound`)."""
+        ev = self.ready_event(b) if on_gpu else self.loaded_event(b)
+        if ev is not None:
+            yield ev
 
     def host_wait(self, b: int) -> Generator:
         """Until batch b is built in host memory (stage `loader_wait`): a host-side first

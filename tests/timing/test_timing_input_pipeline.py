@@ -24,7 +24,7 @@ BASE = {
     "hardware": off_chip("a100-gen4"),
     "model": {"tables": {"count": T, "rows": 500, "dim": 16}, "pooling": POOL,
               "batch_size": B, "num_batches": BATCHES, "warmup_batches": WU,
-              "bottom_mlp": [DENSE, 32, 16], "top_mlp": [20, 16, 1]},
+              "bottom_mlp": [DENSE, 32, 16], "top_mlp": None},
     "trace": {"distribution": "zipf", "alpha": 1.05},
     "cache": {"capacity_rows": 600},
     "seed": 3,
@@ -131,11 +131,16 @@ def test_prefetch_hides_a_copy_shorter_than_the_iteration():
 
 @pytest.mark.parametrize("design", ["hybrid", "gpu-only", "scratchpipe"])
 def test_more_loader_workers_are_never_slower(design):
-    times = [run(cfg_of({"input_pipeline": {"loader_ns_per_sample": 5_000.0,
-                                            "loader_workers": w, "prefetch_batches": 8}}),
-                 design)["iter_ns_mean"] for w in (1, 2, 4, 8)]
-    assert all(b <= a * (1 + 1e-9) for a, b in zip(times, times[1:], strict=False)), times
+    """Never slower beyond the shift in when the workers take their cores from the
+    design's own CPU stages (scratchpipe's collect and plan: under 1e-4 here)."""
+    rows = [run(cfg_of({"input_pipeline": {"loader_ns_per_sample": 5_000.0,
+                                           "loader_workers": w, "prefetch_batches": 8}}),
+                design) for w in (1, 2, 4, 8)]
+    times = [r["iter_ns_mean"] for r in rows]
+    assert all(b <= a * (1 + 1e-4) for a, b in zip(times, times[1:], strict=False)), times
     assert times[-1] < times[0]
+    # one worker bounds every design here; eight leave each to its own stages
+    assert rows[0]["input_bound"] and not rows[-1]["input_bound"]
 
 
 def test_multi_gpu_loads_and_copies_its_share_of_the_batch():

@@ -75,7 +75,7 @@ class Bagpipe(Design):
             for b in range(n):
                 if b >= L:
                     yield trained[b - L]  # it sees at most L batches beyond training
-                yield from inputs.host_wait(b)  # the loader built batch b
+                yield from inputs.ahead_wait(b)  # the loader built batch b (no stage)
                 yield from m.stage("oracle", b, [m.plan(b, c.accesses[b], knobs=self.params)])
                 decided[b].succeed()
 

@@ -7,7 +7,7 @@ Stages of one batch (F fills, V victims, A lookups, U unique rows; R bytes per m
 
     inputs    the batch built by the data loader and copied to the GPU with its ids and
               offsets (`Design.inputs`, `timing/input_pipeline.py`): plan waits for the
-              loader (`loader_wait`), train for the copy (`input_wait`)
+              loader (no stage: it runs ahead), train for the copy (`input_wait`)
     plan      the `scratchpipe` policy on the CPU cores: A x plan_ns_per_id + E x
               plan_ns_per_eviction core-ns (E: the batch's evictions) on at most
               plan_threads cores, sharing them with collect and write-back
@@ -37,7 +37,7 @@ smaller (`ScratchpipeDesignParams.check` names the minimum).
 **Variants** (issue 27: which of its parts decide its lead). `planner: gpu` runs the
 planner as a GPU hash table (`Machine.gpu_plan`: HierarchicalKV's measured lookup and
 insert-with-eviction rates, on HBM), after the batch's inputs with its indices crossed
-PCIe (`input_wait` in plan); the plan's decisions stay on the GPU, which drives collect.
+PCIe; the plan's decisions stay on the GPU, which drives collect.
 `collect: gpu` replaces the CPU gather into a pinned staging buffer and its DMA with
 GPU loads of the missed rows in place (`Machine.uvm_read`, as FBGEMM's fills) and the
 victims' D2H + CPU scatter with GPU stores in place (`Machine.uvm_write`): exchange then
@@ -225,11 +225,11 @@ class _Pipeline:
         """The policy on the host cores, or (planner: gpu) the ids to the GPU, then its
         hash table."""
         m, c = self.m, self.c
+        # the planner runs ahead of training: its wait for the batch is no stage
+        yield from self.inputs.ahead_wait(b, on_gpu=self.gpu_plan)
         if self.gpu_plan:  # its hash table reads the batch's ids on the GPU
-            yield from self.inputs.wait(b)
             planned = m.gpu_plan(b, c.accesses[b], c.evictions[b])
         else:
-            yield from self.inputs.host_wait(b)
             planned = m.plan(b, c.accesses[b], c.evictions[b], self.p)
         yield from m.stage("plan", b, [planned])
 
