@@ -481,8 +481,7 @@ def test_timelines_cover_every_resource_and_stage(tmp_path):
             "stages"} <= names
     stages = {e["name"] for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 2}
     # its own stages and the input pipeline's (timing/input_pipeline.py)
-    assert stages == {"plan", "collect", "exchange", "insert", "train", "loader_wait",
-                      "input_wait"}
+    assert stages == {"plan", "collect", "exchange", "insert", "train", "input_wait"}
     for e in doc["traceEvents"]:
         if e["ph"] == "X":
             assert e["dur"] >= 0

@@ -82,9 +82,10 @@ def test_pcie_bound_iteration_is_the_exchange_group(groups, w):
     row = simulate(cfg)[0]
     want = exchange_closed_form(cfg)
     assert row["iter_ns_mean"] == pytest.approx(want, rel=0.02)
-    # busy all but each exchange's latency (nothing else crosses the link to hide it)
+    # busy all but each exchange's latency and the hand-offs between groups (with the
+    # inputs resident nothing else crosses the link to hide them: 5-7% here)
     idle = cfg.hardware.pcie.latency_ns / want
-    assert row["busy_pcie_h2d"] == pytest.approx(1 - idle, abs=0.02)
+    assert 1 - idle - 0.03 < row["busy_pcie_h2d"] <= 1 - idle + 1e-9
 
 
 @pytest.mark.parametrize("groups, w", [(FIVE, 5), (FUSED, 3), (FUSED, 5)])
