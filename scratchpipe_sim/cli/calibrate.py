@@ -132,7 +132,8 @@ def handle_cpu(args: argparse.Namespace) -> int:
 
         fbgemm.import_fbgemm()  # the missing package: one line, before measuring
         meas = bench.measure_all(threads, sizes, statistic=args.statistic,
-                                 mix_pool=("fbgemm", fbgemm.mix_pool))
+                                 mix_pool=("fbgemm", fbgemm.mix_pool),
+                                 update=fbgemm.measure_update)
     else:
         meas = bench.measure_all(threads, sizes, statistic=args.statistic)
     cal = fit_cpu(meas, base.cpu, llc_from_sysfs())

@@ -229,6 +229,8 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
     if m.aggregate:
         _fit_aggregates(m, vals, how, top * pe, op, vals.get("llc_MiB", base.llc_MiB))
     checks = notes
+    if m.update:
+        _fit_update(m, vals, how, checks)
     cfg = _replace(base, vals)
     for a in m.apply:
         pred = _update_ns(cfg, a.unique_rows, a.moved_row_bytes, top)
@@ -358,6 +360,82 @@ def _fit_aggregates(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str
         + ", ".join(f"{int(r)} B {v:.1f}" for r, v in miss))
     how["aggregate_ns_per_row"] = (what + "; c, median of "
                                    + ", ".join(f"{int(r)} B {v:.1f}" for r, v in row))
+
+
+def fit_update_terms(rows: list[tuple[float, ...]], seconds: list[float]
+                     ) -> tuple[float, ...]:
+    """Core-ns terms (TERM_NAMES' order) of seconds = design row . terms by least squares
+    with every term >= 0: the best fit over every subset of the terms (the others 0), as
+    fit_aggregate_onchip. Why non-negative: a cost is never negative, and on a shared host
+    a noisy point can buy a better fit with a negative term that would price a larger
+    batch below a smaller one."""
+    x = np.array(rows, float)
+    t = np.array(seconds, float) * 1e9
+    k = x.shape[1]
+    best: tuple[float, np.ndarray] | None = None
+    for mask in range(1, 1 << k):
+        cols = [j for j in range(k) if mask >> j & 1]
+        coef, *_ = np.linalg.lstsq(x[:, cols], t, rcond=None)
+        if (coef < 0).any():
+            continue
+        sse = float(((x[:, cols] @ coef - t) ** 2).sum())
+        if best is None or sse < best[0] * (1 - 1e-9):
+            full = np.zeros(k)
+            full[cols] = coef
+            best = (sse, full)
+    if best is None:
+        raise ValueError("no non-negative fit of the update terms")
+    return tuple(float(v) for v in best[1])
+
+
+def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
+                checks: list[str]) -> None:
+    """cpu.update.<optimizer>: the terms of timing/cpu_update_cost.py fitted on FBGEMM's
+    backward (fit points), then the check points priced by the fitted terms."""
+    from scratchpipe_sim.timing.cpu_update_cost import (  # noqa: PLC0415
+        TERM_NAMES,
+        design_row,
+    )
+
+    update: dict[str, Any] = {}
+    notes = []
+    for opt in dict.fromkeys(p.optimizer for p in m.update):
+        pts = [p for p in m.update if p.optimizer == opt]
+        fit = [p for p in pts if p.role == "fit"]
+        if len(fit) < len(TERM_NAMES):
+            continue
+        terms = fit_update_terms([design_row(p.lookups, p.unique_rows, p.dim, int(p.tables))
+                                  for p in fit], [p.seconds for p in fit])
+        key = opt.replace("-", "_")
+        update[key] = {name: round(v, 4) for name, v in zip(TERM_NAMES, terms, strict=True)}
+        update[key]["parallel"] = opt == "rowwise-adagrad"
+
+        def err(p, terms=terms) -> float:
+            pred = float(np.dot(design_row(p.lookups, p.unique_rows, p.dim, int(p.tables)),
+                                terms))
+            return (pred / 1e9 - p.seconds) / p.seconds * 100
+
+        fe = [abs(err(p)) for p in fit]
+        chk = [p for p in pts if p.role == "check"]
+        notes.append(f"{opt}: " + ", ".join(f"{n} {v:.3g}" for n, v in
+                                            zip(TERM_NAMES, terms, strict=True))
+                     + f"; fit points |error| median {np.median(fe):.0f}%, max "
+                     f"{max(fe):.0f}% ({len(fit)} points)")
+        for p in chk:
+            checks.append(
+                f"update {opt}, {int(p.tables)} table(s) x {int(p.batch)} x pooling "
+                f"{int(p.pooling)}, dim {int(p.dim)}, {int(p.unique_rows)} unique rows of "
+                f"{int(p.lookups)} lookups: FBGEMM {p.seconds * 1e6:.0f} us, terms "
+                f"{err(p):+.0f}% (held out)")
+    if update:
+        vals["update"] = update
+        how["update"] = (
+            "FBGEMM's CPU backward (fused optimizer, one thread, huge pages) per optimizer at "
+            "shapes of dim 32/64/128, pooling 2/8/32, each row used ~1 or ~8 times, 1 and 4 "
+            "tables; least squares of ns = call + T x table + n x lookup + n D x "
+            "lookup_element + U x row + U D x row_element, terms >= 0; parallel: FBGEMM's "
+            "source (rowwise Adagrad's JIT path is at::parallel_for, SGD's and Adagrad's "
+            "loop is serial). " + "; ".join(notes))
 
 
 def fit_planner(batches: list[PlanBatch]) -> tuple[float, float] | None:

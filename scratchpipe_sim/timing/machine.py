@@ -53,6 +53,7 @@ from scratchpipe_sim.timing.collectives import (
     net_latency_ns,
     net_share_GBps,
 )
+from scratchpipe_sim.timing.cpu_update_cost import update_cost
 from scratchpipe_sim.timing.resources import (
     AllDone,
     Memory,
@@ -249,10 +250,27 @@ class Machine:
         row; fitted by calibrate --cpu, the cores' own memory stalls included) || the
         gradients' memory traffic (r bytes per lookup on DRAM/LLC, `onchip_fraction` on
         chip: the socket's limit) — then update each unique row with its optimizer state (a
-        read and a write per row: 2U x R, `onchip_fraction` of them on chip)."""
+        read and a write per row: 2U x R, `onchip_fraction` of them on chip).
+
+        With `hardware.cpu.update` terms for the config's optimizer, priced instead as
+        FBGEMM's CPU backward runs it (timing/cpu_update_cost.py): csr2csc's sort on every
+        core, then the walk over the unique rows (one core, or every core where FBGEMM
+        parallelizes it) || the rows' read and write on the socket's memory (2U x R)."""
         cpu = self.cfg.hardware.cpu
         r = self.r if r is None else r
         R = self.R if R is None else R
+        terms = cpu.update.of(self.cfg.model.optimizer)
+        if terms is not None:
+            cost = update_cost(terms, lookups, unique_rows,
+                               r / self.cfg.model.tables.bytes_per_element, self.tables)
+            share = 1.0 if cost.parallel else plan_share(1, cpu.cores,
+                                                         cpu.parallel_efficiency)
+            return self.seq(
+                lambda: self.cpu_work(cost.sort_ns, batch, "sort"),
+                lambda: self.all_of([
+                    self.cpu_work(cost.walk_ns, batch, "update", max_share=share),
+                    self.table_gather(2 * unique_rows, R, batch, "update",
+                                      onchip_fraction)]))
         return self.seq(
             lambda: self.all_of([
                 self.cpu_work(aggregate_core_ns(cpu, lookups, unique_rows, r,
