@@ -7,7 +7,8 @@ pages (THP_MEM_ALLOC_ENABLE, as validate --against fbgemm), one thread. A shape 
 T, batch B, pooling L, dim D, reuse k): every table gets B bags of L ids drawn over about
 B x L / k distinct uniform random rows of its table (so U varies at fixed lookups), the
 tables hold `update_table_rows` rows in all (> 100x this host's LLC at every dim: rows
-miss, as a large table's do). Fit shapes vary D (32 / 64 / 128), the lookups through L,
+miss, as a large table's do). Fit shapes vary D (32 / 64 / 128), the lookups through L
+(2 / 8 / 32 at B, and pooling 1 at 8 B: one lookup a bag, as an unpooled feature),
 the unique rows through k, and T; check shapes (held out of the fit) are other
 combinations (D 48 / 96, T 2 / 8, pooling 1). Each repetition runs the forward untimed,
 then the backward timed (the thread's CPU time: `cpu/measure.py`); repetitions interleave
@@ -57,8 +58,8 @@ class UpdatePoint(NamedTuple):
 def shapes(max_lookups: int) -> tuple[list[UpdateShape], list[UpdateShape]]:
     """(fit shapes, check shapes) with at most `max_lookups` lookups per table."""
     b = max(16, max_lookups // 32)
-    fit = [UpdateShape(1, b, p, d, k) for d in (32, 64, 128) for p in (2, 8, 32)
-           for k in (1, 8)]
+    fit = [UpdateShape(1, bb, p, d, k) for d in (32, 64, 128)
+           for bb, p in ((b, 2), (b, 8), (b, 32), (8 * b, 1)) for k in (1, 8)]
     fit += [UpdateShape(4, b, 2, 64, k) for k in (1, 8)]
     check = [UpdateShape(2, max(8, b // 2), 10, 96, 3),
              UpdateShape(1, b * 2, 1, 48, 1),

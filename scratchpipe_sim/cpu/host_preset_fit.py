@@ -430,12 +430,12 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
     if update:
         vals["update"] = update
         how["update"] = (
-            "FBGEMM's CPU backward (fused optimizer, one thread, huge pages) per optimizer at "
-            "shapes of dim 32/64/128, pooling 2/8/32, each row used ~1 or ~8 times, 1 and 4 "
-            "tables; least squares of ns = call + T x table + n x lookup + n D x "
-            "lookup_element + U x row + U D x row_element, terms >= 0; parallel: FBGEMM's "
-            "source (rowwise Adagrad's JIT path is at::parallel_for, SGD's and Adagrad's "
-            "loop is serial). " + "; ".join(notes))
+            "FBGEMM's CPU backward (fused optimizer, one thread, huge pages) per optimizer "
+            "at shapes of dim 32/64/128, pooling 2/8/32 (and 1 at 8x the batch), each row "
+            "used ~1 or ~8 times, 1 and 4 tables; least squares of ns = call + T x table + "
+            "n x lookup + n D x lookup_element + U x row + U D x row_element, terms >= 0; "
+            "parallel: FBGEMM's source (rowwise Adagrad's JIT path is at::parallel_for, "
+            "SGD's and Adagrad's loop is serial). " + "; ".join(notes))
 
 
 def fit_planner(batches: list[PlanBatch]) -> tuple[float, float] | None:
