@@ -162,6 +162,31 @@ class UpdateTerms:
 
 
 @dataclass(frozen=True)
+class ForwardTerms:
+    """FBGEMM's CPU forward beyond the rows' gathers (`cpu_gather` prices those): per call
+    and table, and per bag (the bag's loop and its D-float output row written: at::empty
+    output, first touched here), `at::parallel_for` over the bags. Why: at pooling 1 a bag
+    costs as much as its one row (docs/validation.md); the rates the mix fits carry it only
+    at the mix's pooling."""
+
+    ns_per_call: float = field(default=0.0, metadata=doc(
+        "core-ns per forward call", "0-500000",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "fixed cost of one forward call (Python, autograd, dispatch, output allocation)"))
+    ns_per_table: float = field(default=0.0, metadata=doc(
+        "core-ns per table", "0-100000",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg("fixed cost per table of a call"))
+    ns_per_bag: float = field(default=0.0, metadata=doc(
+        "core-ns per bag", "0-1000",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per bag (sample x table): the kernel's bag loop"))
+    ns_per_bag_element: float = field(default=0.0, metadata=doc(
+        "core-ns per float of a bag's output", "0-20",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per output float: the pooled row written (and first touched)"))
+
+
+@dataclass(frozen=True)
 class CpuUpdateConfig:
     """Per optimizer, FBGEMM's CPU backward terms (null: the aggregation keys price it)."""
 
@@ -268,6 +293,11 @@ class CpuConfig:
         "GB/s", "500-3000",
         "assumption") | _pos(
         "LLC bandwidth for rows that hit on chip"))
+    forward: ForwardTerms | None = field(default=None, metadata=doc(
+        "terms", "", "set by calibrate --cpu --kernel fbgemm") | {
+        "help": "hybrid's gather + pool priced with FBGEMM's CPU forward's per-call, "
+                "per-table and per-bag costs beside the rows' gathers (unset: the rows "
+                "alone)"})
     update: CpuUpdateConfig = field(default_factory=CpuUpdateConfig, metadata=doc(
         "per optimizer", "", "set by calibrate --cpu --kernel fbgemm") | {
         "help": "hybrid's update priced with FBGEMM's CPU backward structure, per optimizer "

@@ -12,7 +12,8 @@ miss, as a large table's do). Fit shapes vary D (32 / 64 / 128), the lookups thr
 the unique rows through k, and T; check shapes (held out of the fit) are other
 combinations (D 48 / 96, T 2 / 8, pooling 1). Each repetition runs the forward untimed,
 then the backward timed (the thread's CPU time: `cpu/measure.py`); repetitions interleave
-every shape of the optimizer, so a slow moment of a shared host lands on all of them; a
+every shape of the optimizer, so a slow moment of a shared host lands on all of them (the
+forward is timed too: its per-call, per-table and per-bag costs are fitted from it); a
 point's figure is the `statistic` (median by default) of its repetitions. The unique rows
 are the exact count per table of the ids fed (np.unique), summed over tables.
 """
@@ -53,6 +54,8 @@ class UpdatePoint(NamedTuple):
     lookups: float
     unique_rows: float
     seconds: float
+    #: the forward before it (autograd on, as validate --against fbgemm times it)
+    forward_seconds: float = 0.0
 
 
 def shapes(max_lookups: int) -> tuple[list[UpdateShape], list[UpdateShape]]:
@@ -106,19 +109,21 @@ def measure_update(fb: dict[str, Any], table_rows: int, max_lookups: int, reps: 
                 idx = torch.from_numpy(np.concatenate(per))
                 offs = torch.from_numpy(np.arange(0, n * s.tables + 1, s.pooling,
                                                   dtype=np.int64))
-                runs.append((role, s, tbes[key], idx, offs, uniq, []))
+                runs.append((role, s, tbes[key], idx, offs, uniq, [], []))
         for r in range(max(1, reps) + 1):  # round 0: warm-up (allocations, first touch)
-            for _role, _s, tbe, idx, offs, _u, times in runs:
-                out_t = tbe(idx, offs)
-                grad = torch.full_like(out_t, 1e-4)
-                t = timed(lambda o=out_t, g=grad: o.backward(g))
+            for _role, _s, tbe, idx, offs, _u, times, fwd in runs:
+                outs = []
+                tf = timed(lambda t=tbe, i=idx, o=offs, k=outs: k.append(t(i, o)))
+                grad = torch.full_like(outs[0], 1e-4)
+                t = timed(lambda o=outs[0], g=grad: o.backward(g))
                 if r:
                     times.append(t)
-        for role, s, _tbe, _i, _o, uniq, times in runs:
+                    fwd.append(tf)
+        for role, s, _tbe, _i, _o, uniq, times, fwd in runs:
             out.append(UpdatePoint(opt, role, float(s.tables), float(s.batch),
                                    float(s.pooling), float(s.dim),
                                    float(s.batch * s.pooling * s.tables), float(uniq),
-                                   note(Timing.of(times))))
+                                   note(Timing.of(times)), note(Timing.of(fwd))))
         del tbes, runs
         gc.collect()
     nb.set_num_threads(threads)

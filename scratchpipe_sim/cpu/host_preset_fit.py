@@ -231,6 +231,7 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
     checks = notes
     if m.update:
         _fit_update(m, vals, how, checks)
+        _fit_forward(m, vals, how, checks, _replace(base, vals))
     cfg = _replace(base, vals)
     for a in m.apply:
         pred = _update_ns(cfg, a.unique_rows, a.moved_row_bytes, top)
@@ -436,6 +437,56 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
             "n x lookup + n D x lookup_element + U x row + U D x row_element, terms >= 0; "
             "parallel: FBGEMM's source (rowwise Adagrad's JIT path is at::parallel_for, "
             "SGD's and Adagrad's loop is serial). " + "; ".join(notes))
+
+
+def _fit_forward(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
+                 checks: list[str], cpu: CpuConfig) -> None:
+    """cpu.forward: FBGEMM's forward beyond the rows' gathers, fitted on the forwards timed
+    beside the backward (uniform rows of tables far above the LLC: every row a miss, priced
+    by the fitted per-core rates, `gather_core_ns`): the rest = call + T x table + bags x
+    bag + bags x D x bag_element, terms >= 0, over the fit shapes of every optimizer."""
+    from scratchpipe_sim.timing.cpu_update_cost import (  # noqa: PLC0415
+        FORWARD_TERM_NAMES,
+        forward_row,
+    )
+    from scratchpipe_sim.timing.machine import gather_core_ns  # noqa: PLC0415
+
+    pts = [p for p in m.update if p.forward_seconds > 0]
+    fit = [p for p in pts if p.role == "fit"]
+    if len(fit) < len(FORWARD_TERM_NAMES):
+        return
+
+    def rest(p) -> float:
+        return p.forward_seconds - gather_core_ns(cpu, p.lookups, p.dim * 4) / 1e9
+
+    def row(p) -> tuple[float, ...]:
+        return forward_row(p.batch * p.tables, p.dim, int(p.tables))
+
+    terms = fit_update_terms([row(p) for p in fit], [rest(p) for p in fit])
+    vals["forward"] = {n: round(v, 4) for n, v in zip(FORWARD_TERM_NAMES, terms, strict=True)}
+
+    def err(p) -> float:
+        pred = float(np.dot(row(p), terms)) + gather_core_ns(cpu, p.lookups, p.dim * 4)
+        return (pred / 1e9 - p.forward_seconds) / p.forward_seconds * 100
+
+    fe = [abs(err(p)) for p in fit]
+    how["forward"] = (
+        "FBGEMM's CPU forward (one thread, huge pages), timed before each backward of the "
+        "update's shapes (every optimizer's fit shapes), less the rows' gathers at the "
+        "fitted per-core miss rates: least squares of the rest = call + T x table + bags x "
+        "bag + bags x D x bag_element, terms >= 0: " + ", ".join(
+            f"{n} {v:.3g}" for n, v in zip(FORWARD_TERM_NAMES, terms, strict=True))
+        + f"; forward |error| median {np.median(fe):.0f}%, max {max(fe):.0f}% over "
+        f"{len(fit)} fit points")
+    seen = set()
+    for p in pts:
+        key = (p.tables, p.batch, p.pooling, p.dim)
+        if p.role != "check" or key in seen:
+            continue
+        seen.add(key)
+        checks.append(f"forward, {int(p.tables)} table(s) x {int(p.batch)} x pooling "
+                      f"{int(p.pooling)}, dim {int(p.dim)}: FBGEMM "
+                      f"{p.forward_seconds * 1e6:.0f} us, model {err(p):+.0f}% (held out)")
 
 
 def fit_planner(batches: list[PlanBatch]) -> tuple[float, float] | None:

@@ -1,4 +1,5 @@
-"""Hybrid's update priced with the structure of FBGEMM's CPU backward, per optimizer.
+"""Hybrid's update priced with the structure of FBGEMM's CPU backward, per optimizer (and
+its forward's costs beyond the rows' gathers: `forward_overhead_ns`).
 
 FBGEMM's `split_embedding_backward_codegen_{optimizer}_cpu` (fbgemm_gpu/codegen/training/
 backward/embedding_backward_split_cpu_template.cpp) does, per table:
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scratchpipe_sim.config.hardware import UpdateTerms
+from scratchpipe_sim.config.hardware import ForwardTerms, UpdateTerms
 
 
 @dataclass(frozen=True)
@@ -69,3 +70,20 @@ def design_row(lookups: float, unique_rows: float, dim: float, tables: int
     """The multipliers of TERM_NAMES for one batch: update_cost's total is their dot
     product with the terms (what the calibration's least squares fits)."""
     return (1.0, float(tables), lookups, lookups * dim, unique_rows, unique_rows * dim)
+
+
+#: ForwardTerms' names in the order `forward_row` lays them out
+FORWARD_TERM_NAMES = ("ns_per_call", "ns_per_table", "ns_per_bag", "ns_per_bag_element")
+
+
+def forward_row(bags: float, dim: float, tables: int) -> tuple[float, ...]:
+    """The multipliers of FORWARD_TERM_NAMES for one forward call."""
+    return (1.0, float(tables), bags, bags * dim)
+
+
+def forward_overhead_ns(terms: ForwardTerms, bags: float, dim: float, tables: int) -> float:
+    """Core-ns of FBGEMM's forward beyond the rows' gathers: per call, table and bag
+    (embedding_forward_split_cpu.cpp: per table, at::parallel_for over blocks of bags, each
+    bag's output row of `dim` floats written by the JIT'd SpMDM kernel)."""
+    return (terms.ns_per_call + tables * terms.ns_per_table + bags * terms.ns_per_bag
+            + bags * dim * terms.ns_per_bag_element)

@@ -53,7 +53,7 @@ from scratchpipe_sim.timing.collectives import (
     net_latency_ns,
     net_share_GBps,
 )
-from scratchpipe_sim.timing.cpu_update_cost import update_cost
+from scratchpipe_sim.timing.cpu_update_cost import forward_overhead_ns, update_cost
 from scratchpipe_sim.timing.resources import (
     AllDone,
     Memory,
@@ -206,6 +206,22 @@ class Machine:
                        + gather_core_ns(cpu, rows * f, row_bytes, h, self.cxl_core_scale))
         return self.all_of([self.table_gather(rows, row_bytes, batch, label, onchip_fraction),
                             self.cpu_work(core_ns, batch, label)])
+
+    def cpu_embedding_bag(self, lookups: float, row_bytes: float, bags: float, batch: int,
+                          onchip_fraction: float = 0.0) -> simpy.Event | None:
+        """Hybrid's forward on the CPU: the lookups' rows gathered and pooled (`cpu_gather`),
+        then, with `hardware.cpu.forward` set, FBGEMM's forward's own costs beyond the rows
+        (per call, table and bag: `forward_overhead_ns`) on every core (at::parallel_for
+        over the bags)."""
+        terms = self.cfg.hardware.cpu.forward
+        if terms is None:
+            return self.cpu_gather(lookups, row_bytes, batch, "gather", onchip_fraction)
+        extra = forward_overhead_ns(terms, bags,
+                                    row_bytes / self.cfg.model.tables.bytes_per_element,
+                                    self.tables)
+        return self.seq(
+            lambda: self.cpu_gather(lookups, row_bytes, batch, "gather", onchip_fraction),
+            lambda: self.cpu_work(extra, batch, "pool"))
 
     def table_gather(self, rows: float, row_bytes: float, batch: int, label: str,
                      onchip_fraction: float = 0.0) -> simpy.Event | None:

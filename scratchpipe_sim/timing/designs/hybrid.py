@@ -31,8 +31,8 @@ class Hybrid(Design):
         c = self.columns(w)
         for b in range(w.num_batches):
             pooled = c.samples[b] * self.sample_out
-            yield from m.stage("cpu_gather", b, [m.cpu_gather(c.accesses[b], c.r[b], b,
-                                                              "gather", c.llc[b])])
+            yield from m.stage("cpu_gather", b, [m.cpu_embedding_bag(
+                c.accesses[b], c.r[b], c.samples[b] * m.tables, b, c.llc[b])])
             yield from m.stage("h2d_pooled", b, [m.pcie.h2d(pooled, b, "pooled")])
             yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
             yield from m.stage("d2h_grads", b, [m.pcie.d2h(pooled, b, "grads")])
