@@ -79,14 +79,17 @@ def _ids(rng: np.random.Generator, rows: int, n: int, k: int) -> np.ndarray:
 
 def measure_update(fb: dict[str, Any], table_rows: int, max_lookups: int, reps: int,
                    statistic: str, note: Callable[[Timing], float],
-                   optimizers: tuple[str, ...] = tuple(OPTIMIZERS)) -> list[UpdatePoint]:
-    """Every fit and check shape of every optimizer (module docstring); `note` turns a
-    point's repetitions into its figure (and records its spread)."""
+                   optimizers: tuple[str, ...] = tuple(OPTIMIZERS),
+                   shape_set: tuple[list[UpdateShape], list[UpdateShape]] | None = None
+                   ) -> list[UpdatePoint]:
+    """Every fit and check shape (`shapes(max_lookups)` unless `shape_set` gives them) of
+    every optimizer (module docstring); `note` turns a point's repetitions into its figure
+    (and records its spread)."""
     torch = fb["torch"]
     torch.set_num_threads(1)
     threads = nb.get_num_threads()
     nb.set_num_threads(1)  # the clock: this thread's CPU time (cpu/measure.py)
-    fit, check = shapes(max_lookups)
+    fit, check = shape_set or shapes(max_lookups)
     rng = np.random.default_rng(43)
     out: list[UpdatePoint] = []
     for opt in optimizers:

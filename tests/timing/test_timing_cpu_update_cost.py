@@ -24,13 +24,13 @@ FAST_MEMORY = {"dram_GBps": 1e9, "llc_GBps": 1e9, "dram_latency_ns": 0.0}
 
 
 def _cfg(optimizer: str, cores: int = 1, parallel: bool = False, tables: int = 4,
-         pe: float = 1.0, terms: dict | None = None):
+         pe: float = 1.0, terms: dict | None = None, forward: dict | None = None):
     key = optimizer.replace("-", "_")
     update = {key: {**(terms or TERMS), "parallel": parallel}} if optimizer != "none" else {}
     return load_config({
         "hardware": {"preset": "a100-gen4",
                      "cpu": {**FAST_MEMORY, "cores": cores, "parallel_efficiency": pe,
-                             "update": update}},
+                             "update": update, "forward": forward}},
         "model": {"tables": {"count": tables, "rows": 100000, "dim": 64},
                   "optimizer": "sgd" if optimizer == "none" else optimizer,
                   "pooling": 4, "batch_size": 64, "num_batches": 2, "warmup_batches": 0},
@@ -130,3 +130,32 @@ def test_bad_terms_are_one_line():
         _cfg("sgd", terms={**TERMS, "ns_per_row": -1.0})
     with pytest.raises(UserError, match="nsper_row|did you mean"):
         _cfg("sgd", terms={**TERMS, "nsper_row": 1.0})
+
+
+FORWARD = {"ns_per_call": 9000.0, "ns_per_table": 400.0, "ns_per_bag": 30.0,
+           "ns_per_bag_element": 0.5}
+
+
+def test_the_forward_adds_fbgemms_per_bag_costs_after_the_rows_gathers():
+    # hybrid's cpu_gather = the rows' gather (cpu_gather) then call + T x table + bags x
+    # (bag + D x bag_element) on every core; without cpu.forward, the rows alone
+    from scratchpipe_sim.config.hardware import ForwardTerms
+    from scratchpipe_sim.timing.cpu_update_cost import forward_overhead_ns
+
+    base = _cfg("sgd", cores=2)
+    with_fwd = _cfg("sgd", cores=2, forward=FORWARD)
+    r = base.model.row_bytes
+
+    def gather(cfg, bags):
+        return float(price_alone(cfg, 1, lambda m, b: m.cpu_embedding_bag(5000, r, bags, b),
+                                 [0])[0])
+
+    rows_only = float(price_alone(base, 1, lambda m, b: m.cpu_gather(5000, r, b, "gather"),
+                                  [0])[0])
+    assert gather(base, 256) == rows_only
+    extra = forward_overhead_ns(ForwardTerms(**FORWARD), 256, 64, 4)
+    assert extra == 9000 + 4 * 400 + 256 * (30 + 64 * 0.5)
+    assert gather(with_fwd, 256) == pytest.approx(rows_only + extra / 2, rel=1e-9)
+    # pooling 1 (as many bags as lookups) costs more than pooling 20 at equal lookups
+    assert gather(with_fwd, 5000) > gather(with_fwd, 250)
+
