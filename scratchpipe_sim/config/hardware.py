@@ -163,14 +163,16 @@ class UpdateTerms:
 
 @dataclass(frozen=True)
 class ForwardTerms:
-    """FBGEMM's CPU forward beyond the rows' gathers (`cpu_gather` prices those): per call
-    and table, and per bag (the bag's loop and its D-float output row written: at::empty
-    output, first touched here), `at::parallel_for` over the bags. Why: at pooling 1 a bag
-    costs as much as its one row (docs/validation.md); the rates the mix fits carry it only
-    at the mix's pooling."""
+    """FBGEMM's CPU forward beyond the rows' gathers (`cpu_gather` prices those at the
+    per-core rates the mix fitted, on FBGEMM's forward at `rates_pooling` lookups a bag, the
+    call's fixed cost taken out): per call and table, and per bag beyond the rates' own
+    share (one bag per rates_pooling lookups: the bag's loop and its D-float output row).
+    Why: at pooling 1 a bag costs about as much as its one row, and a call's fixed cost
+    spread over the mix's lookups would price a large batch's rows too dear
+    (docs/validation.md)."""
 
     ns_per_call: float = field(default=0.0, metadata=doc(
-        "core-ns per forward call", "0-500000",
+        "core-ns per forward call", "0-1000000",
         "set by calibrate --cpu --kernel fbgemm") | _nonneg(
         "fixed cost of one forward call (Python, autograd, dispatch, output allocation)"))
     ns_per_table: float = field(default=0.0, metadata=doc(
@@ -179,11 +181,16 @@ class ForwardTerms:
     ns_per_bag: float = field(default=0.0, metadata=doc(
         "core-ns per bag", "0-1000",
         "set by calibrate --cpu --kernel fbgemm") | _nonneg(
-        "per bag (sample x table): the kernel's bag loop"))
+        "per bag (sample x table) beyond the rates' share: the kernel's bag loop"))
     ns_per_bag_element: float = field(default=0.0, metadata=doc(
         "core-ns per float of a bag's output", "0-20",
         "set by calibrate --cpu --kernel fbgemm") | _nonneg(
-        "per output float: the pooled row written (and first touched)"))
+        "per output float of a bag beyond the rates' share: the pooled row written"))
+    rates_pooling: float = field(default=20.0, metadata=doc(
+        "lookups per bag", "1-1000",
+        "calibrate --cpu's mix pooling") | {
+        "help": "lookups per bag of the mix the per-core rates were fitted on: their "
+                "lookups already carry one bag each this many", "gt": 0})
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,8 @@ class CpuMeasurements:
     #: whose gather + pool the mix timed: "numba" (the simulator's kernel) or "fbgemm"
     #: (FBGEMM's CPU TBE forward, calibrate --cpu --kernel fbgemm)
     mix_kernel: str = "numba"
+    #: lookups per bag of the mix's traces (its rates carry one bag per this many lookups)
+    mix_pooling: float = 20.0
     #: (optimizer, role fit / check, tables, batch, pooling, dim, lookups, unique rows,
     #: seconds) of FBGEMM's CPU backward (--kernel fbgemm; cpu/fbgemm_update_bench.py)
     update: list[UpdatePoint] = field(default_factory=list)
@@ -582,6 +584,7 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes,
 
     rng = np.random.default_rng(13)
     nb.set_num_threads(1)
+    m.mix_pooling = float(z.pooling)
     sizes = hot_set_sizes(z)
     total = z.mix_warm_batches + z.mix_batches
     # one trace per exponent over the most rows (the smallest row size), folded onto each

@@ -224,14 +224,18 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         how["llc_MiB"] = how["llc_ways"] = "the OS's last-level cache (sysfs)"
     if m.onchip:
         _fit_onchip(m, vals, how)
+    fwd = fit_forward(m) if m.update else None
     if m.mix:
-        _fit_mix(m, vals, how, vals.get("llc_MiB", base.llc_MiB))
+        # FBGEMM's mix: each timed point is one call (one table): its fixed cost comes off
+        call_s = 0.0 if fwd is None else (fwd[0] + fwd[1]) / 1e9
+        _fit_mix(m, vals, how, vals.get("llc_MiB", base.llc_MiB), call_s)
     if m.aggregate:
         _fit_aggregates(m, vals, how, top * pe, op, vals.get("llc_MiB", base.llc_MiB))
     checks = notes
     if m.update:
         _fit_update(m, vals, how, checks)
-        _fit_forward(m, vals, how, checks, _replace(base, vals))
+        if fwd is not None:
+            _fit_forward(m, fwd, vals, how, checks, _replace(base, vals))
     cfg = _replace(base, vals)
     for a in m.apply:
         pred = _update_ns(cfg, a.unique_rows, a.moved_row_bytes, top)
@@ -439,45 +443,68 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
             "SGD's and Adagrad's loop is serial). " + "; ".join(notes))
 
 
-def _fit_forward(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
-                 checks: list[str], cpu: CpuConfig) -> None:
-    """cpu.forward: FBGEMM's forward beyond the rows' gathers, fitted on the forwards timed
-    beside the backward (uniform rows of tables far above the LLC: every row a miss, priced
-    by the fitted per-core rates, `gather_core_ns`): the rest = call + T x table + bags x
-    bag + bags x D x bag_element, terms >= 0, over the fit shapes of every optimizer."""
+def _forward_points(m: CpuMeasurements) -> list:
+    """The update benchmark's forwards whose rows are used once (uniform over tables far
+    above the LLC: every row a miss): more unique rows than half the lookups."""
+    return [p for p in m.update if p.forward_seconds > 0 and p.unique_rows > 0.5 * p.lookups]
+
+
+def fit_forward(m: CpuMeasurements) -> tuple[float, ...] | None:
+    """FORWARD_TERM_NAMES' terms of FBGEMM's forward by least squares (terms >= 0) over the
+    fit shapes' forwards whose rows all miss: seconds = call + T x table + n x lookup + n D
+    x lookup_element + bags x bag + bags D x bag_element. None without such points."""
     from scratchpipe_sim.timing.cpu_update_cost import (  # noqa: PLC0415
         FORWARD_TERM_NAMES,
         forward_row,
     )
+
+    fit = [p for p in _forward_points(m) if p.role == "fit"]
+    if len(fit) < len(FORWARD_TERM_NAMES):
+        return None
+    return fit_update_terms([forward_row(p.lookups, p.batch * p.tables, p.dim,
+                                         int(p.tables)) for p in fit],
+                            [p.forward_seconds for p in fit])
+
+
+def _fit_forward(m: CpuMeasurements, terms: tuple[float, ...], vals: dict[str, Any],
+                 how: dict[str, str], checks: list[str], cpu: CpuConfig) -> None:
+    """cpu.forward from `fit_forward`'s terms: the call's, table's and bag's (the
+    per-lookup ones are FBGEMM's own miss cost, reported beside the mix's); the held-out
+    forwards priced as the model prices hybrid's (rows at the fitted rates + the rest)."""
+    from scratchpipe_sim.config.hardware import ForwardTerms  # noqa: PLC0415
+    from scratchpipe_sim.timing.cpu_update_cost import (  # noqa: PLC0415
+        FORWARD_TERM_NAMES,
+        forward_overhead_ns,
+    )
     from scratchpipe_sim.timing.machine import gather_core_ns  # noqa: PLC0415
 
-    pts = [p for p in m.update if p.forward_seconds > 0]
-    fit = [p for p in pts if p.role == "fit"]
-    if len(fit) < len(FORWARD_TERM_NAMES):
-        return
-
-    def rest(p) -> float:
-        return p.forward_seconds - gather_core_ns(cpu, p.lookups, p.dim * 4) / 1e9
-
-    def row(p) -> tuple[float, ...]:
-        return forward_row(p.batch * p.tables, p.dim, int(p.tables))
-
-    terms = fit_update_terms([row(p) for p in fit], [rest(p) for p in fit])
-    vals["forward"] = {n: round(v, 4) for n, v in zip(FORWARD_TERM_NAMES, terms, strict=True)}
+    t = dict(zip(FORWARD_TERM_NAMES, terms, strict=True))
+    fwd = {k: round(t[k], 4) for k in ("ns_per_call", "ns_per_table", "ns_per_bag",
+                                       "ns_per_bag_element")}
+    fwd["rates_pooling"] = float(m.mix_pooling)
+    vals["forward"] = fwd
+    ft = ForwardTerms(**fwd)
 
     def err(p) -> float:
-        pred = float(np.dot(row(p), terms)) + gather_core_ns(cpu, p.lookups, p.dim * 4)
+        pred = (gather_core_ns(cpu, p.lookups, p.dim * 4)
+                + forward_overhead_ns(ft, p.lookups, p.batch * p.tables, p.dim,
+                                      int(p.tables)))
         return (pred / 1e9 - p.forward_seconds) / p.forward_seconds * 100
 
-    fe = [abs(err(p)) for p in fit]
+    pts = _forward_points(m)
+    fe = [abs(err(p)) for p in pts if p.role == "fit"]
+    own = t["ns_per_lookup"] + 64 * t["ns_per_lookup_element"]
     how["forward"] = (
         "FBGEMM's CPU forward (one thread, huge pages), timed before each backward of the "
-        "update's shapes (every optimizer's fit shapes), less the rows' gathers at the "
-        "fitted per-core miss rates: least squares of the rest = call + T x table + bags x "
-        "bag + bags x D x bag_element, terms >= 0: " + ", ".join(
-            f"{n} {v:.3g}" for n, v in zip(FORWARD_TERM_NAMES, terms, strict=True))
-        + f"; forward |error| median {np.median(fe):.0f}%, max {max(fe):.0f}% over "
-        f"{len(fit)} fit points")
+        "update's fit shapes whose rows are used once (all misses), least squares "
+        "(terms >= 0) of ns = call + T x table + n x lookup + n D x lookup_element + bags "
+        "x bag + bags D x bag_element: " + ", ".join(
+            f"{n} {v:.3g}" for n, v in t.items())
+        + f" (its own miss: {own:.1f} ns per 256 B row); kept: the call's, table's and "
+        f"bag's, the bags beyond one per {m.mix_pooling:g} lookups (the mix's pooling, "
+        "whose rates carry those); the call's fixed cost is taken out of the mix's points "
+        f"before its rates are fitted. The model's forward (rates + these) |error| median "
+        f"{np.median(fe):.0f}%, max {max(fe):.0f}% over {len(fe)} fit points")
     seen = set()
     for p in pts:
         key = (p.tables, p.batch, p.pooling, p.dim)
@@ -591,7 +618,7 @@ def fit_mix(points: dict[float, list[tuple[float, float]]]
 
 
 def _fit_mix(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
-             llc_MiB: float) -> None:
+             llc_MiB: float, call_s: float = 0.0) -> None:
     """core_llc_GBps, core_dram_GBps ([row_bytes, GBps] curves) and core_window_rows from
     the mix (see the module docstring): hits counted at the largest measured hot-set size
     <= llc_MiB (the LLC the model simulates)."""
@@ -601,7 +628,8 @@ def _fit_mix(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
         if p.lookups <= 0:
             continue
         label, h = _hits_at(p.hits, llc_MiB)
-        points.setdefault(p.row_bytes, []).append((h / p.lookups, p.seconds / p.lookups * 1e9))
+        secs = max(p.seconds - call_s, 0.5 * p.seconds)  # a call's fixed cost taken out
+        points.setdefault(p.row_bytes, []).append((h / p.lookups, secs / p.lookups * 1e9))
     fit = fit_mix(points)
     if fit is None:
         return

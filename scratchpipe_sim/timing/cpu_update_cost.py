@@ -72,18 +72,25 @@ def design_row(lookups: float, unique_rows: float, dim: float, tables: int
     return (1.0, float(tables), lookups, lookups * dim, unique_rows, unique_rows * dim)
 
 
-#: ForwardTerms' names in the order `forward_row` lays them out
-FORWARD_TERM_NAMES = ("ns_per_call", "ns_per_table", "ns_per_bag", "ns_per_bag_element")
+#: the forward fit's terms (FBGEMM's forward alone, rows used once: every row a miss),
+#: in the order `forward_row` lays them out; ForwardTerms keeps the call's, table's and
+#: bag's, the per-lookup ones are FBGEMM's own miss cost (a check of the mix's rates)
+FORWARD_TERM_NAMES = ("ns_per_call", "ns_per_table", "ns_per_lookup",
+                      "ns_per_lookup_element", "ns_per_bag", "ns_per_bag_element")
 
 
-def forward_row(bags: float, dim: float, tables: int) -> tuple[float, ...]:
+def forward_row(lookups: float, bags: float, dim: float, tables: int) -> tuple[float, ...]:
     """The multipliers of FORWARD_TERM_NAMES for one forward call."""
-    return (1.0, float(tables), bags, bags * dim)
+    return (1.0, float(tables), lookups, lookups * dim, bags, bags * dim)
 
 
-def forward_overhead_ns(terms: ForwardTerms, bags: float, dim: float, tables: int) -> float:
-    """Core-ns of FBGEMM's forward beyond the rows' gathers: per call, table and bag
+def forward_overhead_ns(terms: ForwardTerms, lookups: float, bags: float, dim: float,
+                        tables: int) -> float:
+    """Core-ns of FBGEMM's forward beyond the rows' gathers: per call and table, and per bag
+    beyond the one bag per `rates_pooling` lookups the per-core rates already carry
     (embedding_forward_split_cpu.cpp: per table, at::parallel_for over blocks of bags, each
-    bag's output row of `dim` floats written by the JIT'd SpMDM kernel)."""
-    return (terms.ns_per_call + tables * terms.ns_per_table + bags * terms.ns_per_bag
-            + bags * dim * terms.ns_per_bag_element)
+    bag's output row of `dim` floats written by the JIT'd SpMDM kernel). A pooling above
+    the rates' adds nothing for bags (the rates' share is not taken back)."""
+    extra_bags = max(0.0, bags - lookups / terms.rates_pooling)
+    return (terms.ns_per_call + tables * terms.ns_per_table
+            + extra_bags * (terms.ns_per_bag + dim * terms.ns_per_bag_element))

@@ -211,12 +211,12 @@ class Machine:
                           onchip_fraction: float = 0.0) -> simpy.Event | None:
         """Hybrid's forward on the CPU: the lookups' rows gathered and pooled (`cpu_gather`),
         then, with `hardware.cpu.forward` set, FBGEMM's forward's own costs beyond the rows
-        (per call, table and bag: `forward_overhead_ns`) on every core (at::parallel_for
-        over the bags)."""
+        (per call and table, and per bag beyond the rates' share: `forward_overhead_ns`) on
+        every core (at::parallel_for over the bags)."""
         terms = self.cfg.hardware.cpu.forward
         if terms is None:
             return self.cpu_gather(lookups, row_bytes, batch, "gather", onchip_fraction)
-        extra = forward_overhead_ns(terms, bags,
+        extra = forward_overhead_ns(terms, lookups, bags,
                                     row_bytes / self.cfg.model.tables.bytes_per_element,
                                     self.tables)
         return self.seq(
