@@ -133,12 +133,13 @@ def test_bad_terms_are_one_line():
 
 
 FORWARD = {"ns_per_call": 9000.0, "ns_per_table": 400.0, "ns_per_bag": 30.0,
-           "ns_per_bag_element": 0.5}
+           "ns_per_bag_element": 0.5, "rates_pooling": 20.0}
 
 
-def test_the_forward_adds_fbgemms_per_bag_costs_after_the_rows_gathers():
-    # hybrid's cpu_gather = the rows' gather (cpu_gather) then call + T x table + bags x
-    # (bag + D x bag_element) on every core; without cpu.forward, the rows alone
+def test_the_forward_adds_fbgemms_call_and_bag_costs_after_the_rows_gathers():
+    # hybrid's cpu_gather = the rows' gather (cpu_gather) then call + T x table + the bags
+    # beyond one per rates_pooling lookups x (bag + D x bag_element), on every core;
+    # without cpu.forward, the rows alone
     from scratchpipe_sim.config.hardware import ForwardTerms
     from scratchpipe_sim.timing.cpu_update_cost import forward_overhead_ns
 
@@ -152,10 +153,14 @@ def test_the_forward_adds_fbgemms_per_bag_costs_after_the_rows_gathers():
 
     rows_only = float(price_alone(base, 1, lambda m, b: m.cpu_gather(5000, r, b, "gather"),
                                   [0])[0])
-    assert gather(base, 256) == rows_only
-    extra = forward_overhead_ns(ForwardTerms(**FORWARD), 256, 64, 4)
-    assert extra == 9000 + 4 * 400 + 256 * (30 + 64 * 0.5)
-    assert gather(with_fwd, 256) == pytest.approx(rows_only + extra / 2, rel=1e-9)
-    # pooling 1 (as many bags as lookups) costs more than pooling 20 at equal lookups
-    assert gather(with_fwd, 5000) > gather(with_fwd, 250)
-
+    assert gather(base, 5000) == rows_only
+    terms = ForwardTerms(**FORWARD)
+    # pooling 1: 5000 bags, 4750 beyond the rates' 250
+    extra = forward_overhead_ns(terms, 5000, 5000, 64, 4)
+    assert extra == 9000 + 4 * 400 + (5000 - 250) * (30 + 64 * 0.5)
+    assert gather(with_fwd, 5000) == pytest.approx(rows_only + extra / 2, rel=1e-9)
+    # at the rates' pooling (and above it) only the call and the tables are added
+    fixed = 9000 + 4 * 400
+    assert forward_overhead_ns(terms, 5000, 250, 64, 4) == fixed
+    assert forward_overhead_ns(terms, 5000, 100, 64, 4) == fixed
+    assert gather(with_fwd, 250) == pytest.approx(rows_only + fixed / 2, rel=1e-9)
