@@ -154,6 +154,11 @@ class UpdateTerms:
         "set by calibrate --cpu --kernel fbgemm") | _nonneg(
         "per element of a unique row: the optimizer's read-modify-write of the weight and "
         "its state"))
+    ns_per_bag_element: float = field(default=0.0, metadata=doc(
+        "core-ns per float of a bag's output gradient", "0-20",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per element of a bag's grad_output row, read first by the walk (a miss once the "
+        "table's B x D slice leaves the caches; its bag's other lookups find it on chip)"))
     parallel: bool = field(default=False, metadata=doc(
         "bool", "",
         "FBGEMM source: only rowwise Adagrad's fp32 path is at::parallel_for") | {
@@ -165,7 +170,7 @@ class UpdateTerms:
 class ForwardTerms:
     """FBGEMM's CPU forward beyond the rows' gathers (`cpu_gather` prices those at the
     per-core rates the mix fitted, on FBGEMM's forward at `rates_pooling` lookups a bag, the
-    call's fixed cost taken out): per call and table, and per bag beyond the rates' own
+    call's fixed cost taken out): per call, and per bag beyond the rates' own
     share (one bag per rates_pooling lookups: the bag's loop and its D-float output row).
     Why: at pooling 1 a bag costs about as much as its one row, and a call's fixed cost
     spread over the mix's lookups would price a large batch's rows too dear
@@ -175,9 +180,6 @@ class ForwardTerms:
         "core-ns per forward call", "0-1000000",
         "set by calibrate --cpu --kernel fbgemm") | _nonneg(
         "fixed cost of one forward call (Python, autograd, dispatch, output allocation)"))
-    ns_per_table: float = field(default=0.0, metadata=doc(
-        "core-ns per table", "0-100000",
-        "set by calibrate --cpu --kernel fbgemm") | _nonneg("fixed cost per table of a call"))
     ns_per_bag: float = field(default=0.0, metadata=doc(
         "core-ns per bag", "0-1000",
         "set by calibrate --cpu --kernel fbgemm") | _nonneg(

@@ -226,8 +226,8 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         _fit_onchip(m, vals, how)
     fwd = fit_forward(m) if m.update else None
     if m.mix:
-        # FBGEMM's mix: each timed point is one call (one table): its fixed cost comes off
-        call_s = 0.0 if fwd is None else (fwd[0] + fwd[1]) / 1e9
+        # FBGEMM's mix: each timed point is one call: its fixed cost comes off
+        call_s = 0.0 if fwd is None else fwd[0] / 1e9
         _fit_mix(m, vals, how, vals.get("llc_MiB", base.llc_MiB), call_s)
     if m.aggregate:
         _fit_aggregates(m, vals, how, top * pe, op, vals.get("llc_MiB", base.llc_MiB))
@@ -409,14 +409,16 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
         fit = [p for p in pts if p.role == "fit"]
         if len(fit) < len(TERM_NAMES):
             continue
-        terms = fit_update_terms([design_row(p.lookups, p.unique_rows, p.dim, int(p.tables))
+        terms = fit_update_terms([design_row(p.lookups, p.unique_rows, p.dim, int(p.tables),
+                                           p.batch * p.tables)
                                   for p in fit], [p.seconds for p in fit])
         key = opt.replace("-", "_")
         update[key] = {name: round(v, 4) for name, v in zip(TERM_NAMES, terms, strict=True)}
         update[key]["parallel"] = opt == "rowwise-adagrad"
 
         def err(p, terms=terms) -> float:
-            pred = float(np.dot(design_row(p.lookups, p.unique_rows, p.dim, int(p.tables)),
+            pred = float(np.dot(design_row(p.lookups, p.unique_rows, p.dim, int(p.tables),
+                                           p.batch * p.tables),
                                 terms))
             return (pred / 1e9 - p.seconds) / p.seconds * 100
 
@@ -438,7 +440,8 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
             "FBGEMM's CPU backward (fused optimizer, one thread, huge pages) per optimizer "
             "at shapes of dim 32/64/128, pooling 2/8/32 (and 1 at 8x the batch), each row "
             "used ~1 or ~8 times, 1 and 4 tables; least squares of ns = call + T x table + "
-            "n x lookup + n D x lookup_element + U x row + U D x row_element, terms >= 0; "
+            "n x lookup + n D x lookup_element + U x row + U D x row_element + bags D x "
+            "bag_element, terms >= 0; "
             "parallel: FBGEMM's source (rowwise Adagrad's JIT path is at::parallel_for, "
             "SGD's and Adagrad's loop is serial). " + "; ".join(notes))
 
@@ -451,8 +454,8 @@ def _forward_points(m: CpuMeasurements) -> list:
 
 def fit_forward(m: CpuMeasurements) -> tuple[float, ...] | None:
     """FORWARD_TERM_NAMES' terms of FBGEMM's forward by least squares (terms >= 0) over the
-    fit shapes' forwards whose rows all miss: seconds = call + T x table + n x lookup + n D
-    x lookup_element + bags x bag + bags D x bag_element. None without such points."""
+    fit shapes' forwards whose rows all miss: seconds = call + n x lookup + n D x
+    lookup_element + bags x bag + bags D x bag_element. None without such points."""
     from scratchpipe_sim.timing.cpu_update_cost import (  # noqa: PLC0415
         FORWARD_TERM_NAMES,
         forward_row,
@@ -461,14 +464,14 @@ def fit_forward(m: CpuMeasurements) -> tuple[float, ...] | None:
     fit = [p for p in _forward_points(m) if p.role == "fit"]
     if len(fit) < len(FORWARD_TERM_NAMES):
         return None
-    return fit_update_terms([forward_row(p.lookups, p.batch * p.tables, p.dim,
-                                         int(p.tables)) for p in fit],
+    return fit_update_terms([forward_row(p.lookups, p.batch * p.tables, p.dim)
+                             for p in fit],
                             [p.forward_seconds for p in fit])
 
 
 def _fit_forward(m: CpuMeasurements, terms: tuple[float, ...], vals: dict[str, Any],
                  how: dict[str, str], checks: list[str], cpu: CpuConfig) -> None:
-    """cpu.forward from `fit_forward`'s terms: the call's, table's and bag's (the
+    """cpu.forward from `fit_forward`'s terms: the call's and bag's (the
     per-lookup ones are FBGEMM's own miss cost, reported beside the mix's); the held-out
     forwards priced as the model prices hybrid's (rows at the fitted rates + the rest)."""
     from scratchpipe_sim.config.hardware import ForwardTerms  # noqa: PLC0415
@@ -479,16 +482,14 @@ def _fit_forward(m: CpuMeasurements, terms: tuple[float, ...], vals: dict[str, A
     from scratchpipe_sim.timing.machine import gather_core_ns  # noqa: PLC0415
 
     t = dict(zip(FORWARD_TERM_NAMES, terms, strict=True))
-    fwd = {k: round(t[k], 4) for k in ("ns_per_call", "ns_per_table", "ns_per_bag",
-                                       "ns_per_bag_element")}
+    fwd = {k: round(t[k], 4) for k in ("ns_per_call", "ns_per_bag", "ns_per_bag_element")}
     fwd["rates_pooling"] = float(m.mix_pooling)
     vals["forward"] = fwd
     ft = ForwardTerms(**fwd)
 
     def err(p) -> float:
         pred = (gather_core_ns(cpu, p.lookups, p.dim * 4)
-                + forward_overhead_ns(ft, p.lookups, p.batch * p.tables, p.dim,
-                                      int(p.tables)))
+                + forward_overhead_ns(ft, p.lookups, p.batch * p.tables, p.dim))
         return (pred / 1e9 - p.forward_seconds) / p.forward_seconds * 100
 
     pts = _forward_points(m)
@@ -497,10 +498,10 @@ def _fit_forward(m: CpuMeasurements, terms: tuple[float, ...], vals: dict[str, A
     how["forward"] = (
         "FBGEMM's CPU forward (one thread, huge pages), timed before each backward of the "
         "update's fit shapes whose rows are used once (all misses), least squares "
-        "(terms >= 0) of ns = call + T x table + n x lookup + n D x lookup_element + bags "
-        "x bag + bags D x bag_element: " + ", ".join(
-            f"{n} {v:.3g}" for n, v in t.items())
-        + f" (its own miss: {own:.1f} ns per 256 B row); kept: the call's, table's and "
+        "(terms >= 0) of ns = call + n x lookup + n D x lookup_element + bags x bag + "
+        "bags D x bag_element (no term per table: not told apart from the call's here): "
+        + ", ".join(f"{n} {v:.3g}" for n, v in t.items())
+        + f" (its own miss: {own:.1f} ns per 256 B row); kept: the call's and "
         f"bag's, the bags beyond one per {m.mix_pooling:g} lookups (the mix's pooling, "
         "whose rates carry those); the call's fixed cost is taken out of the mix's points "
         f"before its rates are fitted. The model's forward (rates + these) |error| median "

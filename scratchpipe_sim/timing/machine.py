@@ -211,14 +211,13 @@ class Machine:
                           onchip_fraction: float = 0.0) -> simpy.Event | None:
         """Hybrid's forward on the CPU: the lookups' rows gathered and pooled (`cpu_gather`),
         then, with `hardware.cpu.forward` set, FBGEMM's forward's own costs beyond the rows
-        (per call and table, and per bag beyond the rates' share: `forward_overhead_ns`) on
+        (per call, and per bag beyond the rates' share: `forward_overhead_ns`) on
         every core (at::parallel_for over the bags)."""
         terms = self.cfg.hardware.cpu.forward
         if terms is None:
             return self.cpu_gather(lookups, row_bytes, batch, "gather", onchip_fraction)
         extra = forward_overhead_ns(terms, lookups, bags,
-                                    row_bytes / self.cfg.model.tables.bytes_per_element,
-                                    self.tables)
+                                    row_bytes / self.cfg.model.tables.bytes_per_element)
         return self.seq(
             lambda: self.cpu_gather(lookups, row_bytes, batch, "gather", onchip_fraction),
             lambda: self.cpu_work(extra, batch, "pool"))
@@ -258,7 +257,8 @@ class Machine:
 
     def cpu_backward(self, batch: int, lookups: float, unique_rows: float,
                      onchip_fraction: float = 0.0, r: float | None = None,
-                     R: float | None = None, lookup_onchip: float = 0.0) -> simpy.Process:
+                     R: float | None = None, lookup_onchip: float = 0.0,
+                     bags: float = 0.0) -> simpy.Process:
         """Hybrid's backward on the CPU: aggregate the lookups' gradient contributions into
         row gradients — core work (`aggregate_core_ns`: per lookup the op on the gradient
         row and the aggregation's own cost, dearer for a lookup whose row is off chip —
@@ -269,7 +269,8 @@ class Machine:
         read and a write per row: 2U x R, `onchip_fraction` of them on chip).
 
         With `hardware.cpu.update` terms for the config's optimizer, priced instead as
-        FBGEMM's CPU backward runs it (timing/cpu_update_cost.py): csr2csc's sort on every
+        FBGEMM's CPU backward runs it (timing/cpu_update_cost.py; `bags`: the batch's
+        samples x tables, whose grad_output rows it reads): csr2csc's sort on every
         core, then the walk over the unique rows (one core, or every core where FBGEMM
         parallelizes it) || the rows' read and write on the socket's memory (2U x R)."""
         cpu = self.cfg.hardware.cpu
@@ -278,7 +279,8 @@ class Machine:
         terms = cpu.update.of(self.cfg.model.optimizer)
         if terms is not None:
             cost = update_cost(terms, lookups, unique_rows,
-                               r / self.cfg.model.tables.bytes_per_element, self.tables)
+                               r / self.cfg.model.tables.bytes_per_element, self.tables,
+                               bags)
             share = 1.0 if cost.parallel else plan_share(1, cpu.cores,
                                                          cpu.parallel_efficiency)
             return self.seq(

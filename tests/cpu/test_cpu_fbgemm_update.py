@@ -22,9 +22,9 @@ from scratchpipe_sim.timing.cpu_update_cost import TERM_NAMES, design_row
 needs_fbgemm = pytest.mark.skipif(fbgemm_reason() is not None, reason=str(fbgemm_reason()))
 
 #: per optimizer, known terms (core-ns) in TERM_NAMES' order
-KNOWN = {"sgd": (20000.0, 3000.0, 12.0, 0.3, 90.0, 1.5),
-         "adagrad": (30000.0, 2000.0, 10.0, 0.2, 120.0, 5.0),
-         "rowwise-adagrad": (25000.0, 4000.0, 14.0, 0.05, 30.0, 0.8)}
+KNOWN = {"sgd": (20000.0, 3000.0, 12.0, 0.3, 90.0, 1.5, 0.4),
+         "adagrad": (30000.0, 2000.0, 10.0, 0.2, 120.0, 5.0, 0.7),
+         "rowwise-adagrad": (25000.0, 4000.0, 14.0, 0.05, 30.0, 0.8, 0.5)}
 
 
 def _points(opt: str, terms: tuple[float, ...]) -> list[ub.UpdatePoint]:
@@ -35,7 +35,8 @@ def _points(opt: str, terms: tuple[float, ...]) -> list[ub.UpdatePoint]:
         for s in group:
             n = s.batch * s.pooling * s.tables
             u = n // s.reuse
-            secs = float(np.dot(design_row(n, u, s.dim, s.tables), terms)) / 1e9
+            secs = float(np.dot(design_row(n, u, s.dim, s.tables, s.batch * s.tables),
+                                terms)) / 1e9
             out.append(ub.UpdatePoint(opt, role, s.tables, s.batch, s.pooling, s.dim, n, u,
                                       secs))
     return out
@@ -44,16 +45,17 @@ def _points(opt: str, terms: tuple[float, ...]) -> list[ub.UpdatePoint]:
 def test_the_fit_recovers_known_terms_exactly():
     for opt, terms in KNOWN.items():
         pts = [p for p in _points(opt, terms) if p.role == "fit"]
-        got = fit_update_terms([design_row(p.lookups, p.unique_rows, p.dim, int(p.tables))
-                                for p in pts], [p.seconds for p in pts])
+        got = fit_update_terms([design_row(p.lookups, p.unique_rows, p.dim, int(p.tables),
+                                           p.batch * p.tables) for p in pts],
+                               [p.seconds for p in pts])
         assert got == pytest.approx(terms, rel=1e-6)
 
 
 def test_the_fit_shapes_separate_every_term():
     fit, _ = ub.shapes(1 << 16)
     x = np.array([design_row(s.batch * s.pooling * s.tables,
-                             s.batch * s.pooling * s.tables / s.reuse, s.dim, s.tables)
-                  for s in fit])
+                             s.batch * s.pooling * s.tables / s.reuse, s.dim, s.tables,
+                             s.batch * s.tables) for s in fit])
     assert np.linalg.matrix_rank(x) == len(TERM_NAMES)
     # unique rows vary at fixed lookups, D at fixed counts, pooling at fixed batch
     assert {s.reuse for s in fit} == {1, 8} and {s.dim for s in fit} == {32, 64, 128}
@@ -144,25 +146,24 @@ def test_measured_points_count_the_fed_ids_unique_rows():
 
 def test_the_forward_fit_recovers_fbgemms_forward_terms():
     """Forwards timed by known call, table, lookup and bag costs (rows used once): the fit
-    returns them; the preset keeps the call's, table's and bag's with the mix's pooling."""
+    returns them; the preset keeps the call's and bag's with the mix's pooling."""
     from scratchpipe_sim.config.hardware import CpuConfig
     from scratchpipe_sim.cpu.host_bench import CpuMeasurements
     from scratchpipe_sim.cpu.host_preset_fit import _fit_forward, fit_forward
     from scratchpipe_sim.timing.cpu_update_cost import forward_row
 
-    known = (250000.0, 30000.0, 8.0, 0.2, 35.0, 0.1)
+    known = (250000.0, 8.0, 0.2, 35.0, 0.1)
     m = CpuMeasurements(threads=[1])
     m.mix_pooling = 20.0
     for p in _points("sgd", KNOWN["sgd"]):
-        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim,
-                                      int(p.tables)), known))
+        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim), known))
         m.update.append(p._replace(forward_seconds=ns / 1e9))
     terms = fit_forward(m)
     assert terms == pytest.approx(known, rel=1e-4)
     vals, how, checks = {}, {}, []
     _fit_forward(m, terms, vals, how, checks, CpuConfig())
-    assert vals["forward"] == pytest.approx({"ns_per_call": 250000.0, "ns_per_table": 30000.0,
-                                             "ns_per_bag": 35.0, "ns_per_bag_element": 0.1,
+    assert vals["forward"] == pytest.approx({"ns_per_call": 250000.0, "ns_per_bag": 35.0,
+                                             "ns_per_bag_element": 0.1,
                                              "rates_pooling": 20.0}, rel=1e-4)
     # held out: only shapes whose rows are used once (all misses)
     held = [c for c in checks if c.startswith("forward")]
@@ -170,15 +171,15 @@ def test_the_forward_fit_recovers_fbgemms_forward_terms():
 
 
 def test_the_fbgemm_mix_has_the_calls_fixed_cost_taken_out():
-    """With forward points, each mix point (one call) loses the fitted call + one table
+    """With forward points, each mix point (one call) loses the fitted call
     before the per-core rates are fitted: the rates come out faster than without."""
     from scratchpipe_sim.timing.cpu_update_cost import forward_row
 
     plain = fit_cpu(synthetic())
     m = synthetic()
     for p in _points("sgd", KNOWN["sgd"]):
-        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim, int(p.tables)),
-                          (20000.0, 0.0, 8.0, 0.2, 35.0, 0.0)))
+        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim),
+                          (20000.0, 8.0, 0.2, 35.0, 0.0)))
         m.update.append(p._replace(forward_seconds=ns / 1e9))
     cal = fit_cpu(m)
     assert cal.values["forward"]["ns_per_call"] == pytest.approx(20000.0, rel=1e-4)

@@ -18,7 +18,9 @@ from scratchpipe_sim.timing.cpu_update_cost import TERM_NAMES, design_row, updat
 from scratchpipe_sim.timing.machine import aggregate_core_ns, price_alone
 
 TERMS = {"ns_per_call": 5000.0, "ns_per_table": 700.0, "ns_per_lookup": 3.0,
-         "ns_per_lookup_element": 0.25, "ns_per_row": 40.0, "ns_per_row_element": 2.0}
+         "ns_per_lookup_element": 0.25, "ns_per_row": 40.0, "ns_per_row_element": 2.0,
+         "ns_per_bag_element": 0.5}
+BAGS = 800.0  # the bags every direct cpu_backward call below passes
 #: memory far faster than the cores: the stage is the cores' time alone
 FAST_MEMORY = {"dram_GBps": 1e9, "llc_GBps": 1e9, "dram_latency_ns": 0.0}
 
@@ -40,11 +42,11 @@ def _cfg(optimizer: str, cores: int = 1, parallel: bool = False, tables: int = 4
 def _backward(cfg, lookups: float, unique: float) -> float:
     r = cfg.model.row_bytes
     return float(price_alone(cfg, 1, lambda m, b: m.cpu_backward(b, lookups, unique, 0.0,
-                                                                  r, r), [0])[0])
+                                                                  r, r, bags=BAGS), [0])[0])
 
 
 def _closed(lookups: float, unique: float, dim: float, tables: int) -> float:
-    return float(np.dot(design_row(lookups, unique, dim, tables),
+    return float(np.dot(design_row(lookups, unique, dim, tables, BAGS),
                         [TERMS[n] for n in TERM_NAMES]))
 
 
@@ -72,7 +74,7 @@ def test_the_walk_runs_on_one_core_unless_fbgemm_parallelizes_it():
     # 4 cores at parallel efficiency 0.5: 2 core-ns per ns for the sort; the serial walk
     # runs at one core-ns per ns, a parallel one (rowwise Adagrad's JIT path) at 2
     n, u = 10000, 3000
-    cost = update_cost(_terms(), n, u, 64, 4)
+    cost = update_cost(_terms(), n, u, 64, 4, BAGS)
     serial = _backward(_cfg("sgd", cores=4, pe=0.5), n, u)
     assert serial == pytest.approx(cost.sort_ns / 2 + cost.walk_ns, rel=1e-9)
     par = _backward(_cfg("rowwise-adagrad", cores=4, pe=0.5, parallel=True), n, u)
@@ -132,12 +134,12 @@ def test_bad_terms_are_one_line():
         _cfg("sgd", terms={**TERMS, "nsper_row": 1.0})
 
 
-FORWARD = {"ns_per_call": 9000.0, "ns_per_table": 400.0, "ns_per_bag": 30.0,
-           "ns_per_bag_element": 0.5, "rates_pooling": 20.0}
+FORWARD = {"ns_per_call": 9000.0, "ns_per_bag": 30.0, "ns_per_bag_element": 0.5,
+           "rates_pooling": 20.0}
 
 
 def test_the_forward_adds_fbgemms_call_and_bag_costs_after_the_rows_gathers():
-    # hybrid's cpu_gather = the rows' gather (cpu_gather) then call + T x table + the bags
+    # hybrid's cpu_gather = the rows' gather (cpu_gather) then the call + the bags
     # beyond one per rates_pooling lookups x (bag + D x bag_element), on every core;
     # without cpu.forward, the rows alone
     from scratchpipe_sim.config.hardware import ForwardTerms
@@ -156,11 +158,11 @@ def test_the_forward_adds_fbgemms_call_and_bag_costs_after_the_rows_gathers():
     assert gather(base, 5000) == rows_only
     terms = ForwardTerms(**FORWARD)
     # pooling 1: 5000 bags, 4750 beyond the rates' 250
-    extra = forward_overhead_ns(terms, 5000, 5000, 64, 4)
-    assert extra == 9000 + 4 * 400 + (5000 - 250) * (30 + 64 * 0.5)
+    extra = forward_overhead_ns(terms, 5000, 5000, 64)
+    assert extra == 9000 + (5000 - 250) * (30 + 64 * 0.5)
     assert gather(with_fwd, 5000) == pytest.approx(rows_only + extra / 2, rel=1e-9)
-    # at the rates' pooling (and above it) only the call and the tables are added
-    fixed = 9000 + 4 * 400
-    assert forward_overhead_ns(terms, 5000, 250, 64, 4) == fixed
-    assert forward_overhead_ns(terms, 5000, 100, 64, 4) == fixed
+    # at the rates' pooling (and above it) only the call is added
+    fixed = 9000
+    assert forward_overhead_ns(terms, 5000, 250, 64) == fixed
+    assert forward_overhead_ns(terms, 5000, 100, 64) == fixed
     assert gather(with_fwd, 250) == pytest.approx(rows_only + fixed / 2, rel=1e-9)

@@ -38,5 +38,5 @@ class Hybrid(Design):
             yield from m.stage("d2h_grads", b, [m.pcie.d2h(pooled, b, "grads")])
             yield from m.stage("cpu_update", b, [
                 m.cpu_backward(b, c.accesses[b], c.unique[b], c.llc_update[b], c.r[b], c.R[b],
-                               lookup_onchip=c.llc[b])])
+                               lookup_onchip=c.llc[b], bags=c.samples[b] * m.tables)])
             m.batch_done(b)
