@@ -96,7 +96,7 @@ class CpuBenchSizes:
 QUICK = CpuBenchSizes(stream_buffer_bytes=1 << 28, table_bytes=1 << 28, reps=7,
                       aggregate_alphas=(0.0, 1.0, 1.4), aggregate_batches=(512, 4096),
                       mix_table_bytes=1 << 28, plan_rows=1_000_000, plan_batch=512,
-                     update_max_lookups=1 << 15, update_reps=5,
+                     update_reps=5,  # the update's full shapes: ~1 min
                       plan_batches=8, plan_reps=2, plan_steady_from=2)
 TINY = CpuBenchSizes(copy_bytes=(1 << 20, 1 << 22), stream_buffer_bytes=1 << 23,
                      onchip_max_MiB=2,
