@@ -36,13 +36,13 @@ class Hybrid(Design):
         for b in range(w.num_batches):
             pooled = c.samples[b] * self.sample_out
             yield from inputs.host_wait(b)
-            yield from m.stage("cpu_gather", b, [m.cpu_gather(c.accesses[b], c.r[b], b,
-                                                              "gather", c.llc[b])])
+            yield from m.stage("cpu_gather", b, [m.cpu_embedding_bag(
+                c.accesses[b], c.r[b], c.samples[b] * m.tables, b, c.llc[b])])
             yield from m.stage("h2d_pooled", b, [m.pcie.h2d(pooled, b, "pooled")])
             yield from inputs.wait(b)  # the dense features, copied during the gather
             yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
             yield from m.stage("d2h_grads", b, [m.pcie.d2h(pooled, b, "grads")])
             yield from m.stage("cpu_update", b, [
                 m.cpu_backward(b, c.accesses[b], c.unique[b], c.llc_update[b], c.r[b], c.R[b],
-                               lookup_onchip=c.llc[b])])
+                               lookup_onchip=c.llc[b], bags=c.samples[b] * m.tables)])
             m.batch_done(b)
