@@ -113,15 +113,14 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     if jobs > 1 and trace.num_accesses >= generators.PARALLEL_MIN_ACCESSES:
         # a ranged replay runs its ranges as tasks of its own (after these passes)
         replays.precompute([keys[n] for n in names if not replays.ranged(keys[n])], jobs)
-    timed = slice_trace(trace, trace.num_batches - cfg.model.num_batches, trace.num_batches)
+    timed = timed_batches(cfg, trace)
     rows = []
     for name in names:
         design, key = built[name], keys[name]
         if progress is not None:
             progress("policy", name, len(rows), len(names))
         w, policy_s = replays.get(key)
-        own = design.trace_columns(timed)
-        w = w.with_columns(own) if own else w
+        w = with_own_columns(design, timed, w)
         w = w if scale is None else scale.counts(w)
         t0 = time.perf_counter()
         m = run_design(cfg, design, w, keep_spans=timeline_dir is not None)
@@ -142,6 +141,18 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     for r, speedup in zip(rows, speedups_vs_baseline(rows), strict=True):
         r["speedup_vs_hybrid"] = speedup
     return rows
+
+
+def timed_batches(cfg: Config, trace: Trace) -> Trace:
+    """The batches a run prices: the trace's last model.num_batches (the rest warm up)."""
+    return slice_trace(trace, trace.num_batches - cfg.model.num_batches, trace.num_batches)
+
+
+def with_own_columns(design: Design, timed: Trace, w: Workload) -> Workload:
+    """`w` with the design's own per-batch columns of the timed batches (the cluster's
+    per-rank counts; none for the others): every path that prices a design adds them."""
+    own = design.trace_columns(timed)
+    return w.with_columns(own) if own else w
 
 
 def run_design(cfg: Config, design: Design, w: Workload, keep_spans: bool = False

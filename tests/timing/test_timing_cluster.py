@@ -483,3 +483,18 @@ def test_one_node_iteration_equals_multi_gpu_table_wise():
                 assert cl[k] == pytest.approx(mg[k], rel=1e-12), k
             else:
                 assert cl[k] >= mg[k] * (1 - 1e-12), k
+
+
+def test_sensitivity_prices_the_cluster_with_its_own_columns():
+    """A band of the cluster design: sensitivity's pricer adds the design's per-rank
+    columns (`trace_columns`) as `run` does (it once priced without them: MissingColumn),
+    and its nominal equals the run's iteration time."""
+    from scratchpipe_sim.experiments.sensitivity_analysis import run_sensitivity
+
+    cfg = cfg_of()
+    res = run_sensitivity(cfg, ["cluster"], samples=2, seed=1)
+    assert res.nominal["cluster"] > 0
+    row = simulate(cfg, ["cluster"])[0]
+    hybrid = simulate(cfg, ["hybrid"])[0]
+    assert res.nominal["cluster"] == pytest.approx(
+        hybrid["iter_ns_mean"] / row["iter_ns_mean"], rel=1e-12)
