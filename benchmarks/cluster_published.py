@@ -1,36 +1,24 @@
-"""The cluster design against published multi-node points: MLPerf Training v3.0 DLRM-DCNv2
-on 1 and 8 DGX H100 (HugeCTR), and the ratio 8 -> 64 GPUs.
+"""The cluster design against the published multi-node MLPerf points, stage by stage:
+MLPerf Training v3.0 DLRM-DCNv2 on 1 and 8 DGX H100 (HugeCTR), and the ratio 8 -> 64 GPUs.
 
     python benchmarks/cluster_published.py [--set KEY=VALUE ...] [--batches N]
 
-Published (mlcommons/training_results_v3.0, NVIDIA dgxh100_ngc23.04_merlin_hugectr and
-dgxh100_n8_ngc23.04_merlin_hugectr, dlrm_dcnv2/result_0.txt, "tracked_stats" throughput):
-1 x DGX H100 (8 GPUs, global batch 55,296): 12,769,089 samples/s; 8 x DGX H100 (64 GPUs,
-global batch 135,168): 37,789,978 samples/s. Roles: the 1-node point is the fit (the knob
-named by --set, e.g. hardware.gpu.tflops), the 8-node point and the ratio are the check.
-Prints one markdown row per point (docs/validation.md's cluster table).
+The points and their configs are `validate --published`'s (E3.6 and E3.7, both checks:
+the `cluster_points` of scratchpipe_sim/data/published_points.yaml, HugeCTR's hybrid
+placement, the dense work in fp16); `--set` overrides them (e.g. design_params.cluster.sharding=
+row-wise to see another placement). Prints one markdown row per point with its stages
+(docs/validation.md's cluster section).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from scratchpipe_sim.config import load_config
+from scratchpipe_sim.config import deep_merge, load_config
+from scratchpipe_sim.config.published_points import load_cluster_points
 from scratchpipe_sim.timing import simulate
 
-#: (nodes, global batch, published samples/s, role)
-POINTS = ((1, 55_296, 12_769_089.255954092, "fit"),
-          (8, 135_168, 37_789_978.31928131, "check"))
-
-
-def config(nodes: int, batch: int, batches: int, sets: list[str]):
-    return load_config({
-        "name": f"mlperf-dcnv2-{nodes}n", "seed": 1,
-        "hardware": {"preset": "dgx-h100-cluster", "cluster": {"nodes": nodes}},
-        "model": {"preset": "mlperf-dlrm-dcnv2", "batch_size": batch,
-                  "num_batches": batches, "warmup_batches": 1},
-        "trace": {"preset": "uniform"}, "cache": {"capacity_rows": 1000},
-        "designs": ["cluster"]}, sets)
+IDS = ("E3.6", "E3.7")
 
 
 def main() -> None:
@@ -38,21 +26,26 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], dest="sets")
     ap.add_argument("--batches", type=int, default=3)
     args = ap.parse_args()
+    points = {p.id: p for p in load_cluster_points()}
     rates = []
     print("| point | GPUs | global batch | published samples/s | model samples/s | "
           "model / published | role | exchange share |")
     print("|---|---|---|---|---|---|---|---|")
-    for nodes, batch, published, role in POINTS:
-        row = simulate(config(nodes, batch, args.batches, args.sets), ["cluster"])[0]
+    for pid in IDS:
+        p = points[pid]
+        cfg = load_config(deep_merge(p.config, {
+            "name": f"published-{pid}", "seed": 1, "designs": ["cluster"],
+            "model": {"num_batches": args.batches, "warmup_batches": 1},
+            "cache": {"capacity_rows": 1000}}), args.sets)
+        row = simulate(cfg, ["cluster"])[0]
         sps = row["samples_per_s"]
-        rates.append((sps, published))
-        point = "E3.6" if nodes == 1 else "E3.7"
-        print(f"| {point} | {row['gpus']} | {batch:,} | {published / 1e6:.2f} M | "
-              f"{sps / 1e6:.2f} M | {sps / published:.2f} | {role} | "
+        rates.append((sps, p.measured))
+        print(f"| {pid} | {row['gpus']} | {cfg.model.batch_size:,} | {p.measured / 1e6:.2f} M "
+              f"| {sps / 1e6:.2f} M | {sps / p.measured:.2f} | {p.role} | "
               f"{row['exchange_share']:.2f} |")
         stages = {k[6:-3]: round(v / 1e6, 3) for k, v in row.items()
                   if k.startswith("stage_") and k.endswith("_ns")}
-        print(f"<!-- {point} stages ms: {stages} -->")
+        print(f"<!-- {pid} stages ms: {stages} -->")
     (m1, p1), (m8, p8) = rates
     print(f"\nratio 8 -> 64 GPUs: model {m8 / m1:.2f}x, published {p8 / p1:.2f}x "
           f"(model / published {m8 / m1 / (p8 / p1):.2f})")

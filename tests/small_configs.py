@@ -17,7 +17,8 @@ TWO_SMALL_TABLES = {
         "num_batches": 12,
         "warmup_batches": 3,
         "bottom_mlp": [13, 16],
-        "top_mlp": [8, 1],
+        "interaction": "cat",
+        "top_mlp": [80, 1],
     },
     "trace": {"distribution": "zipf", "alpha": 1.05},
     "cache": {"capacity_rows": 1200},
@@ -46,7 +47,7 @@ SENSITIVITY_BASE = {
         "pooling": 4,
         "batch_size": 64,
         "bottom_mlp": [13, 16],
-        "top_mlp": [16, 1],
+        "top_mlp": [19, 1],
         "num_batches": 8,
         "warmup_batches": 2,
     },
@@ -60,7 +61,7 @@ SMALL_A100 = {
     "hardware": {"preset": "a100-gen4"},
     "model": {"tables": {"count": 2, "rows": 400, "dim": 16}, "pooling": 3, "batch_size": 32,
               "num_batches": 12, "warmup_batches": 2, "bottom_mlp": [13, 32, 16],
-              "top_mlp": [20, 16, 1]},
+              "top_mlp": [19, 16, 1]},
     "trace": {"distribution": "zipf", "alpha": 1.1},
     "cache": {"capacity_rows": 500}, "design_params": {"scratchpipe": {"lookahead": 5}},
     "seed": 5,
@@ -68,6 +69,13 @@ SMALL_A100 = {
 
 #: SMALL_A100 with 8 batches: the input and hostile-input checks' config (short runs)
 SHORT_A100 = {**SMALL_A100, "model": {**SMALL_A100["model"], "num_batches": 8}}
+
+#: the input pipeline reduced to the batch's ids and offsets copied one batch ahead (no
+#: loader cost, no dense features or labels): what a closed form about another mechanism
+#: prices beside its own terms (tests/timing/test_timing_input_pipeline.py tests the rest)
+IDS_ONLY_INPUTS = {"loader_ns_per_sample": 0, "loader_ns_per_id": 0, "dense_features": 0,
+                   "label_bytes": 0, "prefetch_batches": 1}
+
 
 def off_chip(preset: str | None = None) -> dict:
     """A `hardware` section with the on-chip caches (CPU LLC, GPU L2) and the DMA's DRAM
@@ -83,9 +91,10 @@ H100_OFF_CHIP = {
     "hardware": off_chip("h100-gen5"),
     "model": {"tables": {"count": 2, "rows": 4000, "dim": 32}, "pooling": 4, "batch_size": 64,
               "num_batches": 6, "warmup_batches": 2, "bottom_mlp": [13, 64, 16],
-              "top_mlp": [20, 32, 1]},
+              "interaction": "cat", "top_mlp": [80, 32, 1]},
     "trace": {"distribution": "zipf", "alpha": 1.05},
     "cache": {"capacity_rows": 600},
+    "input_pipeline": IDS_ONLY_INPUTS,
     "seed": 5,
 }
 

@@ -283,7 +283,7 @@ def _write(spec: gen.GenSpec, out: Path, force: bool, quiet: bool = False) -> in
 
     t0 = time.monotonic()
     try:
-        per_batch = gen.spec_nbytes(spec) / spec.num_batches
+        per_batch = gen.spec_disk_bytes(spec) / spec.num_batches
         with Progress(max(1, round(per_batch * spec.num_batches / 1e6)), "trace gen", "MB",
                       quiet=quiet) as bar:
             written = [0]
@@ -304,14 +304,14 @@ def _write(spec: gen.GenSpec, out: Path, force: bool, quiet: bool = False) -> in
     print(f"wrote {out}: {spec.distribution} {_fmt_params(spec.params)}, "
           f"{spec.num_tables} table(s), {sum(spec.table_rows)} rows, {spec.num_batches} "
           f"batches of {spec.batch_size}, {accesses} accesses, seed {spec.seed}; "
-          f"{dt:.1f} s, {gen.spec_nbytes(spec) / 1e6 / dt:.0f} MB/s written")
+          f"{dt:.1f} s, {gen.spec_disk_bytes(spec) / 1e6 / dt:.0f} MB/s written")
     return 0
 
 
 def _rate(done: int, spec: gen.GenSpec, t0: float) -> str:
     """The write rate and the time left after `done` batches."""
     dt = max(time.monotonic() - t0, 1e-9)
-    per_batch = gen.spec_nbytes(spec) / spec.num_batches
+    per_batch = gen.spec_disk_bytes(spec) / spec.num_batches
     rate = done * per_batch / dt
     eta = (spec.num_batches - done) * per_batch / max(rate, 1e-9)
     return f"{rate / 1e6:.0f} MB/s, ETA {eta:.0f} s"
@@ -362,6 +362,9 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--torchrec", metavar="OUT.json",
                    help="write TorchRec cache statistics (per table: distinct ids per batch, "
                         "FBGEMM LRU miss-ratio curve, cacheability) for torchrec-plan --stats")
+    s.add_argument("--torchrec-algorithm", choices=("lru", "lfu"), default="lru",
+                   help="--torchrec: the FBGEMM cache replayed, lru (default) or lfu "
+                        "(fbgemm-lfu; torchrec-plan then tells TorchRec CacheAlgorithm.LFU)")
     s.set_defaults(func=handle_stats)
 
 
@@ -403,11 +406,15 @@ def handle_stats(args: argparse.Namespace) -> int:
                        fmt=args.fmt)
     _check_rows(trace, args)
     caps = parse_capacities(args.capacities, trace.total_rows) if args.capacities else None
+    if args.torchrec_algorithm != "lru" and not args.torchrec:
+        raise UserError("only with --torchrec OUT.json", field="--torchrec-algorithm")
     if args.torchrec:
         from scratchpipe_sim.experiments import torchrec_stats as ts
 
-        out = ts.write_stats(ts.trace_stats(trace), args.torchrec)
-        print(f"wrote {out}: TorchRec cache statistics of {trace.num_tables} tables")
+        stats = ts.trace_stats(trace, algorithm=args.torchrec_algorithm)
+        out = ts.write_stats(stats, args.torchrec)
+        print(f"wrote {out}: TorchRec cache statistics of {trace.num_tables} tables "
+              f"({stats.policy})")
         return 0
     summary = st.summarize(trace)
     if args.meta_format:

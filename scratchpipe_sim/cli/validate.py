@@ -84,21 +84,34 @@ def handle_published(args: argparse.Namespace) -> int:
 
     from scratchpipe_sim.config import published_points
     from scratchpipe_sim.errors import UserError
-    from scratchpipe_sim.experiments import published
+    from scratchpipe_sim.experiments import published, published_cluster
 
     if args.config is not None:
         raise UserError("--published takes no CONFIG (the points carry their configs)",
                         field="CONFIG")
     data = args.data or published_points.DATA_FILE
-    points = published.select(published_points.load_points(data), args.only)
+    points, whole, cluster = published.select_all(
+        args.only, published_points.load_points(data), published_points.load_end_to_end(data),
+        published_points.load_cluster_points(data))
     log = None if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
     results = published.run_points(points, log=log)
+    ends = published.run_end_to_end_points(whole, log=log)
+    cluster_results = published_cluster.run_points(cluster, log=log)
     if args.json:
-        print(jsonout.dumps(published.as_json(results), indent=1))
+        print(jsonout.dumps(published.as_json(results) + [r.as_json() for r in ends]
+                            + [r.as_json() for r in cluster_results], indent=1))
         return 0
-    print(f"validate --published: {len(points)} points, {published.TIMED_BATCHES} batches "
-          f"each ({published.FILL_BATCHES} to fill the pipeline), TBE stages only")
-    print(published.format_table(results))
+    if points:
+        print(f"validate --published: {len(points)} points, {published.TIMED_BATCHES} "
+              f"batches each ({published.FILL_BATCHES} to fill the pipeline), TBE stages "
+              "only")
+        print(published.format_table(results))
+    if whole:
+        print(f"validate --published: {len(whole)} end-to-end points, "
+              f"{published.TIMED_BATCHES} batches each, every stage")
+        print(published.format_end_to_end(ends))
+    if cluster:
+        print(published_cluster.format_table(cluster_results))
     return 0
 
 

@@ -118,6 +118,107 @@ def check_curve(curve: Curve, source: str | None, where: str, unit: str = "effic
 
 
 @dataclass(frozen=True)
+class UpdateTerms:
+    """One optimizer's cost terms on FBGEMM's CPU backward (`split_embedding_backward_
+    codegen_{optimizer}_cpu`; docs/timing.md, "The hybrid update"): per call and table
+    (dispatch, csr2csc's buffers), per lookup (csr2csc: copy the (row, bag) pairs and radix
+    sort them), per lookup element (add the bag's grad_output row into the unique row's
+    buffer), per unique row (the segment's bookkeeping and its row's, and state's, first
+    miss) and per unique-row element (the optimizer's read-modify-write of weights and
+    state). All core-ns on one thread; `calibrate --cpu --kernel fbgemm` fits them."""
+
+    ns_per_call: float = field(default=0.0, metadata=doc(
+        "core-ns per backward call", "0-500000",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "fixed cost of one backward call (Python, autograd, dispatch)"))
+    ns_per_table: float = field(default=0.0, metadata=doc(
+        "core-ns per table", "0-100000",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "fixed cost per table of a call (csr2csc's buffers and parallel regions)"))
+    ns_per_lookup: float = field(default=0.0, metadata=doc(
+        "core-ns per lookup", "0-100",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "csr2csc per lookup: the (row, bag) pair copied, radix-sorted (3 passes of 8 bits "
+        "for 2^17-2^24 rows) and scanned for segment starts; on every thread"))
+    ns_per_lookup_element: float = field(default=0.0, metadata=doc(
+        "core-ns per float of a lookup", "0-10",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per element of a lookup: its bag's grad_output row added into the unique row's "
+        "gradient buffer"))
+    ns_per_row: float = field(default=0.0, metadata=doc(
+        "core-ns per unique row", "0-1000",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per unique row: the segment's start, buffer reset and the row's (and its state's) "
+        "first miss"))
+    ns_per_row_element: float = field(default=0.0, metadata=doc(
+        "core-ns per float of a unique row", "0-20",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per element of a unique row: the optimizer's read-modify-write of the weight and "
+        "its state"))
+    ns_per_bag_element: float = field(default=0.0, metadata=doc(
+        "core-ns per float of a bag's output gradient", "0-20",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per element of a bag's grad_output row, read first by the walk (a miss once the "
+        "table's B x D slice leaves the caches; its bag's other lookups find it on chip)"))
+    parallel: bool = field(default=False, metadata=doc(
+        "bool", "",
+        "FBGEMM source: only rowwise Adagrad's fp32 path is at::parallel_for") | {
+        "help": "the walk over unique rows (per lookup element, per row, per row element) "
+                "runs on every core; false: on one (FBGEMM's generic loop, SGD and Adagrad)"})
+
+
+@dataclass(frozen=True)
+class ForwardTerms:
+    """FBGEMM's CPU forward beyond the rows' gathers (`cpu_gather` prices those at the
+    per-core rates the mix fitted, on FBGEMM's forward at `rates_pooling` lookups a bag, the
+    call's fixed cost taken out): per call, and per bag beyond the rates' own
+    share (one bag per rates_pooling lookups: the bag's loop and its D-float output row).
+    Why: at pooling 1 a bag costs about as much as its one row, and a call's fixed cost
+    spread over the mix's lookups would price a large batch's rows too dear
+    (docs/validation.md)."""
+
+    ns_per_call: float = field(default=0.0, metadata=doc(
+        "core-ns per forward call", "0-1000000",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "fixed cost of one forward call (Python, autograd, dispatch, output allocation)"))
+    ns_per_bag: float = field(default=0.0, metadata=doc(
+        "core-ns per bag", "0-1000",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per bag (sample x table) beyond the rates' share: the kernel's bag loop"))
+    ns_per_bag_element: float = field(default=0.0, metadata=doc(
+        "core-ns per float of a bag's output", "0-20",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per output float of a bag beyond the rates' share: the pooled row written"))
+    rates_pooling: float = field(default=20.0, metadata=doc(
+        "lookups per bag", "1-1000",
+        "calibrate --cpu's mix pooling") | {
+        "help": "lookups per bag of the mix the per-core rates were fitted on: their "
+                "lookups already carry one bag each this many", "gt": 0})
+
+
+@dataclass(frozen=True)
+class CpuUpdateConfig:
+    """Per optimizer, FBGEMM's CPU backward terms (null: the aggregation keys price it)."""
+
+    sgd: UpdateTerms | None = field(default=None, metadata=doc(
+        "terms", "", "set by calibrate --cpu --kernel fbgemm (EXACT_SGD)") | {
+        "help": "EXACT_SGD's terms (null: aggregate_* keys)"})
+    adagrad: UpdateTerms | None = field(default=None, metadata=doc(
+        "terms", "", "set by calibrate --cpu --kernel fbgemm (EXACT_ADAGRAD)") | {
+        "help": "EXACT_ADAGRAD's terms (null: aggregate_* keys)"})
+    rowwise_adagrad: UpdateTerms | None = field(default=None, metadata=doc(
+        "terms", "", "set by calibrate --cpu --kernel fbgemm (EXACT_ROWWISE_ADAGRAD)") | {
+        "help": "EXACT_ROWWISE_ADAGRAD's terms (null: aggregate_* keys)"})
+    adam: UpdateTerms | None = field(default=None, metadata=doc(
+        "terms", "", "FBGEMM 1.8's CPU build refuses Adam: not measured") | {
+        "help": "Adam's terms (null: aggregate_* keys; FBGEMM's CPU TBE has no Adam)"})
+
+    def of(self, optimizer: str) -> UpdateTerms | None:
+        """The terms of `optimizer` (model.optimizer's spelling), or None."""
+        return getattr(self, optimizer.replace("-", "_"), None)
+
+
+@dataclass(frozen=True)
 class CpuConfig:
     dram_GBps: float = field(default=150.0, metadata=doc(
         "GB/s", "120-180",
@@ -202,6 +303,15 @@ class CpuConfig:
         "GB/s", "500-3000",
         "assumption") | _pos(
         "LLC bandwidth for rows that hit on chip"))
+    forward: ForwardTerms | None = field(default=None, metadata=doc(
+        "terms", "", "set by calibrate --cpu --kernel fbgemm") | {
+        "help": "hybrid's gather + pool priced with FBGEMM's CPU forward's per-call, "
+                "per-table and per-bag costs beside the rows' gathers (unset: the rows "
+                "alone)"})
+    update: CpuUpdateConfig = field(default_factory=CpuUpdateConfig, metadata=doc(
+        "per optimizer", "", "set by calibrate --cpu --kernel fbgemm") | {
+        "help": "hybrid's update priced with FBGEMM's CPU backward structure, per optimizer "
+                "(unset: the aggregate_* keys)"})
 
 
 @dataclass(frozen=True)
@@ -274,9 +384,58 @@ class GpuConfig:
     hbm_capacity_GiB: float = field(default=80.0, metadata=doc(
         "GiB", "",
         "GPU datasheet") | _pos("HBM capacity"))
-    tflops: float = field(default=60.0, metadata=doc(
-        "TFLOP/s", "30-120 (A100)",
-        "~40% of TF32 peak (assumption)") | _pos("achievable dense TFLOP/s (MLPs)"))
+    tflops: float | None = field(default=None, metadata=doc(
+        "TFLOP/s", "",
+        "set by calibrate (GPU): the measured rate of its own tiled fp32 GEMM") | _pos(
+        "a measured GEMM rate that replaces peak x efficiency for every GEMM of the dense "
+        "model (what calibrate writes); null: the peaks below with gemm_efficiency and the "
+        "shape's quantization (docs/timing.md, dense compute)"))
+    peak_tflops_fp32: float = field(default=19.5, metadata=doc(
+        "TFLOP/s", "",
+        "NVIDIA A100 datasheet (FP32, CUDA cores)") | _pos(
+        "dense FP32 peak without tensor cores (CUDA cores): model.precision fp32, and any "
+        "GEMM whose K or N misses the tensor cores' alignment"))
+    peak_tflops_tf32: float | None = field(default=156.0, metadata=doc(
+        "TFLOP/s", "",
+        "NVIDIA A100 datasheet (TF32 tensor, dense)") | _pos(
+        "dense TF32 tensor-core peak (null: no TF32, e.g. V100, T4: tf32 runs at fp32)"))
+    peak_tflops_fp16: float | None = field(default=312.0, metadata=doc(
+        "TFLOP/s", "",
+        "NVIDIA A100 datasheet (FP16 tensor, dense)") | _pos(
+        "dense FP16 tensor-core peak (model.precision fp16: AMP; null: no FP16 tensor "
+        "cores)"))
+    peak_tflops_bf16: float | None = field(default=312.0, metadata=doc(
+        "TFLOP/s", "",
+        "NVIDIA A100 datasheet (BF16 tensor, dense)") | _pos(
+        "dense BF16 tensor-core peak (model.precision bf16: AMP; null: no BF16, e.g. V100, "
+        "T4: refused)"))
+    sm_count: int = field(default=108, metadata=doc(
+        "SMs", "",
+        "NVIDIA A100 whitepaper (108 SMs); the Matrix Multiplication guide's wave "
+        "quantization") | {
+        "help": "streaming multiprocessors (AMD: compute units): a GEMM's output tiles run "
+                "in waves of this many (wave quantization)", "min": 1})
+    gemm_efficiency: float = field(default=0.8, metadata=doc(
+        "fraction of peak", "0.6-0.9",
+        "fitted on published point E3.8 at local batch 16384 (A100, fp32 DCNv2, "
+        "compute-bound); cuBLAS large GEMMs reach 70-90% of peak (NVIDIA Matrix "
+        "Multiplication guide)") | {
+        "help": "fraction of the precision's peak a large GEMM whose tiles fill whole waves "
+                "reaches (smaller GEMMs lose their tile and wave quantization on top)",
+        "gt": 0, "max": 1})
+    stream_efficiency: float = field(default=0.85, metadata=doc(
+        "fraction of hbm_GBps", "0.7-0.93",
+        "assumption: a GPU STREAM copy reaches ~85-93% of HBM peak (BabelStream on "
+        "A100/H100)") | {
+        "help": "fraction of hbm_GBps the dense model's memory-bound kernels reach "
+                "(GEMMs' operands, activations, the interaction, the dense optimizer)",
+        "gt": 0, "max": 1})
+    graph_node_ns: float = field(default=1_000.0, metadata=doc(
+        "ns per kernel", "500-3000",
+        "assumption: a kernel inside a CUDA graph starts ~1 us after the one before "
+        "(no CPU launch)") | _nonneg(
+        "per-kernel cost inside a CUDA graph (model.cuda_graphs: true); the graph itself "
+        "is one kernel_launch_ns"))
     kernel_launch_ns: float = field(default=5_000.0, metadata=doc(
         "ns per kernel", "2000-8000",
         "assumption (launch cost)") | _nonneg("cost per kernel"))
@@ -314,13 +473,24 @@ class GpuConfig:
         "GPU time per address translation that misses the GPU TLB on a host page (a page "
         "walk), amortized over the walkers working at once: ns per walk for the whole GPU"))
     tlb_reach_GiB: float = field(default=4.0, metadata=doc(
-        "GiB", "1-16",
-        "assumption: ~2k TLB entries x 2 MiB pages") | _pos(
+        "GiB", "0.125-16",
+        "assumption: ~2k GPU TLB entries x 2 MiB pages. Page size: the UVM driver maps "
+        "host-resident pages on the GPU with a 2 MiB PTE only when the CPU chunk behind "
+        "them is 2 MiB and physically contiguous, else 64 KiB or 4 KiB "
+        "(github.com/NVIDIA/open-gpu-kernel-modules kernel-open/nvidia-uvm/"
+        "uvm_pmm_sysmem.h UVM_CPU_CHUNK_SIZES, uvm_va_block.c): 64 KiB entries give 1/32 "
+        "the reach (the range's low end); entries: GPU TLB microbenchmarks (Jia et al., "
+        "arxiv.org/abs/1804.06826 V100, arxiv.org/abs/1903.07486 T4) report L2-TLB "
+        "coverage of device memory in GiB with 2 MiB entries; no published point "
+        "separates it (docs/validation.md, UVM constants)") | _pos(
         "host memory the GPU TLBs map at once: a random row read of a UVM table larger than "
         "this misses with probability 1 - reach / table bytes"))
     uvm_page_bytes: float = field(default=2 * 1024 * 1024, metadata=doc(
-        "bytes", "",
-        "UVM's 2 MiB large pages") | _pos(
+        "bytes", "65536-2097152",
+        "UVM's 2 MiB large pages: the driver maps host-resident managed memory on the GPU "
+        "at 2 MiB when the CPU chunk behind it is 2 MiB and contiguous, else 64 KiB or "
+        "4 KiB (github.com/NVIDIA/open-gpu-kernel-modules kernel-open/nvidia-uvm/"
+        "uvm_va_block.c); not in the presets' ranges") | _pos(
         "page size of UVM host allocations (2 MiB large pages): rows read in sorted order "
         "(the backward) walk once per distinct page they touch"))
     l2_MiB: float = field(default=40.0, metadata=doc(

@@ -9,12 +9,12 @@ design prices the same thing the same way.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from scratchpipe_sim.config.hardware import HardwareConfig, doc
+from scratchpipe_sim.config.inputs import InputPipelineConfig
 from scratchpipe_sim.config.schema import build, to_plain
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.safety.paths import plain_name
@@ -23,6 +23,10 @@ OPTIMIZERS = ("sgd", "adagrad", "rowwise-adagrad", "adam")
 #: per table: sum / mean reduce a bag to one vector (TorchRec's EmbeddingBagCollection),
 #: none keeps one row per lookup (EmbeddingCollection: sequence embeddings)
 POOLING_MODES = ("sum", "mean", "none")
+#: model.interaction: DLRM's dot, concatenation, TorchRec's DLRM_DCN cross network
+INTERACTIONS = ("dot", "cat", "dcn-v2")
+#: model.precision of the dense compute (bf16 / fp16: AMP)
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 GiB = 1 << 30
 
 
@@ -80,10 +84,32 @@ class ModelConfig:
                 "fp32 per row, FBGEMM's default), adam (two fp32 states per element); where "
                 "each design keeps the state: docs/timing.md, design_params.lru-cache.enforce_hbm",
         "choices": OPTIMIZERS})
-    bottom_mlp: tuple[int, ...] = field(default=(13, 512, 256, 64), metadata={
-        "help": "layer widths, input first", "min": 1})
-    top_mlp: tuple[int, ...] = field(default=(512, 512, 256, 1), metadata={
-        "help": "layer widths, input (interaction output) first", "min": 1})
+    bottom_mlp: tuple[int, ...] | None = field(default=None, metadata={
+        "help": "bottom MLP layer widths, dense features first; its output is the dense "
+                "vector the interaction joins to the embeddings (dot: equal to the "
+                "embedding dim); null: [13, 512, 256, the tables' dim]", "min": 1})
+    top_mlp: tuple[int, ...] | None = field(default=None, metadata={
+        "help": "top MLP layer widths, the interaction's output first (dot: D + F(F+1)/2, "
+                "cat and dcn-v2: D + the tables' dims); null: [that width, 512, 256, 1]",
+        "min": 1})
+    interaction: str = field(default="dot", metadata={
+        "help": "how the dense vector meets the embeddings: dot (DLRM's pairwise dot "
+                "products, lower triangle), cat (concatenation) or dcn-v2 (concatenation "
+                "then dcn_layers low-rank cross layers, TorchRec's DLRM_DCN)",
+        "choices": INTERACTIONS})
+    dcn_layers: int = field(default=3, metadata={
+        "help": "cross layers of interaction dcn-v2 (TorchRec's dlrm_main --dcn_num_layers; "
+                "MLPerf DLRM-DCNv2: 3)", "min": 1})
+    dcn_rank: int = field(default=512, metadata={
+        "help": "low rank r of each dcn-v2 cross layer (x0 * (V(U x) + b) + x; U: N x r; "
+                "TorchRec's --dcn_low_rank_dim, MLPerf: 512)", "min": 1})
+    precision: str = field(default="fp32", metadata={
+        "help": "dense compute precision: fp32 (PyTorch's default: CUDA cores), tf32 (fp32 "
+                "tensors on TF32 tensor cores), bf16 or fp16 (AMP: 16-bit GEMMs and "
+                "activations, fp32 master weights)", "choices": PRECISIONS})
+    cuda_graphs: bool = field(default=False, metadata={
+        "help": "the dense work runs as one CUDA graph: one kernel_launch_ns for the graph "
+                "and gpu.graph_node_ns per kernel, instead of one launch per kernel (eager)"})
     num_batches: int | str = field(default=100, metadata={
         "help": "mini-batches timed (after the cache warm-up); 'all': every batch of the "
                 "trace file", "min": 1})
@@ -180,19 +206,27 @@ class ModelConfig:
         return sum(r * n for r, n in zip(self.row_bytes_per_table, self.output_rows_per_table,
                                          strict=True))
 
-    @functools.cached_property
-    def mlp_flops(self) -> float:
-        """Training FLOPs per batch: 2*B*in*out per layer forward, x3 with backward (computed
-        once per config: the timing model asks at every batch)."""
-        total = 0
-        for layers in (self.bottom_mlp, self.top_mlp):
-            total += sum(a * b for a, b in zip(layers, layers[1:], strict=False))
-        return 3.0 * 2.0 * self.batch_size * total
+    @property
+    def interaction_width(self) -> int:
+        """Features the interaction hands the top MLP: dot D + F(F+1)/2 (the dense vector
+        and the lower triangle of the (F+1)x(F+1) dot products, F tables); cat and dcn-v2
+        the dense vector and every table's vector concatenated, D + sum of dims."""
+        d = self.bottom_layers[-1]
+        f = self.table_count
+        if self.interaction == "dot":
+            return d + f * (f + 1) // 2
+        return d + sum(self.dims)
 
     @property
-    def mlp_kernels(self) -> int:
-        """Kernels per batch: 3 per layer (forward, data grad, weight grad)."""
-        return 3 * (len(self.bottom_mlp) - 1 + len(self.top_mlp) - 1)
+    def bottom_layers(self) -> tuple[int, ...]:
+        """bottom_mlp, or its default [13, 512, 256, dim of the first table]."""
+        return self.bottom_mlp if self.bottom_mlp is not None else (13, 512, 256, self.dims[0])
+
+    @property
+    def top_layers(self) -> tuple[int, ...]:
+        """top_mlp, or its default [the interaction's width, 512, 256, 1]."""
+        return (self.top_mlp if self.top_mlp is not None
+                else (self.interaction_width, 512, 256, 1))
 
 
 @dataclass(frozen=True)
@@ -256,8 +290,9 @@ class CacheConfig:
         "max": 1})
     warmup_batches: int | str = field(default="auto", metadata={
         "help": "batches replayed through each cache policy before the timed batches "
-                "(policy only, no timing): the cache warm-up; auto = until the prefix has "
-                "touched as many distinct rows as the cache holds, at most model.num_batches"})
+                "(policy only, no timing): the cache warm-up; auto = on a generated trace, "
+                "until first touches the cache has room for are below 1% of the measured "
+                "lookups (docs/timing.md); on a recorded one, model.num_batches at most"})
 
 
 @dataclass(frozen=True)
@@ -270,6 +305,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    input_pipeline: InputPipelineConfig = field(default_factory=InputPipelineConfig)
     designs: tuple[str, ...] | None = field(default=None, metadata={
         "help": "designs to run (names in scratchpipe_sim.timing.DESIGNS; null: every "
                 "design whose class sets `default = True`, resolved by the timing layer)"})
@@ -344,10 +380,7 @@ class Config:
         if isinstance(m.num_batches, int) and m.warmup_batches >= m.num_batches:
             raise UserError(f"expected warmup_batches < num_batches ({m.num_batches}), got "
                             f"{m.warmup_batches}", source=src, field="model.warmup_batches")
-        if len(m.bottom_mlp) < 2 or len(m.top_mlp) < 2:
-            raise UserError("an MLP needs at least an input and an output width", source=src,
-                            field="model.bottom_mlp" if len(m.bottom_mlp) < 2
-                            else "model.top_mlp")
+        self._check_dense()
         if self.designs is not None and not self.designs:
             raise UserError("expected at least one design", source=src, field="designs")
         wb = self.cache.warmup_batches
@@ -396,6 +429,40 @@ class Config:
             raise UserError(f"the CXL tier holds {placed / GiB:.2f} GiB of rows but "
                             f"hardware.cxl.capacity_GiB is {cap:g}: expected a smaller share",
                             source=self.source, field="model.cxl_share")
+
+    def _check_dense(self) -> None:
+        """MLP widths agree with the interaction: dot needs every table's dim equal to the
+        bottom MLP's output (one (F+1) x D matrix), the top MLP's input is what the
+        interaction produces (`ModelConfig.interaction_width`)."""
+        m, src = self.model, self.source
+        for key, layers in (("model.bottom_mlp", m.bottom_layers),
+                            ("model.top_mlp", m.top_layers)):
+            if len(layers) < 2:
+                raise UserError("an MLP needs at least an input and an output width",
+                                source=src, field=key)
+        d = m.bottom_layers[-1]
+        if m.interaction == "dot" and set(m.dims) != {d}:
+            dims = sorted(set(m.dims))
+            raise UserError(f"interaction dot joins the bottom MLP's output to every "
+                            f"table's vector: expected its last width = the embedding dim "
+                            f"{dims[0] if len(dims) == 1 else dims}, got {d} (or "
+                            "model.interaction: cat / dcn-v2)", source=src,
+                            field="model.bottom_mlp" if len(dims) == 1
+                            else "model.interaction")
+        gpu = self.hardware.gpu
+        if (m.precision in ("bf16", "fp16") and gpu.tflops is None
+                and getattr(gpu, f"peak_tflops_{m.precision}") is None):
+            raise UserError(f"this GPU has no {m.precision} tensor cores "
+                            f"(hardware.gpu.peak_tflops_{m.precision} is null): expected "
+                            "another precision", source=src, field="model.precision")
+        width = m.interaction_width
+        if m.top_layers[0] != width:
+            f = m.table_count
+            how = (f"D + F(F+1)/2 = {d} + {f * (f + 1) // 2}" if m.interaction == "dot"
+                   else f"D + the tables' dims = {d} + {sum(m.dims)}")
+            raise UserError(f"expected the top MLP's first width = what interaction "
+                            f"{m.interaction} produces, {how} = {width}; got "
+                            f"{m.top_layers[0]}", source=src, field="model.top_mlp[0]")
 
     def _check_tables(self) -> None:
         """Per-table lists agree with each other and with tables.count."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from scratchpipe_sim.config.loader import CONFIGS_DIR, read_yaml
 from scratchpipe_sim.config.schema import build
@@ -165,11 +166,152 @@ class PublishedPoint:
                             source=source, field=f"{where}.skip_reason")
 
 
+#: the designs an end-to-end point runs with: one GPU with its tables in HBM, or TorchRec's
+#: tables sharded over one node's GPUs
+END_TO_END_DESIGNS = ("gpu-only", "multi-gpu")
+
+
+@dataclass(frozen=True)
+class EndToEndModel:
+    """The whole model of an end-to-end run, as the source configures it."""
+
+    tables: int = field(metadata=_meta("embedding tables", **_POSITIVE))
+    rows_per_table: int | tuple[int, ...] = field(metadata=_meta(
+        "rows of each table: one value or a list, one per table", **_POSITIVE))
+    dim: int = field(metadata=_meta("embedding dimension", **_POSITIVE))
+    pooling: int = field(metadata=_meta("ids per sample and table", **_POSITIVE))
+    batch_size: int = field(metadata=_meta(
+        "samples per GPU per iteration (the local batch)", **_POSITIVE))
+    optimizer: str = field(metadata=_meta(
+        "model.optimizer of the embeddings (the dense layers take its plain form)",
+        choices=KNOWN_OPTIMIZERS))
+    bottom_mlp: tuple[int, ...] = field(metadata=_meta(
+        "bottom MLP widths, dense features first", **_POSITIVE))
+    top_mlp: tuple[int, ...] = field(metadata=_meta(
+        "top MLP widths, the interaction's output first", **_POSITIVE))
+    interaction: str = field(metadata=_meta("model.interaction: dot, cat or dcn-v2"))
+    precision: str = field(metadata=_meta("model.precision: fp32, tf32, bf16 or fp16"))
+    dcn_layers: int | None = field(default=None, metadata=_meta(
+        "dcn-v2 cross layers (null: the model's default)", **_POSITIVE))
+    dcn_rank: int | None = field(default=None, metadata=_meta(
+        "dcn-v2 low rank (null: the model's default)", **_POSITIVE))
+
+
+@dataclass(frozen=True)
+class EndToEndMeasured:
+    """What the source measured: ms per iteration, or samples/s per GPU (exactly one)."""
+
+    ms_per_iter: float | None = field(default=None, metadata=_meta(
+        "ms per training iteration", **_POSITIVE))
+    samples_per_s_per_gpu: float | None = field(default=None, metadata=_meta(
+        "training samples per second per GPU", **_POSITIVE))
+
+
+@dataclass(frozen=True)
+class EndToEndPoint:
+    """A published whole training iteration with its configuration: predicted by
+    `validate --published` from every stage of its design, the dense work included."""
+
+    id: str = field(metadata=_meta("the point's name (e.g. E3.8-dcn-16384)"))
+    source: str = field(metadata=_meta("URL of the published figures"))
+    gpu: str = field(metadata=_meta("the GPU, as published"))
+    preset: str | None = field(metadata=_meta(
+        "configs/hardware/ preset (null: none yet, then skip_reason says why)"))
+    hardware: dict[str, Any] = field(metadata=_meta(
+        "overrides of the preset's keys for this GPU (e.g. {gpu: {hbm_capacity_GiB: 40}})"))
+    design: str = field(metadata=_meta(
+        "gpu-only (one GPU) or multi-gpu (tables sharded over `gpus`)",
+        choices=END_TO_END_DESIGNS))
+    gpus: int = field(metadata=_meta("GPUs of the run (multi-gpu: > 1)", **_POSITIVE))
+    alpha: float = field(metadata=_meta(
+        "Zipf exponent of the generated ids (the source's ids are a dataset: assumed)",
+        **_POSITIVE))
+    model: EndToEndModel = field(metadata=_meta("the model and batch"))
+    measured: EndToEndMeasured = field(metadata=_meta("what was measured"))
+    role: str = field(metadata=_meta(
+        "fit: sets model constants; check: validates them", choices=ROLES))
+    note: str = field(metadata=_meta("what was run, in the source's words"))
+    skip_reason: str | None = field(metadata=_meta("why the point is not predicted"))
+
+    @property
+    def measured_ms(self) -> float:
+        """The measurement as ms per iteration (samples/s per GPU: local batch / rate)."""
+        if self.measured.ms_per_iter is not None:
+            return self.measured.ms_per_iter
+        return self.model.batch_size / float(self.measured.samples_per_s_per_gpu or 1) * 1e3
+
+    def check(self, source: str | None, where: str) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, str) and not v.strip():
+                raise UserError(f"expected a non-empty text, got {v!r}", source=source,
+                                field=f"{where}.{f.name}")
+        if self.preset is not None and self.preset not in known_presets():
+            names = known_presets()
+            raise UserError(f"no hardware preset '{self.preset}'{closest(self.preset, names)}; "
+                            f"expected one of: {', '.join(names)} (or null with a "
+                            "skip_reason)", source=source, field=f"{where}.preset")
+        if self.preset is None and self.skip_reason is None:
+            raise UserError("a point without a hardware preset needs a skip_reason",
+                            source=source, field=f"{where}.skip_reason")
+        if (self.design == "multi-gpu") != (self.gpus > 1):
+            raise UserError(f"design {self.design} with {self.gpus} GPUs: expected gpu-only "
+                            "with 1, multi-gpu with more", source=source,
+                            field=f"{where}.gpus")
+        m = self.measured
+        if (m.ms_per_iter is None) == (m.samples_per_s_per_gpu is None):
+            raise UserError(f"end-to-end point {self.id}: expected exactly one of "
+                            "ms_per_iter, samples_per_s_per_gpu", source=source,
+                            field=f"{where}.measured")
+
+
+def _require_model(raw: Any, source: str, i: int) -> None:
+    """An end-to-end point without its model or batch: one line naming the point (before
+    the schema, whose message would name only the index)."""
+    if not isinstance(raw, dict):
+        return  # the schema's message
+    name = raw.get("id", f"#{i}")
+    where = f"end_to_end[{i}]"
+    model = raw.get("model")
+    if not isinstance(model, dict):
+        raise UserError(f"end-to-end point {name} has no model: expected its tables, MLPs "
+                        "and batch", source=source, field=f"{where}.model")
+    if model.get("batch_size") is None:
+        raise UserError(f"end-to-end point {name} has no batch: expected model.batch_size "
+                        "(samples per GPU per iteration)", source=source,
+                        field=f"{where}.model.batch_size")
+
+
+#: what a cluster point measured: a whole iteration's throughput, or the embedding part's
+#: time (every stage but the MLP)
+CLUSTER_QUANTITIES = ("samples_per_s", "embedding_ms")
+
+
+@dataclass(frozen=True)
+class ClusterPoint:
+    """A published multi-GPU training measurement, priced by the `cluster` design."""
+
+    id: str = field(metadata=_meta("the point's name (e.g. E3.6)"))
+    source: str = field(metadata=_meta("URL of the published figures"))
+    gpu: str = field(metadata=_meta("the GPUs, as published"))
+    config: dict[str, Any] = field(metadata=_meta(
+        "the run config (hardware, model, trace, design_params) that prices it"))
+    quantity: str = field(metadata=_meta("what was measured", choices=CLUSTER_QUANTITIES))
+    measured: float = field(metadata=_meta("the published figure", **_POSITIVE))
+    role: str = field(metadata=_meta(
+        "fit: sets model constants; check: validates them", choices=ROLES))
+    note: str = field(metadata=_meta("what was run, and what the fit set"))
+
+
 @dataclass(frozen=True)
 class PublishedPointsFile:
-    """The data file: its one top-level key."""
+    """The data file: the TBE points, the end-to-end points and the multi-GPU points."""
 
     points: tuple[PublishedPoint, ...] = field(metadata=_meta("the published points"))
+    end_to_end: tuple[EndToEndPoint, ...] = field(default=(), metadata=_meta(
+        "published whole training iterations"))
+    cluster_points: tuple[ClusterPoint, ...] = field(default=(), metadata=_meta(
+        "published multi-GPU points (the cluster design)"))
 
 
 def known_presets() -> list[str]:
@@ -177,10 +319,34 @@ def known_presets() -> list[str]:
     return sorted(p.stem for p in (CONFIGS_DIR / "hardware").glob("*.yaml"))
 
 
+def _load(path: str | Path) -> PublishedPointsFile:
+    src = str(path)
+    raw = read_yaml(path, "published-points file")
+    if isinstance(raw, dict) and isinstance(raw.get("end_to_end"), list):
+        for i, e in enumerate(raw["end_to_end"]):
+            _require_model(e, src, i)
+    data: PublishedPointsFile = build(PublishedPointsFile, raw, src)
+    return data
+
+
+def load_end_to_end(path: str | Path = DATA_FILE) -> list[EndToEndPoint]:
+    """Every end-to-end point of a data file, validated (ids unique across both lists)."""
+    src = str(path)
+    data = _load(path)
+    seen = {p.id for p in data.points}
+    for i, p in enumerate(data.end_to_end):
+        p.check(src, f"end_to_end[{i}]")
+        if p.id in seen:
+            raise UserError(f"id '{p.id}' given twice; expected each id once", source=src,
+                            field=f"end_to_end[{i}].id")
+        seen.add(p.id)
+    return list(data.end_to_end)
+
+
 def load_points(path: str | Path = DATA_FILE) -> list[PublishedPoint]:
     """Every point of a data file, validated (a bad one: UserError naming file and key)."""
     src = str(path)
-    data = build(PublishedPointsFile, read_yaml(path, "published-points file"), src)
+    data = _load(path)
     if not data.points:
         raise UserError("expected a non-empty list of points", source=src, field="points")
     seen: set[str] = set()
@@ -191,6 +357,19 @@ def load_points(path: str | Path = DATA_FILE) -> list[PublishedPoint]:
                             field=f"points[{i}].id")
         seen.add(p.id)
     return list(data.points)
+
+
+def load_cluster_points(path: str | Path = DATA_FILE) -> list[ClusterPoint]:
+    """The cluster points of a data file (a bad one: UserError naming file and key)."""
+    src = str(path)
+    data = build(PublishedPointsFile, read_yaml(path, "published-points file"), src)
+    ids = [p.id for p in data.points]
+    for i, p in enumerate(data.cluster_points):
+        if p.id in ids:
+            raise UserError(f"id '{p.id}' given twice; expected each id once", source=src,
+                            field=f"cluster_points[{i}].id")
+        ids.append(p.id)
+    return list(data.cluster_points)
 
 
 def point(point_id: str, path: str | Path = DATA_FILE) -> PublishedPoint:

@@ -125,6 +125,7 @@ NAME_BOUNDS: tuple[tuple[str, float, float, str], ...] = (
     ("*_GBps", 1e-3, 1e18, "GB/s (at least 1 MB/s; idealized links may be 1e15)"),
     ("*_GHz", 1e-3, 1e3, "GHz"),
     ("tflops", 1e-6, 1e18, "TFLOP/s"),
+    ("peak_tflops_*", 1e-6, 1e18, "TFLOP/s"),
     ("*_Gps", 1e-6, 1e9, "billion operations per second"),
     ("*_ns", 0.0, 1e12, "ns (at most 1000 s)"),
     ("*_ns_per_*", 0.0, 1e12, "ns (at most 1000 s)"),

@@ -41,7 +41,7 @@ def workload_of(cfg: Config) -> Workload:
                         f"ahead of train), got {W}", source=cfg.source,
                         field="design_params.scratchpipe.lookahead")
     B = m.batch_size
-    mlp = tuple((B, a, b) for layers in (m.bottom_mlp, m.top_mlp)
+    mlp = tuple((B, a, b) for layers in (m.bottom_layers, m.top_layers)
                 for a, b in zip(layers, layers[1:], strict=False))
     spec = TrainSpec(dim=m.tables.dim, optimizer=m.optimizer, seed=cfg.seed)
     return Workload(spec, cfg.capacity_rows(), W - 1, mlp)

@@ -108,7 +108,7 @@ def model_config(shape: RunShape, batches: int, preset: str, seed: int = SEED) -
         "model": {"tables": {"count": shape.tables, "rows": shape.rows_per_table,
                              "dim": b.dim, "bytes_per_element": 4},
                   "pooling": 1, "batch_size": shape.samples_per_table, "optimizer": "sgd",
-                  "bottom_mlp": [1, 1], "top_mlp": [1, 1], "num_batches": batches,
+                  "bottom_mlp": [1, 1], "interaction": "cat", "num_batches": batches,
                   "warmup_batches": 0},
         "trace": {"distribution": "zipf", "alpha": b.alpha},
         "cache": {"warmup_batches": 0},

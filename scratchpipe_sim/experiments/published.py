@@ -41,7 +41,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scratchpipe_sim.config.published_points import ROLES, TIMED_BATCHES, PublishedPoint
+from scratchpipe_sim.config.published_points import (
+    ROLES,
+    TIMED_BATCHES,
+    EndToEndPoint,
+    PublishedPoint,
+)
 from scratchpipe_sim.errors import UserError, closest
 
 if TYPE_CHECKING:
@@ -107,6 +112,20 @@ def select(points: list[PublishedPoint], only: Sequence[str] | None) -> list[Pub
             raise UserError(f"no point '{name}'{closest(name, ids)}; expected one of: "
                             f"{', '.join(ids)}", field="--only")
     return [p for p in points if p.id in set(only)]
+
+
+def select_all(only: Sequence[str] | None, *groups: Sequence[Any]) -> tuple[list[Any], ...]:
+    """Each group of points (TBE, end-to-end, multi-GPU) cut to the ids `--only` names (all
+    when None), in the file's order; an unknown id is one line naming the known ones."""
+    if not only:
+        return tuple(list(g) for g in groups)
+    ids = [p.id for g in groups for p in g]
+    for name in only:
+        if name not in ids:
+            raise UserError(f"no point '{name}'{closest(name, ids)}; expected one of: "
+                            f"{', '.join(ids)}", field="--only")
+    keep = set(only)
+    return tuple([p for p in g if p.id in keep] for g in groups)
 
 
 # -- configs and traces ----------------------------------------------------------------------
@@ -280,3 +299,137 @@ def as_json(results: Sequence[PhaseResult]) -> list[dict[str, Any]]:
     return [r.as_json() for r in results]
 
 
+
+
+# -- end-to-end points -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class EndToEndResult:
+    """Predicted vs measured whole iteration of one end-to-end point, with its breakdown
+    (ms: embedding = every stage but the dense one, dense = MLPs + dense optimizer,
+    interaction, other = iteration - the stages' sum: idle or, below 0, overlap)."""
+
+    point: EndToEndPoint
+    predicted_ms: float | None
+    breakdown_ms: tuple[tuple[str, float], ...] = ()
+    skipped: str | None = None
+
+    @property
+    def measured_ms(self) -> float:
+        return self.point.measured_ms
+
+    @property
+    def factor(self) -> float | None:
+        return None if self.predicted_ms is None else self.predicted_ms / self.measured_ms
+
+    def samples_per_s_per_gpu(self, ms: float | None) -> float | None:
+        return None if ms is None else self.point.model.batch_size / ms * 1e3
+
+    def as_json(self) -> dict[str, Any]:
+        p = self.point
+        return {"id": p.id, "kind": "end-to-end", "gpu": p.gpu, "preset": p.preset,
+                "design": p.design, "gpus": p.gpus, "batch_per_gpu": p.model.batch_size,
+                "predicted_ms": self.predicted_ms, "measured_ms": self.measured_ms,
+                "factor": self.factor,
+                "predicted_samples_per_s_per_gpu": self.samples_per_s_per_gpu(
+                    self.predicted_ms),
+                "measured_samples_per_s_per_gpu": self.samples_per_s_per_gpu(
+                    self.measured_ms),
+                "breakdown_ms": dict(self.breakdown_ms), "role": p.role,
+                "status": "skipped" if self.skipped else "ok", "skip_reason": self.skipped,
+                "source": p.source}
+
+
+def end_to_end_config(p: EndToEndPoint) -> dict[str, Any]:
+    """A `run` config for an end-to-end point: the whole model on its design, the global
+    batch = local batch x GPUs (multi-gpu gives each GPU its share)."""
+    m = p.model
+    rows = list(m.rows_per_table) if isinstance(m.rows_per_table, tuple) else m.rows_per_table
+    model: dict[str, Any] = {
+        "tables": {"count": m.tables, "rows": rows, "dim": m.dim}, "pooling": m.pooling,
+        "batch_size": m.batch_size * p.gpus, "optimizer": m.optimizer,
+        "bottom_mlp": list(m.bottom_mlp), "top_mlp": list(m.top_mlp),
+        "interaction": m.interaction, "precision": m.precision,
+        "num_batches": TIMED_BATCHES, "warmup_batches": FILL_BATCHES}
+    for key in ("dcn_layers", "dcn_rank"):
+        if getattr(m, key) is not None:
+            model[key] = getattr(m, key)
+    d: dict[str, Any] = {
+        "name": f"published-{p.id}", "seed": 0,
+        "hardware": {"preset": p.preset, **p.hardware}, "model": model,
+        "trace": {"distribution": "zipf", "alpha": p.alpha},
+        "cache": {"warmup_batches": 0}, "designs": [p.design]}
+    if p.design == "multi-gpu":
+        d["design_params"] = {"multi-gpu": {"gpus": p.gpus}}
+    return d
+
+
+def run_end_to_end(p: EndToEndPoint, replay_cache: bool = True) -> EndToEndResult:
+    """Predict one end-to-end point's iteration (skipped, with the reason, when the model
+    refuses its config)."""
+    from scratchpipe_sim.config import load_config
+    from scratchpipe_sim.timing import simulate
+    from scratchpipe_sim.timing.dense_compute import dense_iteration
+
+    if p.skip_reason is not None:
+        return EndToEndResult(p, None, skipped=p.skip_reason)
+    try:
+        cfg = load_config(end_to_end_config(p))
+    except UserError as e:
+        return EndToEndResult(p, None, skipped=f"{e.field}: {e.message}" if e.field
+                              else e.message)
+    row = simulate(cfg, [p.design], replay_cache=replay_cache)[0]
+    iteration = float(row["iter_ns_mean"])
+    stages = {k[len("stage_"):-len("_ns")]: float(v) for k, v in row.items()
+              if k.startswith("stage_") and k.endswith("_ns") and v is not None}
+    mlp = stages.pop("mlp", 0.0)
+    parts = dict(dense_iteration(cfg.model, cfg.hardware.gpu,
+                                 float(p.model.batch_size)).part_ns)
+    whole = sum(parts.values())
+    inter = mlp * parts["interaction"] / whole if whole > 0 else 0.0
+    breakdown = (("embedding", sum(stages.values()) / 1e6), ("dense", (mlp - inter) / 1e6),
+                 ("interaction", inter / 1e6),
+                 ("other", (iteration - mlp - sum(stages.values())) / 1e6))
+    return EndToEndResult(p, iteration / 1e6, breakdown)
+
+
+def run_end_to_end_points(points: Sequence[EndToEndPoint], replay_cache: bool = True,
+                          log: Callable[[str], None] | None = None) -> list[EndToEndResult]:
+    out = []
+    for p in points:
+        if log is not None:
+            log(f"{p.id}: {p.design} x {p.gpus} on {p.preset or '(no preset)'}")
+        out.append(run_end_to_end(p, replay_cache))
+    return out
+
+
+def format_end_to_end(results: Sequence[EndToEndResult]) -> str:
+    from scratchpipe_sim.experiments.run_tables import table
+
+    def rate(r: EndToEndResult, ms: float | None) -> str:
+        v = r.samples_per_s_per_gpu(ms)
+        return "-" if v is None else f"{v:,.0f}"
+
+    rows = [[r.point.id, r.point.gpu, f"{r.point.design} x {r.point.gpus}",
+             str(r.point.model.batch_size), _f(r.predicted_ms), _f(r.measured_ms),
+             _f(r.factor, 2), rate(r, r.predicted_ms), rate(r, r.measured_ms),
+             r.point.role if not r.skipped else f"{r.point.role} (skipped)"]
+            for r in results]
+    out = [table(rows, ["id", "gpu", "design", "batch/GPU", "predicted_ms", "measured_ms",
+                        "factor", "pred samples/s/GPU", "meas samples/s/GPU", "role"])]
+    out.append("whole iteration; factor = predicted / measured (> 1: the model is slower)")
+    for r in results:
+        if r.skipped:
+            out.append(f"skipped {r.point.id}: {r.skipped}")
+        else:
+            parts = ", ".join(f"{k} {v if abs(v) >= 5e-4 else 0.0:.3f}"
+                              for k, v in r.breakdown_ms)
+            out.append(f"{r.point.id} breakdown (ms): {parts}")
+    for role in ROLES:
+        rs = [r for r in results if r.point.role == role and r.factor is not None]
+        if rs:
+            logs = [abs(math.log(r.factor)) for r in rs]
+            worst = max(rs, key=lambda r: abs(math.log(r.factor or 1.0)))
+            out.append(f"end-to-end {role}: {len(rs)} points, typical factor "
+                       f"{math.exp(sum(logs) / len(logs)):.2f}x, worst {worst.factor:.2f} "
+                       f"({worst.point.id})")
+    return "\n".join(out)

@@ -50,7 +50,11 @@ from scratchpipe_sim.safety.atomic_files import atomic_write
 from scratchpipe_sim.timing.designs import DESIGNS, baseline_design
 from scratchpipe_sim.timing.replay_passes import Replays
 from scratchpipe_sim.timing.run_metrics import summarize
-from scratchpipe_sim.timing.runner import check_designs, run_design
+from scratchpipe_sim.timing.runner import (
+    check_designs,
+    run_design,
+    timed_batches,
+)
 from scratchpipe_sim.timing.trace_setup import build_trace, fit_trace, sized_config
 from scratchpipe_sim.traces.csr_trace import Trace
 
@@ -264,6 +268,10 @@ class Pricer:
         self.names = (self.designs if self.base in self.designs
                       else [self.base, *self.designs])
         self._replays: dict[tuple, Replays] = {}
+        #: design -> its own per-batch columns (the cluster's per-rank counts): made once
+        #: from the nominal config, as they depend on the trace and the design's
+        #: parameters, never on the hardware constants a band varies
+        self._own: dict[str, dict[str, np.ndarray]] = {}
         #: design -> (its nominal iteration time, the hardware keys that pricing read, or
         #: None where they could not be recorded): a variant changing none of those keys is
         #: priced as the nominal (`reused`)
@@ -291,6 +299,11 @@ class Pricer:
         replays = self._replays_for(cfg)
         design = DESIGNS.get(name)(cfg)
         w, _ = replays.get(design.workload_key())
+        if name not in self._own:
+            plain = untracked(self.cfg)
+            self._own[name] = DESIGNS.get(name)(plain).trace_columns(
+                timed_batches(plain, self.trace))
+        w = w.with_columns(self._own[name]) if self._own[name] else w
         return summarize(cfg, name, run_design(cfg, design, w), w)["iter_ns_mean"]
 
     def _nominal_of(self, name: str) -> float:

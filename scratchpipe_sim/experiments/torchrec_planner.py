@@ -19,14 +19,15 @@ predicted iteration time by TorchRec and by the simulator.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.experiments import peers
-from scratchpipe_sim.experiments.torchrec_stats import TableCurve, TraceCacheStats
+from scratchpipe_sim.experiments.torchrec_stats import ALGORITHMS, TableCurve, TraceCacheStats
 from scratchpipe_sim.safety.limits import WORLD_SIZE
 
 if TYPE_CHECKING:
@@ -62,10 +63,28 @@ class PlanSide:
     iter_ms: dict[str, float]
     hbm_bytes: int
     ddr_bytes: int
+    #: why this side holds another planner's plan (None: its own best plan)
+    note: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"planner": self.planner, "iter_ms": self.iter_ms, "hbm_bytes": self.hbm_bytes,
-                "ddr_bytes": self.ddr_bytes, "tables": [t.as_json() for t in self.tables]}
+                "ddr_bytes": self.ddr_bytes, "tables": [t.as_json() for t in self.tables],
+                "note": self.note}
+
+
+def simulator_choice(torchrec: PlanSide, simulator: PlanSide) -> PlanSide:
+    """The simulator-backed planner's answer: its own best plan, unless the simulator prices
+    TorchRec's plan faster — TorchRec's partitioner is a greedy heuristic, so the plan it
+    returns for the simulator's estimates can balance the ranks worse than the plan it
+    returned for its own; the simulator-backed planner weighs both and keeps the faster by
+    its own price, so it never answers with a plan it prices slower than TorchRec's."""
+    own, other = simulator.iter_ms["simulator"], torchrec.iter_ms["simulator"]
+    if own <= other:
+        return simulator
+    return dataclasses.replace(
+        torchrec, planner=simulator.planner,
+        note=f"TorchRec's plan kept: the simulator prices it at {other:.4g} ms, its own best "
+             f"plan at {own:.4g} ms")
 
 
 def local_world(cfg: Config, world_size: int) -> int:
@@ -93,7 +112,8 @@ class _Planner:
     """One planner and its enumerator (kept: it re-prices the other planner's plan)."""
 
     def __init__(self, name: str, cfg: Config, topo: Any, batch: int, samples: int,
-                 curves: Mapping[str, TableCurve], with_sim: bool) -> None:
+                 curves: Mapping[str, TableCurve], with_sim: bool,
+                 kernels: Sequence[str] | None = None, algorithm: str = "lru") -> None:
         from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
         from torchrec.distributed.planner.planners import EmbeddingShardingPlanner
         from torchrec.distributed.planner.proposers import (
@@ -119,8 +139,9 @@ class _Planner:
             stats = cache_statistics(c) if with_sim else None
             cons[n] = ParameterConstraints(
                 pooling_factors=[c.accesses_per_batch / samples],
-                cache_params=CacheParams(algorithm=CacheAlgorithm.LRU, load_factor=clf,
-                                         stats=stats))
+                compute_kernels=list(kernels) if kernels else None,
+                cache_params=CacheParams(algorithm=CacheAlgorithm[algorithm.upper()],
+                                         load_factor=clf, stats=stats))
         storage = EmbeddingStorageEstimator(topo, constraints=cons)
         if with_sim:
             self.perf = simulator_estimator(topo, cons, cfg, curves, samples)
@@ -155,9 +176,11 @@ def _choices(plan: list[Any], priced: dict[str, list[Any]]) -> tuple[TableChoice
     return tuple(sorted(out, key=lambda c: int(c.table[1:])))
 
 
-def plan_both(cfg: Config, stats: TraceCacheStats, world_size: int = 1
-              ) -> tuple[PlanSide, PlanSide]:
-    """TorchRec's plan and the simulator-backed plan, each priced by both estimators."""
+def plan_both(cfg: Config, stats: TraceCacheStats, world_size: int = 1,
+              kernels: Sequence[str] | None = None) -> tuple[PlanSide, PlanSide]:
+    """TorchRec's plan and the simulator-backed plan, each priced by both estimators
+    (`kernels`: the compute kernels both may choose; None: TorchRec's default list). The
+    cache algorithm TorchRec is told is the statistics' (FBGEMM LRU or LFU)."""
     peers.import_torchrec("torchrec-plan")
     import logging
 
@@ -174,7 +197,9 @@ def plan_both(cfg: Config, stats: TraceCacheStats, world_size: int = 1
                     **peers.topology_args(cfg))
     with warnings.catch_warnings():  # TorchRec's deprecation notices, not ours
         warnings.simplefilter("ignore")
-        planners = [_Planner(name, cfg, topo, batch, stats.batch_size, curves, sim)
+        algorithm = next(a for a, pol in ALGORITHMS.items() if pol == stats.policy)
+        planners = [_Planner(name, cfg, topo, batch, stats.batch_size, curves, sim, kernels,
+                             algorithm)
                     for name, sim in (("torchrec", False), ("simulator", True))]
     sharders = [EmbeddingBagCollectionSharder()]
     for p in planners:
@@ -200,7 +225,7 @@ def plan_both(cfg: Config, stats: TraceCacheStats, world_size: int = 1
         sides.append(PlanSide(p.name, _choices(best, priced),
                               {q: _rate(pl, world_size) for q, pl in priced.items()},
                               int(hbm), int(ddr)))
-    return sides[0], sides[1]
+    return sides[0], simulator_choice(sides[0], sides[1])
 
 
 def differences(a: PlanSide, b: PlanSide) -> list[str]:
@@ -210,6 +235,12 @@ def differences(a: PlanSide, b: PlanSide) -> list[str]:
     for x, y in zip(a.tables, b.tables, strict=True):
         if (x.sharding_type, x.compute_kernel, x.load_factor, x.ranks) == (
                 y.sharding_type, y.compute_kernel, y.load_factor, y.ranks):
+            continue
+        if (x.sharding_type, x.compute_kernel, x.load_factor) == (
+                y.sharding_type, y.compute_kernel, y.load_factor):
+            was, now = (",".join(map(str, r)) for r in (x.ranks, y.ranks))
+            lines.append(f"{x.table}: the same option on other ranks ({was} -> {now}): the "
+                         "partitioner's balance of the ranks, no Perf term")
             continue
         gap = {t: (y.terms["simulator"][t] - x.terms["simulator"][t])
                - (y.terms["torchrec"][t] - x.terms["torchrec"][t]) for t in TERMS}
@@ -235,4 +266,5 @@ def format_plans(a: PlanSide, b: PlanSide) -> str:
         body.append([label, f"{a.iter_ms[key]:.4g}", f"{b.iter_ms[key]:.4g}"])
     body.append(["HBM GB", f"{a.hbm_bytes / 1e9:.3f}", f"{b.hbm_bytes / 1e9:.3f}"])
     body.append(["DDR GB", f"{a.ddr_bytes / 1e9:.3f}", f"{b.ddr_bytes / 1e9:.3f}"])
-    return table(body, ["table", "TorchRec's plan", "simulator-backed plan"])
+    out = table(body, ["table", "TorchRec's plan", "simulator-backed plan"])
+    return out + "".join(f"\n{side.planner}: {side.note}" for side in (a, b) if side.note)

@@ -281,6 +281,9 @@ def read_stats(path: str | Path) -> TraceCacheStats:
                      ("ways", int), ("tables", list)):
         if not isinstance(d.get(key), typ) or isinstance(d.get(key), bool):
             raise UserError(f"expected {typ.__name__}", source=src, field=key)
+    if d["policy"] not in ALGORITHMS.values():
+        raise UserError(f"policy {d['policy']!r}: expected one of "
+                        f"{', '.join(ALGORITHMS.values())}", source=src, field="policy")
     tables = []
     for i, t in enumerate(d["tables"]):
         where = f"tables[{i}]"

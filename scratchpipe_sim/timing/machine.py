@@ -19,7 +19,8 @@ Resources (one `Server` each, processor sharing — see resources.py):
     pcie_d2h
     hbm         GPU HBM; gathers at hbm_GBps x gather_efficiency(row)
     gpu_l2      rows that hit in the GPU L2 (l2_GBps)
-    gpu_compute dense MLPs: tflops x 1e3 FLOP/ns; latency = kernels x kernel_launch_ns
+    gpu_compute the dense work (MLPs, interaction, dense optimizer): its FLOPs over the
+                kernels' GPU time, after the launch waits (timing/dense_compute.py)
     gpu_mmu     address translations of host pages that miss the GPU TLB (UVM reads and
                 writes in place): uvm_translation_ns per walk, walks sharing the walkers
     nvlink_tx,  this GPU's NVLink/NVSwitch port, per direction (made on a design's first
@@ -53,6 +54,8 @@ from scratchpipe_sim.timing.collectives import (
     net_latency_ns,
     net_share_GBps,
 )
+from scratchpipe_sim.timing.cpu_update_cost import forward_overhead_ns, update_cost
+from scratchpipe_sim.timing.dense_compute import DenseCost, dense_iteration
 from scratchpipe_sim.timing.resources import (
     AllDone,
     Memory,
@@ -132,7 +135,8 @@ class Machine:
                                if self.cxl is not None and hw.cxl.load_latency_ns > 0
                                else 1.0)
         self.pcie = Pcie(env, hw.pcie, num_batches, rec, dram=self.dram.server)
-        self.compute = server("gpu_compute", gpu.tflops * 1e3, gpu.kernel_launch_ns)
+        # FLOPs at the rate `mlp` sets per call (dense_compute prices each kernel)
+        self.compute = server("gpu_compute", 1.0, 0.0)
         # "bandwidth" in walks per ns: a transfer of `walks x uvm_translation_ns` at 1 per ns
         self.mmu = server("gpu_mmu", 1.0, 0.0)
         # "bandwidth" in core-ns of work per ns
@@ -157,6 +161,8 @@ class Machine:
         self.tables = m.table_count
         self._nvlink: tuple[Server, Server] | None = None
         self._net: tuple[Server, Server] | None = None
+        #: the dense work's price per distinct samples per batch (`mlp`)
+        self._dense: dict[float, DenseCost] = {}
 
     def batch_done(self, b: int) -> None:
         """Batch b finished training; at the end of warm-up, snapshot busy times."""
@@ -206,6 +212,21 @@ class Machine:
         return self.all_of([self.table_gather(rows, row_bytes, batch, label, onchip_fraction),
                             self.cpu_work(core_ns, batch, label)])
 
+    def cpu_embedding_bag(self, lookups: float, row_bytes: float, bags: float, batch: int,
+                          onchip_fraction: float = 0.0) -> simpy.Event | None:
+        """Hybrid's forward on the CPU: the lookups' rows gathered and pooled (`cpu_gather`),
+        then, with `hardware.cpu.forward` set, FBGEMM's forward's own costs beyond the rows
+        (per call, and per bag beyond the rates' share: `forward_overhead_ns`) on
+        every core (at::parallel_for over the bags)."""
+        terms = self.cfg.hardware.cpu.forward
+        if terms is None:
+            return self.cpu_gather(lookups, row_bytes, batch, "gather", onchip_fraction)
+        extra = forward_overhead_ns(terms, lookups, bags,
+                                    row_bytes / self.cfg.model.tables.bytes_per_element)
+        return self.seq(
+            lambda: self.cpu_gather(lookups, row_bytes, batch, "gather", onchip_fraction),
+            lambda: self.cpu_work(extra, batch, "pool"))
+
     def table_gather(self, rows: float, row_bytes: float, batch: int, label: str,
                      onchip_fraction: float = 0.0) -> simpy.Event | None:
         """The host memory's side of a random access to `rows` rows of the embedding tables
@@ -241,7 +262,8 @@ class Machine:
 
     def cpu_backward(self, batch: int, lookups: float, unique_rows: float,
                      onchip_fraction: float = 0.0, r: float | None = None,
-                     R: float | None = None, lookup_onchip: float = 0.0) -> simpy.Process:
+                     R: float | None = None, lookup_onchip: float = 0.0,
+                     bags: float = 0.0) -> simpy.Process:
         """Hybrid's backward on the CPU: aggregate the lookups' gradient contributions into
         row gradients — core work (`aggregate_core_ns`: per lookup the op on the gradient
         row and the aggregation's own cost, dearer for a lookup whose row is off chip —
@@ -249,10 +271,29 @@ class Machine:
         row; fitted by calibrate --cpu, the cores' own memory stalls included) || the
         gradients' memory traffic (r bytes per lookup on DRAM/LLC, `onchip_fraction` on
         chip: the socket's limit) — then update each unique row with its optimizer state (a
-        read and a write per row: 2U x R, `onchip_fraction` of them on chip)."""
+        read and a write per row: 2U x R, `onchip_fraction` of them on chip).
+
+        With `hardware.cpu.update` terms for the config's optimizer, priced instead as
+        FBGEMM's CPU backward runs it (timing/cpu_update_cost.py; `bags`: the batch's
+        samples x tables, whose grad_output rows it reads): csr2csc's sort on every
+        core, then the walk over the unique rows (one core, or every core where FBGEMM
+        parallelizes it) || the rows' read and write on the socket's memory (2U x R)."""
         cpu = self.cfg.hardware.cpu
         r = self.r if r is None else r
         R = self.R if R is None else R
+        terms = cpu.update.of(self.cfg.model.optimizer)
+        if terms is not None:
+            cost = update_cost(terms, lookups, unique_rows,
+                               r / self.cfg.model.tables.bytes_per_element, self.tables,
+                               bags)
+            share = 1.0 if cost.parallel else plan_share(1, cpu.cores,
+                                                         cpu.parallel_efficiency)
+            return self.seq(
+                lambda: self.cpu_work(cost.sort_ns, batch, "sort"),
+                lambda: self.all_of([
+                    self.cpu_work(cost.walk_ns, batch, "update", max_share=share),
+                    self.table_gather(2 * unique_rows, R, batch, "update",
+                                      onchip_fraction)]))
         return self.seq(
             lambda: self.all_of([
                 self.cpu_work(aggregate_core_ns(cpu, lookups, unique_rows, r,
@@ -284,10 +325,17 @@ class Machine:
         return self.cpu_work(work, batch, "plan", share)
 
     # -- GPU work ----------------------------------------------------------------------------
+    def id_bytes(self, lookups: float, samples: float) -> float:
+        """Bytes of one batch's indices and offsets (index_bytes each; T x B + 1 offsets)."""
+        return (lookups + samples * self.tables + 1) * self.index_bytes
+
     def index_h2d(self, batch: int, lookups: float, samples: float) -> simpy.Event | None:
-        """Indices and offsets of one batch to the GPU (index_bytes each; T x B + 1 offsets)."""
-        n = lookups + samples * self.tables + 1
-        return self.pcie.h2d(n * self.index_bytes, batch, "indices")
+        """Indices and offsets of one batch to the GPU, for a design that moves them itself
+        (the others' ride with their inputs: `timing/input_pipeline.py`); nothing when the
+        inputs are resident (input_pipeline.inputs_on_gpu)."""
+        if self.cfg.input_pipeline.inputs_on_gpu:
+            return None
+        return self.pcie.h2d(self.id_bytes(lookups, samples), batch, "indices")
 
     def gpu_forward(self, batch: int, lookups: float, samples: float,
                     onchip_fraction: float = 0.0, r: float | None = None
@@ -520,11 +568,18 @@ class Machine:
                       rx.transfer(split.net_recv, batch, label, GBps=GBps, latency_ns=lat)]
         return self.all_of(parts)
 
-    def mlp(self, batch: int, samples: int) -> simpy.Process:
-        m = self.cfg.model
-        flops = m.mlp_flops / m.batch_size * samples
-        launch = m.mlp_kernels * self.cfg.hardware.gpu.kernel_launch_ns
-        return self.compute.transfer(flops, batch, "mlp", latency_ns=launch)
+    def mlp(self, batch: int, samples: float) -> simpy.Event | None:
+        """The dense work of one iteration on `samples` samples (MLPs, interaction, dense
+        optimizer: `dense_compute.dense_iteration`): its FLOPs on `gpu_compute` for the
+        kernels' GPU time, after the launch waits (idle, not busy)."""
+        cost = self._dense.get(samples)
+        if cost is None:  # once per distinct batch size (every batch asks)
+            cost = self._dense[samples] = dense_iteration(self.cfg.model,
+                                                          self.cfg.hardware.gpu,
+                                                          float(samples))
+        return self.compute.transfer(cost.flops, batch, "mlp",
+                                     GBps=cost.flops / cost.busy_ns,
+                                     latency_ns=cost.launch_ns)
 
     # -- stages ------------------------------------------------------------------------------
     def stage(self, name: str, batch: int, parts: Iterable[simpy.Event | None]

@@ -1,22 +1,33 @@
 """One global trace in, per-rank lookup streams out: which rank serves each lookup of a
-sharded cluster (pure numpy, no SimPy), for the `cluster` design.
+sharded cluster, for the `cluster` design (a compiled pass per batch, no SimPy, never
+Python per lookup).
 
 The global mini-batch of B samples is split data-parallel over n ranks in contiguous local
-batches (sample i on rank floor(i x n / B)). Tables are sharded inside shard groups of L
+batches (sample i on rank floor(i x n / B)). Tables are placed inside shard groups of L
 consecutive ranks (2D sparse parallelism: groups data-parallel; L = n is plain model
-parallelism): a table-wise table lives on one rank of each group (`owner`), a row-wise
-table's rows are cut into L contiguous blocks of ceil(rows / L) (TorchRec's RW). A lookup
-of sample i goes to the rank of its group that holds its row. With `dedup` (ids
-deduplicated before the all-to-all, as TorchRec's / dynamicemb's input dist), a source rank
-sends each distinct id once per destination, and the destination looks each up once.
+parallelism). Each table t has a span of `span[t]` ranks of the group starting at local
+rank `start[t]`: span 1 is table-wise (the table on one rank), span k > 1 row-wise over k
+ranks (rows cut into k contiguous blocks of ceil(rows / k): TorchRec's RW for k = L, its
+TWRW for the k GPUs of one node), span 0 data-parallel (the table replicated on every rank:
+a lookup is served by the rank that asks, no exchange; HugeCTR's small tables). With
+`dedup` (ids deduplicated before the all-to-all, as TorchRec's / dynamicemb's input dist),
+a source rank sends each distinct id of a model-parallel table once per destination, and
+the destination looks each up once.
 
 Per batch and rank (`RankCounts`, arrays [batch, rank]):
 
-    routed     lookups the rank serves before dedup (their sum over ranks is every lookup)
-    lookups    lookups it serves (deduplicated per source when dedup is on)
-    unique     distinct rows it updates in the backward (rows of its group's replica)
-    ids_send   ids it sends to other ranks (dedup: distinct per destination)
-    ids_recv   ids it receives from other ranks
+    routed        lookups the rank serves before dedup (their sum over ranks is every lookup)
+    lookups       lookups it serves (deduplicated per source when dedup is on)
+    unique        distinct rows it updates in the backward (rows of its replica)
+    ids_send      ids it sends to other ranks (dedup: distinct per destination)
+    ids_recv      ids it receives from other ranks
+    ids_recv_all  ids it would receive without dedup (what scales unpooled outputs)
+
+How: one pass over a batch's bags in FBGEMM's table-major order. Within a table the
+samples come in order, so a sample's source rank and its replica never decrease: "this
+(source, id) pair / this (replica, row) was seen already" is a stamp per row holding the
+last (batch, table, source) key that touched it (two int64 arrays the size of the largest
+table, reused for every table and batch), exact and linear in the lookups.
 """
 
 from __future__ import annotations
@@ -26,22 +37,55 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces.csr_trace import Trace
+
+KINDS = ("routed", "lookups", "unique", "ids_send", "ids_recv", "ids_recv_all")
+#: tables of more rows than this get per-batch dense keys for the stamps (np.unique of
+#: their ids), so the stamp arrays stay at 2 x 8 B x this at most (1 GiB)
+STAMP_ROWS = 1 << 26
+
+
+def _stamp_keys(trace: Trace, batch, ind: np.ndarray) -> tuple[np.ndarray, int]:
+    """The batch's ids as stamp keys: a table of at most STAMP_ROWS rows keeps its rows, a
+    larger one is renumbered densely per batch (equal ids, equal keys); and the stamp
+    arrays' size."""
+    rows = np.asarray(trace.table_rows, np.int64)
+    big = np.flatnonzero(rows > STAMP_ROWS)
+    size = int(rows[rows <= STAMP_ROWS].max()) if (rows <= STAMP_ROWS).any() else 1
+    if not len(big):
+        return ind, size
+    keys = np.asarray(ind, np.int64).copy()
+    B = batch.batch_size
+    offs = np.asarray(batch.offsets, np.int64)
+    for t in big:
+        lo, hi = offs[t * B], offs[(t + 1) * B]
+        _, inv = np.unique(keys[lo:hi], return_inverse=True)
+        keys[lo:hi] = inv
+        size = max(size, hi - lo)
+    return keys, size
 
 
 @dataclass(frozen=True)
 class RankPlan:
-    """Where each table's rows live: n ranks in groups of `group` ranks; per table the local
-    rank that owns it (`owner[t]`, table-wise) or -1 (row-wise: blocks over the group)."""
+    """Where each table's rows live: n ranks in groups of `group` ranks; per table the first
+    local rank of its span (`start[t]`) and the span's width (`span[t]`; 0: data-parallel)."""
 
     ranks: int
     group: int
-    owner: tuple[int, ...]
+    start: tuple[int, ...]
+    span: tuple[int, ...]
+
+    @classmethod
+    def of_owner(cls, ranks: int, group: int, owner: tuple[int, ...]) -> RankPlan:
+        """Table-wise on local rank `owner[t]`, or row-wise over the group where it is -1."""
+        return cls(ranks, group, tuple(max(o, 0) for o in owner),
+                   tuple(group if o < 0 else 1 for o in owner))
 
     def block_rows(self, table_rows: np.ndarray) -> np.ndarray:
-        """Rows per block of each row-wise table (ceil(rows / group); 0 for table-wise)."""
-        return np.array([math.ceil(int(r) / self.group) if o < 0 else 0
-                         for r, o in zip(table_rows, self.owner, strict=True)], np.int64)
+        """Rows per block of each table (ceil(rows / span); 0 for a data-parallel table)."""
+        return np.array([math.ceil(int(r) / k) if k > 0 else 0
+                         for r, k in zip(table_rows, self.span, strict=True)], np.int64)
 
 
 @dataclass(frozen=True)
@@ -51,61 +95,132 @@ class RankCounts:
     unique: np.ndarray
     ids_send: np.ndarray
     ids_recv: np.ndarray
+    ids_recv_all: np.ndarray
 
     def max_per_batch(self) -> dict[str, np.ndarray]:
         """The largest rank's count of each kind per batch: what a collective (which waits
         for the slowest rank) and the critical rank are priced from."""
-        return {f"rank_{k}": getattr(self, k).max(axis=1) for k in
-                ("routed", "lookups", "unique", "ids_send", "ids_recv")}
-
-
-def batch_routes(trace: Trace, b: int, plan: RankPlan) -> tuple[np.ndarray, np.ndarray,
-                                                                 np.ndarray]:
-    """Batch b's (linear ids, source rank, destination rank) of every lookup."""
-    batch = trace.batch(b)
-    T, B = trace.num_tables, batch.batch_size
-    offs = np.asarray(batch.offsets, np.int64)
-    lengths = np.diff(offs)
-    bag = np.repeat(np.arange(T * B, dtype=np.int64), lengths)
-    table = bag // B
-    sample = bag % B
-    rows = np.asarray(batch.indices, np.int64)
-    ids = rows + trace.table_offsets[table]
-    src = sample * plan.ranks // B
-    dst = dst_of(trace, plan, src, ids)
-    return ids, src, dst
+        return {f"rank_{k}": getattr(self, k).max(axis=1) for k in KINDS}
 
 
 def rank_counts(trace: Trace, plan: RankPlan, dedup: bool) -> RankCounts:
     """Every batch's per-rank counts (see the module docstring)."""
-    n, nb = plan.ranks, trace.num_batches
-    out = {k: np.zeros((nb, n), np.int64)
-           for k in ("routed", "lookups", "unique", "ids_send", "ids_recv")}
-    total = max(trace.total_rows, 1)
+    n, nb, T = plan.ranks, trace.num_batches, trace.num_tables
+    out = np.zeros((len(KINDS), nb, n), np.int64)
+    rows = np.asarray(trace.table_rows, np.int64)
+    pair_seen = row_seen = np.zeros(0, np.int64)
+    start = np.asarray(plan.start, np.int64)
+    span = np.asarray(plan.span, np.int64)
+    block = plan.block_rows(rows)
     for b in range(nb):
-        ids, src, dst = batch_routes(trace, b, plan)
-        out["routed"][b] = np.bincount(dst, minlength=n)
-        if dedup:  # one (source, id) pair per distinct id a source asks for
-            pair = np.unique(src * total + ids)
-            s, i = pair // total, pair % total
-            d = dst_of(trace, plan, s, i)
-        else:
-            s, i, d = src, ids, dst
-        out["lookups"][b] = np.bincount(d, minlength=n)
-        off = s != d
-        out["ids_send"][b] = np.bincount(s[off], minlength=n)
-        out["ids_recv"][b] = np.bincount(d[off], minlength=n)
-        rows = np.unique(dst * total + ids)  # a row of rank d's replica
-        out["unique"][b] = np.bincount(rows // total, minlength=n)
-    return RankCounts(**out)
+        batch = trace.batch(b)
+        ind = np.asarray(batch.indices)
+        keys, size = _stamp_keys(trace, batch, ind)
+        if len(pair_seen) < size:
+            pair_seen = np.full(size, -1, np.int64)
+            row_seen = np.full(size, -1, np.int64)
+        _batch_counts(ind, keys, np.asarray(batch.offsets, np.int64),
+                      batch.batch_size, T, n, plan.group, start, span, block, dedup,
+                      b, pair_seen, row_seen, out[:, b, :])
+    return RankCounts(*out)
 
 
-def dst_of(trace: Trace, plan: RankPlan, src: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """The rank serving linear id `ids` asked for by rank `src`."""
-    toff = trace.table_offsets
-    table = np.searchsorted(toff, ids, side="right") - 1
-    rows = ids - toff[table]
-    owner = np.asarray(plan.owner, np.int64)
-    block = plan.block_rows(trace.table_rows)
-    local = np.where(owner[table] >= 0, owner[table], rows // np.maximum(block[table], 1))
-    return (src // plan.group) * plan.group + local
+@njit(cache=True)
+def _batch_counts(indices, keys, offsets, B, T, n, L, start, span, block, dedup, b,
+                  pair_seen, row_seen, out):
+    """One batch's counts into out[kind, rank] (KINDS' order); `keys[j]` stands for row
+    indices[j] in the stamps."""
+    for t in range(T):
+        base = (b * T + t) * n
+        k = span[t]
+        for s in range(B):
+            src = s * n // B
+            lo, hi = offsets[t * B + s], offsets[t * B + s + 1]
+            for j in range(lo, hi):
+                row = indices[j]
+                if k == 0:  # data-parallel: served where it is asked
+                    dst = src
+                    rep = src
+                else:
+                    rep = src // L
+                    dst = rep * L + start[t] + (row // block[t] if k > 1 else 0)
+                out[0, dst] += 1
+                if dst != src:
+                    out[5, dst] += 1
+                key = base + rep
+                kj = keys[j]
+                if row_seen[kj] != key:
+                    row_seen[kj] = key
+                    out[2, dst] += 1
+                if dedup and k > 0:
+                    key = base + src
+                    if pair_seen[kj] == key:
+                        continue
+                    pair_seen[kj] = key
+                out[1, dst] += 1
+                if dst != src:
+                    out[3, src] += 1
+                    out[4, dst] += 1
+
+
+def rank_stream(trace: Trace, plan: RankPlan, rank: int, dedup: bool) -> Trace:
+    """The lookups of model-parallel tables that `rank` serves (deduplicated per source with
+    `dedup`), as a trace of its own: per batch one bag per table (batch size 1), ids as in
+    the global trace. What a per-rank cache over host memory sees; data-parallel tables
+    (small, replicated in HBM) are left out."""
+    nb, T, n = trace.num_batches, trace.num_tables, plan.ranks
+    rows = np.asarray(trace.table_rows, np.int64)
+    pair_seen = np.zeros(0, np.int64)
+    start = np.asarray(plan.start, np.int64)
+    span = np.asarray(plan.span, np.int64)
+    block = plan.block_rows(rows)
+    parts, offsets = [], [np.zeros(1, np.int64)]
+    total = 0
+    for b in range(nb):
+        batch = trace.batch(b)
+        ind = np.asarray(batch.indices)
+        offs = np.asarray(batch.offsets, np.int64)
+        mask = np.zeros(len(ind), np.bool_)
+        keys, size = _stamp_keys(trace, batch, ind)
+        if len(pair_seen) < size:
+            pair_seen = np.full(size, -1, np.int64)
+        _served(ind, keys, offs, batch.batch_size, T, n, plan.group, start, span, block, dedup, b,
+                pair_seen, rank, mask)
+        kept = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
+        ends = kept[offs[batch.batch_size::batch.batch_size]]  # kept up to each table's end
+        parts.append(ind[mask].astype(np.int64))
+        offsets.append(total + ends)
+        total += int(kept[-1])
+    indices = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    bounds = np.arange(nb + 1, dtype=np.int64) * T
+    return Trace(rows, indices, np.concatenate(offsets), bounds, 1,
+                 {"rank_stream": rank}, f"{trace.source} (rank {rank})")
+
+
+@njit(cache=True)
+def _served(indices, keys, offsets, B, T, n, L, start, span, block, dedup, b, pair_seen, rank,
+            mask):
+    """mask[j]: lookup j of a model-parallel table is served by `rank` (its first from
+    its source when dedup is on)."""
+    for t in range(T):
+        k = span[t]
+        if k == 0:
+            continue
+        base = (b * T + t) * n
+        for s in range(B):
+            src = s * n // B
+            rep = src // L
+            if rep != rank // L:
+                continue
+            lo, hi = offsets[t * B + s], offsets[t * B + s + 1]
+            for j in range(lo, hi):
+                row = indices[j]
+                dst = rep * L + start[t] + (row // block[t] if k > 1 else 0)
+                if dst != rank:
+                    continue
+                if dedup:
+                    key = base + src
+                    if pair_seen[keys[j]] == key:
+                        continue
+                    pair_seen[keys[j]] = key
+                mask[j] = True

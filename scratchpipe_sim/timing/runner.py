@@ -20,7 +20,7 @@ import simpy
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies.time_ranges import RangeSetting
+from scratchpipe_sim.policies.time_ranges import Mapper, RangeSetting
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs import DESIGNS
@@ -31,6 +31,7 @@ from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.replay_passes import Replays
 from scratchpipe_sim.timing.resources import run_to_end
 from scratchpipe_sim.timing.run_metrics import (
+    input_bound_warnings,
     speedups_vs_baseline,
     steady_state_warnings,
     summarize,
@@ -65,7 +66,8 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
              progress: Progress | None = None, replay_cache: bool = True,
              jobs: int = 1, checksum: bool = False,
              sample: float | SampleScale | None = None,
-             ranges: RangeSetting | None = None) -> list[dict]:
+             ranges: RangeSetting | None = None,
+             salt_mapper: Mapper | None = None) -> list[dict]:
     """Run `designs` (default: cfg.designs) on one trace; one flat metrics dict per design.
 
     `replay_cache=False` recomputes every policy replay (and generates the trace) instead
@@ -78,7 +80,8 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     (`timing.sampled_run`: caches x R, counts x 1/R, mean and spread over the salts).
     `ranges`: replay each cache whose policy has the stack property (lru) as time ranges,
     each range its own task (`policies/time_ranges.py`: the same counts); the others are
-    replayed whole, with a warning naming them."""
+    replayed whole, with a warning naming them. `salt_mapper`: a sampled run's salts as
+    independent tasks on it (`sampled_run.SaltTask`; None: one after the other)."""
     scale = sample if isinstance(sample, SampleScale) else None
     names = check_designs(cfg, designs)
     if scale is None and (rate_salts := sample_settings(cfg, sample))[0] < 1:
@@ -87,7 +90,7 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
                             source=cfg.source, field="--ranges")
         return simulate_sampled(cfg, names, *rate_salts, simulate, trace=trace,
                                 progress=progress, timeline_dir=timeline_dir,
-                                replay_cache=replay_cache, jobs=jobs)
+                                replay_cache=replay_cache, jobs=jobs, mapper=salt_mapper)
     check_jobs(jobs)
     trace = build_trace(cfg, cache=replay_cache) if trace is None else trace
     given = trace
@@ -110,15 +113,14 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     if jobs > 1 and trace.num_accesses >= generators.PARALLEL_MIN_ACCESSES:
         # a ranged replay runs its ranges as tasks of its own (after these passes)
         replays.precompute([keys[n] for n in names if not replays.ranged(keys[n])], jobs)
-    timed = slice_trace(trace, trace.num_batches - cfg.model.num_batches, trace.num_batches)
+    timed = timed_batches(cfg, trace)
     rows = []
     for name in names:
         design, key = built[name], keys[name]
         if progress is not None:
             progress("policy", name, len(rows), len(names))
         w, policy_s = replays.get(key)
-        own = design.trace_columns(timed)
-        w = w.with_columns(own) if own else w
+        w = with_own_columns(design, timed, w)
         w = w if scale is None else scale.counts(w)
         t0 = time.perf_counter()
         m = run_design(cfg, design, w, keep_spans=timeline_dir is not None)
@@ -134,11 +136,23 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
             progress("design", name, len(rows), len(names))
         if timeline_dir is not None:
             write_timeline(Path(timeline_dir) / f"timeline_{name}.json", name, m)
-    for warning in steady_state_warnings(cfg, rows):
+    for warning in [*steady_state_warnings(cfg, rows), *input_bound_warnings(rows)]:
         print(f"scratchpipe-sim: {warning}", file=sys.stderr)
     for r, speedup in zip(rows, speedups_vs_baseline(rows), strict=True):
         r["speedup_vs_hybrid"] = speedup
     return rows
+
+
+def timed_batches(cfg: Config, trace: Trace) -> Trace:
+    """The batches a run prices: the trace's last model.num_batches (the rest warm up)."""
+    return slice_trace(trace, trace.num_batches - cfg.model.num_batches, trace.num_batches)
+
+
+def with_own_columns(design: Design, timed: Trace, w: Workload) -> Workload:
+    """`w` with the design's own per-batch columns of the timed batches (the cluster's
+    per-rank counts; none for the others): every path that prices a design adds them."""
+    own = design.trace_columns(timed)
+    return w.with_columns(own) if own else w
 
 
 def run_design(cfg: Config, design: Design, w: Workload, keep_spans: bool = False

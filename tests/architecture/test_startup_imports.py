@@ -61,7 +61,7 @@ model:
   num_batches: 12
   warmup_batches: 2
   bottom_mlp: [13, 32, 16]
-  top_mlp: [20, 16, 1]
+  top_mlp: [19, 16, 1]
 trace: {distribution: zipf, alpha: 1.1}
 cache: {capacity_rows: 500}
 design_params: {scratchpipe: {lookahead: 5}}

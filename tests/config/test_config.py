@@ -78,7 +78,8 @@ def test_resolve_is_a_fixed_point_and_round_trips():
     assert resolve(d) == d
     assert config_to_dict(Config.from_dict(d)) == d
     assert d["hardware"]["gpu"]["hbm_GBps"] == 3350.0 and d["model"]["pooling"] == 7
-    assert isinstance(d["model"]["bottom_mlp"], list)
+    assert isinstance(d["hardware"]["gpu"]["gather_efficiency"], list)
+    assert d["model"]["top_mlp"] is None  # null: derived from the interaction (top_layers)
 
 
 def test_overrides_parse_yaml_scalars_once():
@@ -97,12 +98,11 @@ def test_overrides_parse_yaml_scalars_once():
 
 def test_derived_quantities():
     cfg = load_config({"model": {"tables": {"count": 2, "rows": 1000, "dim": 16},
-                                 "batch_size": 10, "bottom_mlp": [4, 8], "top_mlp": [8, 2],
-                                 "optimizer": "rowwise-adagrad"},
+                                 "batch_size": 10, "bottom_mlp": [4, 16],
+                                 "top_mlp": [19, 2], "optimizer": "rowwise-adagrad"},
                        "cache": {"load_factor": 0.15}})
     assert cfg.model.row_bytes == 64 and cfg.model.moved_row_bytes == 68
-    assert cfg.model.mlp_flops == 3 * 2 * 10 * (4 * 8 + 8 * 2)
-    assert cfg.model.mlp_kernels == 6
+    assert cfg.model.interaction_width == 16 + 2 * 3 // 2  # dot: D + F(F+1)/2
     assert cfg.capacity_rows() == math.ceil(0.15 * 2000)
     assert interpolate(((64, 0.2), (128, 0.4)), 96) == pytest.approx(0.3)
     assert interpolate(((64, 0.2), (128, 0.4)), 1024) == 0.4

@@ -27,7 +27,7 @@ TINY = {
         "batch_size": 64,
         "optimizer": "adagrad",
         "bottom_mlp": [13, 16],
-        "top_mlp": [16, 1],
+        "top_mlp": [19, 1],
         "num_batches": 10,
         "warmup_batches": 2,
     },

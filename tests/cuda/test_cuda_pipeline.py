@@ -245,7 +245,8 @@ def test_validation_workload_runs_the_config_through_the_pipeline():
                 "pooling": 2,
                 "batch_size": 3,
                 "bottom_mlp": [2, 3],
-                "top_mlp": [3, 1],
+                "interaction": "cat",
+                "top_mlp": [7, 1],
                 "num_batches": 4,
                 "warmup_batches": 1,
                 "optimizer": "rowwise-adagrad",
@@ -262,7 +263,7 @@ def test_validation_workload_runs_the_config_through_the_pipeline():
     )
     w = workload_of(cfg)
     assert w.lookahead == 2 and w.capacity_rows == 40 and w.spec.width == 3
-    assert w.mlp == ((3, 2, 3), (3, 3, 1))
+    assert w.mlp == ((3, 2, 3), (3, 7, 1))  # cat: 3 + 2 tables x dim 2
     from scratchpipe_sim.timing import build_trace
 
     measured = measure_on_gpu(cfg, build_trace(cfg))

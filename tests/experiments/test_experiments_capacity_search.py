@@ -19,7 +19,7 @@ BASE = {
     "hardware": {"preset": "dgx-a100"},
     "model": {"tables": {"count": 2, "rows": 4000, "dim": 64}, "pooling": 16, "batch_size": 256,
               "num_batches": 10, "warmup_batches": 2, "bottom_mlp": [13, 32, 16],
-              "top_mlp": [20, 16, 1]},
+              "interaction": "cat", "top_mlp": [144, 16, 1]},
     "trace": {"distribution": "zipf", "alpha": 1.05},
     "cache": {"load_factor": 0.1}, "design_params": {"bagpipe": {"lookahead": 4}},
     "designs": ["lru-cache"],

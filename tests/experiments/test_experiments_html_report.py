@@ -26,7 +26,7 @@ SMALL = {
         "num_batches": 12,
         "warmup_batches": 2,
         "bottom_mlp": [13, 64, 16],
-        "top_mlp": [48, 32, 1],
+        "top_mlp": [19, 32, 1],
     },
     "trace": {"distribution": "zipf", "alpha": 1.1},
     "cache": {"policy": "lru", "load_factor": 0.3},

@@ -18,7 +18,7 @@ METRICS = ["iter_ns_mean", "speedup_vs_hybrid", "hit_ratio", "pcie_h2d_bytes_per
 TINY = {"seed": 3, "hardware": {"preset": "a100-gen4"},
         "model": {"tables": {"count": 2, "rows": 2000, "dim": 16},
                   "batch_size": 64, "pooling": 4, "num_batches": 12, "warmup_batches": 2,
-                  "bottom_mlp": [13, 64, 16], "top_mlp": [48, 32, 1]},
+                  "bottom_mlp": [13, 64, 16], "top_mlp": [19, 32, 1]},
         "trace": {"distribution": "zipf", "alpha": 1.1},
         "cache": {"policy": "lru"}, "design_params": {"scratchpipe": {"lookahead": 5}}}
 

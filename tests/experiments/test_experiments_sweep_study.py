@@ -13,8 +13,8 @@ from scratchpipe_sim.experiments.spec import expand_points, load_experiment
 EXPERIMENTS = sorted((Path(__file__).resolve().parents[2] / "experiments").glob("fig*.yaml"))
 
 
-def test_nine_study_figures():
-    assert len(EXPERIMENTS) == 9  # fig9_cxl: the CXL memory tier (issue 27)
+def test_ten_study_figures():
+    assert len(EXPERIMENTS) == 10  # fig10_scale_out: 8 to 1,024 GPUs (issue 44)
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)

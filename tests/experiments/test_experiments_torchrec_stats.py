@@ -35,13 +35,13 @@ def _trace(seed: int = 3) -> Trace:
     return Trace.from_batches(_batches(seed), list(ROWS), lens)
 
 
-def _oracle_miss(t: int, clf: float, seed: int = 3) -> float:
+def _oracle_miss(t: int, clf: float, seed: int = 3, policy: str = "fbgemm-lru") -> float:
     """Table t alone (built independently), replayed by the engine at clf x rows."""
     batches = [[b[t]] for b in _batches(seed)]
     lens = [[np.full(SAMPLES, POOL, np.int64)] for _ in range(BATCHES)]
     sub = Trace.from_batches(batches, [ROWS[t]], lens)
     cap = max(1, round(clf * ROWS[t]))
-    cols, _ = replay_columns(sub, make_policy("fbgemm-lru", cap, ROWS[t], ways=32))
+    cols, _ = replay_columns(sub, make_policy(policy, cap, ROWS[t], ways=32))
     w = BATCHES // 2
     return ((cols["fills"][w:].sum() + cols["unique_unplaced"][w:].sum())
             / cols["unique"][w:].sum())
@@ -112,7 +112,7 @@ def test_file_round_trip_and_digest(tmp_path):
     lambda d: d["tables"][0].update(miss=[1.0, 0.5]),
     lambda d: d["tables"][0].update(miss=[0.0] + d["tables"][0]["miss"][1:]),
     lambda d: d["tables"][1].update(load_factors=[0.5, 1.0]),
-    lambda d: d.pop("trace_sha256"),
+    lambda d: d.pop("trace_sha256"), lambda d: d.update(policy="lru"),
 ])
 def test_bad_file_is_one_user_error(tmp_path, edit):
     d = ts.trace_stats(_trace()).as_dict()
@@ -153,3 +153,32 @@ def test_cache_statistics_is_torchrecs():
     assert s.cacheability == c.cacheability
     assert s.expected_miss_rate(0.0) == 1.0 and s.expected_miss_rate(1.0) == 0.0
     assert s.expected_miss_rate(0.1) == c.miss_rate(0.1)
+
+
+def test_lfu_statistics_are_fbgemm_lfus_replays(tmp_path):
+    """--torchrec-algorithm lfu: the curve is the fbgemm-lfu replays' running minimum (the
+    same oracle as LRU's, with FBGEMM's LFU policy), recorded as the file's policy."""
+    stats = ts.trace_stats(_trace(), algorithm="lfu")
+    assert stats.policy == "fbgemm-lfu"
+    for t, c in enumerate(stats.tables):
+        running = 1.0
+        for clf in ts.LOAD_FACTORS:
+            running = min(running, _oracle_miss(t, clf, policy="fbgemm-lfu"))
+            assert c.miss_rate(clf) == pytest.approx(running, abs=1e-12), (t, clf)
+    lru = ts.trace_stats(_trace())
+    assert any(a.raw_miss != b.raw_miss for a, b in zip(stats.tables, lru.tables, strict=True))
+    with pytest.raises(UserError, match="unknown cache algorithm 'mru'"):
+        ts.trace_stats(_trace(), algorithm="mru")
+
+
+def test_trace_stats_cli_lfu_option(tmp_path, capsys):
+    src = tmp_path / "t.sptrace"
+    assert main(["trace", "gen", "--rows", "300,500", "--batch-size", "48", "--batches",
+                 "8", "--pooling", "2", "--seed", "1", "--out", str(src)]) == 0
+    out = tmp_path / "s.json"
+    assert main(["trace", "stats", str(src), "--torchrec", str(out),
+                 "--torchrec-algorithm", "lfu"]) == 0
+    assert ts.read_stats(out).policy == "fbgemm-lfu"
+    capsys.readouterr()
+    assert main(["trace", "stats", str(src), "--torchrec-algorithm", "lfu"]) == 2
+    assert "--torchrec-algorithm: only with --torchrec" in capsys.readouterr().err

@@ -45,5 +45,5 @@ def test_a_bad_trace_file_names_trace_path(tmp_path, capsys) -> None:
         "seed": 1, "trace": {"path": "bad.txt"}, "cache": {"load_factor": 0.2},
         "model": {"tables": {"count": 2, "rows": 100, "dim": 16}, "pooling": 2,
                   "batch_size": 8, "num_batches": 4, "warmup_batches": 1,
-                  "bottom_mlp": [13, 16], "top_mlp": [8, 1]}}))
+                  "bottom_mlp": [13, 16], "top_mlp": [19, 1]}}))
     one_line_error(capsys, ["run", str(cfg), "--quiet"], "bad.txt", "trace.path", "line 1")

@@ -75,7 +75,8 @@ def test_split_adds_up(rows, share):
 
 
 def test_config_split_and_bytes_add_up():
-    cfg = cfg_with(0.3, {"model": {"tables": {"count": 3, "rows": [1000, 2001, 7]}}})
+    cfg = cfg_with(0.3, {"model": {"tables": {"count": 3, "rows": [1000, 2001, 7]},
+                                   "top_mlp": None}})
     cxl = cfg.cxl_rows_per_table
     assert cxl == (300, 600, 2)
     assert cfg.cxl_fraction == pytest.approx(902 / 3008)

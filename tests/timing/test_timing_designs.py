@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from small_configs import off_chip
+from small_configs import IDS_ONLY_INPUTS, off_chip
 
 from scratchpipe_sim.config import deep_merge, interpolate, load_config
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.scratchpipe import min_scratchpipe_capacity
 from scratchpipe_sim.timing import build_trace, simulate
+from scratchpipe_sim.timing.dense_compute import dense_iteration
 from scratchpipe_sim.timing.designs import design_params
 from scratchpipe_sim.timing.machine import PlannerParams
 from scratchpipe_sim.traces.csr_trace import Trace
 
 ALL = ["hybrid", "gpu-only", "static-cache", "lru-cache", "lru-prefetch", "scratchpipe"]
 BASE = {
+    "input_pipeline": IDS_ONLY_INPUTS,
     "hardware": {"preset": "a100-gen4"},
     "model": {
         "tables": {"count": 2, "rows": 500, "dim": 32},
@@ -29,7 +31,8 @@ BASE = {
         "num_batches": 16,
         "warmup_batches": 4,
         "bottom_mlp": [13, 64, 16],
-        "top_mlp": [20, 32, 1],
+        "interaction": "cat",
+        "top_mlp": [80, 32, 1],
     },
     "trace": {"distribution": "zipf", "alpha": 1.05},
     "cache": {"capacity_rows": 600},
@@ -98,7 +101,7 @@ def test_hybrid_iteration_is_the_sum_of_its_stage_times():
                              + rows * rb / (cpu.dram_GBps * interpolate(cpu.gather_efficiency, rb)))
     ops = lambda rows, rb: rows * rb / cpu.embedding_op_GBps / cores  # noqa: E731
     pooled = m.batch_size * m.tables.count * m.tables.dim * m.tables.bytes_per_element
-    mlp = m.mlp_kernels * hw.gpu.kernel_launch_ns + m.mlp_flops / (hw.gpu.tflops * 1e3)
+    mlp = dense_iteration(m, hw.gpu, float(m.batch_size)).total_ns
     gather = np.maximum(dram(acc, r), ops(acc, r))
     # aggregation: the sort/hash work and the lookups' op work share the cores (processor
     # sharing: both end when their sum is done) while DRAM serves the scatter
@@ -118,7 +121,7 @@ def test_hybrid_iteration_is_the_sum_of_its_stage_times():
 def gpu_only_expect(cfg, acc, uniq):
     hw, m = cfg.hardware, cfg.model
     bw = lambda rb: hw.gpu.hbm_GBps * interpolate(hw.gpu.gather_efficiency, rb)  # noqa: E731
-    mlp = m.mlp_kernels * hw.gpu.kernel_launch_ns + m.mlp_flops / (hw.gpu.tflops * 1e3)
+    mlp = dense_iteration(m, hw.gpu, float(m.batch_size)).total_ns
     sort = acc * (m.row_bytes + 2 * m.index_bytes) / (hw.gpu.hbm_GBps
                                                       * hw.gpu.aggregate_efficiency)
     # the forward's output rows (one pooled vector per sample and table) stream to HBM beside
@@ -204,6 +207,8 @@ def test_scratchpipe_converges_to_its_slowest_stage():
                 },
                 "model": {"num_batches": 40, "warmup_batches": 8},
                 "cache": {"capacity_rows": 800},
+                # resident inputs: the exchange group alone crosses the link
+                "input_pipeline": {"inputs_on_gpu": True},
                 "design_params": {
                     "scratchpipe": {
                         "lookahead": 6,
@@ -300,7 +305,8 @@ def bags_trace(repeat: int, rows=400, batches=12):
 
 def test_more_lookups_at_fixed_unique_rows_cost_more_to_update():
     over = deep_merge(PLAIN, {"model": {"tables": {"count": 1, "rows": 400}, "num_batches": 12,
-                                        "pooling": 4}, "cache": {"warmup_batches": 0}})
+                                        "pooling": 4, "top_mlp": None},
+                              "cache": {"warmup_batches": 0}})
     res = []
     for rep in (1, 2):
         cfg = cfg_of(deep_merge(over, {"model": {"pooling": 4 * rep}}))
@@ -474,7 +480,8 @@ def test_timelines_cover_every_resource_and_stage(tmp_path):
     assert {"cpu_dram", "cpu_cores", "pcie_h2d", "pcie_d2h", "hbm", "gpu_compute",
             "stages"} <= names
     stages = {e["name"] for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 2}
-    assert stages == {"plan", "collect", "exchange", "insert", "train"}
+    # its own stages and the input pipeline's (timing/input_pipeline.py)
+    assert stages == {"plan", "collect", "exchange", "insert", "train", "input_wait"}
     for e in doc["traceEvents"]:
         if e["ph"] == "X":
             assert e["dur"] >= 0

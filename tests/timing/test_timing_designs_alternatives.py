@@ -8,7 +8,7 @@ from bisect import bisect_right
 import numpy as np
 import pytest
 import simpy
-from small_configs import off_chip
+from small_configs import IDS_ONLY_INPUTS, off_chip
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import deep_merge, load_config
@@ -23,10 +23,11 @@ from scratchpipe_sim.timing.trace_setup import fit_trace, sized_config
 from scratchpipe_sim.traces.csr_trace import Trace
 
 BASE = {
+    "input_pipeline": IDS_ONLY_INPUTS,
     "hardware": off_chip("dgx-a100"),
     "model": {"tables": {"count": 4, "rows": 500, "dim": 32}, "pooling": 4, "batch_size": 64,
               "num_batches": 12, "warmup_batches": 3, "bottom_mlp": [13, 64, 16],
-              "top_mlp": [20, 32, 1]},
+              "interaction": "cat", "top_mlp": None},  # derived: tests vary the tables
     "trace": {"distribution": "zipf", "alpha": 1.05},
     "cache": {"capacity_rows": 600},
     "designs": ["gpu-only"],

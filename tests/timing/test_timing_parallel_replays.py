@@ -43,7 +43,8 @@ CASES = {
     "quickstart-small": ["model.num_batches=12", "model.batch_size=512"],
     "mixed-dims": ["model.num_batches=10", "model.batch_size=256",
                    "model.tables={count: 2, rows: [20000, 5000], dim: [64, 128]}",
-                   "model.pooling=[4, 2]", "cache.load_factor=0.3"],
+                   "model.pooling=[4, 2]", "cache.load_factor=0.3",
+                   "model.interaction=cat", "model.top_mlp=null"],
     "static-oracle": ["model.num_batches=10", "model.batch_size=256",
                       "design_params.static-cache.profile=oracle"],
 }

@@ -25,7 +25,7 @@ SMALL = {
     "hardware": {"preset": "a100-gen4"},
     "model": {"tables": {"count": 2, "rows": 400, "dim": 16}, "pooling": 3, "batch_size": 32,
               "num_batches": 8, "warmup_batches": 2, "bottom_mlp": [13, 16],
-              "top_mlp": [8, 1]},
+              "top_mlp": [19, 1]},
     "trace": {"distribution": "zipf", "alpha": 1.1},
     "cache": {"capacity_rows": 300},
     "seed": 5,

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import yaml
+from small_configs import IDS_ONLY_INPUTS
 
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.errors import UserError
@@ -35,8 +36,10 @@ def two_table_trace(batches=12, batch=32, seed=0):
 def cfg_of(model=None, cache=None, **top):
     d = {"hardware": {"preset": "a100-gen4", "cpu": {"llc_MiB": 0}, "gpu": {"l2_MiB": 0}},
          "model": {"batch_size": 32, "num_batches": 12, "warmup_batches": 0,
-                   "bottom_mlp": [13, 16], "top_mlp": [8, 1], **(model or {})},
-         "cache": {"load_factor": 0.05, "warmup_batches": 0, **(cache or {})}, **top}
+                   "bottom_mlp": [13, 16], "interaction": "cat", "top_mlp": None,
+                   **(model or {})},
+         "cache": {"load_factor": 0.05, "warmup_batches": 0, **(cache or {})},
+         "input_pipeline": IDS_ONLY_INPUTS, **top}
     return load_config(d)
 
 
@@ -120,7 +123,7 @@ def test_run_cli_takes_sizes_from_a_trace_file(tmp_path):
     cfg.write_text(yaml.safe_dump({
         "trace": {"path": str(path)},
         "model": {"batch_size": 32, "num_batches": "all", "warmup_batches": 2,
-                  "bottom_mlp": [13, 16], "top_mlp": [8, 1]},
+                  "bottom_mlp": [13, 16], "interaction": "cat"},
         "cache": {"load_factor": 0.05, "warmup_batches": 0},
         "designs": ["hybrid", "lru-cache"]}))
     out = subprocess.run([sys.executable, "-m", "scratchpipe_sim", "run", str(cfg), "--json",

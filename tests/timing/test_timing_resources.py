@@ -11,6 +11,7 @@ import pytest
 import simpy
 
 from scratchpipe_sim.config import interpolate, load_config
+from scratchpipe_sim.timing.dense_compute import dense_iteration
 from scratchpipe_sim.timing.machine import Machine, PlannerParams
 from scratchpipe_sim.timing.resources import Server
 
@@ -130,8 +131,8 @@ def test_gpu_compute_lone_kernel_matches_flops_and_launches():
     ev = m.mlp(0, cfg.model.batch_size)
     env.run()
     assert ev.processed
-    expect = (cfg.model.mlp_kernels * cfg.hardware.gpu.kernel_launch_ns
-              + cfg.model.mlp_flops / (cfg.hardware.gpu.tflops * 1e3))
+    cost = dense_iteration(cfg.model, cfg.hardware.gpu, float(cfg.model.batch_size))
+    expect = cost.busy_ns + cost.launch_ns  # launch waits, then the kernels' GPU time
     assert env.now == pytest.approx(expect, rel=1e-12)
 
 

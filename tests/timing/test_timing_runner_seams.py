@@ -100,7 +100,8 @@ def test_read_cached_asks_each_pass_whether_the_disk_cache_may_hold_it(tmp_path,
     assert replays._read_cached([Probe(False)]) == [Probe(False)] and ran == []
     assert replays._read_cached([Probe(True)]) == [] and ran == ["run", "keep"]
     mixed = _fitted(_small(["model.tables={count: 2, rows: [2000, 500], dim: [64, 128]}",
-                            "model.pooling=[4, 2]"]))
+                            "model.pooling=[4, 2]", "model.interaction=cat",
+                            "model.top_mlp=null"]))
     assert mixed[0].model.heterogeneous and not cfg.model.heterogeneous
     key = DESIGNS.get("lru-cache")(cfg).workload_key()
     other = Replays(*mixed, True, replay_cache=False)

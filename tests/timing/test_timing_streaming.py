@@ -92,7 +92,7 @@ def test_a_streamed_run_completes_under_a_limit_the_in_memory_one_exceeds(tmp_pa
         "hardware": {"preset": "a100-gen4"}, "seed": 3,
         "model": {"tables": {"count": 8, "rows": 4000, "dim": 16}, "pooling": 20,
                   "batch_size": 512, "num_batches": BATCHES - 4, "warmup_batches": 2,
-                  "bottom_mlp": [13, 16], "top_mlp": [8, 1]},
+                  "bottom_mlp": [13, 16], "top_mlp": [52, 1]},
         "trace": {"path": str(path)}, "cache": {"capacity_rows": 30000},
         "designs": ["scratchpipe"],
         "design_params": {"scratchpipe": {"lookahead": 3, "pipeline": [
