@@ -222,7 +222,7 @@ def torchrec_setup(tmp_path_factory):
                      str(d / f"{name}.json")]) == 0
     c = copy.deepcopy(SHORT_A100)
     c["model"]["batch_size"] = 64
-    c["model"]["tables"] = {"count": 2, "rows": 400, "dim": 32}
+    c["model"]["tables"] = {"count": 2, "rows": 400, "dim": 16}
     c["trace"] = {"path": str(d / "a.sptrace")}
     (d / "tr.yaml").write_text(yaml.safe_dump(c))
     (d / "bad.json").write_text("{oops")

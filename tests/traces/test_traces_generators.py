@@ -375,9 +375,10 @@ def test_the_feistel_permutation_is_part_of_the_trace_definition(n, digest):
 def test_spec_nbytes_is_the_written_stores_data_files(tmp_path, rows, batch, batches, pooling):
     spec = gen.make_spec("uniform", rows, batch, batches, pooling, 1)
     out = gen.store_from_spec(spec, tmp_path / "s.sptrace")
-    on_disk = sum((out / f).stat().st_size for f in ("indices.bin", "offsets.bin",
-                                                     "batch_bounds.bin"))
-    assert gen.spec_nbytes(spec) == on_disk
+    on_disk = sum(f.stat().st_size for f in out.glob("*.bin"))
+    assert gen.spec_nbytes(spec) >= on_disk  # an upper bound: offsets may be encoded smaller
+    assert gen.spec_nbytes(spec) - on_disk <= (spec.num_batches * spec.num_tables
+                                               * spec.batch_size + 1) * 8
 
 
 def test_hotset_cold_accesses_are_uniform_over_the_cold_rows():

