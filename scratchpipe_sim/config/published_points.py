@@ -195,6 +195,9 @@ class EndToEndModel:
         "dcn-v2 cross layers (null: the model's default)", **_POSITIVE))
     dcn_rank: int | None = field(default=None, metadata=_meta(
         "dcn-v2 low rank (null: the model's default)", **_POSITIVE))
+    framework: str | None = field(default=None, metadata=_meta(
+        "model.framework: how the source's trainer issues its ops (null: the model's "
+        "default)"))
 
 
 @dataclass(frozen=True)
