@@ -27,7 +27,7 @@ INTERACTIONS = ("dot", "cat", "dcn-v2")
 #: model.precision of the dense compute (bf16 / fp16: AMP)
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 #: model.framework: how the trainer issues its ops (timing/host_dispatch.py)
-FRAMEWORKS = ("eager", "eager-per-table", "torchrec", "hugectr")
+FRAMEWORKS = ("eager", "eager-per-table", "torchrec", "torchrec-unpipelined", "hugectr")
 GiB = 1 << 30
 
 
@@ -117,7 +117,9 @@ class ModelConfig:
                 "kernels, foreach optimizer: the study's ScratchPipe-style trainers), "
                 "eager-per-table (an nn.EmbeddingBag per table, per-tensor optimizer: "
                 "dlrm_s_pytorch), torchrec (eager plus TorchRec's per-feature KJT handling "
-                "and its splits sync) or hugectr (graph-launched C++: no host issue cost)",
+                "and its splits sync, pipelined by TrainPipelineSparseDist), "
+                "torchrec-unpipelined (the same called in-line: the sync waits for the "
+                "previous iteration) or hugectr (graph-launched C++: no host issue cost)",
         "choices": FRAMEWORKS})
     num_batches: int | str = field(default=100, metadata={
         "help": "mini-batches timed (after the cache warm-up); 'all': every batch of the "

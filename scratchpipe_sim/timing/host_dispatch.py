@@ -22,7 +22,12 @@ Ops are counted from the model's structure (`model.framework`):
                        every parameter tensor, zero_grad included
     torchrec           as eager, plus TorchRec's per-feature KeyedJaggedTensor handling
                        (permute, split, lengths/offsets, KeyedTensor regroup) and its
-                       input-dist splits exchange: one host sync per iteration
+                       input-dist splits exchange: one host sync per iteration, pipelined
+                       (TrainPipelineSparseDist: the next batch's input dist overlaps)
+    torchrec-unpipelined  the same ops called in-line (model(batch); loss.backward()): the
+                       splits sync waits for the previous iteration's last kernel, so the
+                       host's issue up to the first embedding kernel (inputs, KJT work, the
+                       sync) is in series with the GPU (dynamicemb's benchmark, E3.13)
     hugectr            graph-launched C++ (HugeCTR's MLPerf runs): no Python on the path, 0
 
 `model.cuda_graphs: true` issues the dense work (MLPs, interaction, loss, optimizer) as one
@@ -73,6 +78,9 @@ TORCHREC_OPS_PER_FEATURE = 12
 TORCHREC_FIXED_OPS = 12
 #: host syncs per iteration: TorchRec's input-dist splits exchange (lengths to the host)
 TORCHREC_SYNCS = 1
+#: TorchRec's frameworks; the parts issued before the first embedding kernel
+TORCHRECS = ("torchrec", "torchrec-unpipelined")
+PRE_PARTS = ("inputs", "torchrec")
 
 
 @dataclass(frozen=True)
@@ -85,9 +93,19 @@ class HostCost:
     host_op_ns: float
     sync_ns: float
 
+    #: the sync waits for the previous iteration's GPU work (unpipelined)
+    drains: bool = False
+
     @property
     def op_count(self) -> int:
         return sum(n for _, n in self.ops)
+
+    @property
+    def pre_ns(self) -> float:
+        """Host time before the GPU's first embedding kernel of the iteration: the inputs,
+        the TorchRec KJT work and the syncs."""
+        pre = sum(n for part, n in self.ops if part in PRE_PARTS)
+        return pre * self.host_op_ns + self.syncs * self.sync_ns
 
     @property
     def total_ns(self) -> float:
@@ -128,18 +146,18 @@ def host_ops(model: ModelConfig) -> tuple[tuple[str, int], ...]:
         inputs = INPUT_OPS
     if model.cuda_graphs:
         dense, optim = 1, 0
-    out = [("inputs", inputs), ("embedding", embedding), ("dense", dense),
-           ("optimizer", optim)]
-    if fw == "torchrec":
+    out = [("inputs", inputs)]
+    if fw in TORCHRECS:
         out.append(("torchrec", TORCHREC_FIXED_OPS + TORCHREC_OPS_PER_FEATURE * tables))
-    return tuple(out)
+    return tuple(out + [("embedding", embedding), ("dense", dense), ("optimizer", optim)])
 
 
 def host_syncs(model: ModelConfig) -> int:
-    return TORCHREC_SYNCS if model.framework == "torchrec" else 0
+    return TORCHREC_SYNCS if model.framework in TORCHRECS else 0
 
 
 def host_iteration(model: ModelConfig, cpu: CpuConfig) -> HostCost:
     """One iteration's host issue work under model.framework, priced with hardware.cpu's
     host_op_ns and host_sync_ns."""
-    return HostCost(host_ops(model), host_syncs(model), cpu.host_op_ns, cpu.host_sync_ns)
+    return HostCost(host_ops(model), host_syncs(model), cpu.host_op_ns, cpu.host_sync_ns,
+                    drains=model.framework == "torchrec-unpipelined")

@@ -23,6 +23,9 @@ SMALL_EAGER_OPS = 4 * 6 + 12 + 5 + 3 + 2 + 2
 SMALL_TORCHREC_OPS = SMALL_EAGER_OPS + 12 + 12 * 2
 #: a host slow enough that every iteration is host-bound (1 ms an op)
 SLOW_HOST = {"hardware": {"cpu": {"host_op_ns": 1e6, "host_sync_ns": 3e5}}}
+#: wide MLPs on a large batch: the dense GEMMs outlast the host's issue
+BIG = {"model": {"batch_size": 16384, "bottom_mlp": [13, 4096, 4096, 16],
+                 "top_mlp": [19, 4096, 4096, 1]}}
 
 
 def cfg_of(*overs):
@@ -36,9 +39,9 @@ def row_of(cfg, design="gpu-only"):
     return simulate(cfg, [design])[0]
 
 
-@pytest.mark.parametrize("framework,ops,syncs", [("eager", SMALL_EAGER_OPS, 0),
-                                                 ("torchrec", SMALL_TORCHREC_OPS, 1),
-                                                 ("hugectr", 0, 0)])
+@pytest.mark.parametrize("framework,ops,syncs", [
+    ("eager", SMALL_EAGER_OPS, 0), ("torchrec", SMALL_TORCHREC_OPS, 1),
+    ("torchrec-unpipelined", SMALL_TORCHREC_OPS, 1), ("hugectr", 0, 0)])
 def test_ops_counted_from_the_structure(framework, ops, syncs):
     m = cfg_of({"model": {"framework": framework}}).model
     assert sum(n for _, n in host_ops(m)) == ops
@@ -73,14 +76,23 @@ def test_launch_bound_iteration_is_ops_times_host_op_ns(framework, design):
 
 
 def test_compute_bound_iteration_is_unchanged_by_host_costs():
-    big = {"model": {"batch_size": 65536, "bottom_mlp": [13, 2048, 2048, 16],
-                     "top_mlp": [19, 2048, 2048, 1]}}
-    eager = row_of(cfg_of(big, {"model": {"framework": "eager"}}))
-    none = row_of(cfg_of(big, {"model": {"framework": "hugectr"}}))
+    eager = row_of(cfg_of(BIG, {"model": {"framework": "eager"}}))
+    none = row_of(cfg_of(BIG, {"model": {"framework": "hugectr"}}))
     assert eager["host_issue_ns"] < eager["iter_ns_mean"]
     assert eager["host_wait_ns"] == 0.0
     assert eager["iter_ns_mean"] == none["iter_ns_mean"]
     assert "host_issue_ns" not in none
+
+
+def test_an_unpipelined_sync_puts_the_pre_kernel_issue_in_series():
+    """torchrec-unpipelined: the sync waits for the previous iteration, so a GPU-bound
+    iteration grows by exactly the host's issue before its first embedding kernel."""
+    cfg = cfg_of(BIG, {"model": {"framework": "torchrec-unpipelined"}})
+    cost = host_iteration(cfg.model, cfg.hardware.cpu)
+    assert cost.drains and cost.pre_ns == (3 + 12 + 12 * 2) * cost.host_op_ns + cost.sync_ns
+    none = row_of(cfg_of(BIG, {"model": {"framework": "hugectr"}}))
+    assert row_of(cfg)["iter_ns_mean"] == pytest.approx(none["iter_ns_mean"] + cost.pre_ns,
+                                                        rel=1e-9)
 
 
 @pytest.mark.parametrize("key,value", [("model.framework", "pytorch"),
