@@ -27,7 +27,8 @@ INTERACTIONS = ("dot", "cat", "dcn-v2")
 #: model.precision of the dense compute (bf16 / fp16: AMP)
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 #: model.framework: how the trainer issues its ops (timing/host_dispatch.py)
-FRAMEWORKS = ("eager", "eager-per-table", "torchrec", "torchrec-unpipelined", "hugectr")
+FRAMEWORKS = ("eager", "eager-per-table", "torchrec", "torchrec-unpipelined", "hugectr",
+              "none")
 GiB = 1 << 30
 
 
@@ -119,7 +120,8 @@ class ModelConfig:
                 "dlrm_s_pytorch), torchrec (eager plus TorchRec's per-feature KJT handling "
                 "and its splits sync, pipelined by TrainPipelineSparseDist), "
                 "torchrec-unpipelined (the same called in-line: the sync waits for the "
-                "previous iteration) or hugectr (graph-launched C++: no host issue cost)",
+                "previous iteration), hugectr (graph-launched C++: no host issue cost) or "
+                "none (the host never on the path: the memory system alone)",
         "choices": FRAMEWORKS})
     num_batches: int | str = field(default=100, metadata={
         "help": "mini-batches timed (after the cache warm-up); 'all': every batch of the "

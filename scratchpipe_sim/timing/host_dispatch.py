@@ -29,6 +29,7 @@ Ops are counted from the model's structure (`model.framework`):
                        host's issue up to the first embedding kernel (inputs, KJT work, the
                        sync) is in series with the GPU (dynamicemb's benchmark, E3.13)
     hugectr            graph-launched C++ (HugeCTR's MLPerf runs): no Python on the path, 0
+    none               no host issue on the path (the memory system alone), 0
 
 `model.cuda_graphs: true` issues the dense work (MLPs, interaction, loss, optimizer) as one
 graph launch: one op.
@@ -81,6 +82,8 @@ TORCHREC_SYNCS = 1
 #: TorchRec's frameworks; the parts issued before the first embedding kernel
 TORCHRECS = ("torchrec", "torchrec-unpipelined")
 PRE_PARTS = ("inputs", "torchrec")
+#: frameworks with nothing on the host's path
+NO_HOST = ("hugectr", "none")
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ def interaction_ops(model: ModelConfig) -> int:
 def host_ops(model: ModelConfig) -> tuple[tuple[str, int], ...]:
     """The ops the trainer's thread issues per iteration, by part (module docstring)."""
     fw = model.framework
-    if fw == "hugectr":
+    if fw in NO_HOST:
         return ()
     layers = len(model.bottom_layers) - 1 + len(model.top_layers) - 1
     dense = OPS_PER_LAYER * layers + interaction_ops(model) + LOSS_OPS
