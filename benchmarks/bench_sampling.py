@@ -31,8 +31,10 @@ DESIGNS = ["hybrid", "uvm", "static-cache", "lru-cache", "scratchpipe", "bagpipe
 FIGURES = ("hit_ratio", "pcie_h2d_bytes_per_sample", "pcie_d2h_bytes_per_sample")
 
 
-def config(kind: str, lookups: float) -> dict:
-    """The quickstart with `lookups` lookups (warm-up a third of the batches)."""
+def config(kind: str, lookups: float, load_factor: float | None = None) -> dict:
+    """The quickstart with `lookups` lookups (warm-up a third of the batches); `load_factor`:
+    the cache's share of the rows instead of the quickstart's 5% (meta-2022's 3-batch
+    window pins more than 5% of the rows past ~50M lookups: scratchpipe then refuses)."""
     import yaml
 
     cfg = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
@@ -41,6 +43,8 @@ def config(kind: str, lookups: float) -> dict:
     warm = batches // 3
     cfg["model"].update(num_batches=batches - warm, warmup_batches=min(8, batches // 6))
     cfg["cache"]["warmup_batches"] = warm
+    if load_factor is not None:
+        cfg["cache"]["load_factor"] = load_factor
     cfg["designs"] = DESIGNS
     if kind == "meta-2022":
         cfg["trace"] = {"preset": "meta-2022"}
@@ -67,6 +71,8 @@ def main() -> int:
     ap.add_argument("--salts", type=int, default=3)
     ap.add_argument("--kinds", nargs="+", default=["zipf", "meta-2022", "zipf-fbgemm-lru"])
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--load-factor", type=float, default=None,
+                    help="cache share of the rows (default: the quickstart's 0.05)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from scratchpipe_sim.config import load_config
@@ -75,7 +81,7 @@ def main() -> int:
 
     results = []
     for kind in args.kinds:
-        cfg = load_config(config(kind, args.lookups))
+        cfg = load_config(config(kind, args.lookups, args.load_factor))
         t0 = time.perf_counter()
         trace = build_trace(cfg, cache=False)
         build_s = time.perf_counter() - t0

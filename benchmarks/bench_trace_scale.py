@@ -13,6 +13,15 @@ run: compiling is not what is measured. Peak RSS is the child's `ru_maxrss`
 The trace (8 tables x 250k rows, batch 1024, pooling 10: 81,920 lookups a batch, Zipf 1.05)
 is memory-mapped from its file.
 Goal: peak RSS flat within 10% from 1x to 16x.
+
+    python benchmarks/bench_trace_scale.py --day day16.sptrace --day-batches 43,174
+
+`--day`: a synthetic Criteo-Terabyte day (or part of one) made by `trace gen --preset
+criteo-terabyte-day`, run exact through the same six designs at its first N batches for
+each N of `--day-batches` (65,536 samples x 26 lookups a batch; 2,781 batches are a day),
+the model `criteo-terabyte` with the trace's table rows and batch size, cache 5% of the
+rows; warm-up a quarter of the batches (at most 64). Peak RSS and wall as above, with the
+checkout's own compile cache (warm it with any run first: no unrecorded run of a day).
 """
 
 from __future__ import annotations
@@ -66,6 +75,23 @@ def config(path: Path, trace: Path, batches: int) -> None:
                      "num_batches": batches - 8, "warmup_batches": 8},
            "trace": {"path": str(trace)},
            "cache": {"policy": "lru", "load_factor": 0.05},
+           "design_params": {"scratchpipe": {
+               "lookahead": 3, "queue_depth": 2,
+               "pipeline": [["plan"], ["collect", "exchange", "insert"], ["train"]]}},
+           "designs": DESIGNS}
+    path.write_text(yaml.safe_dump(cfg))
+
+
+def day_config(path: Path, trace: Path, batches: int) -> None:
+    """The six designs on the first `batches` batches of a synthetic Criteo day."""
+    m = json.loads((trace / "manifest.json").read_text())
+    warm = min(64, batches // 4)
+    cfg = {"name": "criteo-day", "seed": 1, "hardware": {"preset": "a100-gen4"},
+           "model": {"preset": "criteo-terabyte", "tables": {"rows": m["table_rows"]},
+                     "batch_size": m["batch_size"], "num_batches": batches - warm,
+                     "warmup_batches": min(4, (batches - warm) // 4)},
+           "trace": {"path": str(trace)},
+           "cache": {"policy": "lru", "load_factor": 0.05, "warmup_batches": warm},
            "design_params": {"scratchpipe": {
                "lookahead": 3, "queue_depth": 2,
                "pipeline": [["plan"], ["collect", "exchange", "insert"], ["train"]]}},
@@ -139,7 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tree", default=None, help="checkout to import the package from")
     ap.add_argument("--jobs", type=int, default=None,
                     help="run --jobs N, peak memory of the whole process tree (Pss summed)")
+    ap.add_argument("--day", type=Path, default=None,
+                    help="a .sptrace from trace gen --preset criteo-terabyte-day")
+    ap.add_argument("--day-batches", default="43,174",
+                    help="with --day: its first N batches, for each N (2,781 = a day)")
     args = ap.parse_args(argv)
+    if args.day is not None:
+        return day_main(args)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-trace-scale-") as tmp:
         tmpd = Path(tmp)
@@ -165,6 +197,24 @@ def main(argv: list[str] | None = None) -> int:
                   f"  rc {r['rc']}", flush=True)
     base = rows[0]["maxrss_kib"]
     print(f"peak, largest / 1x: {max(r['maxrss_kib'] for r in rows) / base:.3f}")
+    return 0
+
+
+def day_main(args: argparse.Namespace) -> int:
+    """`--day`: each prefix of the day trace through the six designs, a fresh run each."""
+    per_batch = 65536 * 26
+    with tempfile.TemporaryDirectory(prefix="bench-trace-day-") as tmp:
+        tmpd = Path(tmp)
+        for n in [int(x) for x in args.day_batches.split(",")]:
+            e = env(str(tmpd / f"cache{n}"), args.tree, "")
+            e.pop("NUMBA_CACHE_DIR")  # the checkout's own compile cache, warm from use
+            cfgp = tmpd / f"day{n}.yaml"
+            day_config(cfgp, args.day.resolve(), n)
+            r = measure(cfgp, tmpd / f"out{n}", e, args.jobs)
+            what = "tree Pss" if args.jobs else "peak RSS"
+            print(f"{n:>5} batches ({n / 2781:.4f} day)  {n * per_batch / 1e9:6.3f} B lookups  "
+                  f"{what} {r['maxrss_kib'] / 1024:8.1f} MiB  wall {r['wall_s']:7.1f} s  "
+                  f"rc {r['rc']}", flush=True)
     return 0
 
 

@@ -147,19 +147,24 @@ def run_designs(cfg: Config, names: Sequence[str], trace: Trace, *,
     """Every design of `names` on `trace` (timelines into `timeline_dir` when given; the
     independent replays in `jobs` processes, identical results). `ranges=K`: each lru
     replay as K time ranges run by `executor` (`process`: `jobs` forked processes; `dask`:
-    the cluster at `scheduler`), the same counts (docs/performance.md, "Time ranges")."""
+    the cluster at `scheduler`), the same counts (docs/performance.md, "Time ranges").
+    A sampled run (trace.sample_rate < 1) runs its salts as tasks of `executor` the same
+    way (docs/sampling.md), the same numbers."""
     from scratchpipe_sim.timing import simulate as simulate_designs
 
-    setting = None
-    if ranges is not None:
+    setting = salts = None
+    if ranges is not None or cfg.trace.sample_rate < 1:
         from scratchpipe_sim.experiments.range_tasks import range_mapper
+    if ranges is not None:
         from scratchpipe_sim.policies.time_ranges import RangeSetting, split_batches
 
         split_batches(1, ranges)  # checked (named as --ranges) before anything runs
         setting = RangeSetting(ranges, range_mapper(executor, jobs, scheduler))
+    elif cfg.trace.sample_rate < 1:
+        salts = range_mapper(executor, jobs, scheduler)
     rows = simulate_designs(cfg, list(names), timeline_dir=timeline_dir, trace=trace,
                             progress=progress, replay_cache=replay_cache, jobs=jobs,
-                            checksum=True, ranges=setting)
+                            checksum=True, ranges=setting, salt_mapper=salts)
     from scratchpipe_sim.timing.designs import with_default_designs
 
     return RunOutcome(rows, with_default_designs(cfg.to_dict()), trace.checksum())
@@ -282,7 +287,8 @@ def simulate(config: ConfigInput, designs: Sequence[str] | None = None,
     `sample=R` (`salts=N`): a sampled run (`run --sample R`, docs/sampling.md): each figure
     the mean over N hash salts, with `<figure>_spread` = half their range.
     `ranges=K` (`run --ranges K`): each lru replay as K time ranges, each its own task
-    (`executor` "process" or "dask" with `scheduler`), the same numbers."""
+    (`executor` "process" or "dask" with `scheduler`), the same numbers; a sampled run's
+    salts are tasks of `executor` the same way."""
     values = _values(overrides, dotted)
     for key, v in sample_values(sample, salts).items():
         if key in values:

@@ -48,8 +48,8 @@ def add_ranges(p: argparse.ArgumentParser, what: str) -> None:
                    help=f"{what} as K time ranges, each replayed from a warm-up overlap as "
                         "its own task (exact for lru: docs/performance.md, Time ranges)")
     p.add_argument("--executor", choices=("local", "process", "dask"), default="process",
-                   help="where the time ranges run: this process, --jobs forked processes "
-                        "(default) or a Dask cluster")
+                   help="where the time ranges (or a sampled run's salts) run: this "
+                        "process, --jobs forked processes (default) or a Dask cluster")
     p.add_argument("--scheduler", metavar="ADDR",
                    help="Dask scheduler address (tcp://host:8786); without it the dask "
                         "executor starts a local cluster of --jobs workers")

@@ -109,10 +109,12 @@ def _rerun(args: argparse.Namespace, root: Path) -> None:
         bands = args.out / "bands" / exp.stem
         if bands.exists() and not (bands / "bands.json").is_file():
             shutil.rmtree(bands)  # an interrupted rerun's (this command's own folder)
-        for argv in (["sweep", str(exp), "-q", "--out", str(args.out / "results" / exp.stem)],
-                     ["sensitivity", str(exp), "--samples", str(BAND_SAMPLES), "--seed",
-                      str(BAND_SEED), "--out", str(bands)]):
-            if argv[0] == "sensitivity" and bands.exists():
+        steps = ((False, ["sweep", str(exp), "-q", "--out",
+                          str(args.out / "results" / exp.stem)]),
+                 (True, ["sensitivity", str(exp), "--samples", str(BAND_SAMPLES), "--seed",
+                         str(BAND_SEED), "--out", str(bands)]))
+        for is_bands, argv in steps:
+            if is_bands and bands.exists():
                 continue  # finished before --resume (sensitivity does not resume a folder)
             print(f"docs --rerun: scratchpipe-sim {' '.join(argv + jobs)}", file=sys.stderr)
             if main(argv + jobs) != 0:

@@ -283,7 +283,7 @@ def _write(spec: gen.GenSpec, out: Path, force: bool, quiet: bool = False) -> in
 
     t0 = time.monotonic()
     try:
-        per_batch = gen.spec_nbytes(spec) / spec.num_batches
+        per_batch = gen.spec_disk_bytes(spec) / spec.num_batches
         with Progress(max(1, round(per_batch * spec.num_batches / 1e6)), "trace gen", "MB",
                       quiet=quiet) as bar:
             written = [0]
@@ -304,14 +304,14 @@ def _write(spec: gen.GenSpec, out: Path, force: bool, quiet: bool = False) -> in
     print(f"wrote {out}: {spec.distribution} {_fmt_params(spec.params)}, "
           f"{spec.num_tables} table(s), {sum(spec.table_rows)} rows, {spec.num_batches} "
           f"batches of {spec.batch_size}, {accesses} accesses, seed {spec.seed}; "
-          f"{dt:.1f} s, {gen.spec_nbytes(spec) / 1e6 / dt:.0f} MB/s written")
+          f"{dt:.1f} s, {gen.spec_disk_bytes(spec) / 1e6 / dt:.0f} MB/s written")
     return 0
 
 
 def _rate(done: int, spec: gen.GenSpec, t0: float) -> str:
     """The write rate and the time left after `done` batches."""
     dt = max(time.monotonic() - t0, 1e-9)
-    per_batch = gen.spec_nbytes(spec) / spec.num_batches
+    per_batch = gen.spec_disk_bytes(spec) / spec.num_batches
     rate = done * per_batch / dt
     eta = (spec.num_batches - done) * per_batch / max(rate, 1e-9)
     return f"{rate / 1e6:.0f} MB/s, ETA {eta:.0f} s"

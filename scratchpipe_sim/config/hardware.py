@@ -377,13 +377,24 @@ class GpuConfig:
         "GPU time per address translation that misses the GPU TLB on a host page (a page "
         "walk), amortized over the walkers working at once: ns per walk for the whole GPU"))
     tlb_reach_GiB: float = field(default=4.0, metadata=doc(
-        "GiB", "1-16",
-        "assumption: ~2k TLB entries x 2 MiB pages") | _pos(
+        "GiB", "0.125-16",
+        "assumption: ~2k GPU TLB entries x 2 MiB pages. Page size: the UVM driver maps "
+        "host-resident pages on the GPU with a 2 MiB PTE only when the CPU chunk behind "
+        "them is 2 MiB and physically contiguous, else 64 KiB or 4 KiB "
+        "(github.com/NVIDIA/open-gpu-kernel-modules kernel-open/nvidia-uvm/"
+        "uvm_pmm_sysmem.h UVM_CPU_CHUNK_SIZES, uvm_va_block.c): 64 KiB entries give 1/32 "
+        "the reach (the range's low end); entries: GPU TLB microbenchmarks (Jia et al., "
+        "arxiv.org/abs/1804.06826 V100, arxiv.org/abs/1903.07486 T4) report L2-TLB "
+        "coverage of device memory in GiB with 2 MiB entries; no published point "
+        "separates it (docs/validation.md, UVM constants)") | _pos(
         "host memory the GPU TLBs map at once: a random row read of a UVM table larger than "
         "this misses with probability 1 - reach / table bytes"))
     uvm_page_bytes: float = field(default=2 * 1024 * 1024, metadata=doc(
-        "bytes", "",
-        "UVM's 2 MiB large pages") | _pos(
+        "bytes", "65536-2097152",
+        "UVM's 2 MiB large pages: the driver maps host-resident managed memory on the GPU "
+        "at 2 MiB when the CPU chunk behind it is 2 MiB and contiguous, else 64 KiB or "
+        "4 KiB (github.com/NVIDIA/open-gpu-kernel-modules kernel-open/nvidia-uvm/"
+        "uvm_va_block.c); not in the presets' ranges") | _pos(
         "page size of UVM host allocations (2 MiB large pages): rows read in sorted order "
         "(the backward) walk once per distinct page they touch"))
     l2_MiB: float = field(default=40.0, metadata=doc(

@@ -303,8 +303,9 @@ class CacheConfig:
         "max": 1})
     warmup_batches: int | str = field(default="auto", metadata={
         "help": "batches replayed through each cache policy before the timed batches "
-                "(policy only, no timing): the cache warm-up; auto = until the prefix has "
-                "touched as many distinct rows as the cache holds, at most model.num_batches"})
+                "(policy only, no timing): the cache warm-up; auto = on a generated trace, "
+                "until first touches the cache has room for are below 1% of the measured "
+                "lookups (docs/timing.md); on a recorded one, model.num_batches at most"})
 
 
 @dataclass(frozen=True)

@@ -159,11 +159,18 @@ def first_meeting(values: Sequence[float], rate: Callable[[float], float], goal:
 
 def _rate(cfg: Config, design: str, axis: str, trace) -> Callable[[float], float]:
     from scratchpipe_sim.timing.runner import simulate
+    from scratchpipe_sim.timing.trace_setup import build_trace
+
+    # `cache.warmup_batches: auto` warms a generated trace by the cache's size: each
+    # capacity tried gets its own prefix (from the trace cache when an earlier run made it)
+    own = (axis == "capacity" and cfg.cache.warmup_batches == "auto"
+           and cfg.trace.path is None)
 
     def rate(value: float) -> float:
         try:
             c = variant(cfg, design, axis, value)
-            return float(simulate(c, [design], trace=trace)[0]["samples_per_s"])
+            t = build_trace(c) if own else trace
+            return float(simulate(c, [design], trace=t)[0]["samples_per_s"])
         except UserError:
             return 0.0  # a setting the config or the policy rejects cannot meet the target
 

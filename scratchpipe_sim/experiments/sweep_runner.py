@@ -46,13 +46,19 @@ DESIGN_INFEASIBLE = "__infeasible__"
 _TRACE_CACHE: dict[str, Any] = {}
 
 
-def _trace_key(config: dict) -> str:
-    """What the trace depends on: the trace section, the model's shape and the seed (cache
-    size, hardware and designs do not change it, so a cache-size sweep reuses one trace)."""
+def _trace_key(config: dict, cfg: Any) -> str:
+    """What the trace depends on: the trace section, the model's shape, the seed and the
+    warm-up prefix; with `cache.warmup_batches: auto` the prefix grows with the cache
+    (`timing/trace_setup.py`), so its rows, the designs and model.warmup_batches are keys
+    too (hardware never is: a sweep over anything else reuses one trace)."""
     m = config.get("model", {})
+    wb = config.get("cache", {}).get("warmup_batches", "auto")
+    auto = ({"capacity_rows": cfg.capacity_rows(), "designs": config.get("designs"),
+             "measured_from": m.get("warmup_batches")} if wb == "auto" else {})
     return config_hash({"trace": config.get("trace"), "seed": config.get("seed"),
                         "tables": m.get("tables"), "batch_size": m.get("batch_size"),
-                        "pooling": m.get("pooling"), "num_batches": m.get("num_batches")})
+                        "pooling": m.get("pooling"), "num_batches": m.get("num_batches"),
+                        "warmup_batches": wb, **auto})
 
 
 def point_trace(config: dict, cfg: Any, cache: bool = True, jobs: int = 1) -> Any:
@@ -62,7 +68,7 @@ def point_trace(config: dict, cfg: Any, cache: bool = True, jobs: int = 1) -> An
     from scratchpipe_sim.timing import build_trace
     from scratchpipe_sim.timing.trace_setup import check_config_memory, check_trace_memory
 
-    key = _trace_key(config)
+    key = _trace_key(config, cfg)
     trace = _TRACE_CACHE.get(key)
     if trace is None:
         from scratchpipe_sim.traces.csr_trace import forget_slices

@@ -62,13 +62,28 @@ def min_scratchpipe_capacity(trace: Trace, lookahead: int,
     One pass; keeps the last batch each row was seen in (O(rows), a one-off scan) and a
     ring of W+1 per-batch counts.
     """
+    return int(_window_pass(trace, lookahead, chunk_accesses)[1])
+
+
+def mean_window_rows(trace: Trace, lookahead: int,
+                     chunk_accesses: int = DEFAULT_CHUNK_ACCESSES) -> float:
+    """Mean over j >= W-1 of |union of the rows of batches j-W+1..j|: the rows a
+    scratchpad of W batches holds pinned on average (0.0 for fewer than W batches). A
+    sampled run sizes its miniature scratchpad with it (`timing.sampled_run`)."""
+    st = _window_pass(trace, lookahead, chunk_accesses)
+    return float(st[2]) / float(st[3]) if st[3] else 0.0
+
+
+def _window_pass(trace: Trace, lookahead: int, chunk_accesses: int) -> np.ndarray:
+    """One pass of `_min_cap_chunk`: [current union, largest union, sum of the unions of
+    full windows, their number]. The last batch of each row is int32 (a batch index)."""
     w = _check_lookahead(lookahead)
-    last = np.full(trace.total_rows, -1, np.int64)
+    last = np.full(trace.total_rows, -1, np.int32)
     hist = np.zeros(w + 1, np.int64)
-    st = np.zeros(2, np.int64)  # current union size, best so far
-    for chunk in trace.iter_chunks(chunk_accesses):
+    st = np.zeros(4, np.int64)
+    for chunk in trace.iter_chunks(chunk_accesses, reuse_buffers=True):
         _min_cap_chunk(chunk.ids, chunk.batch_ptr, chunk.first_batch, w, last, hist, st)
-    return int(st[1])
+    return st
 
 
 @njit(cache=True)
@@ -92,6 +107,9 @@ def _min_cap_chunk(ids, batch_ptr, first_batch, w, last, hist, st):
             last[r] = j
         if st[0] > st[1]:
             st[1] = st[0]
+        if j >= w - 1:
+            st[2] += st[0]
+            st[3] += 1
 
 
 def _pow2(n: int) -> int:

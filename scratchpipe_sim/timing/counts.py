@@ -5,7 +5,7 @@ fills, evictions, write-backs, unplaced accesses and unique unplaced rows per ba
 the policy's own per-batch columns; samples per batch come from the trace's bags. Designs
 without a cache get the same columns from one pass over the trace (`uncached_counts`, with
 the engine's unique-row set: `engine.access_unique`);
-`first_touches` and `warmup_length` serve the cache warm-up.
+`first_touches`, `cold_touches` and `warmup_length` serve the cache warm-up.
 """
 
 from __future__ import annotations
@@ -182,6 +182,18 @@ def first_touches(trace: Trace) -> np.ndarray:
         return out
     _FIRST_TOUCHES[key] = (small, out)
     return out
+
+
+def cold_touches(first: np.ndarray, capacity: int) -> np.ndarray:
+    """Per batch, the first touches (`first_touches` of a whole trace) made while fewer
+    than `capacity` distinct rows had been seen: the misses only a cold start makes. A later
+    first touch comes after at least `capacity` distinct rows, so an LRU cache of
+    `capacity` rows misses it whatever preceded the trace (its reuse distance exceeds the
+    cache): a miss of steady state too (for other policies, nearly so). Exact per access:
+    a batch's k-th new row follows (rows seen before the batch) + k - 1 distinct rows."""
+    first = np.asarray(first, np.int64)
+    before = np.cumsum(first) - first
+    return np.minimum(np.maximum(int(capacity) - before, 0), first)
 
 
 def warmup_length(trace: Trace, prefix: int, capacity: int) -> int:

@@ -26,6 +26,7 @@ from scratchpipe_sim.timing.counts import (
     Where,
     Workload,
     access_unique,
+    cold_touches,
     first_touches,
     policy_counts,
     policy_mix,
@@ -166,10 +167,11 @@ class TableBytes(TracePass):
 
 @dataclasses.dataclass(frozen=True)
 class FirstTouches(TracePass):
-    """Rows of each timed batch never seen earlier in the trace (a cache's cold misses)."""
+    """Rows of each batch of the trace never seen in an earlier one (a cache's cold
+    misses)."""
 
     def run(self, replays: Replays) -> np.ndarray:
-        return replays._first_touches()
+        return replays._trace_first_touches()
 
     def keep(self, replays: Replays, result: np.ndarray, seconds: float) -> None:
         replays._first = result
@@ -310,7 +312,7 @@ class Replays:
             onchip = self._onchip_pass(k)
             if onchip.rows > 0 and onchip not in self._onchip_hits and onchip not in shared:
                 shared.append(onchip)
-        if any(k.policy is not None and k.warm is Warm.REPLAY for k in todo):
+        if any(k.policy is not None and k.warm is not Warm.PROFILE_ALL for k in todo):
             if self._first is None:
                 shared.append(FirstTouches())
         if todo and self.cfg.model.heterogeneous and self._bytes is None:
@@ -365,8 +367,12 @@ class Replays:
         cols = self._onchip(key)
         if self.cfg.model.heterogeneous:
             cols.update(self._table_bytes())
-        if key.policy is not None and key.warm is Warm.REPLAY:
-            cols["first_touches"] = self._first_touches()
+        if key.policy is not None and key.warm is not Warm.PROFILE_ALL:
+            first = self._trace_first_touches()
+            cols["first_touches"] = first[self.prefix:]
+            cols["cold_touches"] = cold_touches(first, key.capacity)[self.prefix:]
+        elif key.policy is not None:  # an oracle profiles every batch: no cold start
+            cols["cold_touches"] = np.zeros(w.num_batches, np.int64)
         return w.with_columns(cols)
 
     def _policy_part(self, key: WorkloadKey) -> Workload:
@@ -414,14 +420,15 @@ class Replays:
                                       m.moved_row_bytes_per_table)
         return dict(self._bytes)
 
-    def _first_touches(self) -> np.ndarray:
-        """Rows of each timed batch never seen earlier in the whole trace (prefix included):
-        the closest estimate of compulsory misses the trace allows."""
+    def _trace_first_touches(self) -> np.ndarray:
+        """Rows of each batch never seen earlier in the whole trace (prefix included): the
+        closest estimate of compulsory misses the trace allows (`cold_touches` keeps those
+        a cache has room for)."""
         if self._first is None:
             cols, _ = self._cached("first-touches", self.trace,
                                    lambda: ({"first": first_touches(self.trace)}, {}),
                                    _COUNTS_SOURCES)
-            self._first = cols["first"][self.prefix:]
+            self._first = cols["first"]
         return self._first
 
     def _onchip_pass(self, key: WorkloadKey) -> OnChip:

@@ -18,7 +18,12 @@ from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs.design_registry import baseline_design
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.stage_columns import stage_key
-from scratchpipe_sim.timing.trace_setup import AUTO_WARMUP_MAX_ACCESSES, steady
+from scratchpipe_sim.timing.trace_setup import (
+    AUTO_WARMUP_MAX_ACCESSES,
+    FIRST_TOUCH_TARGET,
+    STEADY_TOL,
+    steady,
+)
 
 
 def steady_state_warning(cfg: Config, row: dict[str, Any]) -> str:
@@ -32,6 +37,33 @@ def steady_state_warning(cfg: Config, row: dict[str, Any]) -> str:
             f"{row['cold_miss_share']:.2f} after a warm-up of {row['cache_warmup_batches']} "
             f"batches; a longer warm-up is needed (more batches than the "
             f"{row['cache_warmup_batches']} replayed: {need}; or more model.num_batches)")
+
+
+def first_touch_warning(cfg: Config, row: dict[str, Any]) -> str | None:
+    """One line when a cache design's result still holds cold-start misses: on a generated
+    (stationary) trace, a first-touch share of the measured lookups at or above
+    FIRST_TOUCH_TARGET; on a recorded one, where new ids keep arriving as in production and
+    the share is the trace's own, only while that share still falls over the measured
+    batches (`first_touch_drift` > STEADY_TOL: the warm-up ended too early). None else."""
+    share = row.get("first_touch_share")
+    if share is None or share < FIRST_TOUCH_TARGET:
+        return None
+    head = (f"{row['design']} did not reach steady state: {share:.1%} of the measured "
+            "lookups are first touches a warm cache would not miss (after a warm-up of "
+            f"{row['cache_warmup_batches']} batches")
+    if cfg.trace.path is not None:
+        drift = row.get("first_touch_drift", 0.0)
+        if drift <= STEADY_TOL:
+            return None
+        return (f"{head}; still falling, {drift:+.0%} from the first half of the measured "
+                "batches to the second): the recorded trace allows no longer warm-up here; "
+                "a larger cache.warmup_batches (if the trace has the batches) or fewer "
+                "model.num_batches")
+    if cfg.cache.warmup_batches == "auto":
+        return (f"{head}; auto stopped at its cap of {AUTO_WARMUP_MAX_ACCESSES:,} accesses "
+                f"in the trace, short of its target of {FIRST_TOUCH_TARGET:.0%})")
+    return (f"{head}, above {FIRST_TOUCH_TARGET:.0%}); cache.warmup_batches: auto warms "
+            "until it is below")
 
 
 def percentile(values: np.ndarray, q: float) -> float:
@@ -109,13 +141,37 @@ def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]
         ok, drift = steady(w.cols["fills"][wu:], w.cols["unique"][wu:])
         row["steady_state"] = ok
         row["fill_rate_drift"] = drift
+    if "cold_touches" in w.cols:  # a cache design: lookups only a cold cache misses
+        row["first_touch_share"] = w.total("cold_touches", wu) / max(w.total("accesses", wu), 1)
+        row["first_touch_drift"] = first_touch_drift(w.cols["cold_touches"][wu:],
+                                                     w.cols["accesses"][wu:])
     return row
 
 
+def first_touch_drift(cold: np.ndarray, accesses: np.ndarray) -> float:
+    """How far the first-touch share of the lookups falls from the first half of the
+    measured batches to the second, relative to the first half's (0 when it has none;
+    negative when it rises)."""
+    n = len(cold)
+    if n < 2:
+        return 0.0
+    a = float(cold[: n // 2].sum()) / max(float(accesses[: n // 2].sum()), 1.0)
+    b = float(cold[n // 2 :].sum()) / max(float(accesses[n // 2 :].sum()), 1.0)
+    return (a - b) / a if a > 0 else 0.0
+
+
 def steady_state_warnings(cfg: Config, rows: list[dict[str, Any]]) -> list[str]:
-    """`steady_state_warning` of every row whose cache was still filling (never silently:
-    a cache still filling prices its cold start), in row order; the caller shows them."""
-    return [steady_state_warning(cfg, r) for r in rows if r.get("steady_state") is False]
+    """One warning per row whose cache is not warm (never silently: a cold cache prices
+    its cold start), in row order; the caller shows them: `first_touch_warning` where the
+    first touches decide, else `steady_state_warning` of a cache still filling."""
+    out = []
+    for r in rows:
+        line = first_touch_warning(cfg, r)
+        if line is None and r.get("steady_state") is False:
+            line = steady_state_warning(cfg, r)
+        if line is not None:
+            out.append(line)
+    return out
 
 
 def speedups_vs_baseline(rows: list[dict[str, Any]]) -> list[float | None]:

@@ -20,7 +20,7 @@ import simpy
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies.time_ranges import RangeSetting
+from scratchpipe_sim.policies.time_ranges import Mapper, RangeSetting
 from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs import DESIGNS
@@ -65,7 +65,8 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
              progress: Progress | None = None, replay_cache: bool = True,
              jobs: int = 1, checksum: bool = False,
              sample: float | SampleScale | None = None,
-             ranges: RangeSetting | None = None) -> list[dict]:
+             ranges: RangeSetting | None = None,
+             salt_mapper: Mapper | None = None) -> list[dict]:
     """Run `designs` (default: cfg.designs) on one trace; one flat metrics dict per design.
 
     `replay_cache=False` recomputes every policy replay (and generates the trace) instead
@@ -78,7 +79,8 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
     (`timing.sampled_run`: caches x R, counts x 1/R, mean and spread over the salts).
     `ranges`: replay each cache whose policy has the stack property (lru) as time ranges,
     each range its own task (`policies/time_ranges.py`: the same counts); the others are
-    replayed whole, with a warning naming them."""
+    replayed whole, with a warning naming them. `salt_mapper`: a sampled run's salts as
+    independent tasks on it (`sampled_run.SaltTask`; None: one after the other)."""
     scale = sample if isinstance(sample, SampleScale) else None
     names = check_designs(cfg, designs)
     if scale is None and (rate_salts := sample_settings(cfg, sample))[0] < 1:
@@ -87,7 +89,7 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
                             source=cfg.source, field="--ranges")
         return simulate_sampled(cfg, names, *rate_salts, simulate, trace=trace,
                                 progress=progress, timeline_dir=timeline_dir,
-                                replay_cache=replay_cache, jobs=jobs)
+                                replay_cache=replay_cache, jobs=jobs, mapper=salt_mapper)
     check_jobs(jobs)
     trace = build_trace(cfg, cache=replay_cache) if trace is None else trace
     given = trace

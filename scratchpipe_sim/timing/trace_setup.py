@@ -21,17 +21,24 @@ from scratchpipe_sim.config.model import DEFAULT_ROWS, per_table
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.replay_cache import cached_columns
 from scratchpipe_sim.safety import memory_guard
-from scratchpipe_sim.timing.counts import access_unique, first_touches, warmup_length
+from scratchpipe_sim.timing.counts import cold_touches, first_touches, warmup_length
 from scratchpipe_sim.timing.designs import DESIGNS
 from scratchpipe_sim.timing.designs.design_registry import config_designs
 from scratchpipe_sim.traces.csr_trace import Trace, slice_trace
 from scratchpipe_sim.traces.trace_cache import cached_trace
 
-#: `cache.warmup_batches: auto` on a generated trace lengthens its warm-up prefix (doubling
-#: it from model.num_batches) until the cache would be full or the timed batches' rate of
-#: never-seen rows is steady, but never past this many accesses in the whole trace (about
-#: 8 bytes each in memory, 0.8 GB at the cap): the documented bound on auto's time and memory.
+#: `cache.warmup_batches: auto` on a generated (stationary) trace lengthens its warm-up
+#: prefix (doubling it from model.num_batches) until the first-touch share of the measured
+#: lookups (`counts.cold_touches`: misses only a cold cache makes) is below
+#: FIRST_TOUCH_TARGET, but never past this many accesses in the whole trace (about 20 bytes
+#: each at a run's peak, `memory_guard.BYTES_PER_ACCESS`: 2 GB at the cap; each doubling is
+#: checked against the memory available before it is drawn): the documented bound on
+#: auto's time and memory. At the cap `run` warns with the share left.
 AUTO_WARMUP_MAX_ACCESSES = 100_000_000
+#: the first-touch share of the measured lookups a warm-up must reach: a generated trace's
+#: `auto` warms until it is below; a result at or above it is warned about (a recorded
+#: trace's only while its share still falls, `first_touch_falling`)
+FIRST_TOUCH_TARGET = 0.01
 #: `steady`'s tolerance: the second half's rate within this share of the first half's
 STEADY_TOL = 0.1
 
@@ -263,47 +270,66 @@ def fit_trace(trace: Trace, cfg: Config) -> Trace:
 
 #: Trace.meta key: the warm-up prefix `auto_warmup_trace` built the trace with
 AUTO_PREFIX = "auto_warmup_prefix"
+#: Trace.meta key: the first-touch share of the measured lookups that prefix reached
+AUTO_SHARE = "auto_warmup_first_touch_share"
 #: code behind the auto warm-up decisions `auto_warmup_trace` caches on disk (see
-#: `traces.disk_cache.code_digest`): the passes it makes (`access_unique` is the policy
-#: engine's), `steady` and this module; not the metrics or the runner
+#: `traces.disk_cache.code_digest`): the passes it makes (`warmup_length`, `first_touches`,
+#: `cold_touches`), the trace's chunks and this module; not the metrics or the runner
 _AUTO_SOURCES = ("policies/engine.py", "timing/counts.py", "timing/trace_setup.py",
                  "traces/csr_trace.py")
 
 
 def auto_warmup_trace(cfg: Config, replay_cache: bool, jobs: int = 1) -> Trace:
     """The config's trace; with `cache.warmup_batches: auto`, a generated trace and a cache
-    design, its warm-up prefix doubled from model.num_batches until the prefix touches as
-    many distinct rows as the cache holds, or the timed batches' never-seen rows (a cache's
-    compulsory misses) arrive at a steady rate (`steady`), within AUTO_WARMUP_MAX_ACCESSES.
-    The trace's meta records the prefix (AUTO_PREFIX) for `fit_trace`."""
+    design, its warm-up prefix doubled from model.num_batches until the first-touch share of
+    the measured lookups (`counts.cold_touches`: first touches while the cache still
+    has room, the misses no long run would see) is below FIRST_TOUCH_TARGET -- at once when
+    the prefix touches as many distinct rows as the cache holds -- within
+    AUTO_WARMUP_MAX_ACCESSES. The trace's meta records the prefix (AUTO_PREFIX) for
+    `fit_trace` and the share reached (AUTO_SHARE)."""
     m = cfg.model
     per_batch = m.batch_size * sum(m.poolings)
     capacity = cfg.capacity_rows()
     prefix = m.num_batches
     while True:
+        check_warmup_memory(cfg, (prefix + m.num_batches) * per_batch)
         trace = config_trace(cfg, cache=replay_cache, prefix_batches=prefix, jobs=jobs)
 
         def compute(trace=trace, prefix=prefix):
             # a prefix that fills the cache decides alone (it stops as soon as it has
-            # `capacity` rows): the two whole-trace passes only when it does not
+            # `capacity` rows): the whole-trace pass only when it does not
+            # (an int count and its total: the cache keeps int extras)
+            start = prefix + m.warmup_batches
+            measured = int(trace.batch_access_ptr()[-1] - trace.batch_access_ptr()[start])
             if warmup_length(trace, prefix, capacity) < prefix:
-                return {}, {"warm": 1}
-            new = first_touches(trace)[prefix + m.warmup_batches:]
-            _, unique = access_unique(slice_trace(trace, prefix + m.warmup_batches,
-                                                  trace.num_batches))
-            return {}, {"warm": int(steady(new, unique)[0])}
+                return {}, {"cold": 0, "measured": measured}
+            cold = cold_touches(first_touches(trace), capacity)[start:].sum()
+            return {}, {"cold": int(cold), "measured": measured}
 
         if replay_cache:  # a warm run decides from the on-disk cache, as for replays
             _, extra = cached_columns(
-                {"kind": "auto-warmup", "trace": trace.fingerprint(), "prefix": prefix,
-                 "capacity": int(capacity), "warmup_batches": m.warmup_batches,
-                 "tol": STEADY_TOL}, compute, True, sources=_AUTO_SOURCES)
+                {"kind": "auto-warmup-share", "trace": trace.fingerprint(), "prefix": prefix,
+                 "capacity": int(capacity), "warmup_batches": m.warmup_batches},
+                compute, True, sources=_AUTO_SOURCES)
         else:
             _, extra = compute()
-        if (extra["warm"]
+        share = int(extra["cold"]) / max(int(extra["measured"]), 1)
+        if (share < FIRST_TOUCH_TARGET
                 or (2 * prefix + m.num_batches) * per_batch > AUTO_WARMUP_MAX_ACCESSES):
-            return trace.with_meta({**trace.meta, AUTO_PREFIX: prefix})
+            return trace.with_meta({**trace.meta, AUTO_PREFIX: prefix, AUTO_SHARE: share})
+        del trace, compute  # the next, longer trace is drawn without this one in memory
         prefix *= 2
+
+
+def check_warmup_memory(cfg: Config, accesses: int) -> None:
+    """`memory_guard.check_run` for the trace an auto warm-up is about to draw (held in
+    memory: the bound on auto's longer prefixes), blaming cache.warmup_batches."""
+    rows = cfg.total_rows
+    need = memory_guard.estimate(rows, accesses, memory_guard.RUN_BYTES_PER_ROW)
+    memory_guard.check(need, f"the auto warm-up's trace ({accesses} lookups over {rows} rows)",
+                       "expected a fixed cache.warmup_batches (a shorter warm-up: its "
+                       "first-touch share is reported) or more memory",
+                       source=cfg.source, field="cache.warmup_batches")
 
 
 def steady(fills: np.ndarray, unique: np.ndarray | None = None, tol: float = STEADY_TOL

@@ -94,7 +94,11 @@ def read_only_mapping(arr: np.ndarray) -> bool:
 def release(arr: np.ndarray, lo: int, hi: int) -> None:
     """Drop the resident pages of entries lo..hi-1 of a 1-D read-only memory-mapped array,
     and of up to `_AROUND` bytes on either side within the array (whole pages, rounded
-    outwards: a neighbour's page is read back on its next use)."""
+    outwards: a neighbour's page is read back on its next use). An array-like with a
+    `release_pages(lo, hi)` method (`bag_offsets.BagOffsets`) releases its own."""
+    if hasattr(arr, "release_pages"):
+        arr.release_pages(lo, hi)
+        return
     if hi <= lo or not read_only_mapping(arr) or not arr.flags.c_contiguous:
         return
     fn = _madvise()

@@ -3,7 +3,8 @@
 Layout (the one DLRM and FBGEMM use, stacked over mini-batches):
 
 * `indices` — row ids, each relative to its own table (0 <= id < table_rows[t]).
-* `offsets` — int64 bag boundaries into `indices`, `num_bags + 1` entries. Bags are ordered
+* `offsets` — int64 bag boundaries into `indices`, `num_bags + 1` entries (an ndarray, or
+  for a compact `.sptrace` a `bag_offsets.BagOffsets` that indexes like one). Bags are ordered
   batch-major, then table-major, then sample: mini-batch k with B_k samples and T tables owns
   bags `batch_bounds[k] .. batch_bounds[k+1]` (= T*B_k bags), and table t of that batch is
   bags `batch_bounds[k] + t*B_k ... + (t+1)*B_k` — FBGEMM's `offsets[B*t : B*(t+1)+1]`.
@@ -30,6 +31,7 @@ from scratchpipe_sim.safety.limits import env_number
 from scratchpipe_sim.safety.memory_guard import CHUNK_ACCESSES
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces._pages import read_only_mapping, release, spilled_copy
+from scratchpipe_sim.traces.bag_offsets import BagOffsets
 
 #: accesses per chunk of a pass (the memory guard's working-set estimate is built on it)
 DEFAULT_CHUNK_ACCESSES = CHUNK_ACCESSES
@@ -468,7 +470,7 @@ def chunk_size(max_accesses: int | None = None) -> int:
 def _hash_array(h: hashlib._Hash, arr: np.ndarray) -> None:
     """Feed `arr` to `h` as little-endian int64, a block at a time (a memory-mapped array
     is never copied whole)."""
-    flat = np.asarray(arr).reshape(-1)
+    flat = arr if isinstance(arr, BagOffsets) else np.asarray(arr).reshape(-1)
     step = max(1, _HASH_BLOCK // 8)
     for lo in range(0, len(flat), step):
         block = np.ascontiguousarray(flat[lo : lo + step], dtype="<i8")
@@ -479,6 +481,8 @@ def _hash_array(h: hashlib._Hash, arr: np.ndarray) -> None:
 def _decreases(arr: np.ndarray) -> bool:
     """Whether `arr` ever decreases, checked a block at a time (no copy of a mapped
     array; its pages go back)."""
+    if isinstance(arr, BagOffsets) and arr.bag_length is not None:
+        return False  # i * L
     step = max(1, _HASH_BLOCK // 8)
     for lo in range(0, max(len(arr) - 1, 0), step):
         d = np.diff(np.asarray(arr[lo : lo + step + 1]))
@@ -492,6 +496,8 @@ def _rebased(offsets: np.ndarray, base: int) -> np.ndarray:
     """A slice's offsets (`offsets - base`, int64) without a copy of one int64 a bag in
     memory: the view itself when nothing moves; a spilled, mapped copy when the view is
     mapped from a file and large (a production-scale trace's timed slice)."""
+    if isinstance(offsets, BagOffsets):
+        return offsets.shifted(base)  # lazy: nothing computed, nothing spilled
     if base == 0 and np.dtype(offsets.dtype) == np.int64:
         return offsets
     if len(offsets) > _REBASE_IN_MEMORY and read_only_mapping(offsets):

@@ -35,7 +35,7 @@ from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces._prefetch import prefetch
 from scratchpipe_sim.traces.csr_trace import Trace
-from scratchpipe_sim.traces.store import TraceWriter, index_dtype_for
+from scratchpipe_sim.traces.store import TraceWriter, index_dtype_for, store_nbytes
 
 GENERATOR_VERSION = 1
 #: fewest accesses of a pass (a trace to draw, a replay) for which forking workers pays: a
@@ -729,6 +729,16 @@ def spec_nbytes(spec: GenSpec) -> int:
             + (spec.num_batches + 1) * 8)
 
 
+def spec_disk_bytes(spec: GenSpec) -> int:
+    """Bytes of the trace's `.sptrace` data files (`store.store_nbytes`): no offsets when
+    every bag holds the same number of ids."""
+    lengths = {int(x) for arr in spec.bag_lengths for x in np.unique(arr)}
+    bags = spec.num_batches * spec.num_tables * spec.batch_size
+    return store_nbytes(spec.num_batches * spec.accesses_per_batch,
+                        index_dtype_for(spec.table_rows).itemsize, bags, spec.num_batches,
+                        len(lengths) == 1)
+
+
 def streamed_trace(spec: GenSpec, folder: str | os.PathLike | None = None) -> Trace:
     """The trace `spec` describes, written block by block into a private `.sptrace` under
     `folder` (default: the user cache folder's `traces/`) and memory-mapped; the folder is
@@ -757,7 +767,7 @@ def store_from_spec(spec: GenSpec, path: str | os.PathLike, overwrite: bool = Fa
                     progress: Callable[[int], None] | None = None) -> Path:
     """Write the trace `spec` describes to a `.sptrace` folder, block by block, after
     checking that it fits on the disk; `progress(batches)` after each block."""
-    need = spec_nbytes(spec)
+    need = spec_disk_bytes(spec)
     memory_guard.check_disk(need, Path(path).resolve().parent,
                             f"a trace of {spec.num_batches} batches x "
                             f"{spec.accesses_per_batch} ids", "expected fewer batches",

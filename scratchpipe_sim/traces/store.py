@@ -1,10 +1,19 @@
 """The project's on-disk trace format: a folder `NAME.sptrace/` that memory-maps.
 
     manifest.json      format, version, table_rows, batch_size, counts, dtypes, sha256,
-                       crc32 (of each .bin file), meta
+                       crc32 (of each .bin file), offsets (their encoding), meta
     indices.bin        row ids (uint32 when every table fits, else int64), raw little-endian
-    offsets.bin        int64 bag offsets (num_bags + 1)
     batch_bounds.bin   int64 bag index where each batch starts (num_batches + 1)
+    the bag offsets (num_bags + 1 of them), by `offsets.encoding` (version 2):
+      constant         no file: every bag holds `offsets.bag_length` ids (Criteo: 1)
+      u32-marks        offsets_u32.bin (uint32, each offset relative to its block's start)
+                       and offset_marks.bin (int64, one per block of 65,536 bags)
+    version 1 (still read): offsets.bin, int64 bag offsets
+
+Why the encodings: version 1's int64 offsets were twice the bytes of the ids at pooling 1,
+so a Criteo-Terabyte day (~4.7 B lookups) took ~57 GB instead of ~19 GB (`bag_offsets.py`).
+The writer streams: it stays `constant` while every bag has the first bag's length and
+switches to u32-marks (writing the offsets so far) at the first bag that does not.
 
 Raw arrays (not .npy) so `TraceWriter` can append chunk by chunk without knowing the final
 length; the writer builds in a temporary sibling folder and renames it into place only when
@@ -31,12 +40,17 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety.atomic_files import default_dir_mode
 from scratchpipe_sim.safety.paths import input_file
 from scratchpipe_sim.traces._pages import release
+from scratchpipe_sim.traces.bag_offsets import ENCODINGS, MARK_BAGS, BagOffsets, encode_u32
 from scratchpipe_sim.traces.csr_trace import Trace
 
 FORMAT = "scratchpipe-trace"
-VERSION = 1
+#: what the writer writes (2: compact offsets); READ_VERSIONS are read
+VERSION = 2
+READ_VERSIONS = (1, 2)
 SUFFIX = ".sptrace"
-DATA_FILES = ("indices.bin", "offsets.bin", "batch_bounds.bin")
+#: every data file a store of any version may hold, in checksum order
+DATA_FILES = ("indices.bin", "offsets.bin", "offsets_u32.bin", "offset_marks.bin",
+              "batch_bounds.bin")
 #: the index dtypes TraceWriter writes (raw little-endian integers)
 INDEX_DTYPES = ("<u4", "<i8")
 
@@ -47,6 +61,26 @@ def index_dtype_for(table_rows) -> np.dtype:
     holds in memory, so both feed the kernels the same array type."""
     fits = int(np.max(np.asarray(table_rows, np.int64), initial=0)) <= 2**32
     return np.dtype(INDEX_DTYPES[0] if fits else INDEX_DTYPES[1])
+
+
+def store_nbytes(num_indices: int, index_itemsize: int, num_bags: int, num_batches: int,
+                 constant_bags: bool) -> int:
+    """Bytes of a store's data files as `TraceWriter` writes them: the ids, the batch
+    bounds and, unless every bag holds the same number of ids, 4 bytes an offset plus one
+    int64 mark per block."""
+    offsets = 0 if constant_bags else 4 * (num_bags + 1) + 8 * (num_bags // MARK_BAGS + 1)
+    return num_indices * index_itemsize + 8 * (num_batches + 1) + offsets
+
+
+def data_files(manifest: dict) -> tuple[str, ...]:
+    """The data files of a store with this (checked) manifest, in checksum order."""
+    if manifest.get("version", 1) < 2:
+        names = {"indices.bin", "offsets.bin", "batch_bounds.bin"}
+    elif manifest.get("offsets", {}).get("encoding") == "constant":
+        names = {"indices.bin", "batch_bounds.bin"}
+    else:
+        names = {"indices.bin", "offsets_u32.bin", "offset_marks.bin", "batch_bounds.bin"}
+    return tuple(n for n in DATA_FILES if n in names)
 
 
 def is_store(path: str | os.PathLike) -> bool:
@@ -81,12 +115,15 @@ class TraceWriter:
         self._tmp = Path(tempfile.mkdtemp(prefix=self.path.name + ".", suffix=".tmp",
                                           dir=self.path.parent))
         os.chmod(self._tmp, default_dir_mode())  # mkdtemp's 0700 would hide it from the group
-        self._f = {name: open(self._tmp / name, "wb") for name in DATA_FILES}
+        self._f = {name: open(self._tmp / name, "wb")
+                   for name in ("indices.bin", "batch_bounds.bin")}
         self._num_indices = 0
         self._num_bags = 0
         self._num_batches = 0
-        self._crc = dict.fromkeys(DATA_FILES, 0)
-        self._write("offsets.bin", np.zeros(1, "<i8"))
+        self._crc = dict.fromkeys(self._f, 0)
+        #: every bag so far holds this many ids (None: no bag yet); u32-marks once one does not
+        self._bag_length: int | None = None
+        self._marks: list[int] = []  # u32-marks: the offset at each block start
         self._write("batch_bounds.bin", np.zeros(1, "<i8"))
 
     def _write(self, name: str, arr: np.ndarray) -> None:
@@ -126,11 +163,41 @@ class TraceWriter:
         if len(indices) and (indices.min() < 0):
             raise ValueError("negative row id")
         self._write("indices.bin", indices.astype(self.index_dtype, copy=False))
-        self._write("offsets.bin", (offsets[1:] + self._num_indices).astype("<i8"))
+        self._write_offsets(offsets)
         self._write("batch_bounds.bin", (bounds[1:] + self._num_bags).astype("<i8"))
         self._num_indices += len(indices)
         self._num_bags += len(offsets) - 1
         self._num_batches += len(bounds) - 1
+
+    def _write_offsets(self, offsets: np.ndarray) -> None:
+        """This call's bags (`offsets` relative, starting at 0) in the stream's encoding:
+        nothing while every bag has the first bag's length, else u32-marks entries."""
+        lengths = np.diff(offsets)
+        if "offsets_u32.bin" not in self._f and len(lengths):
+            if self._bag_length is None:
+                self._bag_length = int(lengths[0])
+            if np.all(lengths == self._bag_length):
+                return
+            self._start_u32()
+        if len(lengths):
+            rel = encode_u32(offsets[1:] + self._num_indices, self._num_bags + 1,
+                             self._marks)
+            self._write("offsets_u32.bin", rel)
+
+    def _start_u32(self) -> None:
+        """Leave the constant encoding: write the offsets of the bags so far (entries
+        0..num_bags, all of length `_bag_length`) as u32-marks, a block at a time."""
+        try:
+            self._f["offsets_u32.bin"] = open(self._tmp / "offsets_u32.bin", "wb")
+        except OSError as e:
+            self.abort()
+            raise self._write_error(e) from None
+        self._crc["offsets_u32.bin"] = 0
+        length = int(self._bag_length or 0)
+        for lo in range(0, self._num_bags + 1, _APPEND_BAGS):
+            hi = min(lo + _APPEND_BAGS, self._num_bags + 1)
+            values = np.arange(lo, hi, dtype=np.int64) * length
+            self._write("offsets_u32.bin", encode_u32(values, lo, self._marks))
 
     def append_trace(self, trace: Trace) -> None:
         """Every batch of `trace`, a run of batches at a time (a memory-mapped trace larger
@@ -161,18 +228,26 @@ class TraceWriter:
             raise
 
     def _publish(self) -> Path:
+        if "offsets_u32.bin" in self._f:
+            self._f["offset_marks.bin"] = open(self._tmp / "offset_marks.bin", "wb")
+            self._crc["offset_marks.bin"] = 0
+            self._write("offset_marks.bin", np.asarray(self._marks, "<i8"))
+            offsets = {"encoding": "u32-marks", "mark_bags": MARK_BAGS}
+        else:
+            offsets = {"encoding": "constant", "bag_length": int(self._bag_length or 0)}
         for f in self._f.values():
             f.close()
         manifest = {
             "format": FORMAT,
             "version": VERSION,
+            "offsets": offsets,
             "table_rows": [int(x) for x in self.table_rows],
             "batch_size": self.batch_size,
             "num_batches": self._num_batches,
             "num_bags": self._num_bags,
             "num_indices": self._num_indices,
             "index_dtype": self.index_dtype.str,
-            "sha256": _checksum(self._tmp),
+            "sha256": _checksum(self._tmp, [n for n in DATA_FILES if n in self._f]),
             "crc32": dict(self._crc),
             "meta": self.meta,
             **self.extra,
@@ -258,8 +333,9 @@ def _manifest(path: Path) -> dict:
         return UserError(f"expected {expected}, got {got}", source=src,
                          field=f"manifest.json.{key}")
 
-    if m.get("format") != FORMAT or m.get("version") != VERSION:
-        raise UserError(f"expected format '{FORMAT}' version {VERSION} (written by this "
+    if m.get("format") != FORMAT or m.get("version") not in READ_VERSIONS:
+        raise UserError(f"expected format '{FORMAT}' version "
+                        f"{' or '.join(map(str, READ_VERSIONS))} (written by this "
                         f"version), got format {m.get('format')!r} version "
                         f"{m.get('version')!r}", source=src, field="manifest.json")
     rows = m.get("table_rows")
@@ -278,6 +354,16 @@ def _manifest(path: Path) -> dict:
         raise bad("sha256", "a hex string")
     if not isinstance(m.get("meta", {}), dict):
         raise bad("meta", "a mapping")
+    if m["version"] >= 2:
+        enc = m.get("offsets")
+        if not isinstance(enc, dict) or enc.get("encoding") not in ENCODINGS:
+            raise bad("offsets", f"an encoding ({' or '.join(ENCODINGS)})")
+        if enc["encoding"] == "constant" and not (
+                _count(enc.get("bag_length"), 0)
+                and enc["bag_length"] * m["num_bags"] == m["num_indices"]):
+            raise bad("offsets", "a bag length times num_bags equal to num_indices")
+        if enc["encoding"] == "u32-marks" and enc.get("mark_bags") != MARK_BAGS:
+            raise bad("offsets", f"mark_bags {MARK_BAGS}")
     crc = m.get("crc32", {})
     if not (isinstance(crc, dict) and set(crc) <= set(DATA_FILES)
             and all(_count(v, 0) and v < 2**32 for v in crc.values())):
@@ -335,13 +421,27 @@ def read_trace(path: str | os.PathLike, verify: bool = False,
         return np.memmap(f, dtype=dtype, mode="r", shape=(count,))
 
     indices = mmap("indices.bin", m["index_dtype"], m["num_indices"])
-    offsets = mmap("offsets.bin", "<i8", m["num_bags"] + 1)
     bounds = mmap("batch_bounds.bin", "<i8", m["num_batches"] + 1)
+    files = {"indices.bin": indices, "batch_bounds.bin": bounds}
+    n_offsets = m["num_bags"] + 1
+    enc = m.get("offsets", {}).get("encoding") if m["version"] >= 2 else None
+    if enc is None:  # version 1
+        offsets = files["offsets.bin"] = mmap("offsets.bin", "<i8", n_offsets)
+        checked = "offsets.bin"
+    elif enc == "constant":
+        offsets = BagOffsets(n_offsets, bag_length=m["offsets"]["bag_length"])
+        checked = None  # i * L: from 0 to num_indices (checked with the manifest), rising
+    else:
+        rel = files["offsets_u32.bin"] = mmap("offsets_u32.bin", "<u4", n_offsets)
+        marks = files["offset_marks.bin"] = mmap("offset_marks.bin", "<i8",
+                                                 (n_offsets - 1) // MARK_BAGS + 1)
+        offsets = BagOffsets(n_offsets, rel=rel, marks=np.array(marks, np.int64))
+        checked = "offsets_u32.bin"
     if verify:  # over the maps themselves: no copy, and the pages stay cached for the run
-        for name, arr in (("indices.bin", indices), ("offsets.bin", offsets),
-                          ("batch_bounds.bin", bounds)):
+        for name, arr in files.items():
             _check_crc(arr, m, name, src)
-    _check_pointers(offsets, m["num_indices"], "offsets.bin", src)
+    if checked is not None:
+        _check_pointers(offsets, m["num_indices"], checked, src)
     _check_pointers(bounds, m["num_bags"], "batch_bounds.bin", src, len(m["table_rows"]))
     meta = dict(m.get("meta", {}))
     meta["sha256"] = m["sha256"]
@@ -369,9 +469,9 @@ def _check_crc(arr: np.ndarray, m: dict, name: str, src: str) -> None:
                         source=src, field=name)
 
 
-def _checksum(folder: Path) -> str:
+def _checksum(folder: Path, names: list[str]) -> str:
     h = hashlib.sha256()
-    for name in DATA_FILES:
+    for name in names:
         with open(folder / name, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)

@@ -33,11 +33,12 @@ import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces import disk_cache as dc
+from scratchpipe_sim.traces.bag_offsets import BagOffsets
 from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.store import (
-    DATA_FILES,
     INDEX_DTYPES,
     SUFFIX,
+    data_files,
     read_manifest,
     read_trace,
     write_trace,
@@ -53,7 +54,7 @@ _LEGACY_SUFFIXES = (".spt",)
 DEFAULT_TRACE_MAX_BYTES = 2 << 30
 TRACE_MAX_BYTES_ENV = "SCRATCHPIPE_TRACE_CACHE_MAX_BYTES"
 _WHAT = "trace cache"
-#: the record of the data files' stat (store.DATA_FILES) at their last CRC pass
+#: the record of the data files' stat (store.data_files) at their last CRC pass
 _VERIFIED = "verified.json"
 
 
@@ -157,13 +158,13 @@ def _read(path: Path, fk: dict[str, Any]) -> Trace | None:
             raise _Damaged("manifest checksum")
         if dc.canonical(record["key"]) != dc.canonical(fk):
             raise _Damaged("another key")
-        stamp = _stat_stamp(path)
+        stamp = _stat_stamp(path, data_files(m))
         trusted = stamp is not None and _still_verified(path, stamp)
         stored = read_trace(path, verify=not trusted, manifest=m)
         if stamp is not None and not trusted:
             _mark_verified(path, stamp)
         trace = Trace(np.asarray(rows, np.int64), np.asarray(stored.indices),
-                      np.asarray(stored.offsets), np.asarray(stored.batch_bounds),
+                      _as_array(stored.offsets), np.asarray(stored.batch_bounds),
                       int(batch_size), dict(meta), str(record["source"]))
         trace.with_digests(str(record["content_sha256"]), str(record["fingerprint"]))
     except UserError as e:
@@ -179,16 +180,22 @@ def _read(path: Path, fk: dict[str, Any]) -> Trace | None:
     return trace
 
 
+def _as_array(offsets):
+    """A version-1 store's mapped offsets as a plain ndarray view; compact ones as they are
+    (`np.asarray` would compute all of them)."""
+    return offsets if isinstance(offsets, BagOffsets) else np.asarray(offsets)
+
+
 class _Damaged(Exception):
     pass
 
 
-def _stat_stamp(path: Path) -> list[list[Any]] | None:
-    """(name, size, mtime_ns, inode) of each data file; None when one cannot be read (the
-    store's own checks then name it)."""
+def _stat_stamp(path: Path, names: tuple[str, ...]) -> list[list[Any]] | None:
+    """(name, size, mtime_ns, inode) of each data file `names`; None when one cannot be
+    read (the store's own checks then name it)."""
     try:
         return [[n, st.st_size, st.st_mtime_ns, st.st_ino]
-                for n in DATA_FILES for st in [(path / n).stat()]]
+                for n in names for st in [(path / n).stat()]]
     except OSError:
         return None
 

@@ -204,7 +204,11 @@ def test_warm_run_recomputes_nothing_and_equals_no_cache(cfg_file, tmp_path, mon
     assert main([*base, "--out", str(tmp_path / "off"), "--no-cache"]) == 0
     assert not (tmp_path / "cache").exists()
     assert main([*base, "--out", str(tmp_path / "fill")]) == 0
-    assert len(list((tmp_path / "cache" / "traces").iterdir())) == 1
+    # one trace a prefix auto tried (doubling from num_batches), each read on a warm run
+    cfg = load_config(cfg_file, ["cache.warmup_batches=auto"])
+    prefix = setup_mod.build_trace(cfg, cache=False).meta[setup_mod.AUTO_PREFIX]
+    tried = (prefix // cfg.model.num_batches).bit_length()
+    assert len(list((tmp_path / "cache" / "traces").iterdir())) == tried
 
     def boom(*a, **k):
         raise AssertionError("recomputed on a warm run")
@@ -212,8 +216,7 @@ def test_warm_run_recomputes_nothing_and_equals_no_cache(cfg_file, tmp_path, mon
     for mod, name in ((gen_mod, "generate_trace"), (counts_mod, "replay_columns"),
                       (onchip_mod, "onchip_hits"), (passes_mod, "first_touches"),
                       (passes_mod, "access_unique"), (passes_mod, "warmup_length"),
-                      (setup_mod, "first_touches"), (setup_mod, "access_unique"),
-                      (setup_mod, "warmup_length")):
+                      (setup_mod, "first_touches"), (setup_mod, "warmup_length")):
         monkeypatch.setattr(mod, name, boom)
     assert main([*base, "--out", str(tmp_path / "warm")]) == 0
     capsys.readouterr()
@@ -254,3 +257,17 @@ def test_run_sample_writes_each_figure_with_its_spread(cfg_file, tmp_path, capsy
 def test_run_sample_bad_rates_are_one_line(cfg_file, tmp_path, capsys, argv, word):
     one_line_error(capsys, ["run", str(cfg_file), "--out", str(tmp_path / "o"), "--quiet",
                             *argv], word)
+
+
+def test_run_sample_salts_as_tasks_give_the_serial_figures(cfg_file, tmp_path, capsys):
+    """`--executor local` (the salts one after the other) and the default (forked tasks,
+    `--jobs 2`): the same rows, wall times aside."""
+    def rows(*flags):
+        out = tmp_path / "_".join(flags)
+        assert main(["run", str(cfg_file), "--out", str(out), "--sample", "0.5", "--salts",
+                     "2", "--quiet", "--no-timeline", *flags]) == 0
+        capsys.readouterr()
+        return [{k: v for k, v in r.items() if not k.endswith(("wall_s", "wall_s_spread"))}
+                for r in json.loads((out / "results.json").read_text())]
+
+    assert rows("--executor", "local") == rows("--jobs", "2")

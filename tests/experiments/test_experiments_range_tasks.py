@@ -40,3 +40,30 @@ def test_local_executor_and_unknown_executor():
     with pytest.raises(UserError) as e:
         range_mapper("slurm")
     assert e.value.field == "--executor"
+
+
+def test_a_sampled_runs_salts_on_a_dask_cluster_equal_the_serial_run():
+    distributed = pytest.importorskip("distributed", reason="dask.distributed ([dist] extra) "
+                                      "is not installed")
+    from scratchpipe_sim.config import load_config
+    from scratchpipe_sim.timing import simulate
+
+    cfg = load_config({
+        "hardware": {"preset": "a100-gen4"},
+        "model": {"tables": {"count": 2, "rows": 20000, "dim": 32}, "pooling": 4,
+                  "batch_size": 128, "num_batches": 6, "warmup_batches": 2,
+                  "bottom_mlp": [13, 16], "top_mlp": [8, 1]},
+        "trace": {"distribution": "zipf", "alpha": 1.05, "sample_rate": 0.25,
+                  "sample_salts": 2},
+        "cache": {"load_factor": 0.05, "warmup_batches": 6}, "seed": 3})
+    wall = ("policy_wall_s", "simpy_wall_s")
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k not in wall} for r in rows]
+
+    want = strip(simulate(cfg, ["lru-cache"], replay_cache=False))
+    with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
+                                  dashboard_address=None) as cluster:
+        mapper = range_mapper("dask", 1, cluster.scheduler_address)
+        got = strip(simulate(cfg, ["lru-cache"], replay_cache=False, salt_mapper=mapper))
+    assert got == want and got[0]["sample_salts"] == 2

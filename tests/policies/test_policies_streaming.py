@@ -15,8 +15,10 @@ import pytest
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies import POLICIES, engine
 from scratchpipe_sim.traces import _pages, csr_trace
+from scratchpipe_sim.traces.bag_offsets import BagOffsets
 from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.store import read_trace, write_trace
+from tests.sptrace_v1 import write_v1
 
 ROWS = (300, 500)
 BATCH = 16
@@ -43,9 +45,27 @@ def _trace() -> Trace:
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory) -> tuple[Trace, Trace]:
-    """(in memory, memory-mapped from its own `.sptrace`)."""
+    """(in memory, memory-mapped from its own `.sptrace`: compact u32-marks offsets)."""
     mem = _trace()
     path = write_trace(mem, tmp_path_factory.mktemp("stream") / "t.sptrace")
+    return mem, read_trace(path)
+
+
+@pytest.fixture(scope="module")
+def v1_trace(tmp_path_factory) -> Trace:
+    """The same trace from a format-version-1 store (int64 offsets.bin)."""
+    return read_trace(write_v1(_trace(), tmp_path_factory.mktemp("v1") / "t.sptrace"))
+
+
+@pytest.fixture(scope="module")
+def constant_traces(tmp_path_factory) -> tuple[Trace, Trace]:
+    """(in memory, mapped) of a trace whose bags all hold 2 ids: no offsets file."""
+    rng = np.random.default_rng(3)
+    batches = [[(rng.zipf(1.3, 2 * BATCH) - 1) % rows for rows in ROWS] for _ in range(24)]
+    lengths = [[np.full(BATCH, 2)] * len(ROWS)] * 24
+    mem = Trace.from_batches(batches, list(ROWS), lengths)
+    path = write_trace(mem, tmp_path_factory.mktemp("const") / "t.sptrace")
+    assert not (path / "offsets_u32.bin").exists() and not (path / "offsets.bin").exists()
     return mem, read_trace(path)
 
 
@@ -67,13 +87,33 @@ def test_streamed_replay_equals_in_memory(name, traces, monkeypatch):
     monkeypatch.setenv(engine.NEXT_USE_MEMORY_ENV, "0")  # next uses on disk
     for chunk in CHUNKS:
         assert _columns(mapped, name, chunk) == want, chunk
-    # the timed slice of a mapped trace, its offsets spilled, against the in-memory slice
-    monkeypatch.setattr(csr_trace, "_REBASE_IN_MEMORY", 0)
+    # the timed slice of a mapped trace, its offsets rebased lazily, against the in-memory
+    # slice
     part = mapped.slice(5, 24)
-    assert isinstance(part.offsets, np.memmap)
+    assert isinstance(part.offsets, BagOffsets)
     monkeypatch.delenv(engine.NEXT_USE_MEMORY_ENV)
     ref = _columns(mem.slice(5, 24), name, None)
     monkeypatch.setenv(engine.NEXT_USE_MEMORY_ENV, "0")
+    assert _columns(part, name, 37) == ref
+
+
+@pytest.mark.parametrize("name", POLICIES.names())
+def test_old_and_constant_stores_replay_as_in_memory(name, traces, v1_trace,
+                                                     constant_traces, monkeypatch):
+    """A version-1 store (int64 offsets, its timed slice's offsets spilled) and a
+    constant-pooling store (no offsets file) replay exactly as in memory."""
+    mem, _ = traces
+    want = _columns(mem, name, None)
+    cmem, cmapped = constant_traces
+    cwant = _columns(cmem, name, None)
+    ref = _columns(mem.slice(5, 24), name, None)
+    monkeypatch.setenv(engine.NEXT_USE_MEMORY_ENV, "0")
+    for chunk in (1, 37):
+        assert _columns(v1_trace, name, chunk) == want, chunk
+        assert _columns(cmapped, name, chunk) == cwant, chunk
+    monkeypatch.setattr(csr_trace, "_REBASE_IN_MEMORY", 0)
+    part = v1_trace.slice(5, 24)
+    assert isinstance(part.offsets, np.memmap)
     assert _columns(part, name, 37) == ref
 
 
@@ -161,7 +201,7 @@ def test_chunks_release_the_pages_of_a_mapped_trace(traces):
     assert not _pages.read_only_mapping(np.zeros(3))
     for _ in mapped.iter_chunks(37):
         pass
-    for name in ("indices.bin", "offsets.bin"):
+    for name in ("indices.bin", "offsets_u32.bin"):
         assert _resident_kib(str(Path(mapped.source) / name)) == 0, name
 
 

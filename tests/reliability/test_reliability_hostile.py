@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -245,10 +246,35 @@ def _edit_manifest(p: Path, **changes) -> None:
     (p / "manifest.json").write_text(json.dumps(m))
 
 
-def _edit_array(p: Path, name: str, index: int, value: int) -> None:
-    a = np.fromfile(p / name, "<i8")
+def _edit_array(p: Path, name: str, index: int, value: int, dtype: str = "<i8") -> None:
+    a = np.fromfile(p / name, dtype)
     a[index] = value
     a.tofile(p / name)
+
+
+def _as_v1(p: Path) -> None:
+    """The fixture's trace as a format-version-1 store (int64 offsets.bin)."""
+    from sptrace_v1 import write_v1
+
+    from scratchpipe_sim.traces.store import read_trace
+
+    t = read_trace(p)
+    t = type(t)(t.table_rows, np.array(t.indices), np.array(t.offsets),
+                np.array(t.batch_bounds), t.batch_size)
+    shutil.rmtree(p)
+    write_v1(t, p)
+
+
+def _as_pooled(p: Path) -> None:
+    """64 bags of 1 and 2 ids (96 ids) over 13 rows: a u32-marks store."""
+    from scratchpipe_sim.traces.csr_trace import Trace
+    from scratchpipe_sim.traces.store import write_trace
+
+    lens = [np.array([1, 2] * 4)] * 8
+    ids = [[np.arange(12) % 13]] * 8
+    shutil.rmtree(p)
+    write_trace(Trace.from_batches(ids, [13], [[x] for x in lens]), p)
+    assert (p / "offsets_u32.bin").exists()
 
 
 _DROP = object()
@@ -281,10 +307,24 @@ SPTRACE_CASES = {
                   "not valid JSON", ""),
     "not UTF-8": (lambda p: (p / "manifest.json").write_bytes(b'{"a": "\xff"}'),
                   "not valid JSON", ""),
-    "offsets past the data": (lambda p: _edit_array(p, "offsets.bin", -1, 10**12),
-                              "offsets.bin", "expected 0 to 64"),
-    "offsets decrease": (lambda p: _edit_array(p, "offsets.bin", 5, 60), "offsets.bin",
-                         "decreases at entry 6"),
+    "v1 offsets past the data": (lambda p: (_as_v1(p),
+                                            _edit_array(p, "offsets.bin", -1, 10**12)),
+                                 "offsets.bin", "expected 0 to 64"),
+    "v1 offsets decrease": (lambda p: (_as_v1(p), _edit_array(p, "offsets.bin", 5, 60)),
+                            "offsets.bin", "decreases at entry 6"),
+    "u32 offsets past the data": (lambda p: (_as_pooled(p), _edit_array(
+        p, "offsets_u32.bin", -1, 10**9, "<u4")), "offsets_u32.bin", "expected 0 to 96"),
+    "u32 offsets decrease": (lambda p: (_as_pooled(p), _edit_array(
+        p, "offsets_u32.bin", 5, 0, "<u4")), "offsets_u32.bin", "decreases at entry 5"),
+    "mark moved": (lambda p: (_as_pooled(p), _edit_array(p, "offset_marks.bin", 0, 7)),
+                   "offsets_u32.bin", "runs from 7"),
+    "truncated marks": (lambda p: (_as_pooled(p), (p / "offset_marks.bin").write_bytes(b"")),
+                        "offset_marks.bin", "truncated"),
+    "wrong bag length": (lambda p: _edit_manifest(p, offsets={"encoding": "constant",
+                                                              "bag_length": 2}),
+                         "manifest.json.offsets", "bag length times num_bags"),
+    "unknown encoding": (lambda p: _edit_manifest(p, offsets={"encoding": "zip"}),
+                         "manifest.json.offsets", "an encoding"),
     "bounds past the bags": (lambda p: _edit_array(p, "batch_bounds.bin", -1, 10**9),
                              "batch_bounds.bin", "expected 0 to 64"),
     "bounds decrease": (lambda p: _edit_array(p, "batch_bounds.bin", 1, 100),

@@ -103,3 +103,67 @@ def test_a_rate_outside_zero_one_is_refused(cfg, rate):
     with pytest.raises(UserError) as e:
         simulate(cfg, sample=rate)
     assert e.value.field == "--sample"
+
+
+def _salt_rows(cfg, mapper):
+    return simulate(cfg, ["lru-cache", "scratchpipe"], sample=RATE, salt_mapper=mapper)
+
+
+def test_salts_as_independent_tasks_give_the_serial_rows(cfg):
+    """Each salt one `SaltTask`: in forked processes, and shipped as a Dask task would be
+    (`sliced()`, pickled: it carries its sample, not the trace), the rows of the serial
+    run."""
+    import pickle
+
+    from scratchpipe_sim.policies.time_ranges import forked_mapper
+
+    want = _strip(_salt_rows(cfg, None))
+    assert _strip(_salt_rows(cfg, forked_mapper(2))) == want
+    seen = []
+
+    def shipped(fn, tasks):
+        out = []
+        for t in tasks:
+            copy = pickle.loads(pickle.dumps(t.sliced()))
+            assert copy.sampled and copy.jobs == 1
+            assert copy.trace.num_accesses < 0.4 * t.trace.num_accesses  # R = 20%
+            seen.append(copy.salt)
+            out.append(fn(copy))
+        return out
+
+    assert _strip(_salt_rows(cfg, shipped)) == want
+    assert seen == [0, 1, 2]
+
+
+def test_mean_window_rows_is_the_mean_union_of_w_batches():
+    """Against an oracle: the distinct rows of every W consecutive batches, averaged."""
+    from scratchpipe_sim.policies.scratchpipe import mean_window_rows, min_scratchpipe_capacity
+    from scratchpipe_sim.traces.csr_trace import Trace
+
+    rng = np.random.default_rng(4)
+    trace = Trace.single_table(rng.zipf(1.3, 900) % 150, 150, 30)
+    ids = trace.linear_ids()
+    ptr = trace.batch_access_ptr()
+    for w in (1, 3, 7):
+        unions = [len(set(ids[ptr[j - w + 1]:ptr[j + 1]].tolist()))
+                  for j in range(w - 1, trace.num_batches)]
+        assert mean_window_rows(trace, w, chunk_accesses=37) == pytest.approx(np.mean(unions))
+        assert min_scratchpipe_capacity(trace, w, chunk_accesses=37) == max(unions)
+
+
+def test_a_scratchpad_keeps_r_times_its_slack():
+    """`SampleScale.key`: R x the rows, plus the salt's window excess for a scratchpad only."""
+    from scratchpipe_sim.timing.designs import WorkloadKey
+    from scratchpipe_sim.timing.sampled_run import scratchpad_windows, window_excess
+    from scratchpipe_sim.traces.csr_trace import Trace
+
+    scale = SampleScale(0.01, window_excess=((3, 40), (5, -7)))
+    pad = WorkloadKey("scratchpipe", 400_000, (("lookahead", 3), ("on_overflow", "stall")))
+    assert scale.key(pad).capacity == 4000 + 40
+    pad5 = WorkloadKey("scratchpipe", 400_000, (("lookahead", 5),))
+    assert scale.key(pad5).capacity == 4000 - 7
+    assert scale.key(WorkloadKey("lru", 400_000)).capacity == 4000
+    assert scratchpad_windows([pad, pad5, WorkloadKey("lru", 9), pad]) == (3, 5)
+    # a sample that pins exactly R x the full trace's rows has no excess
+    trace = Trace.single_table(np.arange(600) % 200, 200, 20)
+    assert window_excess([(3, 60.0 / 0.5)], trace, 0.5) == ((3, 0),)

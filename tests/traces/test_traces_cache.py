@@ -19,7 +19,13 @@ from small_configs import small_zipf_trace
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces import trace_cache as tc
 from scratchpipe_sim.traces.csr_trace import Trace, slice_trace
-from scratchpipe_sim.traces.store import DATA_FILES, read_trace, verify_store, write_trace
+from scratchpipe_sim.traces.store import (
+    data_files,
+    read_manifest,
+    read_trace,
+    verify_store,
+    write_trace,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -146,7 +152,7 @@ def _empty_manifest(entry: Path) -> None:
 
 
 def _missing_file(entry: Path) -> None:
-    (entry / "offsets.bin").unlink()
+    (entry / "offsets_u32.bin").unlink()
 
 
 def _meta_edit(entry: Path) -> None:  # valid JSON, a value changed: the record's sha256
@@ -162,7 +168,8 @@ def _a_file(entry: Path) -> None:  # a file where the folder was (e.g. written b
 
 @pytest.mark.parametrize("damage", [_truncate, _empty_manifest, _missing_file, _meta_edit,
                                     _a_file, _flip("indices.bin", 0.02),
-                                    _flip("indices.bin", 0.5), _flip("offsets.bin", 0.999),
+                                    _flip("indices.bin", 0.5), _flip("offsets_u32.bin", 0.999),
+                                    _flip("offset_marks.bin", 0.1),
                                     _flip("batch_bounds.bin", 0.5),
                                     _flip("manifest.json", 0.3),
                                     _flip("manifest.json", 0.9)])
@@ -248,13 +255,16 @@ def test_a_verified_entry_skips_the_crc_pass_until_a_file_changes(monkeypatch, c
     # files written this instant are racy (a change within the same clock tick would keep
     # their stat): checked on every read, and no record is kept
     future = time.time_ns() + 10**10
-    for name in DATA_FILES:
+    names = data_files(read_manifest(entry))
+    assert set(names) == {"indices.bin", "offsets_u32.bin", "offset_marks.bin",
+                          "batch_bounds.bin"}  # pooling 3 and 2: not one bag length
+    for name in names:
         os.utime(entry / name, ns=(future, future))
     tc.cached_trace(key, _multi_trace)
     assert passes == [True] and not (entry / tc._VERIFIED).exists()
     # files older than the record: checked once, then trusted while their stat holds
     old = time.time_ns() - 10**10
-    for name in DATA_FILES:
+    for name in names:
         os.utime(entry / name, ns=(old, old))
     for _ in range(3):
         _same_trace(tc.cached_trace(key, _multi_trace), want)
