@@ -112,10 +112,11 @@ class ModelConfig:
     cuda_graphs: bool = field(default=False, metadata={
         "help": "the dense work runs as one CUDA graph: one kernel_launch_ns for the graph "
                 "and gpu.graph_node_ns per kernel, instead of one launch per kernel (eager)"})
-    framework: str = field(default="eager", metadata={
+    framework: str = field(default="none", metadata={
         "help": "how the trainer's CPU thread issues each iteration's ops "
-                "(timing/host_dispatch.py): eager (eager PyTorch dense part, fused embedding "
-                "kernels, foreach optimizer: the study's ScratchPipe-style trainers), "
+                "(timing/host_dispatch.py; default none: the study's designs compare the "
+                "memory system alone): eager (eager PyTorch dense part, fused embedding "
+                "kernels, foreach optimizer: a ScratchPipe-style trainer as built), "
                 "eager-per-table (an nn.EmbeddingBag per table, per-tensor optimizer: "
                 "dlrm_s_pytorch), torchrec (eager plus TorchRec's per-feature KJT handling "
                 "and its splits sync, pipelined by TrainPipelineSparseDist), "

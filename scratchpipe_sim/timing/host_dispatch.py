@@ -11,7 +11,7 @@ local batch 256 where its GPU work is ~0.7 ms (E3.8).
 
 Ops are counted from the model's structure (`model.framework`):
 
-    eager              the study's trainers (ScratchPipe-style: eager PyTorch dense part,
+    eager              a ScratchPipe-style trainer as built (eager PyTorch dense part,
                        fused FBGEMM-style embedding kernels): inputs to the GPU, per MLP
                        layer forward (linear, activation) and backward (activation, data and
                        weight gradients, bias), the interaction's ops, the loss, the fused
@@ -29,7 +29,9 @@ Ops are counted from the model's structure (`model.framework`):
                        host's issue up to the first embedding kernel (inputs, KJT work, the
                        sync) is in series with the GPU (dynamicemb's benchmark, E3.13)
     hugectr            graph-launched C++ (HugeCTR's MLPerf runs): no Python on the path, 0
-    none               no host issue on the path (the memory system alone), 0
+    none               no host issue on the path (the memory system alone), 0: the default,
+                       so the study's designs are compared on their memory systems
+                       (docs/timing.md, host dispatch, says why)
 
 `model.cuda_graphs: true` issues the dense work (MLPs, interaction, loss, optimizer) as one
 graph launch: one op.

@@ -40,7 +40,8 @@ def _tiny(**change) -> dict:
              "alpha": 1.05,
              "model": {"tables": 2, "rows_per_table": 1000, "dim": 16, "pooling": 2,
                        "batch_size": 64, "optimizer": "sgd", "bottom_mlp": [13, 16],
-                       "top_mlp": [19, 1], "interaction": "dot", "precision": "fp32"},
+                       "top_mlp": [19, 1], "interaction": "dot", "precision": "fp32",
+                       "framework": "eager"},
              "measured": {"ms_per_iter": 0.5}, "role": "check", "note": "tiny",
              "skip_reason": None}
     point.update(change)

@@ -57,7 +57,7 @@ def test_per_table_embeddings_and_per_tensor_optimizer():
 
 
 def test_cuda_graphs_issue_the_dense_work_as_one_op():
-    m = cfg_of().model
+    m = cfg_of({"model": {"framework": "eager"}}).model
     graphed = dict(host_ops(dataclasses.replace(m, cuda_graphs=True)))
     assert graphed["dense"] == 1 and graphed["optimizer"] == 0
 
@@ -103,3 +103,15 @@ def test_bad_host_input_is_one_line_exit_2(tmp_path, capsys, key, value):
     path.write_text(yaml.safe_dump(SMALL_A100))
     one_line_error(capsys, ["run", str(path), "-q", "--out", str(tmp_path / "o"),
                             "--set", f"{key}={value}"], key)
+
+
+def test_the_default_is_the_memory_system_alone():
+    """The study's designs run with model.framework none (docs/timing.md says why): no host
+    issue, no host columns, the same iteration as hugectr's."""
+    cfg = cfg_of()
+    assert cfg.model.framework == "none"
+    assert host_iteration(cfg.model, cfg.hardware.cpu).total_ns == 0
+    row = row_of(cfg)
+    assert "host_wait_ns" not in row
+    assert row["iter_ns_mean"] == row_of(cfg_of({"model": {"framework": "hugectr"}}))[
+        "iter_ns_mean"]
