@@ -70,6 +70,13 @@ SMALL_A100 = {
 #: SMALL_A100 with 8 batches: the input and hostile-input checks' config (short runs)
 SHORT_A100 = {**SMALL_A100, "model": {**SMALL_A100["model"], "num_batches": 8}}
 
+#: the input pipeline reduced to the batch's ids and offsets copied one batch ahead (no
+#: loader cost, no dense features or labels): what a closed form about another mechanism
+#: prices beside its own terms (tests/timing/test_timing_input_pipeline.py tests the rest)
+IDS_ONLY_INPUTS = {"loader_ns_per_sample": 0, "loader_ns_per_id": 0, "dense_features": 0,
+                   "label_bytes": 0, "prefetch_batches": 1}
+
+
 def off_chip(preset: str | None = None) -> dict:
     """A `hardware` section with the on-chip caches (CPU LLC, GPU L2) and the DMA's DRAM
     load off, so that closed forms price DRAM, HBM and PCIe alone; `preset` named if given.
@@ -87,6 +94,7 @@ H100_OFF_CHIP = {
               "interaction": "cat", "top_mlp": [80, 32, 1]},
     "trace": {"distribution": "zipf", "alpha": 1.05},
     "cache": {"capacity_rows": 600},
+    "input_pipeline": IDS_ONLY_INPUTS,
     "seed": 5,
 }
 

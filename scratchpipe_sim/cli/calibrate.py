@@ -11,7 +11,11 @@ bag gather + pool by row size and thread count, gradient aggregation + optimizer
 scratchpipe planner kernel); writes a preset with the measured `cpu:` keys, each commented
 with how it was measured, over `--base` (`preset: BASE`) when given. See scratchpipe_sim/cpu.
 `--kernel fbgemm` times the mix (the per-core hit and miss rates) on FBGEMM's CPU TBE
-forward instead of the simulator's gather, for `validate --cpu --against fbgemm`.
+forward instead of the simulator's gather, and FBGEMM's backward per optimizer (SGD,
+Adagrad, rowwise Adagrad) with its forward at shapes that separate their terms: the preset
+then carries `cpu.update` (hybrid's update with FBGEMM's structure, timing/cpu_update_cost.py)
+and `cpu.forward` (its forward's call, table and bag costs), for `validate --cpu --against
+fbgemm`.
 """
 
 from __future__ import annotations
@@ -56,7 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--kernel", choices=("numba", "fbgemm"), default="numba",
                    help="--cpu: whose gather + pool the mix times, which fits the per-core "
                         "rates: the simulator's (numba, default) or FBGEMM's CPU TBE forward "
-                        "(fbgemm; needs the [peers] extra)")
+                        "(fbgemm; needs the [peers] extra), which also fits cpu.update and "
+                        "cpu.forward on FBGEMM's backward and forward per optimizer")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests only
     p.set_defaults(func=handle)
 
@@ -132,7 +137,8 @@ def handle_cpu(args: argparse.Namespace) -> int:
 
         fbgemm.import_fbgemm()  # the missing package: one line, before measuring
         meas = bench.measure_all(threads, sizes, statistic=args.statistic,
-                                 mix_pool=("fbgemm", fbgemm.mix_pool))
+                                 mix_pool=("fbgemm", fbgemm.mix_pool),
+                                 update=fbgemm.measure_update)
     else:
         meas = bench.measure_all(threads, sizes, statistic=args.statistic)
     cal = fit_cpu(meas, base.cpu, llc_from_sysfs())

@@ -117,6 +117,107 @@ def check_curve(curve: Curve, source: str | None, where: str, unit: str = "effic
 
 
 @dataclass(frozen=True)
+class UpdateTerms:
+    """One optimizer's cost terms on FBGEMM's CPU backward (`split_embedding_backward_
+    codegen_{optimizer}_cpu`; docs/timing.md, "The hybrid update"): per call and table
+    (dispatch, csr2csc's buffers), per lookup (csr2csc: copy the (row, bag) pairs and radix
+    sort them), per lookup element (add the bag's grad_output row into the unique row's
+    buffer), per unique row (the segment's bookkeeping and its row's, and state's, first
+    miss) and per unique-row element (the optimizer's read-modify-write of weights and
+    state). All core-ns on one thread; `calibrate --cpu --kernel fbgemm` fits them."""
+
+    ns_per_call: float = field(default=0.0, metadata=doc(
+        "core-ns per backward call", "0-500000",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "fixed cost of one backward call (Python, autograd, dispatch)"))
+    ns_per_table: float = field(default=0.0, metadata=doc(
+        "core-ns per table", "0-100000",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "fixed cost per table of a call (csr2csc's buffers and parallel regions)"))
+    ns_per_lookup: float = field(default=0.0, metadata=doc(
+        "core-ns per lookup", "0-100",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "csr2csc per lookup: the (row, bag) pair copied, radix-sorted (3 passes of 8 bits "
+        "for 2^17-2^24 rows) and scanned for segment starts; on every thread"))
+    ns_per_lookup_element: float = field(default=0.0, metadata=doc(
+        "core-ns per float of a lookup", "0-10",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per element of a lookup: its bag's grad_output row added into the unique row's "
+        "gradient buffer"))
+    ns_per_row: float = field(default=0.0, metadata=doc(
+        "core-ns per unique row", "0-1000",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per unique row: the segment's start, buffer reset and the row's (and its state's) "
+        "first miss"))
+    ns_per_row_element: float = field(default=0.0, metadata=doc(
+        "core-ns per float of a unique row", "0-20",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per element of a unique row: the optimizer's read-modify-write of the weight and "
+        "its state"))
+    ns_per_bag_element: float = field(default=0.0, metadata=doc(
+        "core-ns per float of a bag's output gradient", "0-20",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per element of a bag's grad_output row, read first by the walk (a miss once the "
+        "table's B x D slice leaves the caches; its bag's other lookups find it on chip)"))
+    parallel: bool = field(default=False, metadata=doc(
+        "bool", "",
+        "FBGEMM source: only rowwise Adagrad's fp32 path is at::parallel_for") | {
+        "help": "the walk over unique rows (per lookup element, per row, per row element) "
+                "runs on every core; false: on one (FBGEMM's generic loop, SGD and Adagrad)"})
+
+
+@dataclass(frozen=True)
+class ForwardTerms:
+    """FBGEMM's CPU forward beyond the rows' gathers (`cpu_gather` prices those at the
+    per-core rates the mix fitted, on FBGEMM's forward at `rates_pooling` lookups a bag, the
+    call's fixed cost taken out): per call, and per bag beyond the rates' own
+    share (one bag per rates_pooling lookups: the bag's loop and its D-float output row).
+    Why: at pooling 1 a bag costs about as much as its one row, and a call's fixed cost
+    spread over the mix's lookups would price a large batch's rows too dear
+    (docs/validation.md)."""
+
+    ns_per_call: float = field(default=0.0, metadata=doc(
+        "core-ns per forward call", "0-1000000",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "fixed cost of one forward call (Python, autograd, dispatch, output allocation)"))
+    ns_per_bag: float = field(default=0.0, metadata=doc(
+        "core-ns per bag", "0-1000",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per bag (sample x table) beyond the rates' share: the kernel's bag loop"))
+    ns_per_bag_element: float = field(default=0.0, metadata=doc(
+        "core-ns per float of a bag's output", "0-20",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per output float of a bag beyond the rates' share: the pooled row written"))
+    rates_pooling: float = field(default=20.0, metadata=doc(
+        "lookups per bag", "1-1000",
+        "calibrate --cpu's mix pooling") | {
+        "help": "lookups per bag of the mix the per-core rates were fitted on: their "
+                "lookups already carry one bag each this many", "gt": 0})
+
+
+@dataclass(frozen=True)
+class CpuUpdateConfig:
+    """Per optimizer, FBGEMM's CPU backward terms (null: the aggregation keys price it)."""
+
+    sgd: UpdateTerms | None = field(default=None, metadata=doc(
+        "terms", "", "set by calibrate --cpu --kernel fbgemm (EXACT_SGD)") | {
+        "help": "EXACT_SGD's terms (null: aggregate_* keys)"})
+    adagrad: UpdateTerms | None = field(default=None, metadata=doc(
+        "terms", "", "set by calibrate --cpu --kernel fbgemm (EXACT_ADAGRAD)") | {
+        "help": "EXACT_ADAGRAD's terms (null: aggregate_* keys)"})
+    rowwise_adagrad: UpdateTerms | None = field(default=None, metadata=doc(
+        "terms", "", "set by calibrate --cpu --kernel fbgemm (EXACT_ROWWISE_ADAGRAD)") | {
+        "help": "EXACT_ROWWISE_ADAGRAD's terms (null: aggregate_* keys)"})
+    adam: UpdateTerms | None = field(default=None, metadata=doc(
+        "terms", "", "FBGEMM 1.8's CPU build refuses Adam: not measured") | {
+        "help": "Adam's terms (null: aggregate_* keys; FBGEMM's CPU TBE has no Adam)"})
+
+    def of(self, optimizer: str) -> UpdateTerms | None:
+        """The terms of `optimizer` (model.optimizer's spelling), or None."""
+        return getattr(self, optimizer.replace("-", "_"), None)
+
+
+@dataclass(frozen=True)
 class CpuConfig:
     dram_GBps: float = field(default=150.0, metadata=doc(
         "GB/s", "120-180",
@@ -216,6 +317,15 @@ class CpuConfig:
         "GB/s", "500-3000",
         "assumption") | _pos(
         "LLC bandwidth for rows that hit on chip"))
+    forward: ForwardTerms | None = field(default=None, metadata=doc(
+        "terms", "", "set by calibrate --cpu --kernel fbgemm") | {
+        "help": "hybrid's gather + pool priced with FBGEMM's CPU forward's per-call, "
+                "per-table and per-bag costs beside the rows' gathers (unset: the rows "
+                "alone)"})
+    update: CpuUpdateConfig = field(default_factory=CpuUpdateConfig, metadata=doc(
+        "per optimizer", "", "set by calibrate --cpu --kernel fbgemm") | {
+        "help": "hybrid's update priced with FBGEMM's CPU backward structure, per optimizer "
+                "(unset: the aggregate_* keys)"})
 
 
 @dataclass(frozen=True)

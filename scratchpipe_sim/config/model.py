@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from scratchpipe_sim.config.hardware import HardwareConfig, doc
+from scratchpipe_sim.config.inputs import InputPipelineConfig
 from scratchpipe_sim.config.schema import build, to_plain
 from scratchpipe_sim.errors import UserError, closest
 from scratchpipe_sim.safety.paths import plain_name
@@ -319,6 +320,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    input_pipeline: InputPipelineConfig = field(default_factory=InputPipelineConfig)
     designs: tuple[str, ...] | None = field(default=None, metadata={
         "help": "designs to run (names in scratchpipe_sim.timing.DESIGNS; null: every "
                 "design whose class sets `default = True`, resolved by the timing layer)"})

@@ -242,6 +242,16 @@ def mix_pool(store: np.ndarray, dim: int, rows: int
     return run
 
 
+def measure_update(m, z) -> None:
+    """calibrate --cpu --kernel fbgemm: FBGEMM's CPU backward per optimizer into m.update
+    (cpu/fbgemm_update_bench.py), one thread, at the sizes' shapes."""
+    from scratchpipe_sim.cpu import fbgemm_update_bench as ub  # noqa: PLC0415
+    from scratchpipe_sim.cpu.host_bench import _note  # noqa: PLC0415
+
+    m.update = ub.measure_update(import_fbgemm(), z.update_table_rows, z.update_max_lookups,
+                                 z.update_reps, m.statistic, lambda t: _note(m, t))
+
+
 def hybrid_stages() -> dict[str, str]:
     """Hybrid's stage of each phase -> the FBGEMM call it is measured on, in phase order (as
     hybrid declares them: one stage a phase)."""

@@ -40,6 +40,7 @@ import numba as nb
 import numpy as np
 
 from scratchpipe_sim.cpu import host_kernels as K
+from scratchpipe_sim.cpu.fbgemm_update_bench import UpdatePoint
 from scratchpipe_sim.cpu.measure import Timing, best_of, settle_curve, summarize, timed
 from scratchpipe_sim.measure import host
 from scratchpipe_sim.policies.engine import COUNTERS
@@ -85,11 +86,17 @@ class CpuBenchSizes:
     mix_batch: int = 1024  # samples per batch (x pooling lookups)
     mix_warm_batches: int = 2  # run untimed before the timed batches of every repetition
     mix_batches: int = 4  # timed
+    #: FBGEMM's backward (--kernel fbgemm): rows over all tables of a shape, the most
+    #: lookups per table, repetitions (cpu/fbgemm_update_bench.py)
+    update_table_rows: int = 1 << 19
+    update_max_lookups: int = 1 << 16
+    update_reps: int = 7
 
 
 QUICK = CpuBenchSizes(stream_buffer_bytes=1 << 28, table_bytes=1 << 28, reps=7,
                       aggregate_alphas=(0.0, 1.0, 1.4), aggregate_batches=(512, 4096),
                       mix_table_bytes=1 << 28, plan_rows=1_000_000, plan_batch=512,
+                     update_reps=5,  # the update's full shapes: ~1 min
                       plan_batches=8, plan_reps=2, plan_steady_from=2)
 TINY = CpuBenchSizes(copy_bytes=(1 << 20, 1 << 22), stream_buffer_bytes=1 << 23,
                      onchip_max_MiB=2,
@@ -100,7 +107,8 @@ TINY = CpuBenchSizes(copy_bytes=(1 << 20, 1 << 22), stream_buffer_bytes=1 << 23,
                      plan_lookahead=2, plan_load_factor=0.2, plan_reps=1,
                      plan_load_factors=(0.1, 0.2), plan_steady_from=1,
                      mix_alphas=(0.0, 1.2), mix_table_bytes=1 << 23, mix_batch=64,
-                     mix_warm_batches=1, mix_batches=2)
+                     mix_warm_batches=1, mix_batches=2, update_table_rows=1 << 12,
+                     update_max_lookups=1 << 9, update_reps=1)
 
 
 class SizeTime(NamedTuple):
@@ -219,6 +227,11 @@ class CpuMeasurements:
     #: whose gather + pool the mix timed: "numba" (the simulator's kernel) or "fbgemm"
     #: (FBGEMM's CPU TBE forward, calibrate --cpu --kernel fbgemm)
     mix_kernel: str = "numba"
+    #: lookups per bag of the mix's traces (its rates carry one bag per this many lookups)
+    mix_pooling: float = 20.0
+    #: (optimizer, role fit / check, tables, batch, pooling, dim, lookups, unique rows,
+    #: seconds) of FBGEMM's CPU backward (--kernel fbgemm; cpu/fbgemm_update_bench.py)
+    update: list[UpdatePoint] = field(default_factory=list)
     #: (median - best) / best of every timed point, worst one (noise)
     worst_spread: float = 0.0
     #: points re-measured because a curve's time did not grow with size (settle_curve)
@@ -571,6 +584,7 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes,
 
     rng = np.random.default_rng(13)
     nb.set_num_threads(1)
+    m.mix_pooling = float(z.pooling)
     sizes = hot_set_sizes(z)
     total = z.mix_warm_batches + z.mix_batches
     # one trace per exponent over the most rows (the smallest row size), folded onto each
@@ -626,9 +640,11 @@ def measure_mix(m: CpuMeasurements, z: CpuBenchSizes,
 
 def measure_all(threads: list[int], z: CpuBenchSizes = CpuBenchSizes(),
                 log: Callable[[str], None] = print, statistic: str = "median",
-                mix_pool: tuple[str, PoolFactory] = ("numba", numba_pool)
+                mix_pool: tuple[str, PoolFactory] = ("numba", numba_pool),
+                update: Callable[[CpuMeasurements, CpuBenchSizes], None] | None = None
                 ) -> CpuMeasurements:
-    """Every benchmark; `mix_pool` (name, factory) is the kernel the mix times."""
+    """Every benchmark; `mix_pool` (name, factory) is the kernel the mix times; `update`
+    (with --kernel fbgemm) times FBGEMM's backward per optimizer into m.update."""
     import time  # noqa: PLC0415
 
     m = CpuMeasurements(threads=sorted(set(threads)), reps=z.reps, statistic=statistic,
@@ -637,7 +653,8 @@ def measure_all(threads: list[int], z: CpuBenchSizes = CpuBenchSizes(),
     for name, fn in (("stream", measure_stream), ("gather", measure_gather),
                      ("mix", lambda mm, zz: measure_mix(mm, zz, mix_pool[1])),
                      ("backward", measure_backward),
-                     ("planner", measure_planner)):
+                     ("planner", measure_planner),
+                     *((("fbgemm update", update),) if update is not None else ())):
         t0 = time.perf_counter()
         fn(m, z)
         log(f"calibrate --cpu: {name} done in {time.perf_counter() - t0:.1f} s")

@@ -224,11 +224,18 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         how["llc_MiB"] = how["llc_ways"] = "the OS's last-level cache (sysfs)"
     if m.onchip:
         _fit_onchip(m, vals, how)
+    fwd = fit_forward(m) if m.update else None
     if m.mix:
-        _fit_mix(m, vals, how, vals.get("llc_MiB", base.llc_MiB))
+        # FBGEMM's mix: each timed point is one call: its fixed cost comes off
+        call_s = 0.0 if fwd is None else fwd[0] / 1e9
+        _fit_mix(m, vals, how, vals.get("llc_MiB", base.llc_MiB), call_s)
     if m.aggregate:
         _fit_aggregates(m, vals, how, top * pe, op, vals.get("llc_MiB", base.llc_MiB))
     checks = notes
+    if m.update:
+        _fit_update(m, vals, how, checks)
+        if fwd is not None:
+            _fit_forward(m, fwd, vals, how, checks, _replace(base, vals))
     cfg = _replace(base, vals)
     for a in m.apply:
         pred = _update_ns(cfg, a.unique_rows, a.moved_row_bytes, top)
@@ -360,6 +367,156 @@ def _fit_aggregates(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str
                                    + ", ".join(f"{int(r)} B {v:.1f}" for r, v in row))
 
 
+def fit_update_terms(rows: list[tuple[float, ...]], seconds: list[float]
+                     ) -> tuple[float, ...]:
+    """Core-ns terms (TERM_NAMES' order) of seconds = design row . terms by least squares
+    with every term >= 0: the best fit over every subset of the terms (the others 0), as
+    fit_aggregate_onchip. Why non-negative: a cost is never negative, and on a shared host
+    a noisy point can buy a better fit with a negative term that would price a larger
+    batch below a smaller one."""
+    x = np.array(rows, float)
+    t = np.array(seconds, float) * 1e9
+    k = x.shape[1]
+    best: tuple[float, np.ndarray] | None = None
+    for mask in range(1, 1 << k):
+        cols = [j for j in range(k) if mask >> j & 1]
+        coef, *_ = np.linalg.lstsq(x[:, cols], t, rcond=None)
+        if (coef < 0).any():
+            continue
+        sse = float(((x[:, cols] @ coef - t) ** 2).sum())
+        if best is None or sse < best[0] * (1 - 1e-9):
+            full = np.zeros(k)
+            full[cols] = coef
+            best = (sse, full)
+    if best is None:
+        raise ValueError("no non-negative fit of the update terms")
+    return tuple(float(v) for v in best[1])
+
+
+def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
+                checks: list[str]) -> None:
+    """cpu.update.<optimizer>: the terms of timing/cpu_update_cost.py fitted on FBGEMM's
+    backward (fit points), then the check points priced by the fitted terms."""
+    from scratchpipe_sim.timing.cpu_update_cost import (  # noqa: PLC0415
+        TERM_NAMES,
+        design_row,
+    )
+
+    update: dict[str, Any] = {}
+    notes = []
+    for opt in dict.fromkeys(p.optimizer for p in m.update):
+        pts = [p for p in m.update if p.optimizer == opt]
+        fit = [p for p in pts if p.role == "fit"]
+        if len(fit) < len(TERM_NAMES):
+            continue
+        terms = fit_update_terms([design_row(p.lookups, p.unique_rows, p.dim, int(p.tables),
+                                           p.batch * p.tables)
+                                  for p in fit], [p.seconds for p in fit])
+        key = opt.replace("-", "_")
+        update[key] = {name: round(v, 4) for name, v in zip(TERM_NAMES, terms, strict=True)}
+        update[key]["parallel"] = opt == "rowwise-adagrad"
+
+        def err(p, terms=terms) -> float:
+            pred = float(np.dot(design_row(p.lookups, p.unique_rows, p.dim, int(p.tables),
+                                           p.batch * p.tables),
+                                terms))
+            return (pred / 1e9 - p.seconds) / p.seconds * 100
+
+        fe = [abs(err(p)) for p in fit]
+        chk = [p for p in pts if p.role == "check"]
+        notes.append(f"{opt}: " + ", ".join(f"{n} {v:.3g}" for n, v in
+                                            zip(TERM_NAMES, terms, strict=True))
+                     + f"; fit points |error| median {np.median(fe):.0f}%, max "
+                     f"{max(fe):.0f}% ({len(fit)} points)")
+        for p in chk:
+            checks.append(
+                f"update {opt}, {int(p.tables)} table(s) x {int(p.batch)} x pooling "
+                f"{int(p.pooling)}, dim {int(p.dim)}, {int(p.unique_rows)} unique rows of "
+                f"{int(p.lookups)} lookups: FBGEMM {p.seconds * 1e6:.0f} us, terms "
+                f"{err(p):+.0f}% (held out)")
+    if update:
+        vals["update"] = update
+        how["update"] = (
+            "FBGEMM's CPU backward (fused optimizer, one thread, huge pages) per optimizer "
+            "at shapes of dim 32/64/128, pooling 2/8/32 (and 1 at 8x the batch), each row "
+            "used ~1 or ~8 times, 1 and 4 tables; least squares of ns = call + T x table + "
+            "n x lookup + n D x lookup_element + U x row + U D x row_element + bags D x "
+            "bag_element, terms >= 0; "
+            "parallel: FBGEMM's source (rowwise Adagrad's JIT path is at::parallel_for, "
+            "SGD's and Adagrad's loop is serial). " + "; ".join(notes))
+
+
+def _forward_points(m: CpuMeasurements) -> list:
+    """The update benchmark's forwards whose rows are used once (uniform over tables far
+    above the LLC: every row a miss): more unique rows than half the lookups."""
+    return [p for p in m.update if p.forward_seconds > 0 and p.unique_rows > 0.5 * p.lookups]
+
+
+def fit_forward(m: CpuMeasurements) -> tuple[float, ...] | None:
+    """FORWARD_TERM_NAMES' terms of FBGEMM's forward by least squares (terms >= 0) over the
+    fit shapes' forwards whose rows all miss: seconds = call + n x lookup + n D x
+    lookup_element + bags x bag + bags D x bag_element. None without such points."""
+    from scratchpipe_sim.timing.cpu_update_cost import (  # noqa: PLC0415
+        FORWARD_TERM_NAMES,
+        forward_row,
+    )
+
+    fit = [p for p in _forward_points(m) if p.role == "fit"]
+    if len(fit) < len(FORWARD_TERM_NAMES):
+        return None
+    return fit_update_terms([forward_row(p.lookups, p.batch * p.tables, p.dim)
+                             for p in fit],
+                            [p.forward_seconds for p in fit])
+
+
+def _fit_forward(m: CpuMeasurements, terms: tuple[float, ...], vals: dict[str, Any],
+                 how: dict[str, str], checks: list[str], cpu: CpuConfig) -> None:
+    """cpu.forward from `fit_forward`'s terms: the call's and bag's (the
+    per-lookup ones are FBGEMM's own miss cost, reported beside the mix's); the held-out
+    forwards priced as the model prices hybrid's (rows at the fitted rates + the rest)."""
+    from scratchpipe_sim.config.hardware import ForwardTerms  # noqa: PLC0415
+    from scratchpipe_sim.timing.cpu_update_cost import (  # noqa: PLC0415
+        FORWARD_TERM_NAMES,
+        forward_overhead_ns,
+    )
+    from scratchpipe_sim.timing.machine import gather_core_ns  # noqa: PLC0415
+
+    t = dict(zip(FORWARD_TERM_NAMES, terms, strict=True))
+    fwd = {k: round(t[k], 4) for k in ("ns_per_call", "ns_per_bag", "ns_per_bag_element")}
+    fwd["rates_pooling"] = float(m.mix_pooling)
+    vals["forward"] = fwd
+    ft = ForwardTerms(**fwd)
+
+    def err(p) -> float:
+        pred = (gather_core_ns(cpu, p.lookups, p.dim * 4)
+                + forward_overhead_ns(ft, p.lookups, p.batch * p.tables, p.dim))
+        return (pred / 1e9 - p.forward_seconds) / p.forward_seconds * 100
+
+    pts = _forward_points(m)
+    fe = [abs(err(p)) for p in pts if p.role == "fit"]
+    own = t["ns_per_lookup"] + 64 * t["ns_per_lookup_element"]
+    how["forward"] = (
+        "FBGEMM's CPU forward (one thread, huge pages), timed before each backward of the "
+        "update's fit shapes whose rows are used once (all misses), least squares "
+        "(terms >= 0) of ns = call + n x lookup + n D x lookup_element + bags x bag + "
+        "bags D x bag_element (no term per table: not told apart from the call's here): "
+        + ", ".join(f"{n} {v:.3g}" for n, v in t.items())
+        + f" (its own miss: {own:.1f} ns per 256 B row); kept: the call's and "
+        f"bag's, the bags beyond one per {m.mix_pooling:g} lookups (the mix's pooling, "
+        "whose rates carry those); the call's fixed cost is taken out of the mix's points "
+        f"before its rates are fitted. The model's forward (rates + these) |error| median "
+        f"{np.median(fe):.0f}%, max {max(fe):.0f}% over {len(fe)} fit points")
+    seen = set()
+    for p in pts:
+        key = (p.tables, p.batch, p.pooling, p.dim)
+        if p.role != "check" or key in seen:
+            continue
+        seen.add(key)
+        checks.append(f"forward, {int(p.tables)} table(s) x {int(p.batch)} x pooling "
+                      f"{int(p.pooling)}, dim {int(p.dim)}: FBGEMM "
+                      f"{p.forward_seconds * 1e6:.0f} us, model {err(p):+.0f}% (held out)")
+
+
 def fit_planner(batches: list[PlanBatch]) -> tuple[float, float] | None:
     """(ns per id, ns per eviction) of seconds = a x ids + c x evictions by least squares
     over the planner's steady batches that evict (the next-use pass is already spread over
@@ -462,7 +619,7 @@ def fit_mix(points: dict[float, list[tuple[float, float]]]
 
 
 def _fit_mix(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
-             llc_MiB: float) -> None:
+             llc_MiB: float, call_s: float = 0.0) -> None:
     """core_llc_GBps, core_dram_GBps ([row_bytes, GBps] curves) and core_window_rows from
     the mix (see the module docstring): hits counted at the largest measured hot-set size
     <= llc_MiB (the LLC the model simulates)."""
@@ -472,7 +629,8 @@ def _fit_mix(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
         if p.lookups <= 0:
             continue
         label, h = _hits_at(p.hits, llc_MiB)
-        points.setdefault(p.row_bytes, []).append((h / p.lookups, p.seconds / p.lookups * 1e9))
+        secs = max(p.seconds - call_s, 0.5 * p.seconds)  # a call's fixed cost taken out
+        points.setdefault(p.row_bytes, []).append((h / p.lookups, secs / p.lookups * 1e9))
     fit = fit_mix(points)
     if fit is None:
         return

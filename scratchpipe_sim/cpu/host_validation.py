@@ -257,7 +257,8 @@ def _hybrid_stages(run: _Run) -> list[_Stage]:
              lambda mm, b: mm.cpu_gather(c.accesses[b], r, b, "gather", c.llc[b])),
             ("aggregate_update", backward,
              lambda mm, b: mm.cpu_backward(b, c.accesses[b], c.unique[b],
-                                           c.llc_update[b], lookup_onchip=c.llc[b]))):
+                                           c.llc_update[b], lookup_onchip=c.llc[b],
+                                           bags=c.samples[b] * mm.tables))):
         for b in measured[:2]:  # compile (and touch) before timing
             fn(b)
         out.append(_Stage("hybrid", stage, run.per_batch(fn), run.predicted(part)))

@@ -67,7 +67,7 @@ STAGE_COLORS = {
     "output_dist": "#762A83", "grad_dist": "#C2A5CF",
     # waiting on another stage: greys
     "input_wait": "#BBBBBB", "prefetch_wait": "#888888", "refetch_wait": "#666666",
-    "oracle_wait": "#999999",
+    "oracle_wait": "#999999", "loader_wait": "#AAAAAA",
 }
 UNKNOWN_STAGE_COLORS = ("#CC79A7", "#882255", "#AA4499", "#DDCC77")
 

@@ -55,6 +55,7 @@ from scratchpipe_sim.timing.collectives import (
     net_latency_ns,
     net_share_GBps,
 )
+from scratchpipe_sim.timing.cpu_update_cost import forward_overhead_ns, update_cost
 from scratchpipe_sim.timing.dense_compute import DenseCost, dense_iteration
 from scratchpipe_sim.timing.host_dispatch import host_iteration
 from scratchpipe_sim.timing.resources import (
@@ -222,6 +223,21 @@ class Machine:
         return self.all_of([self.table_gather(rows, row_bytes, batch, label, onchip_fraction),
                             self.cpu_work(core_ns, batch, label)])
 
+    def cpu_embedding_bag(self, lookups: float, row_bytes: float, bags: float, batch: int,
+                          onchip_fraction: float = 0.0) -> simpy.Event | None:
+        """Hybrid's forward on the CPU: the lookups' rows gathered and pooled (`cpu_gather`),
+        then, with `hardware.cpu.forward` set, FBGEMM's forward's own costs beyond the rows
+        (per call, and per bag beyond the rates' share: `forward_overhead_ns`) on
+        every core (at::parallel_for over the bags)."""
+        terms = self.cfg.hardware.cpu.forward
+        if terms is None:
+            return self.cpu_gather(lookups, row_bytes, batch, "gather", onchip_fraction)
+        extra = forward_overhead_ns(terms, lookups, bags,
+                                    row_bytes / self.cfg.model.tables.bytes_per_element)
+        return self.seq(
+            lambda: self.cpu_gather(lookups, row_bytes, batch, "gather", onchip_fraction),
+            lambda: self.cpu_work(extra, batch, "pool"))
+
     def table_gather(self, rows: float, row_bytes: float, batch: int, label: str,
                      onchip_fraction: float = 0.0) -> simpy.Event | None:
         """The host memory's side of a random access to `rows` rows of the embedding tables
@@ -257,7 +273,8 @@ class Machine:
 
     def cpu_backward(self, batch: int, lookups: float, unique_rows: float,
                      onchip_fraction: float = 0.0, r: float | None = None,
-                     R: float | None = None, lookup_onchip: float = 0.0) -> simpy.Process:
+                     R: float | None = None, lookup_onchip: float = 0.0,
+                     bags: float = 0.0) -> simpy.Process:
         """Hybrid's backward on the CPU: aggregate the lookups' gradient contributions into
         row gradients — core work (`aggregate_core_ns`: per lookup the op on the gradient
         row and the aggregation's own cost, dearer for a lookup whose row is off chip —
@@ -265,10 +282,29 @@ class Machine:
         row; fitted by calibrate --cpu, the cores' own memory stalls included) || the
         gradients' memory traffic (r bytes per lookup on DRAM/LLC, `onchip_fraction` on
         chip: the socket's limit) — then update each unique row with its optimizer state (a
-        read and a write per row: 2U x R, `onchip_fraction` of them on chip)."""
+        read and a write per row: 2U x R, `onchip_fraction` of them on chip).
+
+        With `hardware.cpu.update` terms for the config's optimizer, priced instead as
+        FBGEMM's CPU backward runs it (timing/cpu_update_cost.py; `bags`: the batch's
+        samples x tables, whose grad_output rows it reads): csr2csc's sort on every
+        core, then the walk over the unique rows (one core, or every core where FBGEMM
+        parallelizes it) || the rows' read and write on the socket's memory (2U x R)."""
         cpu = self.cfg.hardware.cpu
         r = self.r if r is None else r
         R = self.R if R is None else R
+        terms = cpu.update.of(self.cfg.model.optimizer)
+        if terms is not None:
+            cost = update_cost(terms, lookups, unique_rows,
+                               r / self.cfg.model.tables.bytes_per_element, self.tables,
+                               bags)
+            share = 1.0 if cost.parallel else plan_share(1, cpu.cores,
+                                                         cpu.parallel_efficiency)
+            return self.seq(
+                lambda: self.cpu_work(cost.sort_ns, batch, "sort"),
+                lambda: self.all_of([
+                    self.cpu_work(cost.walk_ns, batch, "update", max_share=share),
+                    self.table_gather(2 * unique_rows, R, batch, "update",
+                                      onchip_fraction)]))
         return self.seq(
             lambda: self.all_of([
                 self.cpu_work(aggregate_core_ns(cpu, lookups, unique_rows, r,
@@ -300,10 +336,17 @@ class Machine:
         return self.cpu_work(work, batch, "plan", share)
 
     # -- GPU work ----------------------------------------------------------------------------
+    def id_bytes(self, lookups: float, samples: float) -> float:
+        """Bytes of one batch's indices and offsets (index_bytes each; T x B + 1 offsets)."""
+        return (lookups + samples * self.tables + 1) * self.index_bytes
+
     def index_h2d(self, batch: int, lookups: float, samples: float) -> simpy.Event | None:
-        """Indices and offsets of one batch to the GPU (index_bytes each; T x B + 1 offsets)."""
-        n = lookups + samples * self.tables + 1
-        return self.pcie.h2d(n * self.index_bytes, batch, "indices")
+        """Indices and offsets of one batch to the GPU, for a design that moves them itself
+        (the others' ride with their inputs: `timing/input_pipeline.py`); nothing when the
+        inputs are resident (input_pipeline.inputs_on_gpu)."""
+        if self.cfg.input_pipeline.inputs_on_gpu:
+            return None
+        return self.pcie.h2d(self.id_bytes(lookups, samples), batch, "indices")
 
     def gpu_forward(self, batch: int, lookups: float, samples: float,
                     onchip_fraction: float = 0.0, r: float | None = None

@@ -16,6 +16,7 @@ import numpy as np
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs.design_registry import baseline_design
+from scratchpipe_sim.timing.input_pipeline import WAIT_STAGES
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.stage_columns import stage_key
 from scratchpipe_sim.timing.trace_setup import (
@@ -122,10 +123,12 @@ def summarize(cfg: Config, name: str, m: Machine, w: Workload) -> dict[str, Any]
         row[f"busy_{s.name}"] = busy / window if window > 0 else 0.0
     for st in m.stage_order:
         row[stage_key(st)] = float(m.stage_ns[st][wu:].mean())
+    row.update(input_stall(m, wu))
     for k, v in w.extra.items():
         row[f"policy_{k}"] = v
     for k, v in m.counters.items():
         row[k] = v
+    row.update(input_bound(cfg, row))
     if "usd_per_million_samples" not in row:  # what a million samples cost on this hardware
         from scratchpipe_sim.config.cost import usd_per_million
 
@@ -158,6 +161,52 @@ def first_touch_drift(cold: np.ndarray, accesses: np.ndarray) -> float:
     a = float(cold[: n // 2].sum()) / max(float(accesses[: n // 2].sum()), 1.0)
     b = float(cold[n // 2 :].sum()) / max(float(accesses[n // 2 :].sum()), 1.0)
     return (a - b) / a if a > 0 else 0.0
+
+
+def input_stall(m: Machine, wu: int) -> dict[str, float]:
+    """How input-bound the run was over the measured batches: `input_stall_ns`, the mean
+    time per batch its consumers waited for the input pipeline (stages `input_wait` +
+    `loader_wait`), and `input_bound_share`, the share of batches that waited at all (a
+    wait is exactly 0 while the pipeline keeps ahead)."""
+    waits = [m.stage_ns[s][wu:] for s in WAIT_STAGES if s in m.stage_ns]
+    if not waits or len(waits[0]) == 0:
+        return {"input_stall_ns": 0.0, "input_bound_share": 0.0}
+    stall = np.sum(waits, axis=0)
+    return {"input_stall_ns": float(stall.mean()),
+            "input_bound_share": float(np.count_nonzero(stall > 0) / len(stall))}
+
+
+#: a run whose batches waited for their inputs this often is input-bound
+INPUT_BOUND_SHARE = 0.5
+#: ... and so is one whose iteration is within this fraction of the input pipeline's period
+INPUT_BOUND_SLACK = 0.02
+
+
+def input_bound(cfg: Config, row: dict[str, Any]) -> dict[str, Any]:
+    """`input_period_ns`, the fastest the input pipeline delivers a batch: its load time
+    over the workers that can load at once (loader_workers, at most prefetch_batches + 1),
+    or its copy, whichever is slower; and `input_bound`: most batches waited for their
+    inputs, or the iteration is the pipeline's period (workers of equal batches stay in
+    phase, so at the period only the first of each burst of batches waits)."""
+    p = cfg.input_pipeline
+    at_once = min(p.loader_workers, p.prefetch_batches + 1)
+    period = max(row.get("input_load_ns", 0.0) / at_once, row.get("input_copy_ns", 0.0))
+    it = row["iter_ns_mean"]
+    bound = (row["input_bound_share"] >= INPUT_BOUND_SHARE
+             or period > 0 and period >= it * (1 - INPUT_BOUND_SLACK))
+    return {"input_period_ns": period, "input_bound": bool(bound)}
+
+
+def input_bound_warnings(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per input-bound design: the data loader or the input copy, not the
+    design, sets its iteration time."""
+    return [f"{r['design']} is input-bound: the input pipeline delivers a batch every "
+            f"{r['input_period_ns'] / 1e3:.1f} us (iteration {r['iter_ns_mean'] / 1e3:.1f} "
+            f"us), {r['input_bound_share']:.0%} of the measured batches waited for their "
+            f"inputs ({r['input_stall_ns'] / 1e3:.1f} us per batch on average); raise "
+            f"input_pipeline.loader_workers or prefetch_batches, or set "
+            f"input_pipeline.inputs_on_gpu for a benchmark whose inputs are resident"
+            for r in rows if r.get("input_bound")]
 
 
 def steady_state_warnings(cfg: Config, rows: list[dict[str, Any]]) -> list[str]:

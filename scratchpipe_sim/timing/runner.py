@@ -31,6 +31,7 @@ from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.replay_passes import Replays
 from scratchpipe_sim.timing.resources import run_to_end
 from scratchpipe_sim.timing.run_metrics import (
+    input_bound_warnings,
     speedups_vs_baseline,
     steady_state_warnings,
     summarize,
@@ -136,7 +137,7 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
             progress("design", name, len(rows), len(names))
         if timeline_dir is not None:
             write_timeline(Path(timeline_dir) / f"timeline_{name}.json", name, m)
-    for warning in steady_state_warnings(cfg, rows):
+    for warning in [*steady_state_warnings(cfg, rows), *input_bound_warnings(rows)]:
         print(f"scratchpipe-sim: {warning}", file=sys.stderr)
     for r, speedup in zip(rows, speedups_vs_baseline(rows), strict=True):
         r["speedup_vs_hybrid"] = speedup

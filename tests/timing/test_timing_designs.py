@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from small_configs import off_chip
+from small_configs import IDS_ONLY_INPUTS, off_chip
 
 from scratchpipe_sim.config import deep_merge, interpolate, load_config
 from scratchpipe_sim.errors import UserError
@@ -22,6 +22,7 @@ from scratchpipe_sim.traces.csr_trace import Trace
 
 ALL = ["hybrid", "gpu-only", "static-cache", "lru-cache", "lru-prefetch", "scratchpipe"]
 BASE = {
+    "input_pipeline": IDS_ONLY_INPUTS,
     "hardware": {"preset": "a100-gen4"},
     "model": {
         "tables": {"count": 2, "rows": 500, "dim": 32},
@@ -206,6 +207,8 @@ def test_scratchpipe_converges_to_its_slowest_stage():
                 },
                 "model": {"num_batches": 40, "warmup_batches": 8},
                 "cache": {"capacity_rows": 800},
+                # resident inputs: the exchange group alone crosses the link
+                "input_pipeline": {"inputs_on_gpu": True},
                 "design_params": {
                     "scratchpipe": {
                         "lookahead": 6,
@@ -477,7 +480,8 @@ def test_timelines_cover_every_resource_and_stage(tmp_path):
     assert {"cpu_dram", "cpu_cores", "pcie_h2d", "pcie_d2h", "hbm", "gpu_compute",
             "stages"} <= names
     stages = {e["name"] for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 2}
-    assert stages == {"plan", "collect", "exchange", "insert", "train"}
+    # its own stages and the input pipeline's (timing/input_pipeline.py)
+    assert stages == {"plan", "collect", "exchange", "insert", "train", "input_wait"}
     for e in doc["traceEvents"]:
         if e["ph"] == "X":
             assert e["dur"] >= 0

@@ -8,7 +8,7 @@ from bisect import bisect_right
 import numpy as np
 import pytest
 import simpy
-from small_configs import off_chip
+from small_configs import IDS_ONLY_INPUTS, off_chip
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import deep_merge, load_config
@@ -23,6 +23,7 @@ from scratchpipe_sim.timing.trace_setup import fit_trace, sized_config
 from scratchpipe_sim.traces.csr_trace import Trace
 
 BASE = {
+    "input_pipeline": IDS_ONLY_INPUTS,
     "hardware": off_chip("dgx-a100"),
     "model": {"tables": {"count": 4, "rows": 500, "dim": 32}, "pooling": 4, "batch_size": 64,
               "num_batches": 12, "warmup_batches": 3, "bottom_mlp": [13, 64, 16],

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import yaml
+from small_configs import IDS_ONLY_INPUTS
 
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.errors import UserError
@@ -36,7 +37,8 @@ def cfg_of(model=None, cache=None, **top):
          "model": {"batch_size": 32, "num_batches": 12, "warmup_batches": 0,
                    "bottom_mlp": [13, 16], "interaction": "cat", "top_mlp": None,
                    **(model or {})},
-         "cache": {"load_factor": 0.05, "warmup_batches": 0, **(cache or {})}, **top}
+         "cache": {"load_factor": 0.05, "warmup_batches": 0, **(cache or {})},
+         "input_pipeline": IDS_ONLY_INPUTS, **top}
     return load_config(d)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from small_configs import off_chip
+from small_configs import IDS_ONLY_INPUTS, off_chip
 
 from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.errors import UserError
@@ -21,6 +21,7 @@ from scratchpipe_sim.traces.csr_trace import Trace
 FIVE = [["plan"], ["collect"], ["exchange"], ["insert"], ["train"]]
 FUSED = [["plan"], ["collect", "exchange", "insert"], ["train"]]
 BASE = {
+    "input_pipeline": IDS_ONLY_INPUTS,
     # on-chip caches and the DMA load off: the closed forms price PCIe alone
     "hardware": off_chip("a100-gen4"),
     "model": {"tables": {"count": 2, "rows": 5000, "dim": 32}, "pooling": 4, "batch_size": 64,
@@ -31,8 +32,11 @@ BASE = {
     "designs": ["scratchpipe"],
     "seed": 3,
 }
+#: resident inputs: the exchange group alone crosses the link (the indices ride with the
+#: batch's inputs, tests/timing/test_timing_input_pipeline.py)
 PCIE_BOUND = {"hardware": {"pcie": {"h2d_GBps": 0.05, "d2h_GBps": 0.05,
-                                    "duplex_h2d_GBps": None, "duplex_d2h_GBps": None}}}
+                                    "duplex_h2d_GBps": None, "duplex_d2h_GBps": None}},
+              "input_pipeline": {"inputs_on_gpu": True}}
 COMPUTE_BOUND = {"hardware": {"gpu": {"tflops": 0.0005}}}
 
 
@@ -59,13 +63,12 @@ def measured_fills(cfg):
 
 
 def exchange_closed_form(cfg):
-    """Mean time of a PCIe-bound exchange: latency + (fills x R + indices) / h2d per batch
-    (victims <= fills go the other way at the same rate, so H2D is the longer one)."""
+    """Mean time of a PCIe-bound exchange: latency + fills x R / h2d per batch (victims <=
+    fills go the other way at the same rate, so H2D is the longer one; the indices ride
+    with the batch's inputs, resident here)."""
     m, p = cfg.model, cfg.hardware.pcie
-    accesses = m.batch_size * m.pooling * m.tables.count
-    index = (accesses + m.batch_size * m.tables.count + 1) * m.index_bytes
     fills = measured_fills(cfg)
-    return float(np.mean(p.latency_ns + (fills * m.moved_row_bytes + index) / p.h2d_GBps))
+    return float(np.mean(p.latency_ns + fills * m.moved_row_bytes / p.h2d_GBps))
 
 
 def mlp_closed_form(cfg):
@@ -79,7 +82,10 @@ def test_pcie_bound_iteration_is_the_exchange_group(groups, w):
     row = simulate(cfg)[0]
     want = exchange_closed_form(cfg)
     assert row["iter_ns_mean"] == pytest.approx(want, rel=0.02)
-    assert row["busy_pcie_h2d"] > 0.95
+    # busy all but each exchange's latency and the hand-offs between groups (with the
+    # inputs resident nothing else crosses the link to hide them: 5-7% here)
+    idle = cfg.hardware.pcie.latency_ns / want
+    assert 1 - idle - 0.03 < row["busy_pcie_h2d"] <= 1 - idle + 1e-9
 
 
 @pytest.mark.parametrize("groups, w", [(FIVE, 5), (FUSED, 3), (FUSED, 5)])

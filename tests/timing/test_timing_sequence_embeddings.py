@@ -5,7 +5,7 @@ multi-gpu's all-to-alls grow with the pooling factor; pooled and unpooled tables
 from __future__ import annotations
 
 import pytest
-from small_configs import off_chip
+from small_configs import IDS_ONLY_INPUTS, off_chip
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import deep_merge, load_config
@@ -13,6 +13,7 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.timing import simulate
 
 BASE = {
+    "input_pipeline": IDS_ONLY_INPUTS,
     "hardware": off_chip("a100-gen4"),
     "model": {"tables": {"count": 2, "rows": 2000, "dim": 16}, "pooling": 4, "batch_size": 32,
               "num_batches": 6, "warmup_batches": 2, "bottom_mlp": [13, 16],

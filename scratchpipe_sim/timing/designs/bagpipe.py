@@ -9,7 +9,7 @@ oracle cacher, prefetcher, trainer and the write-back to the CPU tables are sepa
                   by default hardware.cpu's, as ScratchPipe's; its TTL rule picks no victim
                   by search, so no per-eviction term),
                   running ahead of training by at most `lookahead` batches
-    prefetch(b)   after oracle(b): the batch's indices to the GPU (index_h2d) || its F
+    prefetch(b)   after oracle(b): its F
                   missing rows gathered by the CPU into a pinned buffer (Machine.collect:
                   table reads and buffer writes, cpu_gathers) || H2D of F x R || HBM
                   writes of the fills
@@ -69,11 +69,13 @@ class Bagpipe(Design):
         ready = [env.event() for _ in range(n)]  # prefetch(b) finished
         trained = [env.event() for _ in range(n)]
         written = [env.event() for _ in range(n)]  # writeback(b) finished
+        inputs = self.inputs(m, c)
 
         def oracle():
             for b in range(n):
                 if b >= L:
                     yield trained[b - L]  # it sees at most L batches beyond training
+                yield from inputs.ahead_wait(b)  # the loader built batch b (no stage)
                 yield from m.stage("oracle", b, [m.plan(b, c.accesses[b], knobs=self.params)])
                 decided[b].succeed()
 
@@ -84,7 +86,6 @@ class Bagpipe(Design):
             yield decided[b]
             m.end_stage("oracle_wait", b, start)
             yield from m.stage("prefetch", b, [
-                m.index_h2d(b, c.accesses[b], c.samples[b]),
                 m.collect(b, F, R, "prefetch gather"),
                 m.pcie.h2d(F * R, b, "prefetch"),
                 m.hbm.gather(F, R, b, "prefetch insert")])
@@ -109,6 +110,7 @@ class Bagpipe(Design):
             start = env.now
             yield ready[b]
             m.end_stage("prefetch_wait", b, start)
+            yield from inputs.wait(b)  # its inputs and indices (input_pipeline.py)
             yield from m.stage("forward", b, s.forward(m, b))
             yield from m.stage("mlp", b, [m.mlp(b, c.samples[b])])
             yield from m.stage("backward", b, s.backward(m, b))

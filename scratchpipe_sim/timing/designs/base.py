@@ -25,6 +25,7 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs.design_inputs import Columns, WorkloadKey
 from scratchpipe_sim.timing.designs.design_parameters import design_params
+from scratchpipe_sim.timing.input_pipeline import InputPipeline
 from scratchpipe_sim.timing.machine import Machine
 
 if TYPE_CHECKING:
@@ -66,6 +67,10 @@ class Design(ABC):
         """The lookaheads `plan` tries for cfg (the grid; a design narrows it)."""
         return cls.lookahead_grid
 
+    #: its GPU reads the batch's sparse ids, so the input pipeline copies them (and their
+    #: offsets) with the dense features; False: they stay on the host (hybrid)
+    inputs_carry_ids: ClassVar[bool] = True
+
     #: its GPU count is `design_params.NAME.gpus`: `plan` searches it (gpus axis, over
     #: `gpu_counts`)
     scales_out: ClassVar[bool] = False
@@ -89,6 +94,13 @@ class Design(ABC):
         self.R = m.moved_row_bytes  # bytes per row moved or updated (weights + state)
         self.sample_out = m.sample_output_bytes  # a sample's embedding outputs, every table
         self.sample_out_rows = sum(m.output_rows_per_table)
+
+    def inputs(self, m: Machine, c: Columns, share: float = 1.0) -> InputPipeline:
+        """The one input hook: the batches' loader and copy (`timing/input_pipeline.py`),
+        started now and running `input_pipeline.prefetch_batches` ahead; the design yields
+        from its `wait(b)` (or `host_wait(b)`) where batch b's work first needs its inputs.
+        `share`: the part of each batch this GPU loads (a data-parallel rank's)."""
+        return InputPipeline(m, c.samples, c.accesses, self.inputs_carry_ids, share)
 
     def columns(self, w: Workload) -> Columns:
         return Columns.of(w, self.r, self.R)

@@ -8,7 +8,6 @@ gradient contributions, then 2U row updates with state).
 from __future__ import annotations
 
 from scratchpipe_sim.timing.counts import Where
-from scratchpipe_sim.timing.designs._input_copies import InputCopies
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
 from scratchpipe_sim.timing.designs.design_registry import DESIGNS
@@ -27,7 +26,7 @@ class GpuOnly(Design):
 
     def run(self, m, w):
         c = self.columns(w)
-        inputs = InputCopies(m, c, w.num_batches)
+        inputs = self.inputs(m, c)
         for b in range(w.num_batches):
             yield from inputs.wait(b)
             yield from m.stage("gpu_gather", b, [

@@ -12,7 +12,6 @@ from scratchpipe_sim.timing.designs._cache_stages import (
     FbgemmCacheParams,
     cache_key,
 )
-from scratchpipe_sim.timing.designs._input_copies import InputCopies
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
 from scratchpipe_sim.timing.designs.design_registry import DESIGNS
@@ -32,7 +31,7 @@ class LruCache(Design):
 
     def run(self, m, w):
         s = CacheStages(self, self.columns(w), state_in_uvm=not self.params.enforce_hbm)
-        inputs = InputCopies(m, s.c, w.num_batches)
+        inputs = self.inputs(m, s.c)
         for b in range(w.num_batches):
             yield from inputs.wait(b)
             yield from m.stage("fetch", b, [s.fetch(m, b)])

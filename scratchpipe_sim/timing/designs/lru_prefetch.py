@@ -16,7 +16,6 @@ from scratchpipe_sim.timing.designs._cache_stages import (
     FbgemmCacheParams,
     cache_key,
 )
-from scratchpipe_sim.timing.designs._input_copies import InputCopies
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
 from scratchpipe_sim.timing.designs.design_registry import DESIGNS
@@ -36,7 +35,7 @@ class LruPrefetch(Design):
         s = CacheStages(self, self.columns(w), state_in_uvm=not self.params.enforce_hbm)
         env = m.env
         n = w.num_batches
-        inputs = InputCopies(m, s.c, n)
+        inputs = self.inputs(m, s.c)
 
         def prefetch(b):
             yield from inputs.wait(b)  # the lookup kernels need batch b's indices

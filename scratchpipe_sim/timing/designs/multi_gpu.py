@@ -9,8 +9,9 @@ simulated GPU is the critical one (the largest share s of the lookups, by bytes)
 collective waits for the slowest GPU, so each all-to-all is priced at the largest send and
 the largest receive over the GPUs. Per batch:
 
-    input_wait   its B/N samples' indices over its own PCIe link (index_h2d(A/N, B/N)),
-                 then the indices all-to-all to the shards' owners — both issued when the
+    input_wait   its B/N samples loaded and copied with their indices over its own PCIe
+                 link (`Design.inputs(share=1/N)`, `timing/input_pipeline.py`: prefetched
+                 ahead), then the indices all-to-all to the shards' owners, issued when the
                  previous batch starts (TorchRec's TrainPipelineSparseDist)
     emb_forward  gpu_forward(s x A) from its own HBM
     output_dist  pooled vectors all-to-all (an unpooled table's: a row per lookup, so r_t
@@ -129,10 +130,11 @@ class MultiGpu(Design):
         k = (N - 1) / N
         ar = 2 * k * mlp_param_bytes(self.cfg)
         inputs: dict[int, simpy.Process] = {}
+        pipeline = self.inputs(m, c, share=1 / N)  # its B/N samples, loaded and copied
 
         def input_copy(b):
             A, B = c.accesses[b], c.samples[b]
-            ev = m.index_h2d(b, A / N, B / N)
+            ev = pipeline.ready_event(b)
             if ev is not None:
                 yield ev
             ids = (A + B * m.tables) * ib

@@ -5,6 +5,9 @@ Its knobs are `design_params.scratchpipe` (`ScratchpipeDesignParams`, below: the
 
 Stages of one batch (F fills, V victims, A lookups, U unique rows; R bytes per moved row):
 
+    inputs    the batch built by the data loader and copied to the GPU with its ids and
+              offsets (`Design.inputs`, `timing/input_pipeline.py`): plan waits for the
+              loader (no stage: it runs ahead), train for the copy (`input_wait`)
     plan      the `scratchpipe` policy on the CPU cores: A x plan_ns_per_id + E x
               plan_ns_per_eviction core-ns (E: the batch's evictions) on at most
               plan_threads cores, sharing them with collect and write-back
@@ -12,7 +15,6 @@ Stages of one batch (F fills, V victims, A lookups, U unique rows; R bytes per m
               the table reads and the buffer writes, each a cpu_gather: DRAM || cores)
               || the GPU copies the V victims out of the scratchpad (HBM)
     exchange  H2D of the F rows || D2H of the V victims (both DMA: they also load CPU DRAM)
-              || the batch's indices and offsets to the GPU (index_h2d)
     insert    HBM writes of the F rows into their slots || the CPU reads the V victims from
               the staging buffer and scatters them into the table (Machine.write_back: two
               cpu_gathers): the write-back
@@ -34,12 +36,12 @@ smaller (`ScratchpipeDesignParams.check` names the minimum).
 
 **Variants** (issue 27: which of its parts decide its lead). `planner: gpu` runs the
 planner as a GPU hash table (`Machine.gpu_plan`: HierarchicalKV's measured lookup and
-insert-with-eviction rates, on HBM), after the batch's indices cross PCIe (they no longer
-ride with exchange); the plan's decisions stay on the GPU, which drives collect.
+insert-with-eviction rates, on HBM), after the batch's inputs with its indices crossed
+PCIe; the plan's decisions stay on the GPU, which drives collect.
 `collect: gpu` replaces the CPU gather into a pinned staging buffer and its DMA with
 GPU loads of the missed rows in place (`Machine.uvm_read`, as FBGEMM's fills) and the
 victims' D2H + CPU scatter with GPU stores in place (`Machine.uvm_write`): exchange then
-moves nothing but the indices.
+moves nothing.
 
 **Refetch hazard.** plan(j) may evict a row that a later batch b (b - j = d < W) fills again
 (the policy's farthest-next-use victim, mostly at the capacity floor). Its newest value
@@ -174,6 +176,7 @@ class _Pipeline:
         self.m, self.env, self.p = m, m.env, p
         self.c = c = design.columns(w)
         self.train_parts = CacheStages(design, c)
+        self.inputs = design.inputs(m, c)
         self.n = n = w.num_batches
         W = p.lookahead
         self.forward = p.refetch == "forward"
@@ -222,9 +225,10 @@ class _Pipeline:
         """The policy on the host cores, or (planner: gpu) the ids to the GPU, then its
         hash table."""
         m, c = self.m, self.c
-        if self.gpu_plan:
-            planned = m.seq(lambda: m.index_h2d(b, c.accesses[b], c.samples[b]),
-                            lambda: m.gpu_plan(b, c.accesses[b], c.evictions[b]))
+        # the planner runs ahead of training: its wait for the batch is no stage
+        yield from self.inputs.ahead_wait(b, on_gpu=self.gpu_plan)
+        if self.gpu_plan:  # its hash table reads the batch's ids on the GPU
+            planned = m.gpu_plan(b, c.accesses[b], c.evictions[b])
         else:
             planned = m.plan(b, c.accesses[b], c.evictions[b], self.p)
         yield from m.stage("plan", b, [planned])
@@ -278,14 +282,14 @@ class _Pipeline:
             yield ev
 
     def exchange(self, b: int) -> list:
-        """H2D of the fills || D2H of the victims || the batch's indices."""
+        """H2D of the fills || D2H of the victims (the batch's indices ride with its
+        inputs: `timing/input_pipeline.py`)."""
         m, c = self.m, self.c
         R = c.R_fill[b]
         sent = c.fills[b] - (self.late[b] if self.forward else 0)
-        # the GPU variants moved the rows in collect / insert, the indices before plan
+        # the GPU variant moved the rows in collect / insert
         return [None if self.gpu_collect else m.pcie.h2d(sent * R, b, "fill"),
-                None if self.gpu_collect else m.pcie.d2h(c.writebacks[b] * R, b, "victims"),
-                None if self.gpu_plan else m.index_h2d(b, c.accesses[b], c.samples[b])]
+                None if self.gpu_collect else m.pcie.d2h(c.writebacks[b] * R, b, "victims")]
 
     def insert(self, b: int) -> list:
         """The fills written into their slots || the victims written back to the table
@@ -302,6 +306,7 @@ class _Pipeline:
     def train(self, b: int) -> Generator:
         """Forward, mlp, backward over the scratchpad's rows."""
         m, c, parts = self.m, self.c, self.train_parts
+        yield from self.inputs.wait(b)
         t = m.seq(lambda: m.all_of(parts.forward(m, b)),
                   lambda: m.mlp(b, c.samples[b]),
                   lambda: m.all_of(parts.backward(m, b)))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scratchpipe_sim.timing.designs._input_copies import InputCopies
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import Warm, WorkloadKey
 from scratchpipe_sim.timing.designs.design_registry import DESIGNS
@@ -54,7 +53,7 @@ class StaticCache(Design):
         c = self.columns(w)
         n_out = self.sample_out_rows  # output rows of a sample (T when every table pools)
         vec = self.sample_out / n_out  # bytes of one output row (the mean over tables)
-        inputs = InputCopies(m, c, w.num_batches)
+        inputs = self.inputs(m, c)
         for b in range(w.num_batches):
             A, host, uh = c.accesses[b], c.unplaced[b], c.unique_unplaced[b]
             part = min(host, c.samples[b] * n_out) * vec

@@ -17,7 +17,6 @@ Published check: FBGEMM MANAGED on H100, points T1.7-T1.10 (docs/validation.md).
 from __future__ import annotations
 
 from scratchpipe_sim.timing.counts import Where
-from scratchpipe_sim.timing.designs._input_copies import InputCopies
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
 from scratchpipe_sim.timing.designs.design_registry import DESIGNS
@@ -35,7 +34,7 @@ class Uvm(Design):
 
     def run(self, m, w):
         c = self.columns(w)
-        inputs = InputCopies(m, c, w.num_batches)
+        inputs = self.inputs(m, c)
         for b in range(w.num_batches):
             A, U, r, R = c.accesses[b], c.unique[b], c.r[b], c.R[b]
             yield from inputs.wait(b)

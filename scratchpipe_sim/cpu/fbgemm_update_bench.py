@@ -1,0 +1,133 @@
+"""`calibrate --cpu --kernel fbgemm`: FBGEMM's CPU backward timed per optimizer, at shapes
+that separate the terms of `timing/cpu_update_cost.py`.
+
+Per optimizer (EXACT_SGD, EXACT_ADAGRAD, EXACT_ROWWISE_ADAGRAD: what FBGEMM 1.8's CPU build
+runs; it refuses Adam) one CPU TBE per (tables, dim) of the shapes, float32 weights in huge
+pages (THP_MEM_ALLOC_ENABLE, as validate --against fbgemm), one thread. A shape is (tables
+T, batch B, pooling L, dim D, reuse k): every table gets B bags of L ids drawn over about
+B x L / k distinct uniform random rows of its table (so U varies at fixed lookups), the
+tables hold `update_table_rows` rows in all (> 100x this host's LLC at every dim: rows
+miss, as a large table's do). Fit shapes vary D (32 / 64 / 128), the lookups through L
+(2 / 8 / 32 at B, and pooling 1 at 8 B: one lookup a bag, as an unpooled feature),
+the unique rows through k, and T; check shapes (held out of the fit) are other
+combinations (D 48 / 96, T 2 / 8, pooling 1). Each repetition runs the forward untimed,
+then the backward timed (the thread's CPU time: `cpu/measure.py`); repetitions interleave
+every shape of the optimizer, so a slow moment of a shared host lands on all of them (the
+forward is timed too: its per-call, per-table and per-bag costs are fitted from it); a
+point's figure is the `statistic` (median by default) of its repetitions. The unique rows
+are the exact count per table of the ids fed (np.unique), summed over tables.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numba as nb
+import numpy as np
+
+from scratchpipe_sim.cpu.measure import Timing, timed
+
+#: the config's optimizer -> FBGEMM's EmbOptimType name, for the optimizers calibrated
+OPTIMIZERS = {"sgd": "EXACT_SGD", "adagrad": "EXACT_ADAGRAD",
+              "rowwise-adagrad": "EXACT_ROWWISE_ADAGRAD"}
+
+
+class UpdateShape(NamedTuple):
+    tables: int
+    batch: int
+    pooling: int
+    dim: int
+    reuse: int  # each distinct row used about this many times per table
+
+
+class UpdatePoint(NamedTuple):
+    """FBGEMM's backward (fused optimizer) of one shape: counts and seconds."""
+
+    optimizer: str
+    role: str  # "fit" or "check"
+    tables: float
+    batch: float
+    pooling: float
+    dim: float
+    lookups: float
+    unique_rows: float
+    seconds: float
+    #: the forward before it (autograd on, as validate --against fbgemm times it)
+    forward_seconds: float = 0.0
+
+
+def shapes(max_lookups: int) -> tuple[list[UpdateShape], list[UpdateShape]]:
+    """(fit shapes, check shapes) with at most `max_lookups` lookups per table."""
+    b = max(16, max_lookups // 32)
+    fit = [UpdateShape(1, bb, p, d, k) for d in (32, 64, 128)
+           for bb, p in ((b, 2), (b, 8), (b, 32), (8 * b, 1)) for k in (1, 8)]
+    fit += [UpdateShape(4, b, 2, 64, k) for k in (1, 8)]
+    check = [UpdateShape(2, max(8, b // 2), 10, 96, 3),
+             UpdateShape(1, b * 2, 1, 48, 1),
+             UpdateShape(4, max(8, b // 4), 20, 128, 2),
+             UpdateShape(8, max(8, b // 2), 4, 64, 1)]
+    return fit, check
+
+
+def _ids(rng: np.random.Generator, rows: int, n: int, k: int) -> np.ndarray:
+    """n ids in random order over about n / k distinct random rows, each used ~k times."""
+    pool = np.unique(rng.integers(0, rows, max(1, n // k)))
+    return rng.permutation(np.resize(pool, n)).astype(np.int64)
+
+
+def measure_update(fb: dict[str, Any], table_rows: int, max_lookups: int, reps: int,
+                   statistic: str, note: Callable[[Timing], float],
+                   optimizers: tuple[str, ...] = tuple(OPTIMIZERS),
+                   shape_set: tuple[list[UpdateShape], list[UpdateShape]] | None = None
+                   ) -> list[UpdatePoint]:
+    """Every fit and check shape (`shapes(max_lookups)` unless `shape_set` gives them) of
+    every optimizer (module docstring); `note` turns a point's repetitions into its figure
+    (and records its spread)."""
+    torch = fb["torch"]
+    torch.set_num_threads(1)
+    threads = nb.get_num_threads()
+    nb.set_num_threads(1)  # the clock: this thread's CPU time (cpu/measure.py)
+    fit, check = shape_set or shapes(max_lookups)
+    rng = np.random.default_rng(43)
+    out: list[UpdatePoint] = []
+    for opt in optimizers:
+        tbes: dict[tuple[int, int], Any] = {}
+        runs = []
+        for role, group in (("fit", fit), ("check", check)):
+            for s in group:
+                key = (s.tables, s.dim)
+                rows = max(1, table_rows // s.tables)
+                if key not in tbes:
+                    specs = [(rows, s.dim, fb["EmbeddingLocation"].HOST,
+                              fb["ComputeDevice"].CPU)] * s.tables
+                    tbes[key] = fb["TBE"](
+                        specs, optimizer=getattr(fb["EmbOptimType"], OPTIMIZERS[opt]),
+                        learning_rate=0.01, pooling_mode=fb["PoolingMode"].SUM,
+                        weights_precision=fb["SparseType"].FP32)
+                n = s.batch * s.pooling
+                per = [_ids(rng, rows, n, s.reuse) for _ in range(s.tables)]
+                uniq = sum(len(np.unique(x)) for x in per)
+                idx = torch.from_numpy(np.concatenate(per))
+                offs = torch.from_numpy(np.arange(0, n * s.tables + 1, s.pooling,
+                                                  dtype=np.int64))
+                runs.append((role, s, tbes[key], idx, offs, uniq, [], []))
+        for r in range(max(1, reps) + 1):  # round 0: warm-up (allocations, first touch)
+            for _role, _s, tbe, idx, offs, _u, times, fwd in runs:
+                outs = []
+                tf = timed(lambda t=tbe, i=idx, o=offs, k=outs: k.append(t(i, o)))
+                grad = torch.full_like(outs[0], 1e-4)
+                t = timed(lambda o=outs[0], g=grad: o.backward(g))
+                if r:
+                    times.append(t)
+                    fwd.append(tf)
+        for role, s, _tbe, _i, _o, uniq, times, fwd in runs:
+            out.append(UpdatePoint(opt, role, float(s.tables), float(s.batch),
+                                   float(s.pooling), float(s.dim),
+                                   float(s.batch * s.pooling * s.tables), float(uniq),
+                                   note(Timing.of(times)), note(Timing.of(fwd))))
+        del tbes, runs
+        gc.collect()
+    nb.set_num_threads(threads)
+    return out

@@ -1,0 +1,102 @@
+"""Hybrid's update priced with the structure of FBGEMM's CPU backward, per optimizer (and
+its forward's costs beyond the rows' gathers: `forward_overhead_ns`).
+
+FBGEMM's `split_embedding_backward_codegen_{optimizer}_cpu` (fbgemm_gpu/codegen/training/
+backward/embedding_backward_split_cpu_template.cpp) does, per table:
+
+    csr2csc      copy every lookup's (row, bag) pair, radix-sort them by row
+                 (fbgemm::radix_sort_parallel, 8-bit digits: 3 passes for 2^17-2^24 rows)
+                 and scan the sorted keys for segment starts: per lookup, at::parallel_for
+                 and OpenMP over every thread
+    walk         per unique row (segment): reset a D-float buffer, add each of its
+                 lookups' grad_output rows into it (per lookup element), then the
+                 optimizer's update of the row and its state in place (per row, per row
+                 element; a bag's grad_output row is read first by one of its lookups:
+                 per bag element). SGD and exact Adagrad run the template's generic loop,
+                 serial
+                 over the unique rows whatever the threads ("no fbgemm"); rowwise Adagrad
+                 in fp32 runs the JIT'd SpMDM + fused SparseAdaGrad kernels, at::parallel_for
+                 over blocks of 64 unique rows
+
+so a batch of n lookups over U unique rows of D floats, on T tables, costs
+
+    sort_ns = n x ns_per_lookup                                          (every core)
+    walk_ns = ns_per_call + T x ns_per_table + n x D x ns_per_lookup_element
+              + U x ns_per_row + U x D x ns_per_row_element
+              + bags x D x ns_per_bag_element                (one core, or every: parallel)
+
+with the terms of the config's optimizer (`hardware.cpu.update`), fitted on FBGEMM's own
+backward by `calibrate --cpu --kernel fbgemm` (one thread). Why these terms and not a cost
+per lookup and per row alone: the walk's per-element work makes the update grow with D at
+fixed counts, and SGD's scalar loop and rowwise Adagrad's JIT'd one differ per element, not
+per row (docs/validation.md: rowwise Adagrad's backward runs 1.7-1.8x faster than SGD's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scratchpipe_sim.config.hardware import ForwardTerms, UpdateTerms
+
+
+@dataclass(frozen=True)
+class UpdateCost:
+    """Core-ns of one batch's update, by the part of FBGEMM's backward that does it."""
+
+    sort_ns: float  # csr2csc: on every core
+    walk_ns: float  # the per-row walk and the optimizer: one core unless `parallel`
+    parallel: bool
+
+    @property
+    def total_ns(self) -> float:
+        return self.sort_ns + self.walk_ns
+
+
+def update_cost(terms: UpdateTerms, lookups: float, unique_rows: float, dim: float,
+                tables: int, bags: float) -> UpdateCost:
+    """The update of `lookups` lookups in `bags` bags over `unique_rows` unique rows of `dim`
+    floats on `tables` tables, priced by `terms` (module docstring)."""
+    walk = (terms.ns_per_call + tables * terms.ns_per_table
+            + lookups * dim * terms.ns_per_lookup_element
+            + unique_rows * terms.ns_per_row + unique_rows * dim * terms.ns_per_row_element
+            + bags * dim * terms.ns_per_bag_element)
+    return UpdateCost(lookups * terms.ns_per_lookup, walk, terms.parallel)
+
+
+#: the term names in the order `design_row` lays them out (a fit's columns)
+TERM_NAMES = ("ns_per_call", "ns_per_table", "ns_per_lookup", "ns_per_lookup_element",
+              "ns_per_row", "ns_per_row_element", "ns_per_bag_element")
+
+
+def design_row(lookups: float, unique_rows: float, dim: float, tables: int, bags: float
+               ) -> tuple[float, ...]:
+    """The multipliers of TERM_NAMES for one batch: update_cost's total is their dot
+    product with the terms (what the calibration's least squares fits)."""
+    return (1.0, float(tables), lookups, lookups * dim, unique_rows, unique_rows * dim,
+            bags * dim)
+
+
+#: the forward fit's terms (FBGEMM's forward alone, rows used once: every row a miss),
+#: in the order `forward_row` lays them out; ForwardTerms keeps the call's and
+#: bag's, the per-lookup ones are FBGEMM's own miss cost (a check of the mix's rates)
+FORWARD_TERM_NAMES = ("ns_per_call", "ns_per_lookup", "ns_per_lookup_element",
+                      "ns_per_bag", "ns_per_bag_element")
+
+
+def forward_row(lookups: float, bags: float, dim: float) -> tuple[float, ...]:
+    """The multipliers of FORWARD_TERM_NAMES for one forward call. No term per table: the
+    forward's per-table work (a cached JIT kernel, one parallel region) is not told apart
+    from the call's by this host's measurements (fitted, it took 35-117 us a table, which
+    priced 8-table batches 20-40% too dear)."""
+    return (1.0, lookups, lookups * dim, bags, bags * dim)
+
+
+def forward_overhead_ns(terms: ForwardTerms, lookups: float, bags: float, dim: float
+                        ) -> float:
+    """Core-ns of FBGEMM's forward beyond the rows' gathers: per call, and per bag
+    beyond the one bag per `rates_pooling` lookups the per-core rates already carry
+    (embedding_forward_split_cpu.cpp: per table, at::parallel_for over blocks of bags, each
+    bag's output row of `dim` floats written by the JIT'd SpMDM kernel). A pooling above
+    the rates' adds nothing for bags (the rates' share is not taken back)."""
+    extra_bags = max(0.0, bags - lookups / terms.rates_pooling)
+    return terms.ns_per_call + extra_bags * (terms.ns_per_bag + dim * terms.ns_per_bag_element)

@@ -1,0 +1,188 @@
+"""`calibrate --cpu --kernel fbgemm`'s update terms (issue 43): FBGEMM's CPU backward per
+optimizer, the fit of timing/cpu_update_cost.py's terms, and the structure they assume.
+
+No timing thresholds: the fit recovers known terms exactly from synthetic points, and on
+FBGEMM itself (small tables, per optimizer; skipped without the `peers` extra) the
+per-unique-row work the model counts is what FBGEMM does: the rows (and optimizer state)
+one backward changes are exactly the batch's distinct ids per table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpu_fakes import synthetic
+from peer_packages import fbgemm_reason
+
+from scratchpipe_sim.config import load_config
+from scratchpipe_sim.cpu import fbgemm_update_bench as ub
+from scratchpipe_sim.cpu.host_preset_fit import cpu_preset_yaml, fit_cpu, fit_update_terms
+from scratchpipe_sim.timing.cpu_update_cost import TERM_NAMES, design_row
+
+needs_fbgemm = pytest.mark.skipif(fbgemm_reason() is not None, reason=str(fbgemm_reason()))
+
+#: per optimizer, known terms (core-ns) in TERM_NAMES' order
+KNOWN = {"sgd": (20000.0, 3000.0, 12.0, 0.3, 90.0, 1.5, 0.4),
+         "adagrad": (30000.0, 2000.0, 10.0, 0.2, 120.0, 5.0, 0.7),
+         "rowwise-adagrad": (25000.0, 4000.0, 14.0, 0.05, 30.0, 0.8, 0.5)}
+
+
+def _points(opt: str, terms: tuple[float, ...]) -> list[ub.UpdatePoint]:
+    """The calibration's shapes, timed by `terms` exactly (unique rows ~ lookups / reuse)."""
+    fit, check = ub.shapes(1 << 14)
+    out = []
+    for role, group in (("fit", fit), ("check", check)):
+        for s in group:
+            n = s.batch * s.pooling * s.tables
+            u = n // s.reuse
+            secs = float(np.dot(design_row(n, u, s.dim, s.tables, s.batch * s.tables),
+                                terms)) / 1e9
+            out.append(ub.UpdatePoint(opt, role, s.tables, s.batch, s.pooling, s.dim, n, u,
+                                      secs))
+    return out
+
+
+def test_the_fit_recovers_known_terms_exactly():
+    for opt, terms in KNOWN.items():
+        pts = [p for p in _points(opt, terms) if p.role == "fit"]
+        got = fit_update_terms([design_row(p.lookups, p.unique_rows, p.dim, int(p.tables),
+                                           p.batch * p.tables) for p in pts],
+                               [p.seconds for p in pts])
+        assert got == pytest.approx(terms, rel=1e-6)
+
+
+def test_the_fit_shapes_separate_every_term():
+    fit, _ = ub.shapes(1 << 16)
+    x = np.array([design_row(s.batch * s.pooling * s.tables,
+                             s.batch * s.pooling * s.tables / s.reuse, s.dim, s.tables,
+                             s.batch * s.tables) for s in fit])
+    assert np.linalg.matrix_rank(x) == len(TERM_NAMES)
+    # unique rows vary at fixed lookups, D at fixed counts, pooling at fixed batch
+    assert {s.reuse for s in fit} == {1, 8} and {s.dim for s in fit} == {32, 64, 128}
+    assert 1 in {s.pooling for s in fit} and {s.tables for s in fit} == {1, 4}
+
+
+def test_the_preset_carries_every_optimizers_terms_and_the_held_out_checks(tmp_path):
+    m = synthetic()  # every other benchmark's synthetic samples
+    for opt, terms in KNOWN.items():
+        m.update += _points(opt, terms)
+    cal = fit_cpu(m)
+    upd = cal.values["update"]
+    assert set(upd) == {"sgd", "adagrad", "rowwise_adagrad"}
+    for opt, terms in KNOWN.items():
+        got = upd[opt.replace("-", "_")]
+        assert [got[n] for n in TERM_NAMES] == pytest.approx(terms, rel=1e-4)
+        # threads as FBGEMM uses them: only rowwise Adagrad's walk is at::parallel_for
+        assert got["parallel"] is (opt == "rowwise-adagrad")
+    held = [c for c in cal.checks if c.startswith("update ")]
+    assert len(held) == 3 * len(ub.shapes(1 << 14)[1])
+    assert all("+0% (held out)" in c or "-0% (held out)" in c for c in held)
+    out = tmp_path / "cpu.yaml"
+    out.write_text(cpu_preset_yaml(cal, m, "x", "a100-gen4"))
+    hw = load_config({"hardware": {"preset": str(out)}, "designs": ["hybrid"]}).hardware
+    assert hw.cpu.update.of("rowwise-adagrad").parallel
+    assert hw.cpu.update.of("sgd").ns_per_row == pytest.approx(KNOWN["sgd"][4], rel=1e-4)
+    assert hw.cpu.update.of("adam") is None
+
+
+def _tbe(fb, opt: str, rows: int, dim: int, tables: int):
+    return fb["TBE"]([(rows, dim, fb["EmbeddingLocation"].HOST, fb["ComputeDevice"].CPU)]
+                     * tables, optimizer=getattr(fb["EmbOptimType"], ub.OPTIMIZERS[opt]),
+                     learning_rate=0.01, pooling_mode=fb["PoolingMode"].SUM,
+                     weights_precision=fb["SparseType"].FP32)
+
+
+@needs_fbgemm
+@pytest.mark.parametrize("opt", list(ub.OPTIMIZERS))
+def test_fbgemm_updates_exactly_the_batchs_unique_rows_and_their_state(opt):
+    """The model's per-unique-row terms count each table's distinct ids of the batch:
+    FBGEMM's backward changes exactly those rows, and their state (Adagrad: D floats a
+    row, rowwise Adagrad: one), nothing else."""
+    import torch
+
+    from scratchpipe_sim.cpu.fbgemm_tbe import import_fbgemm
+
+    fb = import_fbgemm()
+    rows, dim, tables, batch, pooling = 300, 8, 3, 16, 5
+    tbe = _tbe(fb, opt, rows, dim, tables)
+    rng = np.random.default_rng(7)
+    per = [ub._ids(rng, rows, batch * pooling, 3) for _ in range(tables)]
+    before = [w.detach().clone().numpy() for w in tbe.split_embedding_weights()]
+    out = tbe(torch.from_numpy(np.concatenate(per)),
+              torch.from_numpy(np.arange(0, batch * pooling * tables + 1, pooling)))
+    out.backward(torch.full_like(out, 0.5))
+    states = tbe.split_optimizer_states()
+    for t, ids in enumerate(per):
+        want = np.unique(ids)
+        w = tbe.split_embedding_weights()[t].detach().numpy()
+        changed = np.flatnonzero((w != before[t]).any(axis=1))
+        np.testing.assert_array_equal(changed, want)
+        if opt != "sgd":
+            st = states[t][0].detach().numpy().reshape(rows, -1)
+            assert st.shape[1] == (dim if opt == "adagrad" else 1)
+            np.testing.assert_array_equal(np.flatnonzero((st != 0).all(axis=1)), want)
+            assert not st[np.setdiff1d(np.arange(rows), want)].any()
+
+
+@needs_fbgemm
+def test_measured_points_count_the_fed_ids_unique_rows():
+    """calibrate's benchmark at tiny shapes: every shape of every optimizer asked, roles fit
+    and check, unique rows the exact distinct ids fed (fewer where rows are reused)."""
+    from scratchpipe_sim.cpu.fbgemm_tbe import import_fbgemm
+
+    fit = [ub.UpdateShape(2, 16, 4, 16, k) for k in (1, 8)]
+    check = [ub.UpdateShape(2, 32, 1, 16, 1)]  # one TBE (2 tables, dim 16) for all three
+    pts = ub.measure_update(import_fbgemm(), 1 << 12, 0, 1, "median", lambda t: t.median_s,
+                            optimizers=("sgd", "rowwise-adagrad"), shape_set=(fit, check))
+    assert [(p.optimizer, p.role) for p in pts] == [
+        (o, r) for o in ("sgd", "rowwise-adagrad") for r in ("fit", "fit", "check")]
+    for p in pts:
+        assert 0 < p.unique_rows <= p.lookups == p.batch * p.pooling * p.tables
+        assert p.seconds > 0 and p.forward_seconds > 0
+    for o in ("sgd", "rowwise-adagrad"):
+        once, reused = (p.unique_rows for p in pts if p.optimizer == o and p.role == "fit")
+        assert reused < once  # rows used ~8 times: fewer unique rows at equal lookups
+
+
+def test_the_forward_fit_recovers_fbgemms_forward_terms():
+    """Forwards timed by known call, table, lookup and bag costs (rows used once): the fit
+    returns them; the preset keeps the call's and bag's with the mix's pooling."""
+    from scratchpipe_sim.config.hardware import CpuConfig
+    from scratchpipe_sim.cpu.host_bench import CpuMeasurements
+    from scratchpipe_sim.cpu.host_preset_fit import _fit_forward, fit_forward
+    from scratchpipe_sim.timing.cpu_update_cost import forward_row
+
+    known = (250000.0, 8.0, 0.2, 35.0, 0.1)
+    m = CpuMeasurements(threads=[1])
+    m.mix_pooling = 20.0
+    for p in _points("sgd", KNOWN["sgd"]):
+        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim), known))
+        m.update.append(p._replace(forward_seconds=ns / 1e9))
+    terms = fit_forward(m)
+    assert terms == pytest.approx(known, rel=1e-4)
+    vals, how, checks = {}, {}, []
+    _fit_forward(m, terms, vals, how, checks, CpuConfig())
+    assert vals["forward"] == pytest.approx({"ns_per_call": 250000.0, "ns_per_bag": 35.0,
+                                             "ns_per_bag_element": 0.1,
+                                             "rates_pooling": 20.0}, rel=1e-4)
+    # held out: only shapes whose rows are used once (all misses)
+    held = [c for c in checks if c.startswith("forward")]
+    assert len(held) == sum(s.reuse == 1 for s in ub.shapes(1 << 14)[1])
+
+
+def test_the_fbgemm_mix_has_the_calls_fixed_cost_taken_out():
+    """With forward points, each mix point (one call) loses the fitted call
+    before the per-core rates are fitted: the rates come out faster than without."""
+    from scratchpipe_sim.timing.cpu_update_cost import forward_row
+
+    plain = fit_cpu(synthetic())
+    m = synthetic()
+    for p in _points("sgd", KNOWN["sgd"]):
+        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim),
+                          (20000.0, 8.0, 0.2, 35.0, 0.0)))
+        m.update.append(p._replace(forward_seconds=ns / 1e9))
+    cal = fit_cpu(m)
+    assert cal.values["forward"]["ns_per_call"] == pytest.approx(20000.0, rel=1e-4)
+    fast = dict((rb, g) for rb, g in cal.values["core_dram_GBps"])
+    slow = dict((rb, g) for rb, g in plain.values["core_dram_GBps"])
+    assert all(fast[rb] > slow[rb] for rb in slow)
