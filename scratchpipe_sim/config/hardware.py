@@ -292,6 +292,21 @@ class CpuConfig:
         "set by calibrate --cpu (this VM: 140-190)") | _nonneg(
         "ScratchPipe planner cost per evicted row on one core (core-ns: the victim search), "
         "beside plan_ns_per_id; set by calibrate --cpu"))
+    host_op_ns: float = field(default=25_600.0, metadata=doc(
+        "ns per op", "10000-30000",
+        "set by fit on E3.12 (FAMBench DLRM on an A100, eager PyTorch, batch 64: "
+        "host-bound, 135 ops an iteration); Lin et al. (arXiv 2201.07821) put CPU-side "
+        "overheads per op on the critical path; eager PyTorch's ~0.1 ms floor per small "
+        "linear layer's forward and backward (6 ops) is ~17 us an op") | _nonneg(
+        "host time the trainer's thread spends issuing one eager op (Python, dispatcher, "
+        "autograd, launch); model.framework says how many ops an iteration issues "
+        "(timing/host_dispatch.py)"))
+    host_sync_ns: float = field(default=30_000.0, metadata=doc(
+        "ns per sync", "10000-100000",
+        "assumption: a device-to-host copy of a few bytes and its stream synchronize "
+        "(~10-20 us), with TorchRec's splits exchange a small all-to-all too") | _nonneg(
+        "host time of one host sync of an iteration (TorchRec's input-dist splits "
+        "exchange, .item()): the host waits, so it cannot run ahead"))
     llc_MiB: float = field(default=60.0, metadata=doc(
         "MiB", "0-256",
         "Intel ARK (Xeon 8380: 60 MB)") | _nonneg(

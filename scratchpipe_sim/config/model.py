@@ -27,6 +27,9 @@ POOLING_MODES = ("sum", "mean", "none")
 INTERACTIONS = ("dot", "cat", "dcn-v2")
 #: model.precision of the dense compute (bf16 / fp16: AMP)
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+#: model.framework: how the trainer issues its ops (timing/host_dispatch.py)
+FRAMEWORKS = ("eager", "eager-per-table", "torchrec", "torchrec-unpipelined", "hugectr",
+              "none")
 GiB = 1 << 30
 
 
@@ -110,6 +113,18 @@ class ModelConfig:
     cuda_graphs: bool = field(default=False, metadata={
         "help": "the dense work runs as one CUDA graph: one kernel_launch_ns for the graph "
                 "and gpu.graph_node_ns per kernel, instead of one launch per kernel (eager)"})
+    framework: str = field(default="none", metadata={
+        "help": "how the trainer's CPU thread issues each iteration's ops "
+                "(timing/host_dispatch.py; default none: the study's designs compare the "
+                "memory system alone): eager (eager PyTorch dense part, fused embedding "
+                "kernels, foreach optimizer: a ScratchPipe-style trainer as built), "
+                "eager-per-table (an nn.EmbeddingBag per table, per-tensor optimizer: "
+                "dlrm_s_pytorch), torchrec (eager plus TorchRec's per-feature KJT handling "
+                "and its splits sync, pipelined by TrainPipelineSparseDist), "
+                "torchrec-unpipelined (the same called in-line: the sync waits for the "
+                "previous iteration), hugectr (graph-launched C++: no host issue cost) or "
+                "none (the host never on the path: the memory system alone)",
+        "choices": FRAMEWORKS})
     num_batches: int | str = field(default=100, metadata={
         "help": "mini-batches timed (after the cache warm-up); 'all': every batch of the "
                 "trace file", "min": 1})

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchpipe_sim.config.loader import CONFIGS_DIR, read_yaml
+from scratchpipe_sim.config.model import FRAMEWORKS
 from scratchpipe_sim.config.schema import build
 from scratchpipe_sim.errors import UserError, closest
 
@@ -195,6 +196,9 @@ class EndToEndModel:
         "dcn-v2 cross layers (null: the model's default)", **_POSITIVE))
     dcn_rank: int | None = field(default=None, metadata=_meta(
         "dcn-v2 low rank (null: the model's default)", **_POSITIVE))
+    framework: str | None = field(default=None, metadata=_meta(
+        "model.framework: how the source's trainer issues its ops (null: the model's "
+        "default)", choices=FRAMEWORKS))
 
 
 @dataclass(frozen=True)

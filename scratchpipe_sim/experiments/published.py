@@ -306,7 +306,8 @@ def as_json(results: Sequence[PhaseResult]) -> list[dict[str, Any]]:
 class EndToEndResult:
     """Predicted vs measured whole iteration of one end-to-end point, with its breakdown
     (ms: embedding = every stage but the dense one, dense = MLPs + dense optimizer,
-    interaction, other = iteration - the stages' sum: idle or, below 0, overlap)."""
+    interaction, host_wait = the GPU idle while the host issues the iteration, other =
+    iteration - the stages' sum: idle or, below 0, overlap)."""
 
     point: EndToEndPoint
     predicted_ms: float | None
@@ -350,7 +351,7 @@ def end_to_end_config(p: EndToEndPoint) -> dict[str, Any]:
         "bottom_mlp": list(m.bottom_mlp), "top_mlp": list(m.top_mlp),
         "interaction": m.interaction, "precision": m.precision,
         "num_batches": TIMED_BATCHES, "warmup_batches": FILL_BATCHES}
-    for key in ("dcn_layers", "dcn_rank"):
+    for key in ("dcn_layers", "dcn_rank", "framework"):
         if getattr(m, key) is not None:
             model[key] = getattr(m, key)
     d: dict[str, Any] = {
@@ -382,12 +383,16 @@ def run_end_to_end(p: EndToEndPoint, replay_cache: bool = True) -> EndToEndResul
     stages = {k[len("stage_"):-len("_ns")]: float(v) for k, v in row.items()
               if k.startswith("stage_") and k.endswith("_ns") and v is not None}
     mlp = stages.pop("mlp", 0.0)
+    # the GPU waiting for the host to issue the iteration (timing/host_dispatch.py) is
+    # inside the mlp stage: its own part
+    host = float(row.get("host_wait_ns") or 0.0)
     parts = dict(dense_iteration(cfg.model, cfg.hardware.gpu,
                                  float(p.model.batch_size)).part_ns)
     whole = sum(parts.values())
-    inter = mlp * parts["interaction"] / whole if whole > 0 else 0.0
-    breakdown = (("embedding", sum(stages.values()) / 1e6), ("dense", (mlp - inter) / 1e6),
-                 ("interaction", inter / 1e6),
+    inter = (mlp - host) * parts["interaction"] / whole if whole > 0 else 0.0
+    breakdown = (("embedding", sum(stages.values()) / 1e6),
+                 ("dense", (mlp - host - inter) / 1e6), ("interaction", inter / 1e6),
+                 ("host_wait", host / 1e6),
                  ("other", (iteration - mlp - sum(stages.values())) / 1e6))
     return EndToEndResult(p, iteration / 1e6, breakdown)
 

@@ -20,7 +20,8 @@ Resources (one `Server` each, processor sharing — see resources.py):
     hbm         GPU HBM; gathers at hbm_GBps x gather_efficiency(row)
     gpu_l2      rows that hit in the GPU L2 (l2_GBps)
     gpu_compute the dense work (MLPs, interaction, dense optimizer): its FLOPs over the
-                kernels' GPU time, after the launch waits (timing/dense_compute.py)
+                kernels' GPU time, after the launch waits (timing/dense_compute.py); the
+                iteration ends no earlier than the host issued it (timing/host_dispatch.py)
     gpu_mmu     address translations of host pages that miss the GPU TLB (UVM reads and
                 writes in place): uvm_translation_ns per walk, walks sharing the walkers
     nvlink_tx,  this GPU's NVLink/NVSwitch port, per direction (made on a design's first
@@ -56,6 +57,7 @@ from scratchpipe_sim.timing.collectives import (
 )
 from scratchpipe_sim.timing.cpu_update_cost import forward_overhead_ns, update_cost
 from scratchpipe_sim.timing.dense_compute import DenseCost, dense_iteration
+from scratchpipe_sim.timing.host_dispatch import host_iteration
 from scratchpipe_sim.timing.resources import (
     AllDone,
     Memory,
@@ -163,6 +165,15 @@ class Machine:
         self._net: tuple[Server, Server] | None = None
         #: the dense work's price per distinct samples per batch (`mlp`)
         self._dense: dict[float, DenseCost] = {}
+        #: the host's issue work per iteration (model.framework), when the host has issued
+        #: everything so far, and the earliest it may start the next iteration (a sync)
+        self._host = host_iteration(m, cpu)
+        self._host_free = 0.0
+        self._host_gate = 0.0
+        if self._host.total_ns > 0:
+            self.counters.update({"host_issue_ns": self._host.total_ns,
+                                  "host_ops": float(self._host.op_count),
+                                  "host_wait_ns": 0.0})
 
     def batch_done(self, b: int) -> None:
         """Batch b finished training; at the end of warm-up, snapshot busy times."""
@@ -571,15 +582,45 @@ class Machine:
     def mlp(self, batch: int, samples: float) -> simpy.Event | None:
         """The dense work of one iteration on `samples` samples (MLPs, interaction, dense
         optimizer: `dense_compute.dense_iteration`): its FLOPs on `gpu_compute` for the
-        kernels' GPU time, after the launch waits (idle, not busy)."""
+        kernels' GPU time, after the launch waits (idle, not busy). The iteration's host
+        issue (`host_dispatch.host_iteration`) is joined here, the one place every
+        design's iteration passes: the host issues batch b's ops from when it finished
+        batch b - 1's (running ahead of the GPU), or, with a host sync per iteration, not
+        before the GPU reached batch b - 1's dense work; the dense work ends no earlier
+        than the host has issued the whole iteration (the GPU then waits: `host_wait`)."""
         cost = self._dense.get(samples)
         if cost is None:  # once per distinct batch size (every batch asks)
             cost = self._dense[samples] = dense_iteration(self.cfg.model,
                                                           self.cfg.hardware.gpu,
                                                           float(samples))
-        return self.compute.transfer(cost.flops, batch, "mlp",
-                                     GBps=cost.flops / cost.busy_ns,
-                                     latency_ns=cost.launch_ns)
+        ev = self.compute.transfer(cost.flops, batch, "mlp",
+                                   GBps=cost.flops / cost.busy_ns,
+                                   latency_ns=cost.launch_ns)
+        host = self._host
+        if host.total_ns <= 0:
+            return ev
+        shift = 0.0
+        if host.drains:  # the sync waits for batch b - 1's last kernel: nothing overlaps
+            prev = float(self.done[batch - 1]) if batch > 0 else 0.0
+            self._host_gate = self.env.now if math.isnan(prev) else prev
+            shift = host.pre_ns  # the GPU starts batch b once its inputs are issued
+        start = max(self._host_free, self._host_gate)
+        self._host_free = start + host.total_ns
+        if host.syncs and not host.drains:
+            self._host_gate = self.env.now
+        return self.env.process(self._host_join(batch, ev, self._host_free, shift))
+
+    def _host_join(self, batch: int, ev: simpy.Event | None, issued_ns: float,
+                   shift_ns: float) -> Generator:
+        """Wait for the dense work, then for the host to have issued the iteration;
+        `shift_ns`: host issue the GPU waited for before its first kernel of the batch."""
+        if ev is not None:
+            yield ev
+        wait = max(issued_ns - self.env.now, shift_ns)
+        if wait > 0:
+            if batch >= self.warmup:  # a mean over the measured batches
+                self.counters["host_wait_ns"] += wait / (self.num_batches - self.warmup)
+            yield self.env.timeout(wait)
 
     # -- stages ------------------------------------------------------------------------------
     def stage(self, name: str, batch: int, parts: Iterable[simpy.Event | None]

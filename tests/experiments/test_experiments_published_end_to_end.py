@@ -21,7 +21,10 @@ def test_shipped_end_to_end_points_load_with_roles():
     points = {p.id: p for p in PP.load_end_to_end()}
     assert {"E3.8-sgd-256", "E3.8-adagrad-2048-dot", "E3.8-adagrad-2048-dcn",
             "E3.8-adagrad-16384-dcn", "E3.12", "E3.11"} <= set(points)
-    assert [i for i, p in points.items() if p.role == "fit"] == ["E3.8-adagrad-16384-dcn"]
+    # gemm_efficiency, TorchRec's ops per feature, host_op_ns (docs/validation.md)
+    assert [i for i, p in points.items() if p.role == "fit"] == [
+        "E3.8-sgd-256", "E3.8-adagrad-16384-dcn", "E3.12"]
+    assert {p.model.framework for p in points.values()} == {"torchrec", "eager-per-table"}
     # samples/s per GPU become ms per iteration of the local batch: 9.08 it/s
     assert points["E3.8-adagrad-16384-dcn"].measured_ms == pytest.approx(1e3 / 9.08, rel=1e-3)
     assert points["E3.12"].measured_ms == pytest.approx(17.304 / 5)
@@ -37,7 +40,8 @@ def _tiny(**change) -> dict:
              "alpha": 1.05,
              "model": {"tables": 2, "rows_per_table": 1000, "dim": 16, "pooling": 2,
                        "batch_size": 64, "optimizer": "sgd", "bottom_mlp": [13, 16],
-                       "top_mlp": [19, 1], "interaction": "dot", "precision": "fp32"},
+                       "top_mlp": [19, 1], "interaction": "dot", "precision": "fp32",
+                       "framework": "eager"},
              "measured": {"ms_per_iter": 0.5}, "role": "check", "note": "tiny",
              "skip_reason": None}
     point.update(change)
@@ -69,6 +73,13 @@ def test_a_point_missing_its_model_or_batch_is_one_line_naming_it(tmp_path, caps
     assert len(err) == 1 and "X.tiny" in err[0] and words in err[0] and path in err[0]
 
 
+def test_an_unknown_framework_is_one_line_naming_its_key(tmp_path, capsys):
+    path = _write(tmp_path, _tiny(model={**_tiny()["model"], "framework": "pytorch"}))
+    assert main(["validate", "--published", "--data", path, "--only", "X.tiny"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "end_to_end[0].model.framework" in err[0] and "eager" in err[0]
+
+
 def test_both_or_neither_measurement_is_refused(tmp_path, capsys):
     path = _write(tmp_path, _tiny(measured={"ms_per_iter": 1, "samples_per_s_per_gpu": 2}))
     assert main(["validate", "--published", "--data", path, "--only", "X.tiny"]) == 2
@@ -86,7 +97,9 @@ def test_cli_lists_the_end_to_end_point_with_its_breakdown(tmp_path, capsys):
     (row,) = json.loads(capsys.readouterr().out)
     assert row["kind"] == "end-to-end" and row["measured_ms"] == 0.5
     assert row["factor"] == pytest.approx(row["predicted_ms"] / 0.5)
-    # the breakdown is the iteration: embedding stages + dense + interaction + other
+    # the breakdown is the iteration: embedding stages + dense + interaction + host_wait
+    # + other; this batch-64 eager model is host-bound (timing/host_dispatch.py)
     assert sum(row["breakdown_ms"].values()) == pytest.approx(row["predicted_ms"])
+    assert row["breakdown_ms"]["host_wait"] > 0
     assert row["predicted_samples_per_s_per_gpu"] == pytest.approx(
         64 / row["predicted_ms"] * 1e3)
