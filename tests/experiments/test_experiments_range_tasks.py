@@ -51,8 +51,7 @@ def test_a_sampled_runs_salts_on_a_dask_cluster_equal_the_serial_run():
     cfg = load_config({
         "hardware": {"preset": "a100-gen4"},
         "model": {"tables": {"count": 2, "rows": 20000, "dim": 32}, "pooling": 4,
-                  "batch_size": 128, "num_batches": 6, "warmup_batches": 2,
-                  "bottom_mlp": [13, 16], "top_mlp": [8, 1]},
+                  "batch_size": 128, "num_batches": 6, "warmup_batches": 2},
         "trace": {"distribution": "zipf", "alpha": 1.05, "sample_rate": 0.25,
                   "sample_salts": 2},
         "cache": {"load_factor": 0.05, "warmup_batches": 6}, "seed": 3})
