@@ -97,6 +97,21 @@ class PublishedPhases:
         return getattr(self, phase, None) is not None
 
 
+def check_texts_and_preset(point: Any, preset: str | None, source: str | None,
+                           where: str) -> None:
+    """What every kind of point checks: no blank text field, and a preset that exists."""
+    for f in fields(point):
+        v = getattr(point, f.name)
+        if isinstance(v, str) and not v.strip():
+            raise UserError(f"expected a non-empty text, got {v!r}", source=source,
+                            field=f"{where}.{f.name}")
+    if preset is not None and preset not in known_presets():
+        names = known_presets()
+        raise UserError(f"no hardware preset '{preset}'{closest(preset, names)}; expected "
+                        f"one of: {', '.join(names)} (or null with a skip_reason)",
+                        source=source, field=f"{where}.preset")
+
+
 @dataclass(frozen=True)
 class PublishedPoint:
     """One published measurement with the configuration it was taken under (every key
@@ -127,16 +142,7 @@ class PublishedPoint:
 
     def check(self, source: str | None, where: str) -> None:
         """The rules between fields (each field's own are its metadata)."""
-        for f in fields(self):  # texts are never blank
-            v = getattr(self, f.name)
-            if isinstance(v, str) and not v.strip():
-                raise UserError(f"expected a non-empty text, got {v!r}", source=source,
-                                field=f"{where}.{f.name}")
-        if self.preset is not None and self.preset not in known_presets():
-            names = known_presets()
-            raise UserError(f"no hardware preset '{self.preset}'{closest(self.preset, names)}; "
-                            f"expected one of: {', '.join(names)} (or null with a "
-                            "skip_reason)", source=source, field=f"{where}.preset")
+        check_texts_and_preset(self, self.preset, source, where)
         design = PLACEMENT_DESIGNS[self.placement]
         if self.design != design:
             raise UserError(f"placement {self.placement} runs as design '{design}', got "
@@ -245,16 +251,7 @@ class EndToEndPoint:
         return self.model.batch_size / float(self.measured.samples_per_s_per_gpu or 1) * 1e3
 
     def check(self, source: str | None, where: str) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, str) and not v.strip():
-                raise UserError(f"expected a non-empty text, got {v!r}", source=source,
-                                field=f"{where}.{f.name}")
-        if self.preset is not None and self.preset not in known_presets():
-            names = known_presets()
-            raise UserError(f"no hardware preset '{self.preset}'{closest(self.preset, names)}; "
-                            f"expected one of: {', '.join(names)} (or null with a "
-                            "skip_reason)", source=source, field=f"{where}.preset")
+        check_texts_and_preset(self, self.preset, source, where)
         if self.preset is None and self.skip_reason is None:
             raise UserError("a point without a hardware preset needs a skip_reason",
                             source=source, field=f"{where}.skip_reason")
