@@ -144,7 +144,11 @@ def test_collect_snapshots_results_bands_and_published(tmp_path: Path) -> None:
     pub = tmp_path / "pub.json"
     pub.write_text(json.dumps([{**PUBLISHED[0], "gpu": "g", "optimizer": None,
                                 "predicted_ms": 0.8, "measured_ms": 1.0, "role": "fit",
-                                "status": "ok", "source": "url"}]), encoding="utf-8")
+                                "status": "ok", "source": "url"},
+                               # an end-to-end and a multi-GPU row (other keys): left out
+                               {"id": "E", "kind": "end-to-end", "predicted_ms": 1.0},
+                               {"id": "C", "quantity": "samples_per_s", "predicted": 1.0}]),
+                   encoding="utf-8")
     (tmp_path / "docs").mkdir()
     assert main(["docs", "--collect", "--results", str(tmp_path / "results"), "--bands",
                  str(tmp_path / "bands"), "--published", str(pub), "--root",
@@ -156,7 +160,8 @@ def test_collect_snapshots_results_bands_and_published(tmp_path: Path) -> None:
     assert json.loads(compact.read_text(encoding="utf-8")) == \
         [{"values": {"a": 1}, "runs": [{"sp": 2.5}, {"sp": 2.0}, {"sp": 3.0}, {"sp": 2.25},
                                        {"sp": 2.75}]}]
-    assert "source" not in json.loads((data / "published.json").read_text(encoding="utf-8"))[0]
+    snap = json.loads((data / "published.json").read_text(encoding="utf-8"))
+    assert [r["id"] for r in snap] == [PUBLISHED[0]["id"]] and "source" not in snap[0]
 
 
 def test_rerun_refuses_an_existing_study_folder(tmp_path: Path,
