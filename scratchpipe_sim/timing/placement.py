@@ -5,6 +5,8 @@ cluster model can place tables the same way. Modes, as TorchRec's sharding types
 (whole tables, placed largest first on the GPU with the least lookup traffic that has room),
 row-wise (every table split evenly over the N GPUs) or auto (table-wise; row-wise for a table
 larger than one GPU's HBM). A table's HBM footprint is rows x R (weights + optimizer state).
+Column-wise shards (TorchRec's CW: the embedding dim cut into equal slices, every row of its
+slice on each shard) are sized by `column_block` and `column_shard_bytes`.
 The caller names the config keys that set the GPU count and the mode (`where`): errors name
 them.
 """
@@ -18,6 +20,12 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError
 
 GiB = 1 << 30
+#: TorchRec's narrowest column-wise shard by default, columns (MIN_CW_DIM in
+#: torchrec/distributed/planner/constants.py; its planner's col_wise_shard_dim default)
+MIN_CW_DIM = 128
+#: a column shard's width must be a multiple of this (torchrec/distributed/sharding_plan.py
+#: `_find_base_dim`: a block is a divisor of the dim with `i % 4 == 0`)
+CW_ALIGN = 4
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,27 @@ def table_bytes(cfg: Config) -> list[float]:
     m = cfg.model
     return [rows * R for rows, R in zip(m.rows_per_table, m.moved_row_bytes_per_table,
                                         strict=True)]
+
+
+def column_block(dim: int, min_width: int) -> int:
+    """TorchRec's column-wise block (sharding_plan.py `_find_base_dim`, used by
+    `_calculate_cw_shard_sizes_and_offsets`): the smallest divisor of `dim` that is at least
+    `min_width` and a multiple of 4; the whole dim when none is (one shard: table-wise)."""
+    for w in range(max(min_width, 1), dim):
+        if dim % w == 0 and w % CW_ALIGN == 0:
+            return w
+    return dim
+
+
+def column_shard_bytes(cfg: Config, t: int, k: int) -> float:
+    """HBM of one of k column shards of table t: every row x (dim / k columns + the
+    optimizer state of such a row). Element-wise state (adagrad, adam) splits with the
+    columns; rowwise-adagrad's one fp32 per row does not: each shard is a table of its own
+    in FBGEMM's TBE with its own per-row state, so the k shards hold k x rows x 4 B of it
+    (k = 1: exactly `table_bytes`)."""
+    m = cfg.model
+    w = m.dims[t] // k
+    return float(m.rows_per_table[t] * (w * m.tables.bytes_per_element + m._state(w)))
 
 
 def shard(cfg: Config, n: int, mode: str, where: str) -> Sharding:

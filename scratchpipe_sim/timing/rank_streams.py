@@ -9,7 +9,12 @@ parallelism). Each table t has a span of `span[t]` ranks of the group starting a
 rank `start[t]`: span 1 is table-wise (the table on one rank), span k > 1 row-wise over k
 ranks (rows cut into k contiguous blocks of ceil(rows / k): TorchRec's RW for k = L, its
 TWRW for the k GPUs of one node), span 0 data-parallel (the table replicated on every rank:
-a lookup is served by the rank that asks, no exchange; HugeCTR's small tables). With
+a lookup is served by the rank that asks, no exchange; HugeCTR's small tables). A table of
+`cols[t]` = c > 1 column slices (TorchRec's column-wise, c = span; grid, span = c x j) is
+priced as TorchRec runs it, as c tables of its own (its CW sharding is its table-wise
+sharding of the slices: cw_sharding.py's input dist is TwSparseFeaturesDist): `split_columns`
+turns the trace and plan into one with a table per slice, row-wise over its j ranks, so every
+lookup of the table lands on every slice's rank. With
 `dedup` (ids deduplicated before the all-to-all, as TorchRec's / dynamicemb's input dist),
 a source rank sends each distinct id of a model-parallel table once per destination, and
 the destination looks each up once.
@@ -75,6 +80,8 @@ class RankPlan:
     group: int
     start: tuple[int, ...]
     span: tuple[int, ...]
+    #: column slices per table (empty: none split; see `split_columns`)
+    cols: tuple[int, ...] = ()
 
     @classmethod
     def of_owner(cls, ranks: int, group: int, owner: tuple[int, ...]) -> RankPlan:
@@ -86,6 +93,60 @@ class RankPlan:
         """Rows per block of each table (ceil(rows / span); 0 for a data-parallel table)."""
         return np.array([math.ceil(int(r) / k) if k > 0 else 0
                          for r, k in zip(table_rows, self.span, strict=True)], np.int64)
+
+
+    def slices(self) -> list[tuple[int, int, int]]:
+        """(table, first local rank, ranks) of each slice table, table-major: a table of c
+        column slices becomes c tables, slice i row-wise over the span's i-th j = span / c
+        ranks; any other table is itself."""
+        out = []
+        for t, (s0, k) in enumerate(zip(self.start, self.span, strict=True)):
+            c = self.cols[t] if self.cols else 1
+            out.extend((t, s0 + i * (k // c), k // c) for i in range(c))
+        return out
+
+    def split(self) -> RankPlan:
+        """The plan over `slices()`' tables (itself when no table is column-split)."""
+        if not self.cols:
+            return self
+        sl = self.slices()
+        return RankPlan(self.ranks, self.group, tuple(s for _, s, _ in sl),
+                        tuple(k for _, _, k in sl))
+
+
+def table_trace(trace: Trace, tables: list[int]) -> Trace:
+    """A trace whose table i is the trace's table `tables[i]` (repeats allowed: its bags
+    copied, ids as they are), batch by batch; the trace itself when `tables` is every table
+    in order."""
+    T = trace.num_tables
+    if list(tables) == list(range(T)):
+        return trace
+    offs = np.asarray(trace.offsets, np.int64)
+    bounds = np.asarray(trace.batch_bounds, np.int64)
+    ind = np.asarray(trace.indices)
+    parts, lens, new_bounds = [], [], [0]
+    for b in range(trace.num_batches):
+        lo, hi = int(bounds[b]), int(bounds[b + 1])
+        B = (hi - lo) // T
+        for t in tables:
+            first = lo + t * B
+            parts.append(ind[offs[first]:offs[first + B]])
+            lens.append(np.diff(offs[first:first + B + 1]))
+        new_bounds.append(new_bounds[-1] + B * len(tables))
+    indices = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+    offsets = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
+    rows = np.asarray(trace.table_rows, np.int64)[list(tables)]
+    return Trace(rows, indices.astype(np.int64), offsets, np.array(new_bounds, np.int64),
+                 trace.batch_size, dict(trace.meta), trace.source)
+
+
+def split_columns(trace: Trace, plan: RankPlan) -> tuple[Trace, RankPlan]:
+    """(trace, plan) with a table per column slice (`RankPlan.slices`): what `rank_counts`
+    and `rank_stream` of a column-split plan are computed on; themselves when none is."""
+    if not plan.cols:
+        return trace, plan
+    return table_trace(trace, [t for t, _, _ in plan.slices()]), plan.split()
 
 
 @dataclass(frozen=True)
@@ -105,6 +166,7 @@ class RankCounts:
 
 def rank_counts(trace: Trace, plan: RankPlan, dedup: bool) -> RankCounts:
     """Every batch's per-rank counts (see the module docstring)."""
+    trace, plan = split_columns(trace, plan)  # a table per column slice
     n, nb, T = plan.ranks, trace.num_batches, trace.num_tables
     out = np.zeros((len(KINDS), nb, n), np.int64)
     rows = np.asarray(trace.table_rows, np.int64)
@@ -167,7 +229,8 @@ def rank_stream(trace: Trace, plan: RankPlan, rank: int, dedup: bool) -> Trace:
     """The lookups of model-parallel tables that `rank` serves (deduplicated per source with
     `dedup`), as a trace of its own: per batch one bag per table (batch size 1), ids as in
     the global trace. What a per-rank cache over host memory sees; data-parallel tables
-    (small, replicated in HBM) are left out."""
+    (small, replicated in HBM) are left out; a column-split table is a table per slice."""
+    trace, plan = split_columns(trace, plan)
     nb, T, n = trace.num_batches, trace.num_tables, plan.ranks
     rows = np.asarray(trace.table_rows, np.int64)
     pair_seen = np.zeros(0, np.int64)

@@ -59,8 +59,21 @@ from scratchpipe_sim.timing.designs.design_parameters import params_tuple, polic
 from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 from scratchpipe_sim.timing.designs.multi_gpu import mlp_param_bytes
 from scratchpipe_sim.timing.machine import Collective
-from scratchpipe_sim.timing.placement import GiB, shard, table_bytes
-from scratchpipe_sim.timing.rank_streams import RankPlan, rank_counts, rank_stream
+from scratchpipe_sim.timing.placement import (
+    CW_ALIGN,
+    GiB,
+    column_block,
+    column_shard_bytes,
+    shard,
+    table_bytes,
+)
+from scratchpipe_sim.timing.rank_streams import (
+    RankPlan,
+    rank_counts,
+    rank_stream,
+    split_columns,
+    table_trace,
+)
 from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.forked import can_fork, fork_map, usable_cores
 
@@ -75,9 +88,29 @@ PARAMS_KEY = "design_params.cluster"
 class ClusterParams:
     sharding: str = field(default="auto", metadata={
         "help": "table-wise (whole tables per rank), row-wise (every table split over the "
-                "shard group), auto (table-wise, row-wise for a table larger than one GPU) "
-                "or hybrid (HugeCTR's: small tables data-parallel, see dp_max_MiB)",
-        "choices": ("table-wise", "row-wise", "auto", "hybrid")})
+                "shard group), auto (table-wise, row-wise for a table larger than one GPU), "
+                "hybrid (HugeCTR's: small tables data-parallel, see dp_max_MiB) or "
+                "column-wise (TorchRec's CW: each table's dim cut into slices of "
+                "column_shard_dim's block, one slice per rank of a run of consecutive ranks, "
+                "every row on every slice; a table of one block stays table-wise)",
+        "choices": ("table-wise", "row-wise", "auto", "hybrid", "column-wise")})
+    column_shard_dim: int = field(default=128, metadata={
+        "help": "the narrowest column shard, columns: with sharding column-wise a table's "
+                "slice is TorchRec's block, the smallest divisor of its dim that is at least "
+                "this and a multiple of 4, else the whole dim (torchrec/distributed/"
+                "sharding_plan.py _find_base_dim, _calculate_cw_shard_sizes_and_offsets); "
+                "`columns` slices may not be narrower. 128: TorchRec's MIN_CW_DIM "
+                "(planner/constants.py), its planner's col_wise_shard_dim default",
+        "min": 4})
+    columns: dict[str, int] | None = field(default=None, metadata={
+        "help": "table index -> its column shards k (TorchRec's column_wise(ranks)): the dim "
+                "cut into k equal slices of dim / k columns (a multiple of 4, at least "
+                "column_shard_dim), each on its own rank with every row of its slice and "
+                "every lookup of the table; with `placement` naming the table, its k x j "
+                "consecutive ranks (j > 1: each slice row-wise over j ranks, TorchRec's grid "
+                "shard), else k consecutive ranks with the least load that have room. "
+                "Optimizer state: element-wise splits, rowwise-adagrad's per-row fp32 is kept "
+                "on every slice (null: none)"})
     dp_max_MiB: float = field(default=64.0, metadata={
         "help": "with sharding hybrid (HugeCTR's placement): tables whose footprint is at "
                 "most this are data-parallel (replicated on every rank, their gradients in "
@@ -92,7 +125,8 @@ class ClusterParams:
         "choices": ("global", "shard-group")})
     placement: dict[str, tuple[int, ...]] | None = field(default=None, metadata={
         "help": "table index -> the ranks of its shard group holding it (one rank: "
-                "table-wise; a run of consecutive ranks: row-wise over them); tables not named are "
+                "table-wise; a run of consecutive ranks: row-wise over them, or its `columns` "
+                "slices on them); tables not named are "
                 "placed by `sharding` (null: all by `sharding`)"})
     shard_group: int | None = field(default=None, metadata={
         "help": "ranks a copy of the tables is sharded over (2D sparse parallelism: the "
@@ -135,20 +169,29 @@ def group_size(cfg: Config, p: ClusterParams) -> int:
 class Layout:
     """Each table's span inside a shard group of `group` ranks: its first local rank
     (`start[t]`) and its width (`span[t]`: 1 table-wise, k row-wise over k ranks, 0
-    data-parallel on every rank), and the HBM each local rank holds."""
+    data-parallel on every rank), and the HBM each local rank holds. `cols[t]` (empty: all
+    1): c column slices, each row-wise over span / c consecutive ranks of the span (c = span:
+    column-wise; 1 < c < span: TorchRec's grid). `sizes[t]` is all of t's shards' HBM."""
 
     group: int
     start: tuple[int, ...]
     span: tuple[int, ...]
     used_bytes: tuple[float, ...]
+    cols: tuple[int, ...] = ()
 
     @classmethod
-    def of(cls, L: int, start: list[int], span: list[int], sizes: list[float]) -> Layout:
+    def of(cls, L: int, start: list[int], span: list[int], sizes: list[float],
+           cols: list[int] | None = None) -> Layout:
         used = [0.0] * L
         for t, (s0, k) in enumerate(zip(start, span, strict=True)):
             for g in range(L) if k == 0 else range(s0, s0 + k):
                 used[g] += sizes[t] / max(k, 1)
-        return cls(L, tuple(start), tuple(span), tuple(used))
+        split = cols is not None and any(c > 1 for c in cols)
+        return cls(L, tuple(start), tuple(span), tuple(used), tuple(cols) if split else ())
+
+    def columns(self, t: int) -> int:
+        """Column slices of table t (1: not column-split)."""
+        return self.cols[t] if self.cols else 1
 
 
 def cluster_layout(cfg: Config, p: ClusterParams, L: int) -> Layout:
@@ -161,7 +204,9 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int) -> Layout:
         cfg = dataclasses.replace(cfg, hardware=dataclasses.replace(
             hw, gpu=dataclasses.replace(hw.gpu, hbm_capacity_GiB=per_gpu)))
     T = cfg.model.table_count
-    sizes = table_bytes(cfg)
+    cols = column_counts(cfg, p, L)
+    sizes = [s if k == 1 else k * column_shard_bytes(cfg, t, k)
+             for t, (s, k) in enumerate(zip(table_bytes(cfg), cols, strict=True))]
     hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
     fixed: dict[int, tuple[int, ...]] = {}
     for key, ranks in (p.placement or {}).items():
@@ -180,10 +225,23 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int) -> Layout:
             raise UserError(f"ranks {list(ranks)}: expected one rank (table-wise) or a run "
                             "of consecutive ranks (row-wise over them)", source=src,
                             field=where)
+        k = cols[int(key)]
+        if len(ranks) % k:
+            raise UserError(f"{len(ranks)} ranks for table {key}'s {k} column shards: "
+                            f"expected a multiple of {k} ranks ({k} x j: each slice row-wise "
+                            "over j)", source=src, field=where)
         fixed[int(key)] = tuple(sorted(ranks))
+    split = any(k > 1 for k in cols)
     if p.sharding == "hybrid":
         layout = hybrid_layout(cfg, p, L, sizes, hbm)
         start, span = list(layout.start), list(layout.span)
+    elif p.sharding == "column-wise":
+        start, span = [0] * T, [1] * T
+        for t, ranks in fixed.items():
+            start[t], span[t] = ranks[0], len(ranks)
+        held = [s if t in fixed else 0.0 for t, s in enumerate(sizes)]
+        place_runs(cfg, p, L, [t for t in range(T) if t not in fixed], cols, sizes, hbm,
+                   start, span, list(Layout.of(L, start, span, held).used_bytes))
     else:
         where_nodes = ("hardware.cluster.nodes" if p.shard_group is None
                        else f"{PARAMS_KEY}.shard_group")
@@ -196,19 +254,96 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int) -> Layout:
         start = [0 if base.row_wise[t] else
                  max(range(L), key=lambda g, t=t: base.frac[g][t]) for t in range(T)]
         span = [L if base.row_wise[t] else 1 for t in range(T)]
-        if not fixed:
+        if not fixed and not split:
             return Layout.of(L, start, span, sizes)
     for t, ranks in fixed.items():
         start[t], span[t] = ranks[0], len(ranks)
-    layout = Layout.of(L, start, span, sizes)
+    if split and p.sharding != "column-wise":  # `columns` tables moved to runs of k ranks
+        moved = [t for t in range(T) if cols[t] > 1 and t not in fixed]
+        rest = [s if t not in moved else 0.0 for t, s in enumerate(sizes)]
+        used = list(Layout.of(L, start, span, rest).used_bytes)
+        place_runs(cfg, p, L, moved, cols, sizes, hbm, start, span, used)
+    layout = Layout.of(L, start, span, sizes, cols)
     for g, used in enumerate(layout.used_bytes):
         if used > hbm:
             field_ = (f"{PARAMS_KEY}.placement" if fixed else
+                      f"{PARAMS_KEY}.columns" if p.columns else
+                      f"{PARAMS_KEY}.column_shard_dim" if p.sharding == "column-wise" else
                       f"{PARAMS_KEY}.dp_max_MiB")
             raise UserError(f"rank {g} holds {used / GiB:.2f} GiB of tables but a GPU holds "
                             f"{hbm / GiB:g} GiB: expected a placement that fits",
                             source=src, field=field_)
     return layout
+
+
+def column_counts(cfg: Config, p: ClusterParams, L: int) -> list[int]:
+    """Column slices per table: `columns`' k where it names the table, else (sharding
+    column-wise) dim / TorchRec's block of column_shard_dim, else 1; checked against the
+    dim (equal slices, a multiple of 4 wide, at least column_shard_dim) and the L ranks."""
+    m, src = cfg.model, cfg.source
+    T = m.table_count
+    cols = [1] * T
+    if p.sharding == "column-wise":
+        for t, d in enumerate(m.dims):
+            cols[t] = d // column_block(d, p.column_shard_dim)
+            if cols[t] > L:
+                raise UserError(
+                    f"table {t}'s dim {d} in blocks of {d // cols[t]} columns makes {cols[t]} "
+                    f"column shards but a shard group has {L} ranks: expected "
+                    f"column_shard_dim of at least {math.ceil(d / L)}", source=src,
+                    field=f"{PARAMS_KEY}.column_shard_dim")
+    for key, k in (p.columns or {}).items():
+        where = f"{PARAMS_KEY}.columns.{key}"
+        if not key.isdigit() or int(key) >= T:
+            raise UserError(f"no table {key!r}: expected a table index 0-{T - 1}",
+                            source=src, field=where)
+        t = int(key)
+        d = m.dims[t]
+        if k < 1 or d % k:
+            raise UserError(f"{k} column shards of table {t}'s dim {d}: expected a divisor of "
+                            f"{d} (TorchRec's column_wise cuts equal slices)", source=src,
+                            field=where)
+        w = d // k
+        if k > 1 and (w % CW_ALIGN or w < p.column_shard_dim):
+            raise UserError(f"{k} column shards of table {t}'s dim {d} are {w} columns wide: "
+                            f"expected a multiple of {CW_ALIGN} of at least column_shard_dim "
+                            f"= {p.column_shard_dim} (TorchRec's _find_base_dim; lower "
+                            "column_shard_dim for narrower slices)", source=src, field=where)
+        if k > L:
+            raise UserError(f"{k} column shards of table {t} but a shard group has {L} ranks: "
+                            f"expected at most {L} (one slice per rank)", source=src,
+                            field=where)
+        cols[t] = k
+    return cols
+
+
+def place_runs(cfg: Config, p: ClusterParams, L: int, tables: list[int], cols: list[int],
+               sizes: list[float], hbm: float, start: list[int], span: list[int],
+               used: list[float]) -> None:
+    """Each of `tables` on a run of cols[t] consecutive ranks (one slice each; 1: the
+    table whole), largest slice first, on the run whose busiest rank has the least lookup
+    load and room (as `placement.shard`'s table-wise); start / span / used updated."""
+    m = cfg.model
+    load = [0.0] * L
+    weight = [q * r for q, r in zip(m.poolings, m.row_bytes_per_table, strict=True)]
+    for t in sorted(tables, key=lambda t: (-sizes[t] / cols[t], t)):
+        k, piece = cols[t], sizes[t] / cols[t]
+        fits = [s for s in range(L - k + 1) if max(used[s:s + k]) + piece <= hbm]
+        if not fits:
+            alone = piece > hbm
+            field_ = (f"{PARAMS_KEY}.columns.{t}" if str(t) in (p.columns or {}) else
+                      f"{PARAMS_KEY}.column_shard_dim" if alone else
+                      "hardware.cluster.nodes" if p.shard_group is None else
+                      f"{PARAMS_KEY}.shard_group")
+            raise UserError(f"table {t}'s {k} shard(s) of {piece / GiB:.2f} GiB fit on no run "
+                            f"of {k} of the shard group's {L} ranks of {hbm / GiB:g} GiB: "
+                            f"expected {'narrower slices' if alone else 'more ranks'}",
+                            source=cfg.source, field=field_)
+        s0 = min(fits, key=lambda s: (max(load[s:s + k]), max(used[s:s + k]), s))
+        start[t], span[t] = s0, k
+        for g in range(s0, s0 + k):
+            used[g] += piece
+            load[g] += weight[t] / k
 
 
 def hybrid_layout(cfg: Config, p: ClusterParams, L: int, sizes: list[float],
@@ -261,7 +396,8 @@ class Cluster(Design):
         n, L, G = self.ranks, self.L, self.G
         #: the trace's batch covers every rank, or one shard group (priced once)
         self.traced = n if p.trace_scope == "global" else L
-        self.plan = RankPlan(self.traced, L, self.layout.start, self.layout.span)
+        self.plan = RankPlan(self.traced, L, self.layout.start, self.layout.span,
+                             self.layout.cols)
         m = cfg.model
         r_t = tuple(float(r) for r in m.row_bytes_per_table)
         rows_out = m.output_rows_per_table
@@ -285,8 +421,23 @@ class Cluster(Design):
         start = np.array(self.layout.start)
         g = np.arange(L)[:, None]
         self.holds = (span[None, :] > 0) & (g >= start) & (g < start + span)  # [rank, table]
-        # a span inside one node of a multi-node group is reduced over NVLink first (TWRW)
-        self.node_local = ((span > 1) & (L > G) & (start // G == (start + span - 1) // G))
+        # a span inside one node of a multi-node group is reduced over NVLink first (TWRW;
+        # a column-split table: each slice's j = span / c ranks)
+        self.cols = np.array([self.layout.columns(t) for t in range(len(span))])
+        j = span // self.cols
+        inside = [all((s0 + i * jt) // G == (s0 + (i + 1) * jt - 1) // G for i in range(c))
+                  for s0, jt, c in zip(start, j, self.cols, strict=True)]
+        self.node_local = (j > 1) & (L > G) & np.array(inside, bool)
+        #: a rank's cached row with its state (`rank_fetch`): the tables' mean, or with
+        #: column slices the most per row any rank holds (its slices' rows)
+        self.rank_R = m.moved_row_bytes
+        if self.layout.cols:
+            sizes = [(t, column_shard_bytes(cfg, t, c) / m.rows_per_table[t],
+                      math.ceil(m.rows_per_table[t] / max(jt, 1)))
+                     for t, (c, jt) in enumerate(zip(self.cols, j, strict=True))]
+            self.rank_R = max(sum(Rt * rows for t, Rt, rows in sizes if self.holds[g, t])
+                              / max(1, sum(rows for t, _, rows in sizes if self.holds[g, t]))
+                              for g in range(L))
 
     def workload_key(self) -> WorkloadKey:
         return WorkloadKey(None, where=Where.DEVICE)
@@ -298,9 +449,42 @@ class Cluster(Design):
         # ids received over all ranks, deduplicated or not: scales unpooled outputs
         cols["rank_ids_recv_total"] = counts.ids_recv.sum(axis=1)
         cols["rank_ids_total"] = counts.ids_recv_all.sum(axis=1)
+        if self.layout.cols:
+            cols.update(self.slice_bytes(trace, counts))
         if self.params.rank_cache != "none":
             cols.update(self.rank_cache_columns(trace, counts))
         return cols
+
+    def slice_bytes(self, trace: Trace, counts) -> dict[str, np.ndarray]:
+        """With column slices: per batch `lookup_bytes` / `unique_bytes` such that the
+        critical rank's lookups (and unique rows) are priced at the bytes of what it
+        holds, a slice's rows being dim / c wide: the largest rank's bytes over the
+        largest rank's count, times the batch's accesses (unique rows), which
+        `Columns.of` divides back out. The counts of each row size come from a pass of
+        `rank_counts` over the slices of that size (counts add over tables)."""
+        m = self.cfg.model
+        sizes: dict[tuple[float, float], list[int]] = {}
+        for i, (t, _, _) in enumerate(self.plan.slices()):
+            c = self.layout.columns(t)
+            size = (m.row_bytes_per_table[t] / c,
+                    column_shard_bytes(self.cfg, t, c) / m.rows_per_table[t])
+            sizes.setdefault(size, []).append(i)
+        sliced, plan = split_columns(trace, self.plan)
+        look = np.zeros(counts.lookups.shape)
+        uniq = np.zeros(counts.unique.shape)
+        for (r, R), idx in sizes.items():
+            part = rank_counts(table_trace(sliced, idx), RankPlan(
+                plan.ranks, plan.group, tuple(plan.start[i] for i in idx),
+                tuple(plan.span[i] for i in idx)), self.params.dedup)
+            look += r * part.lookups
+            uniq += R * part.unique
+        accesses = np.diff(trace.batch_access_ptr()).astype(float)
+        distinct = np.array([len(np.unique(trace.linear_batch(b)[0]))
+                             for b in range(trace.num_batches)], float)
+        n_look = np.maximum(counts.lookups.max(axis=1), 1)
+        n_uniq = np.maximum(counts.unique.max(axis=1), 1)
+        return {"lookup_bytes": accesses * look.max(axis=1) / n_look,
+                "unique_bytes": distinct * uniq.max(axis=1) / n_uniq}
 
     def rank_cache_capacity(self, rank: int) -> int:
         """Rows of a rank's HBM cache: cache.capacity_rows, else cache.load_factor x the
@@ -309,9 +493,9 @@ class Cluster(Design):
         if cfg.cache.capacity_rows is not None:
             return int(cfg.cache.capacity_rows)
         g = rank % self.L
-        rows = sum(math.ceil(r / max(k, 1)) for r, k, h in
-                   zip(cfg.model.rows_per_table, self.layout.span, self.holds[g], strict=True)
-                   if h)
+        rows = sum(math.ceil(r / max(k // c, 1)) for r, k, c, h in
+                   zip(cfg.model.rows_per_table, self.layout.span, self.cols, self.holds[g],
+                       strict=True) if h)
         return max(1, math.ceil((cfg.cache.load_factor or 1.0) * rows))
 
     def rank_cache_columns(self, trace: Trace, counts) -> dict[str, np.ndarray]:
@@ -373,7 +557,7 @@ class Cluster(Design):
 
         mode = self.params.rank_cache
         fetches: dict[int, simpy.Process] = {}
-        R = self.cfg.model.moved_row_bytes  # a row with its optimizer state
+        R = self.rank_R  # a row with its optimizer state (a column slice's, if split)
 
         def fetch(b):
             if mode == "none" or b >= nb or b in fetches:
@@ -448,13 +632,18 @@ class Cluster(Design):
         one vector per sample. An unpooled table's rows are looked up by one rank each: a
         rank of a k-rank span sends its 1/k of them, b_group x v x (L-1) / (L k), and a rank
         receives b_group / L x v less what it holds itself; they scale by dedup's ratio of
-        ids."""
+        ids. A table of c column slices is c tables of v / c bytes, each spanning j = span /
+        c ranks (TorchRec's CW output dist is its TW one, slices concatenated, not summed):
+        column-wise (j = 1), a slice's rank sends b_group x v / c x (L-1)/L and a rank
+        receives b_group / L x v / c from each slice it does not hold."""
         L = self.L
         if L == 1:
             return 0.0, 0.0, 0.0
         scale = ids / all_ids if all_ids else 1.0
-        pooled, rows = self.pooled_out, scale * self.unpooled_out  # bytes per sample
-        k = np.maximum(np.array(self.layout.span, float), 1.0)
+        c = self.cols.astype(float)  # column slices (1: whole rows)
+        pooled, rows = self.pooled_out / c, scale * self.unpooled_out / c  # per slice
+        span = np.array(self.layout.span, float)
+        k = np.maximum(span / c, 1.0)  # the ranks of one slice
         local = self.node_local
         holds = self.holds
         sharded = np.array(self.layout.span) > 0
@@ -462,8 +651,8 @@ class Cluster(Design):
                              b_group * pooled * (L - 1) / L)
                     + b_group * rows * (L - 1) / (L * k))  # an unpooled row: one rank
         send = (holds * per_send).sum(axis=1)
-        from_span = np.where(local, 1.0, k) - holds * np.where(local, 1.0 / k, 1.0)
-        recv = (sharded * b_group / L * (from_span * pooled + (1.0 - holds / k) * rows)
+        from_span = np.where(local, c, span) - holds * np.where(local, 1.0 / k, 1.0)
+        recv = (sharded * b_group / L * (from_span * pooled + (c - holds / k) * rows)
                 ).sum(axis=1)
         intra = (holds * local * b_group * pooled * (k - 1) / k).sum(axis=1)
         return float(send.max()), float(recv.max()), float(intra.max())
