@@ -49,6 +49,7 @@ import numpy as np
 import simpy
 
 from scratchpipe_sim.config import Config
+from scratchpipe_sim.config.hardware import doc
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.replay_cache import policy_columns
 from scratchpipe_sim.timing.collectives import Group
@@ -86,7 +87,10 @@ PARAMS_KEY = "design_params.cluster"
 
 @dataclass(frozen=True)
 class ClusterParams:
-    sharding: str = field(default="auto", metadata={
+    sharding: str = field(default="auto", metadata=doc(
+        "mode", "table-wise, row-wise, auto, hybrid, column-wise",
+        "TorchRec's sharding types (torchrec/distributed/types.py ShardingType) and "
+        "HugeCTR's hybrid; auto: multi-gpu's") | {
         "help": "table-wise (whole tables per rank), row-wise (every table split over the "
                 "shard group), auto (table-wise, row-wise for a table larger than one GPU), "
                 "hybrid (HugeCTR's: small tables data-parallel, see dp_max_MiB) or "
@@ -94,7 +98,10 @@ class ClusterParams:
                 "column_shard_dim's block, one slice per rank of a run of consecutive ranks, "
                 "every row on every slice; a table of one block stays table-wise)",
         "choices": ("table-wise", "row-wise", "auto", "hybrid", "column-wise")})
-    column_shard_dim: int = field(default=128, metadata={
+    column_shard_dim: int = field(default=128, metadata=doc(
+        "columns", "4 - the tables' dim (a multiple of 4)",
+        "TorchRec's MIN_CW_DIM = 128 (torchrec/distributed/planner/constants.py), its "
+        "planner's col_wise_shard_dim default") | {
         "help": "the narrowest column shard, columns: with sharding column-wise a table's "
                 "slice is TorchRec's block, the smallest divisor of its dim that is at least "
                 "this and a multiple of 4, else the whole dim (torchrec/distributed/"
@@ -102,7 +109,10 @@ class ClusterParams:
                 "`columns` slices may not be narrower. 128: TorchRec's MIN_CW_DIM "
                 "(planner/constants.py), its planner's col_wise_shard_dim default",
         "min": 4})
-    columns: dict[str, int] | None = field(default=None, metadata={
+    columns: dict[str, int] | None = field(default=None, metadata=doc(
+        "column shards per table", "1 - the shard group's ranks, dividing the dim",
+        "the config (TorchRec's column_wise(ranks) in torchrec/distributed/"
+        "sharding_plan.py); null: none") | {
         "help": "table index -> its column shards k (TorchRec's column_wise(ranks)): the dim "
                 "cut into k equal slices of dim / k columns (a multiple of 4, at least "
                 "column_shard_dim), each on its own rank with every row of its slice and "
@@ -285,6 +295,8 @@ def column_counts(cfg: Config, p: ClusterParams, L: int) -> list[int]:
     cols = [1] * T
     if p.sharding == "column-wise":
         for t, d in enumerate(m.dims):
+            if str(t) in (p.columns or {}):
+                continue  # its own k below
             cols[t] = d // column_block(d, p.column_shard_dim)
             if cols[t] > L:
                 raise UserError(
