@@ -248,6 +248,25 @@ def test_column_wise_prices_the_slices_row_bytes(monkeypatch):
     assert row["shard_GiB_per_gpu"] * 2**30 == pytest.approx(400 * 128)  # one slice a rank
 
 
+def test_slices_of_two_widths_price_the_busiest_ranks_bytes(monkeypatch):
+    """Rank 0 holds a 32-column slice of table 0 (128 B a lookup) and a 64-column slice of
+    table 1 (256 B): each table's 64 x 4 = 256 lookups a batch reach it, 512 lookups of
+    256 x 384 B in all, its bytes over the largest count: 192 B a lookup."""
+    seen = {}
+    orig = Cluster.run
+
+    def spy(self, m, w):
+        c = self.columns(w)
+        seen.update(r=c.r, R=c.R)
+        yield from orig(self, m, w)
+
+    monkeypatch.setattr(Cluster, "run", spy)
+    run({"columns": {"0": 4, "1": 2}, "column_shard_dim": 32,
+         "placement": {"0": [0, 1, 2, 3], "1": [0, 1]}})
+    assert seen["r"] == pytest.approx([256 * 384 / 512] * 5)
+    assert all(128 < R < 256 for R in seen["R"])
+
+
 def test_more_column_shards_send_less_per_rank_and_hold_less():
     """Monotone where it holds: more slices of a table over more ranks, less HBM and fewer
     output bytes per holding rank. Not monotone: the ids all-to-all (each id goes to every

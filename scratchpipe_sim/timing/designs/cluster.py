@@ -4,11 +4,15 @@ model-parallel embeddings, data-parallel dense part), the exchange over NVLink a
 The cluster is `hardware.cluster.nodes` x `hardware.interconnect.gpus_per_node` = n ranks.
 Tables are placed (`design_params.cluster.sharding`: table-wise, row-wise or auto by
 `timing/placement.py` as `multi-gpu`'s; hybrid, HugeCTR's: small tables data-parallel, the
-others row-wise over one node; or `placement`: table -> the ranks of its shard group it
-lives on) inside shard groups of L = `shard_group` ranks (null: L = n); with L < n the groups
+others row-wise over one node; column-wise, TorchRec's CW: each table's dim cut into c
+slices of `column_shard_dim`'s block on c consecutive ranks, or per table by `columns`; or
+`placement`: table -> the ranks of its shard group it lives on, with `columns` c x j ranks:
+TorchRec's grid) inside shard groups of L = `shard_group` ranks (null: L = n); with L < n the groups
 are replicas (2D sparse parallelism) whose embedding weights and optimizer state are
 all-reduced every `sync_every_batches` batches. Each rank's lookups come from the global
-trace by its shards (`timing/rank_streams.py`: one trace in, per-rank streams out); with
+trace by its shards (`timing/rank_streams.py`: one trace in, per-rank streams out; a column
+slice is a table of its own, as TorchRec's CW is its TW of the slices, so every lookup of a
+table reaches each of its slices' ranks, priced at the slice's row bytes); with
 `trace_scope: shard-group` the trace is one group's batch and the statistically identical
 groups are priced once.
 
@@ -32,8 +36,8 @@ may come from different ranks). Per batch, as `multi-gpu`:
                  state over the n / L replicas
 
 Collectives go through `Machine.cluster_collective` (`timing/collectives.py`: NVLink inside
-a node, each GPU's share of the NICs across nodes). Not modelled (yet): column-wise
-sharding, pipelining across batches beyond the input copy and the rank fetch (TorchRec's
+a node, each GPU's share of the NICs across nodes). Not modelled (yet): pipelining across
+batches beyond the input copy and the rank fetch (TorchRec's
 train pipeline, NestPipe), SHARP in-network reductions, the L2 hits of each rank's own
 stream (the lookups are priced with no L2 hits), a node's host DRAM and PCIe shared by its
 ranks' caches (docs/timing.md).
@@ -481,11 +485,12 @@ class Cluster(Design):
             size = (m.row_bytes_per_table[t] / c,
                     column_shard_bytes(self.cfg, t, c) / m.rows_per_table[t])
             sizes.setdefault(size, []).append(i)
-        sliced, plan = split_columns(trace, self.plan)
+        sliced, plan = (trace, self.plan) if len(sizes) == 1 else split_columns(trace,
+                                                                                self.plan)
         look = np.zeros(counts.lookups.shape)
         uniq = np.zeros(counts.unique.shape)
-        for (r, R), idx in sizes.items():
-            part = rank_counts(table_trace(sliced, idx), RankPlan(
+        for (r, R), idx in sizes.items():  # one size: the counts themselves
+            part = counts if len(sizes) == 1 else rank_counts(table_trace(sliced, idx), RankPlan(
                 plan.ranks, plan.group, tuple(plan.start[i] for i in idx),
                 tuple(plan.span[i] for i in idx)), self.params.dedup)
             look += r * part.lookups
