@@ -57,6 +57,26 @@ def test_column_block_is_torchrecs_find_base_dim(dim, min_width, block):
     assert column_block(dim, min_width) == block
 
 
+def test_column_wise_places_each_tables_slices_on_the_least_loaded_run():
+    d = design({"sharding": "column-wise", "column_shard_dim": 32})
+    assert (d.layout.start, d.layout.span, d.layout.cols) == ((0, 4), (4, 4), (4, 4))
+    d = design({"sharding": "column-wise", "column_shard_dim": 64})  # 2 slices a table
+    assert (d.layout.start, d.layout.span, d.layout.cols) == ((0, 2), (2, 2), (2, 2))
+    # placement's table first: every run of 4 meets it, so the first (ties: lowest rank);
+    # a slice is 400 rows x 32 x 4 B
+    d = design({"sharding": "column-wise", "column_shard_dim": 32,
+                "placement": {"0": [2, 3, 4, 5]}})
+    assert d.layout.start == (2, 0)
+    assert d.layout.used_bytes == (51200.0,) * 2 + (102400.0,) * 2 + (51200.0,) * 2 + (0.0,) * 2
+
+
+def test_defaults_leave_columns_alone():
+    d = design()
+    p = d.params
+    assert (p.sharding, p.column_shard_dim, p.columns) == ("auto", 128, None)
+    assert d.layout.cols == () and d.plan.cols == () and d.plan.split() is d.plan
+
+
 # -- per-rank streams: every lookup on every column shard -------------------------------------
 def small_trace(seed=4, B=8, rows=(40, 9, 100), batches=3):
     rng = np.random.default_rng(seed)

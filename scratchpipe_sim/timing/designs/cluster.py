@@ -338,10 +338,14 @@ def place_runs(cfg: Config, p: ClusterParams, L: int, tables: list[int], cols: l
                used: list[float]) -> None:
     """Each of `tables` on a run of cols[t] consecutive ranks (one slice each; 1: the
     table whole), largest slice first, on the run whose busiest rank has the least lookup
-    load and room (as `placement.shard`'s table-wise); start / span / used updated."""
+    load and room (as `placement.shard`'s table-wise; the other tables, already placed,
+    count toward the load); start / span / used updated."""
     m = cfg.model
     load = [0.0] * L
     weight = [q * r for q, r in zip(m.poolings, m.row_bytes_per_table, strict=True)]
+    for t in set(range(len(sizes))) - set(tables):
+        for g in range(L) if span[t] == 0 else range(start[t], start[t] + span[t]):
+            load[g] += weight[t] / max(span[t], 1)
     for t in sorted(tables, key=lambda t: (-sizes[t] / cols[t], t)):
         k, piece = cols[t], sizes[t] / cols[t]
         fits = [s for s in range(L - k + 1) if max(used[s:s + k]) + piece <= hbm]
