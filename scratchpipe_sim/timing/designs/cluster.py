@@ -122,7 +122,8 @@ class ClusterParams:
                 "column_shard_dim), each on its own rank with every row of its slice and "
                 "every lookup of the table; with `placement` naming the table, its k x j "
                 "consecutive ranks (j > 1: each slice row-wise over j ranks, TorchRec's grid "
-                "shard), else k consecutive ranks with the least load that have room. "
+                "shard), else k consecutive ranks with the least load that have room (a run "
+                "inside one node: TorchRec's table-wise-column-wise). "
                 "Optimizer state: element-wise splits, rowwise-adagrad's per-row fp32 is kept "
                 "on every slice (null: none)"})
     dp_max_MiB: float = field(default=64.0, metadata={
