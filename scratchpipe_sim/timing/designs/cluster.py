@@ -18,8 +18,10 @@ largest on every quantity of every batch — row-wise sharding of evenly spread 
 with statistically identical shards — and an upper bound otherwise (the max of each quantity
 may come from different ranks). Per batch, as `multi-gpu`:
 
-    input_wait   its B/n samples' indices over PCIe, then the ids all-to-all to the shards'
-                 owners (ids deduplicated per destination with `dedup`)
+    input_wait   its B/n samples loaded on its share of the node's cores and copied with
+                 their ids over its PCIe link (its own input pipeline)
+    input_dist   what is left of the ids all-to-all to the shards' owners (ids deduplicated
+                 per destination with `dedup`), issued `pipeline` batches ahead
     rank_fetch   (rank_cache) its cache's misses from host DRAM: on demand, or batch i+1's
                  during batch i (lru-prefetch, scratchpipe)
     emb_forward  gpu_forward(its lookups) from its HBM
@@ -32,11 +34,15 @@ may come from different ranks). Per batch, as `multi-gpu`:
                  state over the n / L replicas
 
 Collectives go through `Machine.cluster_collective` (`timing/collectives.py`: NVLink inside
-a node, each GPU's share of the NICs across nodes). Not modelled (yet): column-wise
-sharding, pipelining across batches beyond the input copy and the rank fetch (TorchRec's
-train pipeline, NestPipe), SHARP in-network reductions, the L2 hits of each rank's own
-stream (the lookups are priced with no L2 hits), a node's host DRAM and PCIe shared by its
-ranks' caches (docs/timing.md).
+a node, each GPU's share of the NICs across nodes). The schedule across batches
+(`pipeline`: none, sparse-dist — TorchRec's TrainPipelineSparseDist, the default —, nestpipe
+with `microbatches`), the rank's input pipeline and the node's host DRAM and cores shared by
+its G ranks are `timing/cluster_pipeline.py`'s. Not modelled (yet): column-wise sharding,
+NestPipe's dual-buffer synchronization and key-centric clustering, NCCL's ordering of two
+batches' collectives on one communicator (processor sharing instead), SHARP in-network
+reductions, the L2 hits of each rank's own stream (the lookups are priced with no L2 hits),
+a PCIe switch uplink shared by two GPUs (DGX A100), a node's ranks out of phase on the host
+(docs/timing.md).
 """
 
 from __future__ import annotations
