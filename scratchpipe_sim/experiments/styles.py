@@ -64,7 +64,7 @@ STAGE_COLORS = {
     "backward": "#00441B", "mlp": "#A6DBA0", "train": "#66BD63", "insert": "#44AA99",
     "emb_forward": "#5AAE61", "emb_backward": "#00441B",
     # NVLink collectives: purples
-    "output_dist": "#762A83", "grad_dist": "#C2A5CF",
+    "output_dist": "#762A83", "grad_dist": "#C2A5CF", "input_dist": "#9970AB",
     # waiting on another stage: greys
     "input_wait": "#BBBBBB", "prefetch_wait": "#888888", "refetch_wait": "#666666",
     "oracle_wait": "#999999", "loader_wait": "#AAAAAA",

@@ -340,14 +340,6 @@ class Machine:
         """Bytes of one batch's indices and offsets (index_bytes each; T x B + 1 offsets)."""
         return (lookups + samples * self.tables + 1) * self.index_bytes
 
-    def index_h2d(self, batch: int, lookups: float, samples: float) -> simpy.Event | None:
-        """Indices and offsets of one batch to the GPU, for a design that moves them itself
-        (the others' ride with their inputs: `timing/input_pipeline.py`); nothing when the
-        inputs are resident (input_pipeline.inputs_on_gpu)."""
-        if self.cfg.input_pipeline.inputs_on_gpu:
-            return None
-        return self.pcie.h2d(self.id_bytes(lookups, samples), batch, "indices")
-
     def gpu_forward(self, batch: int, lookups: float, samples: float,
                     onchip_fraction: float = 0.0, r: float | None = None
                     ) -> simpy.Event | None:

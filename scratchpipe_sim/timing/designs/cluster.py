@@ -22,8 +22,10 @@ largest on every quantity of every batch — row-wise sharding of evenly spread 
 with statistically identical shards — and an upper bound otherwise (the max of each quantity
 may come from different ranks). Per batch, as `multi-gpu`:
 
-    input_wait   its B/n samples' indices over PCIe, then the ids all-to-all to the shards'
-                 owners (ids deduplicated per destination with `dedup`)
+    input_wait   its B/n samples loaded on its share of the node's cores and copied with
+                 their ids over its PCIe link (its own input pipeline)
+    input_dist   what is left of the ids all-to-all to the shards' owners (ids deduplicated
+                 per destination with `dedup`), issued `pipeline` batches ahead
     rank_fetch   (rank_cache) its cache's misses from host DRAM: on demand, or batch i+1's
                  during batch i (lru-prefetch, scratchpipe)
     emb_forward  gpu_forward(its lookups) from its HBM
@@ -36,11 +38,15 @@ may come from different ranks). Per batch, as `multi-gpu`:
                  state over the n / L replicas
 
 Collectives go through `Machine.cluster_collective` (`timing/collectives.py`: NVLink inside
-a node, each GPU's share of the NICs across nodes). Not modelled (yet): pipelining across
-batches beyond the input copy and the rank fetch (TorchRec's
-train pipeline, NestPipe), SHARP in-network reductions, the L2 hits of each rank's own
-stream (the lookups are priced with no L2 hits), a node's host DRAM and PCIe shared by its
-ranks' caches (docs/timing.md).
+a node, each GPU's share of the NICs across nodes). The schedule across batches
+(`pipeline`: none, sparse-dist — TorchRec's TrainPipelineSparseDist, the default —, nestpipe
+with `microbatches`), the rank's input pipeline and the node's host DRAM and cores shared by
+its G ranks are `timing/cluster_pipeline.py`'s. Not modelled (yet):
+NestPipe's dual-buffer synchronization and key-centric clustering, NCCL's ordering of two
+batches' collectives on one communicator (processor sharing instead), SHARP in-network
+reductions, the L2 hits of each rank's own stream (the lookups are priced with no L2 hits),
+a PCIe switch uplink shared by two GPUs (DGX A100), a node's ranks out of phase on the host
+(docs/timing.md).
 """
 
 from __future__ import annotations
@@ -56,6 +62,13 @@ from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.hardware import doc
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.replay_cache import policy_columns
+from scratchpipe_sim.timing.cluster_pipeline import (
+    ROUTE_AHEAD,
+    RankInputs,
+    check_pipeline,
+    fwp,
+    share_node_host,
+)
 from scratchpipe_sim.timing.collectives import Group
 from scratchpipe_sim.timing.counts import Where
 from scratchpipe_sim.timing.designs.base import Design
@@ -163,6 +176,20 @@ class ClusterParams:
     dedup: bool = field(default=False, metadata={
         "help": "deduplicate the ids each rank sends before the ids all-to-all (TorchRec / "
                 "dynamicemb input dist): fewer ids sent and looked up"})
+    pipeline: str = field(default="sparse-dist", metadata={
+        "help": "the schedule across batches (timing/cluster_pipeline.py): none (TorchRec's "
+                "TrainPipelineBase: batch i's ids all-to-all in line), sparse-dist "
+                "(TorchRec's TrainPipelineSparseDist: batch i+1's ids all-to-all during "
+                "batch i, on the same NICs) or nestpipe (NestPipe, arXiv 2604.06956: key "
+                "routing two batches ahead, the output and gradient all-to-alls in "
+                "`microbatches` chunks overlapping the dense work)",
+        "choices": ("none", "sparse-dist", "nestpipe")})
+    microbatches: int = field(default=1, metadata=doc(
+        "micro-batches per batch", "1-16",
+        "NestPipe's Frozen-Window Pipelining (arXiv 2604.06956); 1: no split") | {
+        "help": "with pipeline nestpipe: chunks the output and gradient all-to-alls of a "
+                "batch are split into, each overlapping the previous chunk's dense forward "
+                "and backward; must divide a rank's batch", "min": 1})
 
 
 def cluster_ranks(cfg: Config) -> int:
@@ -459,6 +486,7 @@ class Cluster(Design):
             self.rank_R = max(sum(Rt * rows for t, Rt, rows in sizes if self.holds[g, t])
                               / max(1, sum(rows for t, _, rows in sizes if self.holds[g, t]))
                               for g in range(L))
+        check_pipeline(cfg, p, m.batch_size / self.traced, PARAMS_KEY)
 
     def workload_key(self) -> WorkloadKey:
         return WorkloadKey(None, where=Where.DEVICE)
@@ -556,6 +584,13 @@ class Cluster(Design):
         ar = mlp_param_bytes(self.cfg) + self.dp_grad_bytes
         sync_every = self.params.sync_every_batches
         inputs: dict[int, simpy.Process] = {}
+        # the node's host DRAM and cores shared by its ranks; each rank's own loader and
+        # copy of its B / n samples (timing/cluster_pipeline.py)
+        share_node_host(m, self.G)
+        loader = RankInputs(m, c.samples, c.accesses, self.inputs_carry_ids, 1 / per, self.G)
+        ahead = ROUTE_AHEAD[self.params.pipeline]
+        M = self.params.microbatches
+        dense_memo: dict = {}
 
         # this design's own per-batch columns (`trace_columns`): MissingColumn if absent
         ids_send, ids_recv = c.column("rank_ids_send"), c.column("rank_ids_recv")
@@ -564,8 +599,7 @@ class Cluster(Design):
         routed = c.column("rank_routed")
 
         def input_copy(b):
-            A, B = c.accesses[b], c.samples[b]
-            ev = m.index_h2d(b, A / per, B / per)
+            ev = loader.ready_event(b)
             if ev is not None:
                 yield ev
             ev = m.cluster_collective(b, ids_send[b] * ib, ids_recv[b] * ib,
@@ -614,8 +648,11 @@ class Cluster(Design):
             A, B = c.accesses[b], c.samples[b]
             look, uniq = lookups[b], unique[b]
             start(b)
-            yield from m.stage("input_wait", b, [inputs.pop(b)])
-            start(b + 1)
+            # its inputs from the loader and copy, then what is left of its ids all-to-all
+            yield from m.stage("input_wait", b, [loader.ready_event(b)])
+            yield from m.stage("input_dist", b, [inputs.pop(b)])
+            for k in range(1, ahead + 1):  # the ids all-to-alls issued ahead
+                start(b + k)
             if mode != "none":
                 fetch(b)
                 yield from m.stage("rank_fetch", b, [fetches.pop(b)])
@@ -629,11 +666,15 @@ class Cluster(Design):
             send, recv, intra = self.output_bytes(B * L / per, ids_recv_total[b],
                                                   ids_total[b])
             exchange.append(max(send, recv) + intra)
-            yield from m.stage("output_dist", b, [
-                env.process(exchange_of(b, send, recv, intra, "pooled"))])
-            yield from m.stage("mlp", b, [m.mlp(b, B / per)])
-            yield from m.stage("grad_dist", b, [
-                env.process(exchange_of(b, recv, send, intra, "grads"))])
+            if M > 1:  # NestPipe's Frozen-Window Pipelining
+                yield from fwp(m, b, M, B / per, exchange_of, (send, recv, intra),
+                               dense_memo)
+            else:
+                yield from m.stage("output_dist", b, [
+                    env.process(exchange_of(b, send, recv, intra, "pooled"))])
+                yield from m.stage("mlp", b, [m.mlp(b, B / per)])
+                yield from m.stage("grad_dist", b, [
+                    env.process(exchange_of(b, recv, send, intra, "grads"))])
             parts = [m.gpu_backward(b, look, uniq, 0.0, c.r[b], c.R[b]),
                      m.cluster_collective(b, ar, ar, "allreduce", AR, self.all_ranks)]
             if L < n and (b + 1) % sync_every == 0:
@@ -687,7 +728,7 @@ class Cluster(Design):
         sps = samples / span * 1e9 if span > 0 else float("inf")
         timed = len(done) - wu
         stage = m.stage_ns
-        comm = sum(float(np.sum(stage[s][wu:])) for s in ("input_wait", "output_dist",
+        comm = sum(float(np.sum(stage[s][wu:])) for s in ("input_dist", "output_dist",
                                                             "grad_dist") if s in stage)
         nodes = self.cfg.hardware.cluster.nodes
         prices = self.cfg.hardware.prices
