@@ -38,6 +38,14 @@ graph launch: one op. `model.optimizer_foreach: false` steps the dense optimizer
 parameter tensor at a time (PyTorch <= 1.13's torch.optim default: `foreach=None` meant
 False), STEP_OPS + ZERO_GRAD_OPS host ops per dense tensor instead of FOREACH_OPS.
 
+A design adds the ops its trainer issues beyond the model's (`DESIGN_OPS`), where the
+framework's code shows them: FBGEMM's software cache (lru-cache, lru-prefetch) calls
+linearize_cache_indices, lru_cache_populate and lxu_cache_lookup from Python every
+iteration (`SplitTableBatchedEmbeddingBagsCodegen._prefetch`); a prefetch on its own
+stream (TorchRec's TrainPipelinePrefetch) adds the record_stream of the cache locations
+and the forward stream's wait. Designs without a public trainer to count from (scratchpipe,
+bagpipe, hybrid, static-cache) add none, and say so (docs/timing.md, host dispatch).
+
 `input_pipeline.loader_in_trainer: true` (PyTorch DataLoader num_workers=0) builds each
 batch on the trainer's thread before it issues the iteration: `loader_ns` of host time per
 iteration, in series with the ops (`trainer_loader_ns`).
@@ -94,7 +102,16 @@ TORCHREC_SYNCS = 1
 #: TorchRec's frameworks; the parts issued before the first embedding kernel (the batch's
 #: load on the trainer's thread, `loader_ns`, comes before them)
 TORCHRECS = ("torchrec", "torchrec-unpipelined")
-PRE_PARTS = ("inputs", "torchrec")
+PRE_PARTS = ("inputs", "torchrec", "cache")
+#: a design's own host ops per iteration, by design name (module docstring): FBGEMM
+#: split_table_batched_embeddings_ops_training.py `_prefetch` (linearize_cache_indices,
+#: lru_cache_populate, lxu_cache_lookup; before the lookup kernel: part "cache"); `prefetch`
+#: with a forward stream adds record_stream, and the pipeline's wait_stream (part
+#: "prefetch": issued a batch ahead, not before this batch's lookup)
+DESIGN_OPS: dict[str, tuple[tuple[str, int], ...]] = {
+    "lru-cache": (("cache", 3),),
+    "lru-prefetch": (("prefetch", 5),),
+}
 #: frameworks with nothing on the host's path
 NO_HOST = ("hugectr", "none")
 
@@ -146,8 +163,9 @@ def interaction_ops(model: ModelConfig) -> int:
     return CAT_OPS
 
 
-def host_ops(model: ModelConfig) -> tuple[tuple[str, int], ...]:
-    """The ops the trainer's thread issues per iteration, by part (module docstring)."""
+def host_ops(model: ModelConfig, design: str = "") -> tuple[tuple[str, int], ...]:
+    """The ops the trainer's thread issues per iteration, by part (module docstring), with
+    `design`'s own (DESIGN_OPS) after the inputs."""
     fw = model.framework
     if fw in NO_HOST:
         return ()
@@ -167,7 +185,7 @@ def host_ops(model: ModelConfig) -> tuple[tuple[str, int], ...]:
         inputs = INPUT_OPS
     if model.cuda_graphs:
         dense, optim = 1, 0
-    out = [("inputs", inputs)]
+    out = [("inputs", inputs), *DESIGN_OPS.get(design, ())]
     if fw in TORCHRECS:
         out.append(("torchrec", TORCHREC_FIXED_OPS + TORCHREC_OPS_PER_FEATURE * tables))
     return tuple(out + [("embedding", embedding), ("dense", dense), ("optimizer", optim)])
@@ -188,9 +206,11 @@ def trainer_loader_ns(p: InputPipelineConfig, model: ModelConfig, samples: float
     return samples * p.loader_ns_per_sample + ids * p.loader_ns_per_id
 
 
-def host_iteration(model: ModelConfig, cpu: CpuConfig, loader_ns: float = 0.0) -> HostCost:
-    """One iteration's host issue work under model.framework, priced with hardware.cpu's
-    host_op_ns and host_sync_ns; `loader_ns`: the trainer's thread building the batch
-    (`trainer_loader_ns`)."""
-    return HostCost(host_ops(model), host_syncs(model), cpu.host_op_ns, cpu.host_sync_ns,
+def host_iteration(model: ModelConfig, cpu: CpuConfig, loader_ns: float = 0.0,
+                   design: str = "") -> HostCost:
+    """One iteration's host issue work under model.framework for `design`, priced with
+    hardware.cpu's host_op_ns and host_sync_ns; `loader_ns`: the trainer's thread building
+    the batch (`trainer_loader_ns`)."""
+    return HostCost(host_ops(model, design), host_syncs(model), cpu.host_op_ns,
+                    cpu.host_sync_ns,
                     drains=model.framework == "torchrec-unpipelined", loader_ns=loader_ns)

@@ -109,7 +109,7 @@ PLANNER_DEFAULTS = PlannerParams()
 
 class Machine:
     def __init__(self, env: simpy.Environment, cfg: Config, num_batches: int,
-                 keep_spans: bool = False):
+                 keep_spans: bool = False, design: str = ""):
         self.env = env
         self.cfg = cfg
         hw = cfg.hardware
@@ -167,7 +167,7 @@ class Machine:
         self._dense: dict[float, DenseCost] = {}
         #: the host's issue work per iteration (model.framework), when the host has issued
         #: everything so far, and the earliest it may start the next iteration (a sync)
-        self._host = host_iteration(m, cpu)
+        self._host = host_iteration(m, cpu, design=design)
         #: the same with the trainer's thread building each batch, per samples per batch
         self._host_at: dict[float, HostCost] = {}
         self._host_free = 0.0

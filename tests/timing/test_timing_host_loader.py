@@ -16,6 +16,7 @@ from small_configs import SMALL_A100
 from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.timing import simulate
 from scratchpipe_sim.timing.host_dispatch import (
+    DESIGN_OPS,
     FOREACH_OPS,
     STEP_OPS,
     ZERO_GRAD_OPS,
@@ -109,3 +110,37 @@ def test_bad_new_keys_are_one_line_exit_2(tmp_path, capsys, key, value):
     path.write_text(yaml.safe_dump(SMALL_A100))
     one_line_error(capsys, ["run", str(path), "-q", "--out", str(tmp_path / "o"),
                             "--set", f"{key}={value}"], key)
+
+
+# -- a design's own host ops (DESIGN_OPS) ---------------------------------------------------
+@pytest.mark.parametrize("design,extra", [("lru-cache", 3), ("lru-prefetch", 5),
+                                          ("gpu-only", 0), ("scratchpipe", 0)])
+def test_a_cache_design_issues_fbgemms_cache_ops(design, extra):
+    """FBGEMM's _prefetch: linearize_cache_indices, lru_cache_populate, lxu_cache_lookup;
+    on a prefetch stream also record_stream and the forward stream's wait."""
+    m = cfg_of({"model": {"framework": "eager"}}).model
+    base = sum(n for _, n in host_ops(m))
+    assert sum(n for _, n in host_ops(m, design)) == base + extra
+    assert DESIGN_OPS.get(design, ()) == (() if extra == 0 else DESIGN_OPS[design])
+    # without host issue (the study's default) a design adds nothing either
+    assert host_ops(cfg_of().model, design) == ()
+
+
+def test_lru_caches_fbgemm_ops_come_before_its_lookup_kernel():
+    m = cfg_of({"model": {"framework": "torchrec-unpipelined"}}).model
+    cpu = cfg_of().hardware.cpu
+    gpu_only = host_iteration(m, cpu)
+    assert host_iteration(m, cpu, design="lru-cache").pre_ns == pytest.approx(
+        gpu_only.pre_ns + 3 * cpu.host_op_ns)
+    # a prefetch issued a batch ahead is not before this batch's lookup
+    assert host_iteration(m, cpu, design="lru-prefetch").pre_ns == gpu_only.pre_ns
+
+
+@pytest.mark.parametrize("design", ["lru-cache", "lru-prefetch"])
+def test_a_host_bound_cache_design_pays_its_own_ops(design):
+    cfg = cfg_of({"model": {"framework": "eager"},
+                  "hardware": {"cpu": {"host_op_ns": 1e6}}})
+    ops = host_iteration(cfg.model, cfg.hardware.cpu, design=design).op_count
+    row = simulate(cfg, [design])[0]
+    assert row["host_ops"] == ops
+    assert row["iter_ns_mean"] == pytest.approx(ops * 1e6, rel=1e-7)
