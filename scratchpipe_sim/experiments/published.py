@@ -358,7 +358,8 @@ def end_to_end_config(p: EndToEndPoint) -> dict[str, Any]:
         "name": f"published-{p.id}", "seed": 0,
         "hardware": {"preset": p.preset, **p.hardware}, "model": model,
         "trace": {"distribution": "zipf", "alpha": p.alpha},
-        "cache": {"warmup_batches": 0}, "designs": [p.design]}
+        # gpu-only and multi-gpu keep no cache, but the config's must fit HBM: a small one
+        "cache": {"warmup_batches": 0, "load_factor": 0.01}, "designs": [p.design]}
     if p.input_pipeline:
         d["input_pipeline"] = dict(p.input_pipeline)
     if p.design == "multi-gpu":

@@ -99,6 +99,19 @@ TORCHREC_OPS_PER_FEATURE = 11
 TORCHREC_FIXED_OPS = 12
 #: host syncs per iteration: TorchRec's input-dist splits exchange (lengths to the host)
 TORCHREC_SYNCS = 1
+#: TorchRec's ShardedEmbeddingBagCollection builds one input dist, lookup and output dist
+#: per sharding type (torchrec v0.3.2 distributed/embeddingbag.py, `_create_input_dist`,
+#: `_create_lookups`, `_create_output_dist`): each type beyond the first adds its own
+#: KJTAllToAll (the splits tensors and their stack, the splits all-to-all, the lengths and
+#: values all-to-alls, the recat: 6 ops; dist_data.py), its TBE's forward and backward (2),
+#: its output dist forward and backward with their waits (4), and its splits `.tolist()`
+TORCHREC_GROUP_OPS = 12
+TORCHREC_GROUP_SYNCS = 1
+#: a row-wise group bucketizes its ids (block_bucketize_sparse_features: 1 op) and the
+#: bucketized KeyedJaggedTensor carries no length_per_key, so `dist_splits` computes it on
+#: the host (`.tolist()` of the lengths: a sync; rw_sharding.py, dist_data.py v0.3.2)
+ROW_WISE_OPS = 1
+ROW_WISE_SYNCS = 1
 #: TorchRec's frameworks; the parts issued before the first embedding kernel (the batch's
 #: load on the trainer's thread, `loader_ns`, comes before them)
 TORCHRECS = ("torchrec", "torchrec-unpipelined")
@@ -163,9 +176,12 @@ def interaction_ops(model: ModelConfig) -> int:
     return CAT_OPS
 
 
-def host_ops(model: ModelConfig, design: str = "") -> tuple[tuple[str, int], ...]:
+def host_ops(model: ModelConfig, design: str = "",
+             sharding_types: frozenset[str] = frozenset()) -> tuple[tuple[str, int], ...]:
     """The ops the trainer's thread issues per iteration, by part (module docstring), with
-    `design`'s own (DESIGN_OPS) after the inputs."""
+    `design`'s own (DESIGN_OPS) after the inputs; under TorchRec, the sharding groups of
+    `sharding_types` ("table-wise", "row-wise": what a sharded design placed) beyond the
+    first and a row-wise group's bucketize (part "torchrec")."""
     fw = model.framework
     if fw in NO_HOST:
         return ()
@@ -187,12 +203,20 @@ def host_ops(model: ModelConfig, design: str = "") -> tuple[tuple[str, int], ...
         dense, optim = 1, 0
     out = [("inputs", inputs), *DESIGN_OPS.get(design, ())]
     if fw in TORCHRECS:
-        out.append(("torchrec", TORCHREC_FIXED_OPS + TORCHREC_OPS_PER_FEATURE * tables))
+        groups = (TORCHREC_GROUP_OPS * max(len(sharding_types) - 1, 0)
+                  + ROW_WISE_OPS * ("row-wise" in sharding_types))
+        out.append(("torchrec",
+                    TORCHREC_FIXED_OPS + TORCHREC_OPS_PER_FEATURE * tables + groups))
     return tuple(out + [("embedding", embedding), ("dense", dense), ("optimizer", optim)])
 
 
-def host_syncs(model: ModelConfig) -> int:
-    return TORCHREC_SYNCS if model.framework in TORCHRECS else 0
+def host_syncs(model: ModelConfig, sharding_types: frozenset[str] = frozenset()) -> int:
+    """Host syncs per iteration: TorchRec's splits exchange, one more per extra sharding
+    group and one for a row-wise group's length_per_key."""
+    if model.framework not in TORCHRECS:
+        return 0
+    return (TORCHREC_SYNCS + TORCHREC_GROUP_SYNCS * max(len(sharding_types) - 1, 0)
+            + ROW_WISE_SYNCS * ("row-wise" in sharding_types))
 
 
 def trainer_loader_ns(p: InputPipelineConfig, model: ModelConfig, samples: float) -> float:
@@ -207,10 +231,11 @@ def trainer_loader_ns(p: InputPipelineConfig, model: ModelConfig, samples: float
 
 
 def host_iteration(model: ModelConfig, cpu: CpuConfig, loader_ns: float = 0.0,
-                   design: str = "") -> HostCost:
-    """One iteration's host issue work under model.framework for `design`, priced with
-    hardware.cpu's host_op_ns and host_sync_ns; `loader_ns`: the trainer's thread building
-    the batch (`trainer_loader_ns`)."""
-    return HostCost(host_ops(model, design), host_syncs(model), cpu.host_op_ns,
-                    cpu.host_sync_ns,
+                   design: str = "", sharding_types: frozenset[str] = frozenset()
+                   ) -> HostCost:
+    """One iteration's host issue work under model.framework for `design` (placed with
+    `sharding_types`), priced with hardware.cpu's host_op_ns and host_sync_ns;
+    `loader_ns`: the trainer's thread building the batch (`trainer_loader_ns`)."""
+    return HostCost(host_ops(model, design, sharding_types),
+                    host_syncs(model, sharding_types), cpu.host_op_ns, cpu.host_sync_ns,
                     drains=model.framework == "torchrec-unpipelined", loader_ns=loader_ns)

@@ -167,15 +167,27 @@ class Machine:
         self._dense: dict[float, DenseCost] = {}
         #: the host's issue work per iteration (model.framework), when the host has issued
         #: everything so far, and the earliest it may start the next iteration (a sync)
+        self._design = design
         self._host = host_iteration(m, cpu, design=design)
         #: the same with the trainer's thread building each batch, per samples per batch
         self._host_at: dict[float, HostCost] = {}
         self._host_free = 0.0
         self._host_gate = 0.0
-        if self._host.total_ns > 0 or cfg.input_pipeline.loader_in_trainer:
+        self._host_counters()
+
+    def _host_counters(self) -> None:
+        if self._host.total_ns > 0 or self.cfg.input_pipeline.loader_in_trainer:
             self.counters.update({"host_issue_ns": self._host.total_ns,
                                   "host_ops": float(self._host.op_count),
                                   "host_wait_ns": 0.0})
+
+    def set_sharding_types(self, types: frozenset[str]) -> None:
+        """A sharded design's placement ("table-wise", "row-wise"), before its first batch:
+        TorchRec issues each sharding group's dists and syncs (`host_dispatch.host_ops`)."""
+        self._host = host_iteration(self.cfg.model, self.cfg.hardware.cpu,
+                                    design=self._design, sharding_types=types)
+        self._host_at.clear()
+        self._host_counters()
 
     def batch_done(self, b: int) -> None:
         """Batch b finished training; at the end of warm-up, snapshot busy times."""

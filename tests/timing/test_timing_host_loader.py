@@ -18,10 +18,15 @@ from scratchpipe_sim.timing import simulate
 from scratchpipe_sim.timing.host_dispatch import (
     DESIGN_OPS,
     FOREACH_OPS,
+    ROW_WISE_OPS,
+    ROW_WISE_SYNCS,
     STEP_OPS,
+    TORCHREC_GROUP_OPS,
+    TORCHREC_GROUP_SYNCS,
     ZERO_GRAD_OPS,
     host_iteration,
     host_ops,
+    host_syncs,
     trainer_loader_ns,
 )
 
@@ -144,3 +149,29 @@ def test_a_host_bound_cache_design_pays_its_own_ops(design):
     row = simulate(cfg, [design])[0]
     assert row["host_ops"] == ops
     assert row["iter_ns_mean"] == pytest.approx(ops * 1e6, rel=1e-7)
+
+
+# -- TorchRec's sharding groups --------------------------------------------------------------
+@pytest.mark.parametrize("types,ops,syncs", [
+    (frozenset(), 0, 0), (frozenset({"table-wise"}), 0, 0),
+    (frozenset({"row-wise"}), ROW_WISE_OPS, ROW_WISE_SYNCS),
+    (frozenset({"table-wise", "row-wise"}), TORCHREC_GROUP_OPS + ROW_WISE_OPS,
+     TORCHREC_GROUP_SYNCS + ROW_WISE_SYNCS)])
+def test_each_sharding_group_issues_its_own_dists(types, ops, syncs):
+    """One input dist, lookup and output dist per sharding type; a row-wise group
+    bucketizes and syncs for its bucketized lengths."""
+    m = cfg_of({"model": {"framework": "torchrec"}}).model
+    base = dict(host_ops(m))["torchrec"]
+    assert dict(host_ops(m, sharding_types=types))["torchrec"] == base + ops
+    assert host_syncs(m, types) == host_syncs(m) + syncs
+    eager = cfg_of({"model": {"framework": "eager"}}).model  # no TorchRec: no groups
+    assert host_ops(eager, sharding_types=types) == host_ops(eager)
+    assert host_syncs(eager, types) == 0
+
+
+def test_multi_gpu_tells_the_host_its_placement():
+    cfg = cfg_of({"model": {"framework": "torchrec"}, "designs": ["multi-gpu"],
+                  "design_params": {"multi-gpu": {"gpus": 2, "sharding": "row-wise"}}})
+    rw = host_iteration(cfg.model, cfg.hardware.cpu, sharding_types=frozenset({"row-wise"}))
+    row = simulate(cfg, ["multi-gpu"])[0]
+    assert row["host_ops"] == rw.op_count and row["host_issue_ns"] == rw.total_ns
