@@ -38,6 +38,11 @@ class InputPipelineConfig:
         "lengths/offsets (KeyedJaggedTensor), ~1-2 ns vectorised; 50 ns per id in Python") | {
         "help": "the data loader's host cost per sparse id of the batch, on one CPU core",
         "min": 0})
+    loader_in_trainer: bool = field(default=False, metadata={
+        "help": "the trainer's own thread builds each batch (PyTorch DataLoader "
+                "num_workers=0, as TorchRec's DLRM example passes none): the load is in "
+                "series with the host's issue work of the iteration (timing/host_dispatch.py), "
+                "loader_workers is not used; false: worker processes load ahead"})
     loader_workers: int = field(default=4, metadata=doc(
         "workers", "1-16",
         "assumption: PyTorch DataLoader num_workers as DLRM training scripts set it "

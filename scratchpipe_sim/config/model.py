@@ -113,6 +113,12 @@ class ModelConfig:
     cuda_graphs: bool = field(default=False, metadata={
         "help": "the dense work runs as one CUDA graph: one kernel_launch_ns for the graph "
                 "and gpu.graph_node_ns per kernel, instead of one launch per kernel (eager)"})
+    optimizer_foreach: bool = field(default=True, metadata={
+        "help": "the dense optimizer steps every tensor in one multi-tensor (foreach) "
+                "kernel per operation (PyTorch >= 2.0's default on CUDA); false: one step "
+                "per parameter tensor, as PyTorch <= 1.13's torch.optim ran by default "
+                "(foreach=None meant False), each tensor's update several host ops "
+                "(timing/host_dispatch.py STEP_OPS)"})
     framework: str = field(default="none", metadata={
         "help": "how the trainer's CPU thread issues each iteration's ops "
                 "(timing/host_dispatch.py; default none: the study's designs compare the "

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from scratchpipe_sim.config.inputs import InputPipelineConfig
 from scratchpipe_sim.config.loader import CONFIGS_DIR, read_yaml
 from scratchpipe_sim.config.model import FRAMEWORKS
 from scratchpipe_sim.config.schema import build
@@ -205,6 +206,9 @@ class EndToEndModel:
     framework: str | None = field(default=None, metadata=_meta(
         "model.framework: how the source's trainer issues its ops (null: the model's "
         "default)", choices=FRAMEWORKS))
+    optimizer_foreach: bool | None = field(default=None, metadata=_meta(
+        "model.optimizer_foreach: false where the source's PyTorch steps the dense "
+        "optimizer per tensor (<= 1.13) (null: the model's default)"))
 
 
 @dataclass(frozen=True)
@@ -242,6 +246,9 @@ class EndToEndPoint:
         "fit: sets model constants; check: validates them", choices=ROLES))
     note: str = field(metadata=_meta("what was run, in the source's words"))
     skip_reason: str | None = field(metadata=_meta("why the point is not predicted"))
+    input_pipeline: dict[str, Any] = field(default_factory=dict, metadata=_meta(
+        "input_pipeline keys as the source's data loader runs (e.g. {loader_in_trainer: "
+        "true} for a DataLoader with num_workers=0)"))
 
     @property
     def measured_ms(self) -> float:
@@ -259,6 +266,9 @@ class EndToEndPoint:
             raise UserError(f"design {self.design} with {self.gpus} GPUs: expected gpu-only "
                             "with 1, multi-gpu with more", source=source,
                             field=f"{where}.gpus")
+        # the data loader's keys as the run config takes them (unknown key, bad value:
+        # one line naming end_to_end[i].input_pipeline.KEY)
+        build(InputPipelineConfig, self.input_pipeline, source, f"{where}.input_pipeline")
         m = self.measured
         if (m.ms_per_iter is None) == (m.samples_per_s_per_gpu is None):
             raise UserError(f"end-to-end point {self.id}: expected exactly one of "

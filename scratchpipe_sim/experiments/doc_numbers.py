@@ -13,12 +13,15 @@ them; `--collect` refreshes the snapshot from a study rerun. Two forms:
 
 QUERY is an operation and `key=value` arguments (docs/results.md, "Reproduce", lists
 them): `src=` names a results table (`fig1` = docs/data/study/fig1_*.csv, `published` =
-`validate --published --json`, `bands:fig1` = the sensitivity runs of fig1), `metric=` a
+`validate --published --json`'s TBE phases, `published-e2e` its end-to-end points (the
+breakdown flattened to embedding_ms ... other_ms), `published-cluster` its multi-GPU
+points, `bands:fig1` = the sensitivity runs of fig1), `metric=` a
 column (default speedup_vs_hybrid), `scale=` a factor it is multiplied by (1e-6: ns to
 ms), `fmt=` a format spec (default `.2f`); every other `key=value` keeps the rows whose
 column equals it (numbers compared as numbers; `a+b`: either). One argument may list values
 separated by commas: the operation runs once per value, the results joined with " / ".
-Operations: value (one row), range, max, geomean, worst (the factor furthest from 1), count;
+Operations: value (one row), range, max, geomean, worst (the factor furthest from 1), count,
+ratio (num=ID over den=ID of the metric, rows named by `id`);
 a= b= make each point's value the ratio of design a to design b; on bands: band (nominal
 [min-max] over the runs), ahead (runs above 1), lowest; agg=geomean over the points.
 """
@@ -41,6 +44,20 @@ DATA_DIR = Path("docs") / "data"
 STUDY_DIR = "study"
 BANDS_DIR = "band_runs"
 PUBLISHED_FILE = "published.json"
+#: `validate --published`'s end-to-end and multi-GPU rows, and the `src=` naming each
+PUBLISHED_E2E_FILE = "published_end_to_end.json"
+PUBLISHED_CLUSTER_FILE = "published_cluster.json"
+JSON_SOURCES = {"published": PUBLISHED_FILE, "published-e2e": PUBLISHED_E2E_FILE,
+                "published-cluster": PUBLISHED_CLUSTER_FILE}
+#: the kept keys of each kind of row (the breakdown of an end-to-end row is flattened)
+TBE_KEYS = ("id", "gpu", "design", "optimizer", "phase", "predicted_ms", "measured_ms",
+            "factor", "role", "status")
+E2E_KEYS = ("id", "gpu", "design", "gpus", "batch_per_gpu", "predicted_ms", "measured_ms",
+            "factor", "predicted_samples_per_s_per_gpu", "measured_samples_per_s_per_gpu",
+            "role", "status")
+BREAKDOWN = ("embedding", "dense", "interaction", "host_wait", "other")
+CLUSTER_KEYS = ("id", "gpu", "design", "quantity", "predicted", "measured", "factor",
+                "role", "status")
 #: the Markdown files whose markers are checked, relative to the repository root
 DOC_GLOBS = ("README.md", "docs/*.md")
 #: a query starts with a lower-case operation, so `<!-- n: QUERY -->` in prose is an example
@@ -49,7 +66,7 @@ BLOCK = re.compile(r"<!-- numbers: (?P<query>[a-z][^>]*?) -->\n(?P<text>.*?)<!--
                    re.DOTALL)
 #: arguments that are not row filters
 OPTION_KEYS = frozenset({"src", "metric", "scale", "fmt", "a", "b", "agg", "has",
-                         "complete"})
+                         "complete", "num", "den", "over"})
 JOIN = " / "
 MISSING = "-"
 
@@ -84,8 +101,8 @@ class Sources:
         return self._rows[src]
 
     def _load(self, src: str) -> list[dict[str, Any]]:
-        if src == "published":
-            return _read_json(self.data_dir / PUBLISHED_FILE)
+        if src in JSON_SOURCES:
+            return _read_json(self.data_dir / JSON_SOURCES[src])
         if src.startswith("bands:"):
             return _read_json(self._one(self.data_dir / BANDS_DIR, src[6:], ".json"))
         with self._one(self.data_dir / STUDY_DIR, src, ".csv").open(encoding="utf-8") as f:
@@ -219,6 +236,29 @@ def op_geomean(src: Sources, args: dict[str, str], query: str) -> str:
     return format(math.exp(sum(map(math.log, vals)) / len(vals)), args.get("fmt", ".2f"))
 
 
+def op_ratio(src: Sources, args: dict[str, str], query: str) -> str:
+    """The metric of the row whose id is num= over the one whose id is den= (a published
+    pair's ratio: E3.7 / E3.6); with over=METRIC, that ratio over the same ratio of the
+    other metric (the model's ratio over the published one)."""
+    if "num" not in args or "den" not in args:
+        raise UserError("expected num=ID and den=ID", field=query)
+
+    def one(point: str, metric: str) -> float:
+        rows = [r for r in _selected(src, args, query) if str(r.get("id")) == point]
+        v = _metric(rows[0], {**args, "metric": metric}) if len(rows) == 1 else None
+        if v is None:
+            raise UserError(f"expected one row with id {point} and its {metric}",
+                            field=query)
+        return v
+
+    def pair(metric: str) -> float:
+        return one(args["num"], metric) / one(args["den"], metric)
+
+    metric = args.get("metric", "speedup_vs_hybrid")
+    value = pair(metric) / (pair(args["over"]) if "over" in args else 1.0)
+    return format(value, args.get("fmt", ".2f"))
+
+
 def op_count(src: Sources, args: dict[str, str], query: str) -> str:
     """How many rows (points, with a= b=) the selection holds."""
     return str(len(_values(src, args, query)))
@@ -292,13 +332,56 @@ def block_published_table(src: Sources, args: dict[str, str], query: str) -> str
     return "\n".join(["```", "$ scratchpipe-sim validate --published", *out, "```", ""])
 
 
+def _ms(v: float | None) -> str:
+    """ms to the microsecond; a rounding residue (-1e-15) prints as 0.000, not -0.000."""
+    return _num(None if v is None else (0.0 if abs(v) < 5e-4 else v), ".3f")
+
+
+def block_end_to_end_table(src: Sources, args: dict[str, str], query: str) -> str:
+    """`validate --published`'s end-to-end points as a Markdown table: the whole iteration
+    predicted and measured, its factor, role and breakdown."""
+    head = ("| id | design | batch/GPU | predicted ms | measured ms | factor | role | "
+            "breakdown (ms): " + " / ".join(BREAKDOWN) + " |")
+    lines = [head, "|" + "---|" * 8]
+    for r in src.rows("published-e2e"):
+        ok = r["status"] == "ok"
+        parts = " / ".join(_ms(r.get(f"{k}_ms")) for k in BREAKDOWN) if ok else MISSING
+        lines.append(f"| {r['id']} | {r['design']} x {r['gpus']} | {r['batch_per_gpu']} | "
+                     f"{_ms(r['predicted_ms']) if ok else 'skipped'} | "
+                     f"{_ms(r['measured_ms'])} | {_num(r['factor'], '.2f')} | "
+                     f"{r['role'] if ok else r['role'] + ' (skipped)'} | {parts} |")
+    return "\n".join(lines) + "\n"
+
+
+def _quantity(v: float | None, quantity: str) -> str:
+    if v is None:
+        return MISSING
+    return f"{v / 1e6:.2f} M" if quantity == "samples_per_s" else f"{v:.2f}"
+
+
+def block_cluster_table(src: Sources, args: dict[str, str], query: str) -> str:
+    """`validate --published`'s multi-GPU points as a Markdown table (factor: predicted
+    over measured time, > 1 the model is slower)."""
+    lines = ["| id | GPUs | quantity | predicted | measured | factor (time) | role |",
+             "|" + "---|" * 7]
+    for r in src.rows("published-cluster"):
+        q = r["quantity"]
+        lines.append(f"| {r['id']} | {r['gpu']} | {q} | {_quantity(r['predicted'], q)} | "
+                     f"{_quantity(r['measured'], q)} | {_num(r['factor'], '.2f')} | "
+                     f"{r['role'] if r['status'] == 'ok' else r['role'] + ' (skipped)'} |")
+    return "\n".join(lines) + "\n"
+
+
 Op = Callable[[Sources, dict[str, str], str], str]
 #: inline operations by name
 OPS: dict[str, Op] = {"value": op_value, "range": op_range, "max": op_max, "worst": op_worst,
                       "geomean": op_geomean, "count": op_count, "band": op_band,
-                      "ahead": op_ahead, "lowest": op_lowest, "runs": op_runs}
+                      "ahead": op_ahead, "lowest": op_lowest, "runs": op_runs,
+                      "ratio": op_ratio}
 #: block generators by name
-BLOCKS: dict[str, Op] = {"published-table": block_published_table}
+BLOCKS: dict[str, Op] = {"published-table": block_published_table,
+                         "end-to-end-table": block_end_to_end_table,
+                         "cluster-table": block_cluster_table}
 
 
 def evaluate(query: str, src: Sources, ops: dict[str, Op]) -> str:
@@ -437,16 +520,27 @@ def collect(data_dir: Path, results: Path | None, bands: Path | None,
         written.append(path)
     if published is not None:
         data_dir.mkdir(parents=True, exist_ok=True)
-        # the TBE phases (the rows with a `phase`): the end-to-end and multi-GPU points'
-        # rows have other keys, and docs/validation.md quotes them in dated prose
-        rows = [r for r in _read_json(published) if "phase" in r]
-        keep = ("id", "gpu", "design", "optimizer", "phase", "predicted_ms", "measured_ms",
-                "factor", "role", "status")
-        path = data_dir / PUBLISHED_FILE
-        atomic_write(path, jsonout.dumps([{k: r[k] for k in keep} for r in rows],
-                                         indent=1) + "\n")
-        written.append(path)
+        for name, rows in split_published(_read_json(published)).items():
+            path = data_dir / name
+            atomic_write(path, jsonout.dumps(rows, indent=1) + "\n")
+            written.append(path)
     return written
+
+
+def split_published(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """`validate --published --json`'s rows by snapshot file: the TBE phases (a `phase`),
+    the end-to-end points (`kind` end-to-end; the breakdown flattened to `<part>_ms`) and
+    the multi-GPU points (`quantity`), each with its kept keys (a file with no row of its
+    kind is written empty: a rerun that dropped them shows in `docs --check`)."""
+    tbe = [{k: r[k] for k in TBE_KEYS} for r in rows if "phase" in r]
+    e2e = []
+    for r in rows:
+        if r.get("kind") == "end-to-end":
+            row = {k: r.get(k) for k in E2E_KEYS}
+            row.update({f"{k}_ms": r.get("breakdown_ms", {}).get(k) for k in BREAKDOWN})
+            e2e.append(row)
+    cluster = [{k: r.get(k) for k in CLUSTER_KEYS} for r in rows if "quantity" in r]
+    return {PUBLISHED_FILE: tbe, PUBLISHED_E2E_FILE: e2e, PUBLISHED_CLUSTER_FILE: cluster}
 
 
 def _write_csv(path: Path, cols: Sequence[str], rows: Iterable[dict[str, Any]],

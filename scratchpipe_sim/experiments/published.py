@@ -351,14 +351,17 @@ def end_to_end_config(p: EndToEndPoint) -> dict[str, Any]:
         "bottom_mlp": list(m.bottom_mlp), "top_mlp": list(m.top_mlp),
         "interaction": m.interaction, "precision": m.precision,
         "num_batches": TIMED_BATCHES, "warmup_batches": FILL_BATCHES}
-    for key in ("dcn_layers", "dcn_rank", "framework"):
+    for key in ("dcn_layers", "dcn_rank", "framework", "optimizer_foreach"):
         if getattr(m, key) is not None:
             model[key] = getattr(m, key)
     d: dict[str, Any] = {
         "name": f"published-{p.id}", "seed": 0,
         "hardware": {"preset": p.preset, **p.hardware}, "model": model,
         "trace": {"distribution": "zipf", "alpha": p.alpha},
-        "cache": {"warmup_batches": 0}, "designs": [p.design]}
+        # gpu-only and multi-gpu keep no cache, but the config's must fit HBM: a small one
+        "cache": {"warmup_batches": 0, "load_factor": 0.01}, "designs": [p.design]}
+    if p.input_pipeline:
+        d["input_pipeline"] = dict(p.input_pipeline)
     if p.design == "multi-gpu":
         d["design_params"] = {"multi-gpu": {"gpus": p.gpus}}
     return d

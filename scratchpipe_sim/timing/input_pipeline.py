@@ -25,7 +25,10 @@ while the pipeline keeps ahead; a design whose waits are not is *input-bound*
 not stages: they run beside the design's stages, off its path unless waited for (a stage
 figure adds a serial design's stages up to its iteration). A timeline shows them on their
 own track, `input pipeline`. `inputs_on_gpu`: the batches are resident (a benchmark's
-generated inputs): nothing is loaded or copied.
+generated inputs): nothing is loaded or copied. `loader_in_trainer` (DataLoader
+num_workers=0): no workers; the trainer's thread builds each batch as part of its host
+issue work (`host_dispatch.trainer_loader_ns`, priced in `Machine.mlp`), so here a batch is
+built when asked for and only its copy runs beside training.
 """
 
 from __future__ import annotations
@@ -106,6 +109,11 @@ class InputPipeline:
         self.ready = [env.event() for _ in range(n)]
         cpu = m.cfg.hardware.cpu
         self.one_core = plan_share(1, cpu.cores, cpu.parallel_efficiency)
+        if p.loader_in_trainer:  # built on the trainer's thread: on the host's path
+            for ev in self.loaded:
+                ev.succeed()
+            env.process(self._copier())
+            return
         workers = min(p.loader_workers, max(n, 1))
         for k in range(workers):
             env.process(self._worker(k, workers, p.prefetch_batches))
@@ -133,7 +141,11 @@ class InputPipeline:
 
     def _copier(self) -> Generator:
         m = self.m
+        p = m.cfg.input_pipeline
         for b in range(self.n):
+            gate = b - p.prefetch_batches
+            if p.loader_in_trainer and gate >= 0 and not self.taken[gate]:
+                yield self._taken_ev[gate]  # built when the trainer gets that far
             if not self.loaded[b].processed:
                 yield self.loaded[b]
             start = m.env.now

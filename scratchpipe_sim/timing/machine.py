@@ -57,7 +57,7 @@ from scratchpipe_sim.timing.collectives import (
 )
 from scratchpipe_sim.timing.cpu_update_cost import forward_overhead_ns, update_cost
 from scratchpipe_sim.timing.dense_compute import DenseCost, dense_iteration
-from scratchpipe_sim.timing.host_dispatch import host_iteration
+from scratchpipe_sim.timing.host_dispatch import HostCost, host_iteration, trainer_loader_ns
 from scratchpipe_sim.timing.resources import (
     AllDone,
     Memory,
@@ -109,7 +109,7 @@ PLANNER_DEFAULTS = PlannerParams()
 
 class Machine:
     def __init__(self, env: simpy.Environment, cfg: Config, num_batches: int,
-                 keep_spans: bool = False):
+                 keep_spans: bool = False, design: str = ""):
         self.env = env
         self.cfg = cfg
         hw = cfg.hardware
@@ -167,13 +167,27 @@ class Machine:
         self._dense: dict[float, DenseCost] = {}
         #: the host's issue work per iteration (model.framework), when the host has issued
         #: everything so far, and the earliest it may start the next iteration (a sync)
-        self._host = host_iteration(m, cpu)
+        self._design = design
+        self._host = host_iteration(m, cpu, design=design)
+        #: the same with the trainer's thread building each batch, per samples per batch
+        self._host_at: dict[float, HostCost] = {}
         self._host_free = 0.0
         self._host_gate = 0.0
-        if self._host.total_ns > 0:
+        self._host_counters()
+
+    def _host_counters(self) -> None:
+        if self._host.total_ns > 0 or self.cfg.input_pipeline.loader_in_trainer:
             self.counters.update({"host_issue_ns": self._host.total_ns,
                                   "host_ops": float(self._host.op_count),
                                   "host_wait_ns": 0.0})
+
+    def set_sharding_types(self, types: frozenset[str]) -> None:
+        """A sharded design's placement ("table-wise", "row-wise"), before its first batch:
+        TorchRec issues each sharding group's dists and syncs (`host_dispatch.host_ops`)."""
+        self._host = host_iteration(self.cfg.model, self.cfg.hardware.cpu,
+                                    design=self._design, sharding_types=types)
+        self._host_at.clear()
+        self._host_counters()
 
     def batch_done(self, b: int) -> None:
         """Batch b finished training; at the end of warm-up, snapshot busy times."""
@@ -588,7 +602,14 @@ class Machine:
         ev = self.compute.transfer(cost.flops, batch, "mlp",
                                    GBps=cost.flops / cost.busy_ns,
                                    latency_ns=cost.launch_ns)
-        host = self._host
+        host = self._host_at.get(samples)
+        if host is None:  # once per distinct batch size
+            loader = trainer_loader_ns(self.cfg.input_pipeline, self.cfg.model, samples)
+            host = self._host_at[samples] = HostCost(
+                self._host.ops, self._host.syncs, self._host.host_op_ns,
+                self._host.sync_ns, self._host.drains, loader)
+            if loader > 0:
+                self.counters["host_issue_ns"] = host.total_ns
         if host.total_ns <= 0:
             return ev
         shift = 0.0

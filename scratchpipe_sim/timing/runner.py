@@ -160,7 +160,7 @@ def run_design(cfg: Config, design: Design, w: Workload, keep_spans: bool = Fals
     """Price one design's run of workload `w`: its SimPy process on a fresh environment and
     Machine, to the last event (`run_to_end`); the machine holds what it measured."""
     env = simpy.Environment()
-    m = Machine(env, cfg, w.num_batches, keep_spans=keep_spans)
+    m = Machine(env, cfg, w.num_batches, keep_spans=keep_spans, design=design.name)
     env.process(design.run(m, w))
     run_to_end(env)
     return m

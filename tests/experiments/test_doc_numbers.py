@@ -49,6 +49,28 @@ BANDS = [  # one point, four runs (the first nominal) of two designs
 ]
 PUBLISHED = [{"id": "P1", "design": "uvm", "phase": "forward", "factor": 0.8},
              {"id": "P2", "design": "uvm", "phase": "backward", "factor": 1.1}]
+#: `validate --published --json`'s end-to-end rows as the CLI writes them (a breakdown
+#: mapping) and its multi-GPU rows
+E2E_JSON = [
+    {"id": "E1", "kind": "end-to-end", "gpu": "g", "preset": "p", "design": "multi-gpu",
+     "gpus": 8, "batch_per_gpu": 256, "predicted_ms": 12.0, "measured_ms": 10.0,
+     "factor": 1.2, "predicted_samples_per_s_per_gpu": 21333.3,
+     "measured_samples_per_s_per_gpu": 25600.0,
+     "breakdown_ms": {"embedding": 0.5, "dense": 1.0, "interaction": 0.25,
+                      "host_wait": 10.25, "other": 0.0},
+     "role": "fit", "status": "ok", "skip_reason": None, "source": "url"},
+    {"id": "E2", "kind": "end-to-end", "gpu": "t", "preset": None, "design": "gpu-only",
+     "gpus": 1, "batch_per_gpu": 64, "predicted_ms": None, "measured_ms": 3.0,
+     "factor": None, "predicted_samples_per_s_per_gpu": None,
+     "measured_samples_per_s_per_gpu": 21333.3, "breakdown_ms": {}, "role": "check",
+     "status": "skipped", "skip_reason": "why", "source": "url"}]
+CLUSTER_JSON = [
+    {"id": "C1", "gpu": "8 GPUs", "design": "cluster", "quantity": "samples_per_s",
+     "predicted": 2.0e6, "measured": 2.5e6, "factor": 1.25, "role": "check",
+     "status": "ok", "source": "url"},
+    {"id": "C2", "gpu": "64 GPUs", "design": "cluster", "quantity": "samples_per_s",
+     "predicted": 6.0e6, "measured": 8.0e6, "factor": 1.333, "role": "check",
+     "status": "ok", "source": "url"}]
 
 
 def _snapshot(root: Path) -> None:
@@ -62,6 +84,9 @@ def _snapshot(root: Path) -> None:
     (data / doc_numbers.BANDS_DIR / "fig1_toy.json").write_text(json.dumps(BANDS),
                                                                encoding="utf-8")
     (data / "published.json").write_text(json.dumps(PUBLISHED), encoding="utf-8")
+    for name, rows in doc_numbers.split_published(E2E_JSON + CLUSTER_JSON).items():
+        if name != doc_numbers.PUBLISHED_FILE:
+            (data / name).write_text(json.dumps(rows), encoding="utf-8")
 
 
 @pytest.fixture
@@ -88,10 +113,33 @@ def root(tmp_path: Path) -> Path:
     ("band src=bands:fig1 a=sp agg=geomean", "3.00 [2.00-4.00]"),
     ("range src=published metric=factor design=uvm", "0.80-1.10"),
     ("worst src=published metric=factor design=uvm", "1.25"),  # 1 / 0.8
+    ("value src=published-e2e id=E1 metric=factor", "1.20"),
+    ("value src=published-e2e id=E1 metric=host_wait_ms fmt=.1f", "10.2"),  # flattened
+    ("value src=published-e2e id=E2 metric=factor", "-"),  # skipped
+    ("value src=published-e2e id=E1 metric=measured_samples_per_s_per_gpu fmt=,.0f",
+     "25,600"),
+    ("ratio src=published-cluster num=C2 den=C1 metric=predicted", "3.00"),
+    ("ratio src=published-cluster num=C2 den=C1 metric=measured fmt=.1f", "3.2"),
+    ("value src=published-cluster id=C1 metric=predicted scale=1e-6", "2.00"),
+    # the model's ratio over the published one: 3.0 / 3.2
+    ("ratio src=published-cluster num=C2 den=C1 metric=predicted over=measured", "0.94"),
 ])
 def test_queries_give_the_hand_computed_values(root: Path, query: str, expected: str) -> None:
     src = doc_numbers.Sources(root / doc_numbers.DATA_DIR)
     assert doc_numbers.evaluate(query, src, doc_numbers.OPS) == expected
+
+
+def test_end_to_end_and_cluster_blocks_are_the_rows_as_tables(root: Path) -> None:
+    src = doc_numbers.Sources(root / doc_numbers.DATA_DIR)
+    e2e = doc_numbers.evaluate("end-to-end-table", src, doc_numbers.BLOCKS).splitlines()
+    assert e2e[2] == ("| E1 | multi-gpu x 8 | 256 | 12.000 | 10.000 | 1.20 | fit | "
+                      "0.500 / 1.000 / 0.250 / 10.250 / 0.000 |")
+    assert e2e[3] == "| E2 | gpu-only x 1 | 64 | skipped | 3.000 | - | check (skipped) | - |"
+    cluster = doc_numbers.evaluate("cluster-table", src, doc_numbers.BLOCKS).splitlines()
+    assert cluster[2] == "| C1 | 8 GPUs | samples_per_s | 2.00 M | 2.50 M | 1.25 | check |"
+    with pytest.raises(UserError, match="num=ID and den=ID"):
+        doc_numbers.evaluate("ratio src=published-cluster num=C2 metric=predicted", src,
+                             doc_numbers.OPS)
 
 
 def test_a_stale_number_is_named_by_file_and_line_and_update_fixes_it(root: Path) -> None:
@@ -145,9 +193,8 @@ def test_collect_snapshots_results_bands_and_published(tmp_path: Path) -> None:
     pub.write_text(json.dumps([{**PUBLISHED[0], "gpu": "g", "optimizer": None,
                                 "predicted_ms": 0.8, "measured_ms": 1.0, "role": "fit",
                                 "status": "ok", "source": "url"},
-                               # an end-to-end and a multi-GPU row (other keys): left out
-                               {"id": "E", "kind": "end-to-end", "predicted_ms": 1.0},
-                               {"id": "C", "quantity": "samples_per_s", "predicted": 1.0}]),
+                               # the end-to-end and multi-GPU rows: their own files
+                               *E2E_JSON, *CLUSTER_JSON]),
                    encoding="utf-8")
     (tmp_path / "docs").mkdir()
     assert main(["docs", "--collect", "--results", str(tmp_path / "results"), "--bands",
@@ -162,6 +209,12 @@ def test_collect_snapshots_results_bands_and_published(tmp_path: Path) -> None:
                                        {"sp": 2.75}]}]
     snap = json.loads((data / "published.json").read_text(encoding="utf-8"))
     assert [r["id"] for r in snap] == [PUBLISHED[0]["id"]] and "source" not in snap[0]
+    e2e = json.loads((data / doc_numbers.PUBLISHED_E2E_FILE).read_text(encoding="utf-8"))
+    assert [r["id"] for r in e2e] == ["E1", "E2"] and "source" not in e2e[0]
+    assert e2e[0]["host_wait_ms"] == 10.25 and e2e[1]["embedding_ms"] is None
+    cluster = json.loads((data / doc_numbers.PUBLISHED_CLUSTER_FILE).read_text(
+        encoding="utf-8"))
+    assert [r["id"] for r in cluster] == ["C1", "C2"] and "source" not in cluster[0]
 
 
 def test_rerun_refuses_an_existing_study_folder(tmp_path: Path,

@@ -103,3 +103,30 @@ def test_cli_lists_the_end_to_end_point_with_its_breakdown(tmp_path, capsys):
     assert row["breakdown_ms"]["host_wait"] > 0
     assert row["predicted_samples_per_s_per_gpu"] == pytest.approx(
         64 / row["predicted_ms"] * 1e3)
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"input_pipeline": {"loader_in_workers": True}}, "end_to_end[0].input_pipeline"),
+    ({"input_pipeline": {"loader_ns_per_sample": -1}},
+     "end_to_end[0].input_pipeline.loader_ns_per_sample"),
+    ({"model": {**_tiny()["model"], "optimizer_foreach": "sometimes"}},
+     "end_to_end[0].model.optimizer_foreach"),
+])
+def test_bad_loader_and_optimizer_keys_are_one_line_naming_them(tmp_path, capsys, change,
+                                                                 key):
+    path = _write(tmp_path, _tiny(**change))
+    assert main(["validate", "--published", "--data", path, "--only", "X.tiny"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and key in err[0] and path in err[0]
+
+
+def test_the_e38_points_run_torchrec_dlrm_as_its_requirements_pin():
+    """E3.8's trainer (torchrec 0.3.2, PyTorch 1.13): the dense optimizer per tensor, the
+    DataLoader without workers (the trainer's thread builds each batch)."""
+    for p in PP.load_end_to_end():
+        if p.id.startswith("E3.8"):
+            assert p.model.optimizer_foreach is False
+            assert p.input_pipeline["loader_in_trainer"] is True
+            cfg = P.end_to_end_config(p)
+            assert cfg["model"]["optimizer_foreach"] is False
+            assert cfg["input_pipeline"]["loader_in_trainer"] is True

@@ -14,13 +14,20 @@ from small_configs import SMALL_A100
 
 from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.timing import simulate
-from scratchpipe_sim.timing.host_dispatch import host_iteration, host_ops, host_syncs
+from scratchpipe_sim.timing.host_dispatch import (
+    TORCHREC_FIXED_OPS,
+    TORCHREC_OPS_PER_FEATURE,
+    host_iteration,
+    host_ops,
+    host_syncs,
+)
 
 #: SMALL_A100's model, counted by hand: bottom 13-32-16 and top 19-16-1 are 4 layers of 6
 #: ops, the dot interaction 12, the loss 5, inputs 3, the fused embedding 2, foreach SGD 2
 SMALL_EAGER_OPS = 4 * 6 + 12 + 5 + 3 + 2 + 2
-#: TorchRec adds 12 fixed ops and 12 per feature (2 tables)
-SMALL_TORCHREC_OPS = SMALL_EAGER_OPS + 12 + 12 * 2
+#: TorchRec adds its fixed ops and its ops per feature (2 tables; the per-feature count is
+#: a fit on E3.8-sgd-256)
+SMALL_TORCHREC_OPS = SMALL_EAGER_OPS + TORCHREC_FIXED_OPS + TORCHREC_OPS_PER_FEATURE * 2
 #: a host slow enough that every iteration is host-bound (1 ms an op)
 SLOW_HOST = {"hardware": {"cpu": {"host_op_ns": 1e6, "host_sync_ns": 3e5}}}
 #: wide MLPs on a large batch: the dense GEMMs outlast the host's issue
@@ -89,7 +96,8 @@ def test_an_unpipelined_sync_puts_the_pre_kernel_issue_in_series():
     iteration grows by exactly the host's issue before its first embedding kernel."""
     cfg = cfg_of(BIG, {"model": {"framework": "torchrec-unpipelined"}})
     cost = host_iteration(cfg.model, cfg.hardware.cpu)
-    assert cost.drains and cost.pre_ns == (3 + 12 + 12 * 2) * cost.host_op_ns + cost.sync_ns
+    pre_ops = 3 + TORCHREC_FIXED_OPS + TORCHREC_OPS_PER_FEATURE * 2
+    assert cost.drains and cost.pre_ns == pre_ops * cost.host_op_ns + cost.sync_ns
     none = row_of(cfg_of(BIG, {"model": {"framework": "hugectr"}}))
     assert row_of(cfg)["iter_ns_mean"] == pytest.approx(none["iter_ns_mean"] + cost.pre_ns,
                                                         rel=1e-9)

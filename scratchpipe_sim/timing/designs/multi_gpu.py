@@ -123,6 +123,9 @@ class MultiGpu(Design):
 
     def run(self, m, w):
         env = m.env
+        # TorchRec issues each sharding group's input and output dists (host_dispatch)
+        m.set_sharding_types(frozenset("row-wise" if rw else "table-wise"
+                                       for rw in self.sharding.row_wise))
         c = self.columns(w)
         n = w.num_batches
         N, s = self.gpus, self.share
