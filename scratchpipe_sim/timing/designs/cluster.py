@@ -289,7 +289,8 @@ class Cluster(Design):
         self.node_local = ((span > 1) & (L > G) & (start // G == (start + span - 1) // G))
 
     def workload_key(self) -> WorkloadKey:
-        return WorkloadKey(None, where=Where.DEVICE)
+        # each rank's lookups are priced with no L2 hits (see the module doc): no L2 walk
+        return WorkloadKey(None, where=Where.DEVICE, onchip=False)
 
     def trace_columns(self, trace: Trace) -> dict[str, np.ndarray]:
         """The largest rank's counts per batch (`timing/rank_streams.py`)."""
