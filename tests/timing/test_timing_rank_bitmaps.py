@@ -198,3 +198,39 @@ def test_cluster_priced_the_same_without_the_l2_walk(monkeypatch):
     for k in ("policy_wall_s", "simpy_wall_s"):
         walked.pop(k), without.pop(k)
     assert walked == without
+
+
+# -- the cluster's per-rank columns through the on-disk replay cache --------------------------
+def test_cluster_rank_columns_are_read_back_from_the_cache(monkeypatch, tmp_path):
+    """A warm run reads the per-rank columns (no pass over the trace): equal to the ones
+    computed without the cache; `replay_cache=False` (`--no-cache`) writes nothing."""
+    from scratchpipe_sim.config import load_config
+    from scratchpipe_sim.timing.designs import cluster as cl
+    from scratchpipe_sim.timing.runner import timed_batches
+    from scratchpipe_sim.timing.trace_setup import build_trace
+
+    monkeypatch.setenv("SCRATCHPIPE_CACHE_DIR", str(tmp_path))
+    def spec(dedup):
+        return {"hardware": {"preset": "dgx-h100-cluster", "cluster": {"nodes": 2}},
+                "model": {"tables": {"count": 4, "rows": 3000, "dim": 32}, "pooling": 4,
+                          "batch_size": 64, "num_batches": 3, "warmup_batches": 1},
+                "design_params": {"cluster": {"sharding": "row-wise", "dedup": dedup}},
+                "designs": ["cluster"], "seed": 2}
+
+    cfg = load_config(spec(True))
+    timed = timed_batches(cfg, build_trace(cfg, cache=False))
+    design = cl.Cluster(cfg)
+    plain = design.trace_columns(timed, replay_cache=False)
+    assert not (tmp_path / "replays").exists() or not any((tmp_path / "replays").iterdir())
+    first = design.trace_columns(timed)
+
+    def no_pass(*_args):
+        raise AssertionError("a warm run makes no pass over the trace")
+
+    monkeypatch.setattr(cl, "rank_counts", no_pass)
+    warm = design.trace_columns(timed)
+    assert sorted(plain) == sorted(first) == sorted(warm)
+    for k in plain:
+        assert plain[k].tolist() == first[k].tolist() == warm[k].tolist()
+    with pytest.raises(AssertionError, match="no pass"):  # dedup off: another key
+        cl.Cluster(load_config(spec(False))).trace_columns(timed)

@@ -50,7 +50,7 @@ import simpy
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies.replay_cache import policy_columns
+from scratchpipe_sim.policies.replay_cache import cached_columns, policy_columns
 from scratchpipe_sim.timing.collectives import Group
 from scratchpipe_sim.timing.counts import Where
 from scratchpipe_sim.timing.designs.base import Design
@@ -60,7 +60,7 @@ from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 from scratchpipe_sim.timing.designs.multi_gpu import mlp_param_bytes
 from scratchpipe_sim.timing.machine import Collective
 from scratchpipe_sim.timing.placement import GiB, shard, table_bytes
-from scratchpipe_sim.timing.rank_streams import RankPlan, rank_counts, rank_stream
+from scratchpipe_sim.timing.rank_streams import RankCounts, RankPlan, rank_counts, rank_stream
 from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.forked import can_fork, fork_map, usable_cores
 
@@ -292,15 +292,26 @@ class Cluster(Design):
         # each rank's lookups are priced with no L2 hits (see the module doc): no L2 walk
         return WorkloadKey(None, where=Where.DEVICE, onchip=False)
 
-    def trace_columns(self, trace: Trace) -> dict[str, np.ndarray]:
-        """The largest rank's counts per batch (`timing/rank_streams.py`)."""
-        counts = rank_counts(trace, self.plan, self.params.dedup)
-        cols = counts.max_per_batch()
-        # ids received over all ranks, deduplicated or not: scales unpooled outputs
-        cols["rank_ids_recv_total"] = counts.ids_recv.sum(axis=1)
-        cols["rank_ids_total"] = counts.ids_recv_all.sum(axis=1)
-        if self.params.rank_cache != "none":
-            cols.update(self.rank_cache_columns(trace, counts))
+    def trace_columns(self, trace: Trace, replay_cache: bool = True) -> dict[str, np.ndarray]:
+        """The largest rank's counts per batch (`timing/rank_streams.py`). Without per-rank
+        caches they go through the on-disk replay cache, keyed by the trace and the plan
+        (a warm run reads them: a pass over the trace per run otherwise); with them the
+        per-rank counts order the ranks to replay, and are made here."""
+        plan, dedup = self.plan, self.params.dedup
+
+        def compute() -> tuple[dict[str, np.ndarray], dict[str, int]]:
+            return _max_columns(rank_counts(trace, plan, dedup)), {}
+
+        if self.params.rank_cache == "none":
+            if not replay_cache:
+                return compute()[0]
+            # every field of the plan (one added later joins the key by itself)
+            key = {"kind": "cluster-rank-counts", "trace": trace.fingerprint(),
+                   "plan": dataclasses.asdict(plan), "dedup": bool(dedup)}
+            return dict(cached_columns(key, compute, True, sources=_RANK_SOURCES)[0])
+        counts = rank_counts(trace, plan, dedup)
+        cols = _max_columns(counts)
+        cols.update(self.rank_cache_columns(trace, counts))
         return cols
 
     def rank_cache_capacity(self, rank: int) -> int:
@@ -507,6 +518,19 @@ class Cluster(Design):
             "alltoall_bytes_per_gpu": (sum(exchange[wu:]) / timed) if timed > 0 else 0.0,
             "exchange_share": comm / span if span > 0 else 0.0,
         })
+
+
+#: code behind the cached per-rank counts (`traces.disk_cache.code_digest`)
+_RANK_SOURCES = ("timing/rank_streams.py", "timing/designs/cluster.py", "traces/csr_trace.py")
+
+
+def _max_columns(counts: RankCounts) -> dict[str, np.ndarray]:
+    """The per-batch columns the design reads from its per-rank counts."""
+    cols = counts.max_per_batch()
+    # ids received over all ranks, deduplicated or not: scales unpooled outputs
+    cols["rank_ids_recv_total"] = counts.ids_recv.sum(axis=1)
+    cols["rank_ids_total"] = counts.ids_recv_all.sum(axis=1)
+    return cols
 
 
 def _replay_rank(state, rank: int) -> dict[str, np.ndarray]:
