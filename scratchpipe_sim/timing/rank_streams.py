@@ -29,10 +29,14 @@ Per batch and rank (`RankCounts`, arrays [batch, rank]):
     ids_recv_all  ids it would receive without dedup (what scales unpooled outputs)
 
 How: one pass over a batch's bags in FBGEMM's table-major order. Within a table the
-samples come in order, so a sample's source rank and its replica never decrease: "this
-(source, id) pair / this (replica, row) was seen already" is a stamp per row holding the
-last (batch, table, source) key that touched it (two int64 arrays the size of the largest
-table, reused for every table and batch), exact and linear in the lookups.
+samples come in order, so a sample's source rank and its replica never decrease: the
+lookups of one (table, source) are a contiguous run of the batch's ids, and those of one
+(table, replica) a run of such runs. "This (source, id) pair / this (replica, row) was seen
+already" is a bit per row, set as the run is walked and cleared when it ends by walking its
+ids again (two bitmaps of one bit per row of the largest table, reused for every table and
+batch): exact and linear in the lookups. Why bits: a stamp per row (int64, the previous
+kernel) is 8 B a row, 320 MB for MLPerf's 40M-row table, and every lookup was a DRAM miss
+(~100 ns an id); the bitmap is 5 MB, inside the last-level cache.
 """
 
 from __future__ import annotations
@@ -43,12 +47,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from scratchpipe_sim.traces._jit import njit
+from scratchpipe_sim.traces._prefetch import prefetch
 from scratchpipe_sim.traces.csr_trace import Trace
 
 KINDS = ("routed", "lookups", "unique", "ids_send", "ids_recv", "ids_recv_all")
-#: tables of more rows than this get per-batch dense keys for the stamps (np.unique of
-#: their ids), so the stamp arrays stay at 2 x 8 B x this at most (1 GiB)
-STAMP_ROWS = 1 << 26
+#: tables of more rows than this get per-batch dense keys for the bitmaps (np.unique of
+#: their ids), so the two bitmaps stay at 2 x this / 8 B at most (1 GiB)
+STAMP_ROWS = 1 << 32
+#: ids ahead whose bitmap word `_batch_counts` prefetches: the 5 MB bitmap of a 40M-row
+#: table is in the last-level cache, not the core's; 32 took the kernel from 19.6 to 7.8 ns
+#: an id (CPU time, a batch of the 1,024-GPU MLPerf point, docs/performance.md)
+_PF_BITS = 32
 
 
 def _stamp_keys(trace: Trace, batch, ind: np.ndarray) -> tuple[np.ndarray, int]:
@@ -170,7 +179,7 @@ def rank_counts(trace: Trace, plan: RankPlan, dedup: bool) -> RankCounts:
     n, nb, T = plan.ranks, trace.num_batches, trace.num_tables
     out = np.zeros((len(KINDS), nb, n), np.int64)
     rows = np.asarray(trace.table_rows, np.int64)
-    pair_seen = row_seen = np.zeros(0, np.int64)
+    pair_seen = row_seen = np.zeros(0, np.uint64)
     start = np.asarray(plan.start, np.int64)
     span = np.asarray(plan.span, np.int64)
     block = plan.block_rows(rows)
@@ -178,51 +187,89 @@ def rank_counts(trace: Trace, plan: RankPlan, dedup: bool) -> RankCounts:
         batch = trace.batch(b)
         ind = np.asarray(batch.indices)
         keys, size = _stamp_keys(trace, batch, ind)
-        if len(pair_seen) < size:
-            pair_seen = np.full(size, -1, np.int64)
-            row_seen = np.full(size, -1, np.int64)
+        if len(pair_seen) < _words(size):
+            pair_seen = np.zeros(_words(size), np.uint64)
+            row_seen = np.zeros(_words(size), np.uint64)
         _batch_counts(ind, keys, np.asarray(batch.offsets, np.int64),
                       batch.batch_size, T, n, plan.group, start, span, block, dedup,
-                      b, pair_seen, row_seen, out[:, b, :])
+                      pair_seen, row_seen, out[:, b, :])
     return RankCounts(*out)
 
 
+def _words(rows: int) -> int:
+    """64-bit words of a bitmap of `rows` bits."""
+    return (int(rows) + 63) >> 6
+
+
 @njit(cache=True)
-def _batch_counts(indices, keys, offsets, B, T, n, L, start, span, block, dedup, b,
+def _run_end(s, B, n):
+    """The first sample after s whose source rank (sample i on rank i x n // B) differs."""
+    return ((s * n // B + 1) * B + n - 1) // n
+
+
+@njit(cache=True)
+def _clear(bits, keys, lo, hi):
+    """Clear the words of the bitmap that keys[lo:hi] set (only they are set in it)."""
+    for j in range(lo, hi):
+        bits[keys[j] >> 6] = 0
+
+
+@njit(cache=True)
+def _test_and_set(bits, key):
+    """Was `key`'s bit clear? Sets it."""
+    w = key >> 6
+    m = np.uint64(1) << np.uint64(key & 63)
+    old = bits[w]
+    bits[w] = old | m
+    return (old & m) == 0
+
+
+@njit(cache=True)
+def _batch_counts(indices, keys, offsets, B, T, n, L, start, span, block, dedup,
                   pair_seen, row_seen, out):
     """One batch's counts into out[kind, rank] (KINDS' order); `keys[j]` stands for row
-    indices[j] in the stamps."""
+    indices[j] in the bitmaps, which are clear on entry and on return. Per table, the
+    lookups of one source rank (samples s..e) are one run of ids: the pair bitmap is
+    cleared after each run, the row bitmap after each replica's runs (after each run for a
+    data-parallel table, whose rows are counted per asking rank)."""
     for t in range(T):
-        base = (b * T + t) * n
         k = span[t]
-        for s in range(B):
+        rep_lo = offsets[t * B]  # first id of the current replica's runs
+        s = 0
+        while s < B:
+            e = min(_run_end(s, B, n), B)
             src = s * n // B
-            lo, hi = offsets[t * B + s], offsets[t * B + s + 1]
+            rep = src if k == 0 else src // L
+            lo, hi = offsets[t * B + s], offsets[t * B + e]
             for j in range(lo, hi):
+                if j + _PF_BITS < hi:  # a hint: no count depends on it
+                    prefetch(row_seen, keys[j + _PF_BITS] >> 6)
+                    if dedup:
+                        prefetch(pair_seen, keys[j + _PF_BITS] >> 6)
                 row = indices[j]
                 if k == 0:  # data-parallel: served where it is asked
                     dst = src
-                    rep = src
                 else:
-                    rep = src // L
                     dst = rep * L + start[t] + (row // block[t] if k > 1 else 0)
                 out[0, dst] += 1
                 if dst != src:
                     out[5, dst] += 1
-                key = base + rep
                 kj = keys[j]
-                if row_seen[kj] != key:
-                    row_seen[kj] = key
+                if _test_and_set(row_seen, kj):
                     out[2, dst] += 1
                 if dedup and k > 0:
-                    key = base + src
-                    if pair_seen[kj] == key:
+                    if not _test_and_set(pair_seen, kj):
                         continue
-                    pair_seen[kj] = key
                 out[1, dst] += 1
                 if dst != src:
                     out[3, src] += 1
                     out[4, dst] += 1
+            if dedup and k > 0:
+                _clear(pair_seen, keys, lo, hi)
+            if k == 0 or e == B or (e * n // B) // L != rep:
+                _clear(row_seen, keys, rep_lo, hi)
+                rep_lo = hi
+            s = e
 
 
 def rank_stream(trace: Trace, plan: RankPlan, rank: int, dedup: bool) -> Trace:
@@ -233,7 +280,7 @@ def rank_stream(trace: Trace, plan: RankPlan, rank: int, dedup: bool) -> Trace:
     trace, plan = split_columns(trace, plan)
     nb, T, n = trace.num_batches, trace.num_tables, plan.ranks
     rows = np.asarray(trace.table_rows, np.int64)
-    pair_seen = np.zeros(0, np.int64)
+    pair_seen = np.zeros(0, np.uint64)
     start = np.asarray(plan.start, np.int64)
     span = np.asarray(plan.span, np.int64)
     block = plan.block_rows(rows)
@@ -245,9 +292,9 @@ def rank_stream(trace: Trace, plan: RankPlan, rank: int, dedup: bool) -> Trace:
         offs = np.asarray(batch.offsets, np.int64)
         mask = np.zeros(len(ind), np.bool_)
         keys, size = _stamp_keys(trace, batch, ind)
-        if len(pair_seen) < size:
-            pair_seen = np.full(size, -1, np.int64)
-        _served(ind, keys, offs, batch.batch_size, T, n, plan.group, start, span, block, dedup, b,
+        if len(pair_seen) < _words(size):
+            pair_seen = np.zeros(_words(size), np.uint64)
+        _served(ind, keys, offs, batch.batch_size, T, n, plan.group, start, span, block, dedup,
                 pair_seen, rank, mask)
         kept = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
         ends = kept[offs[batch.batch_size::batch.batch_size]]  # kept up to each table's end
@@ -261,29 +308,33 @@ def rank_stream(trace: Trace, plan: RankPlan, rank: int, dedup: bool) -> Trace:
 
 
 @njit(cache=True)
-def _served(indices, keys, offsets, B, T, n, L, start, span, block, dedup, b, pair_seen, rank,
+def _served(indices, keys, offsets, B, T, n, L, start, span, block, dedup, pair_seen, rank,
             mask):
     """mask[j]: lookup j of a model-parallel table is served by `rank` (its first from
-    its source when dedup is on)."""
+    its source when dedup is on). Only the runs of `rank`'s replica are walked; the pair
+    bitmap (clear on entry and on return) is cleared after each source's run."""
     for t in range(T):
         k = span[t]
         if k == 0:
             continue
-        base = (b * T + t) * n
-        for s in range(B):
+        s = 0
+        while s < B:
+            e = min(_run_end(s, B, n), B)
             src = s * n // B
             rep = src // L
             if rep != rank // L:
+                s = e
                 continue
-            lo, hi = offsets[t * B + s], offsets[t * B + s + 1]
+            lo, hi = offsets[t * B + s], offsets[t * B + e]
             for j in range(lo, hi):
                 row = indices[j]
                 dst = rep * L + start[t] + (row // block[t] if k > 1 else 0)
                 if dst != rank:
                     continue
                 if dedup:
-                    key = base + src
-                    if pair_seen[keys[j]] == key:
+                    if not _test_and_set(pair_seen, keys[j]):
                         continue
-                    pair_seen[keys[j]] = key
                 mask[j] = True
+            if dedup:
+                _clear(pair_seen, keys, lo, hi)
+            s = e

@@ -437,7 +437,8 @@ class Replays:
         host = key.policy is None and key.where is Where.HOST
         mib, ways, name = ((hw.cpu.llc_MiB, hw.cpu.llc_ways, "llc") if host
                            else (hw.gpu.l2_MiB, hw.gpu.l2_ways, "l2"))
-        return OnChip(name, int(mib * (1 << 20) // r), int(ways))
+        rows = int(mib * (1 << 20) // r) if key.onchip else 0  # 0: no walk (`WorkloadKey`)
+        return OnChip(name, rows, int(ways))
 
     def _onchip(self, key: WorkloadKey) -> dict[str, np.ndarray]:
         """On-chip hits of the lookup stream: GPU L2 for GPU-side designs, CPU LLC for the

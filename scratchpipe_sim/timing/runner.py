@@ -120,7 +120,7 @@ def simulate(cfg: Config, designs: Sequence[str] | None = None,
         if progress is not None:
             progress("policy", name, len(rows), len(names))
         w, policy_s = replays.get(key)
-        w = with_own_columns(design, timed, w)
+        w = with_own_columns(design, timed, w, replay_cache)
         w = w if scale is None else scale.counts(w)
         t0 = time.perf_counter()
         m = run_design(cfg, design, w, keep_spans=timeline_dir is not None)
@@ -148,10 +148,11 @@ def timed_batches(cfg: Config, trace: Trace) -> Trace:
     return slice_trace(trace, trace.num_batches - cfg.model.num_batches, trace.num_batches)
 
 
-def with_own_columns(design: Design, timed: Trace, w: Workload) -> Workload:
+def with_own_columns(design: Design, timed: Trace, w: Workload,
+                     replay_cache: bool = True) -> Workload:
     """`w` with the design's own per-batch columns of the timed batches (the cluster's
     per-rank counts; none for the others): every path that prices a design adds them."""
-    own = design.trace_columns(timed)
+    own = design.trace_columns(timed, replay_cache)
     return w.with_columns(own) if own else w
 
 

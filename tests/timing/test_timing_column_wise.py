@@ -345,3 +345,19 @@ def test_a_column_shard_that_cannot_fit_is_named():
     assert "fit on no run of 2" in e.value.message
     d = design({"sharding": "column-wise", "column_shard_dim": 32}, big)
     assert max(d.layout.used_bytes) == pytest.approx(400_000_000 * 128)
+
+
+def test_cached_rank_counts_key_the_slices_row_sizes(tmp_path, monkeypatch):
+    """The per-rank columns are read back from the replay cache by trace, plan and dedup:
+    with column slices they also carry the slices' row bytes, which the optimizer sets, so a
+    run that changes only the optimizer must not read the other's bytes."""
+    monkeypatch.setenv("SCRATCHPIPE_CACHE_DIR", str(tmp_path))
+    cluster = {"columns": {"0": 4, "1": 2}, "column_shard_dim": 32,
+               "placement": {"0": [0, 1, 2, 3], "1": [0, 1]}}
+
+    def cached(optimizer):
+        row = simulate(cfg_of(cluster, {"model": {"optimizer": optimizer}}), ["cluster"])[0]
+        return {k: v for k, v in row.items() if not k.endswith("_wall_s")}
+
+    cached("sgd")  # fills the cache for this trace and plan
+    assert cached("adagrad") == run(cluster, {"model": {"optimizer": "adagrad"}})

@@ -105,9 +105,11 @@ class Design(ABC):
     def columns(self, w: Workload) -> Columns:
         return Columns.of(w, self.r, self.R)
 
-    def trace_columns(self, trace: Trace) -> dict[str, np.ndarray]:
+    def trace_columns(self, trace: Trace, replay_cache: bool = True) -> dict[str, np.ndarray]:
         """Per-batch columns of its own from the timed batches of the trace, added to its
-        Workload (the cluster's per-rank counts); {} (the default): none."""
+        Workload (the cluster's per-rank counts); {} (the default): none. `replay_cache`:
+        whether they may be read from and kept in the on-disk replay cache (`--no-cache`:
+        False)."""
         return {}
 
     @abstractmethod

@@ -61,7 +61,7 @@ import simpy
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.hardware import doc
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies.replay_cache import policy_columns
+from scratchpipe_sim.policies.replay_cache import cached_columns, policy_columns
 from scratchpipe_sim.timing.cluster_pipeline import (
     ROUTE_AHEAD,
     RankInputs,
@@ -86,6 +86,7 @@ from scratchpipe_sim.timing.placement import (
     table_bytes,
 )
 from scratchpipe_sim.timing.rank_streams import (
+    RankCounts,
     RankPlan,
     rank_counts,
     rank_stream,
@@ -489,20 +490,51 @@ class Cluster(Design):
         check_pipeline(cfg, p, m.batch_size / self.traced, PARAMS_KEY)
 
     def workload_key(self) -> WorkloadKey:
-        return WorkloadKey(None, where=Where.DEVICE)
+        # each rank's lookups are priced with no L2 hits (see the module doc): no L2 walk
+        return WorkloadKey(None, where=Where.DEVICE, onchip=False)
 
-    def trace_columns(self, trace: Trace) -> dict[str, np.ndarray]:
-        """The largest rank's counts per batch (`timing/rank_streams.py`)."""
-        counts = rank_counts(trace, self.plan, self.params.dedup)
-        cols = counts.max_per_batch()
-        # ids received over all ranks, deduplicated or not: scales unpooled outputs
-        cols["rank_ids_recv_total"] = counts.ids_recv.sum(axis=1)
-        cols["rank_ids_total"] = counts.ids_recv_all.sum(axis=1)
+    def trace_columns(self, trace: Trace, replay_cache: bool = True) -> dict[str, np.ndarray]:
+        """The largest rank's counts per batch (`timing/rank_streams.py`). Without per-rank
+        caches they go through the on-disk replay cache, keyed by the trace, the plan and
+        the column slices' row sizes (a warm run reads them: a pass over the trace per run
+        otherwise); with them the per-rank counts order the ranks to replay, and are made
+        here."""
+        plan, dedup = self.plan, self.params.dedup
+
+        def compute() -> tuple[dict[str, np.ndarray], dict[str, int]]:
+            counts = rank_counts(trace, plan, dedup)
+            cols = _max_columns(counts)
+            if self.layout.cols:
+                cols.update(self.slice_bytes(trace, counts))
+            return cols, {}
+
+        if self.params.rank_cache == "none":
+            if not replay_cache:
+                return compute()[0]
+            # every field of the plan (one added later joins the key by itself)
+            key = {"kind": "cluster-rank-counts", "trace": trace.fingerprint(),
+                   "plan": dataclasses.asdict(plan), "dedup": bool(dedup),
+                   "slice_sizes": [list(x) for x in self.slice_sizes()]}
+            return dict(cached_columns(key, compute, True, sources=_RANK_SOURCES)[0])
+        counts = rank_counts(trace, plan, dedup)
+        cols = _max_columns(counts)
         if self.layout.cols:
             cols.update(self.slice_bytes(trace, counts))
-        if self.params.rank_cache != "none":
-            cols.update(self.rank_cache_columns(trace, counts))
+        cols.update(self.rank_cache_columns(trace, counts))
         return cols
+
+    def slice_sizes(self) -> list[tuple[float, float]]:
+        """Per slice of the plan (none without column slices): (bytes a lookup reads, bytes
+        a unique row moves with its state)."""
+        if not self.layout.cols:
+            return []
+        m = self.cfg.model
+        out = []
+        for t, _, _ in self.plan.slices():
+            c = self.layout.columns(t)
+            out.append((m.row_bytes_per_table[t] / c,
+                        column_shard_bytes(self.cfg, t, c) / m.rows_per_table[t]))
+        return out
 
     def slice_bytes(self, trace: Trace, counts) -> dict[str, np.ndarray]:
         """With column slices: per batch `lookup_bytes` / `unique_bytes` such that the
@@ -511,12 +543,8 @@ class Cluster(Design):
         largest rank's count, times the batch's accesses (unique rows), which
         `Columns.of` divides back out. The counts of each row size come from a pass of
         `rank_counts` over the slices of that size (counts add over tables)."""
-        m = self.cfg.model
         sizes: dict[tuple[float, float], list[int]] = {}
-        for i, (t, _, _) in enumerate(self.plan.slices()):
-            c = self.layout.columns(t)
-            size = (m.row_bytes_per_table[t] / c,
-                    column_shard_bytes(self.cfg, t, c) / m.rows_per_table[t])
+        for i, size in enumerate(self.slice_sizes()):
             sizes.setdefault(size, []).append(i)
         sliced, plan = (trace, self.plan) if len(sizes) == 1 else split_columns(trace,
                                                                                 self.plan)
@@ -758,6 +786,19 @@ class Cluster(Design):
             "alltoall_bytes_per_gpu": (sum(exchange[wu:]) / timed) if timed > 0 else 0.0,
             "exchange_share": comm / span if span > 0 else 0.0,
         })
+
+
+#: code behind the cached per-rank counts (`traces.disk_cache.code_digest`)
+_RANK_SOURCES = ("timing/rank_streams.py", "timing/designs/cluster.py", "traces/csr_trace.py")
+
+
+def _max_columns(counts: RankCounts) -> dict[str, np.ndarray]:
+    """The per-batch columns the design reads from its per-rank counts."""
+    cols = counts.max_per_batch()
+    # ids received over all ranks, deduplicated or not: scales unpooled outputs
+    cols["rank_ids_recv_total"] = counts.ids_recv.sum(axis=1)
+    cols["rank_ids_total"] = counts.ids_recv_all.sum(axis=1)
+    return cols
 
 
 def _replay_rank(state, rank: int) -> dict[str, np.ndarray]:

@@ -37,6 +37,10 @@ class WorkloadKey:
     where: Where = Where.HOST
     #: how the cache's state before the timed batches is made (`Warm`)
     warm: Warm = Warm.REPLAY
+    #: whether the design reads the on-chip (GPU L2 / CPU LLC) hits of the trace's lookup
+    #: stream; False: no on-chip walk is made for it (the cluster prices each rank's lookups
+    #: with no L2 hits, its stream being not the global trace)
+    onchip: bool = True
     #: the config key naming the policy (for error messages)
     policy_field: str = field(default="cache.policy", compare=False)
     #: the config key holding `params` (for error messages)
