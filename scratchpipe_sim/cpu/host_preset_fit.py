@@ -455,7 +455,9 @@ def _forward_points(m: CpuMeasurements) -> list:
 def fit_forward(m: CpuMeasurements) -> tuple[float, ...] | None:
     """FORWARD_TERM_NAMES' terms of FBGEMM's forward by least squares (terms >= 0) over the
     fit shapes' forwards whose rows all miss: seconds = call + n x lookup + n D x
-    lookup_element + bags x bag + bags D x bag_element. None without such points."""
+    lookup_element + bags x bag + bags D x bag_element + strided bags x (strided_bag + D x
+    strided_bag_element) (a call of more than one table: `strided_bags`). None without
+    such points."""
     from scratchpipe_sim.timing.cpu_update_cost import (  # noqa: PLC0415
         FORWARD_TERM_NAMES,
         forward_row,
@@ -464,7 +466,8 @@ def fit_forward(m: CpuMeasurements) -> tuple[float, ...] | None:
     fit = [p for p in _forward_points(m) if p.role == "fit"]
     if len(fit) < len(FORWARD_TERM_NAMES):
         return None
-    return fit_update_terms([forward_row(p.lookups, p.batch * p.tables, p.dim)
+    return fit_update_terms([forward_row(p.lookups, p.batch * p.tables, p.dim,
+                                         int(p.tables))
                              for p in fit],
                             [p.forward_seconds for p in fit])
 
@@ -482,14 +485,16 @@ def _fit_forward(m: CpuMeasurements, terms: tuple[float, ...], vals: dict[str, A
     from scratchpipe_sim.timing.machine import gather_core_ns  # noqa: PLC0415
 
     t = dict(zip(FORWARD_TERM_NAMES, terms, strict=True))
-    fwd = {k: round(t[k], 4) for k in ("ns_per_call", "ns_per_bag", "ns_per_bag_element")}
+    fwd = {k: round(t[k], 4) for k in ("ns_per_call", "ns_per_bag", "ns_per_bag_element",
+                                       "ns_per_strided_bag", "ns_per_strided_bag_element")}
     fwd["rates_pooling"] = float(m.mix_pooling)
     vals["forward"] = fwd
     ft = ForwardTerms(**fwd)
 
     def err(p) -> float:
         pred = (gather_core_ns(cpu, p.lookups, p.dim * 4)
-                + forward_overhead_ns(ft, p.lookups, p.batch * p.tables, p.dim))
+                + forward_overhead_ns(ft, p.lookups, p.batch * p.tables, p.dim,
+                                      int(p.tables)))
         return (pred / 1e9 - p.forward_seconds) / p.forward_seconds * 100
 
     pts = _forward_points(m)
@@ -499,10 +504,12 @@ def _fit_forward(m: CpuMeasurements, terms: tuple[float, ...], vals: dict[str, A
         "FBGEMM's CPU forward (one thread, huge pages), timed before each backward of the "
         "update's fit shapes whose rows are used once (all misses), least squares "
         "(terms >= 0) of ns = call + n x lookup + n D x lookup_element + bags x bag + "
-        "bags D x bag_element (no term per table: not told apart from the call's here): "
+        "bags D x bag_element + strided bags x (strided_bag + D x strided_bag_element) "
+        "(a call of more than one table writes each bag's output run at a stride; no term "
+        "per table: not told apart from the call's here): "
         + ", ".join(f"{n} {v:.3g}" for n, v in t.items())
         + f" (its own miss: {own:.1f} ns per 256 B row); kept: the call's and "
-        f"bag's, the bags beyond one per {m.mix_pooling:g} lookups (the mix's pooling, "
+        f"bags', the bags beyond one per {m.mix_pooling:g} lookups (the mix's pooling, "
         "whose rates carry those); the call's fixed cost is taken out of the mix's points "
         f"before its rates are fitted. The model's forward (rates + these) |error| median "
         f"{np.median(fe):.0f}%, max {max(fe):.0f}% over {len(fe)} fit points")

@@ -227,13 +227,15 @@ class Machine:
                           onchip_fraction: float = 0.0) -> simpy.Event | None:
         """Hybrid's forward on the CPU: the lookups' rows gathered and pooled (`cpu_gather`),
         then, with `hardware.cpu.forward` set, FBGEMM's forward's own costs beyond the rows
-        (per call, and per bag beyond the rates' share: `forward_overhead_ns`) on
+        (per call, per bag beyond the rates' share, per strided bag of a multi-table
+        call: `forward_overhead_ns`) on
         every core (at::parallel_for over the bags)."""
         terms = self.cfg.hardware.cpu.forward
         if terms is None:
             return self.cpu_gather(lookups, row_bytes, batch, "gather", onchip_fraction)
         extra = forward_overhead_ns(terms, lookups, bags,
-                                    row_bytes / self.cfg.model.tables.bytes_per_element)
+                                    row_bytes / self.cfg.model.tables.bytes_per_element,
+                                    self.tables)
         return self.seq(
             lambda: self.cpu_gather(lookups, row_bytes, batch, "gather", onchip_fraction),
             lambda: self.cpu_work(extra, batch, "pool"))

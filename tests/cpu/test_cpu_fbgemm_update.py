@@ -145,18 +145,19 @@ def test_measured_points_count_the_fed_ids_unique_rows():
 
 
 def test_the_forward_fit_recovers_fbgemms_forward_terms():
-    """Forwards timed by known call, table, lookup and bag costs (rows used once): the fit
-    returns them; the preset keeps the call's and bag's with the mix's pooling."""
+    """Forwards timed by known call, lookup, bag and strided-bag costs (rows used once):
+    the fit returns them; the preset keeps the call's and bags' with the mix's pooling."""
     from scratchpipe_sim.config.hardware import CpuConfig
     from scratchpipe_sim.cpu.host_bench import CpuMeasurements
     from scratchpipe_sim.cpu.host_preset_fit import _fit_forward, fit_forward
     from scratchpipe_sim.timing.cpu_update_cost import forward_row
 
-    known = (250000.0, 8.0, 0.2, 35.0, 0.1)
+    known = (250000.0, 8.0, 0.2, 35.0, 0.1, 7.0, 0.15)
     m = CpuMeasurements(threads=[1])
     m.mix_pooling = 20.0
     for p in _points("sgd", KNOWN["sgd"]):
-        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim), known))
+        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim, int(p.tables)),
+                          known))
         m.update.append(p._replace(forward_seconds=ns / 1e9))
     terms = fit_forward(m)
     assert terms == pytest.approx(known, rel=1e-4)
@@ -164,6 +165,8 @@ def test_the_forward_fit_recovers_fbgemms_forward_terms():
     _fit_forward(m, terms, vals, how, checks, CpuConfig())
     assert vals["forward"] == pytest.approx({"ns_per_call": 250000.0, "ns_per_bag": 35.0,
                                              "ns_per_bag_element": 0.1,
+                                             "ns_per_strided_bag": 7.0,
+                                             "ns_per_strided_bag_element": 0.15,
                                              "rates_pooling": 20.0}, rel=1e-4)
     # held out: only shapes whose rows are used once (all misses)
     held = [c for c in checks if c.startswith("forward")]
@@ -178,8 +181,8 @@ def test_the_fbgemm_mix_has_the_calls_fixed_cost_taken_out():
     plain = fit_cpu(synthetic())
     m = synthetic()
     for p in _points("sgd", KNOWN["sgd"]):
-        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim),
-                          (20000.0, 8.0, 0.2, 35.0, 0.0)))
+        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim, int(p.tables)),
+                          (20000.0, 8.0, 0.2, 35.0, 0.0, 0.0, 0.0)))
         m.update.append(p._replace(forward_seconds=ns / 1e9))
     cal = fit_cpu(m)
     assert cal.values["forward"]["ns_per_call"] == pytest.approx(20000.0, rel=1e-4)
