@@ -233,7 +233,7 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         _fit_aggregates(m, vals, how, top * pe, op, vals.get("llc_MiB", base.llc_MiB))
     checks = notes
     if m.update:
-        _fit_update(m, vals, how, checks)
+        _fit_update(m, vals, how, checks, _replace(base, vals))
         if fwd is not None:
             _fit_forward(m, fwd, vals, how, checks, _replace(base, vals))
     cfg = _replace(base, vals)
@@ -394,13 +394,21 @@ def fit_update_terms(rows: list[tuple[float, ...]], seconds: list[float]
 
 
 def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
-                checks: list[str]) -> None:
+                checks: list[str], cpu: CpuConfig | None = None) -> None:
     """cpu.update.<optimizer>: the terms of timing/cpu_update_cost.py fitted on FBGEMM's
-    backward (fit points), then the check points priced by the fitted terms."""
+    backward (fit points), then the check points priced by the fitted terms. With `cpu`
+    (the fitted rates and LLC), each point's grad_output misses (`grad_output_miss_ns`,
+    priced by those, not fitted) come off before the fit and back on in the checks."""
     from scratchpipe_sim.timing.cpu_update_cost import (  # noqa: PLC0415
         TERM_NAMES,
         design_row,
     )
+    from scratchpipe_sim.timing.machine import grad_output_miss_ns  # noqa: PLC0415
+
+    def grad_s(p) -> float:
+        if cpu is None:
+            return 0.0
+        return grad_output_miss_ns(cpu, p.batch * p.tables, p.dim * 4, p.unique_rows) / 1e9
 
     update: dict[str, Any] = {}
     notes = []
@@ -411,7 +419,7 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
             continue
         terms = fit_update_terms([design_row(p.lookups, p.unique_rows, p.dim, int(p.tables),
                                            p.batch * p.tables)
-                                  for p in fit], [p.seconds for p in fit])
+                                  for p in fit], [p.seconds - grad_s(p) for p in fit])
         key = opt.replace("-", "_")
         update[key] = {name: round(v, 4) for name, v in zip(TERM_NAMES, terms, strict=True)}
         update[key]["parallel"] = opt == "rowwise-adagrad"
@@ -419,8 +427,8 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
         def err(p, terms=terms) -> float:
             pred = float(np.dot(design_row(p.lookups, p.unique_rows, p.dim, int(p.tables),
                                            p.batch * p.tables),
-                                terms))
-            return (pred / 1e9 - p.seconds) / p.seconds * 100
+                                terms)) / 1e9 + grad_s(p)
+            return (pred - p.seconds) / p.seconds * 100
 
         fe = [abs(err(p)) for p in fit]
         chk = [p for p in pts if p.role == "check"]

@@ -63,6 +63,25 @@ def update_cost(terms: UpdateTerms, lookups: float, unique_rows: float, dim: flo
     return UpdateCost(lookups * terms.ns_per_lookup, walk, terms.parallel)
 
 
+def grad_output_offchip(bags: float, dim: float, unique_rows: float, row_bytes: float,
+                        llc_bytes: float, bytes_per_element: float = 4.0) -> float:
+    """Share of the bags' grad_output rows the walk reads from DRAM: 1 - llc / (grad_output
+    + the walk's rows), at least 0.
+
+    Why: the walk reads a bag's grad_output row (dim floats of the [B, total_D] gradient,
+    in the sorted rows' order: random over the bags) while it reads and writes every
+    unique row; both streams share the LLC, so once grad_output (bags x dim floats) and the
+    rows (unique_rows x row_bytes) exceed it, that share of the bags' rows come from DRAM.
+    The fitted per-bag-element term prices an on-chip read (the calibration's gradients
+    are <= 8 MiB); a config's 16 MiB one misses. Measured (one thread, SGD, 8 tables x
+    1024 bags x dim 128 at pooling 1: 4 MiB of gradient): 41 ns a bag more with the
+    gradient evicted before the backward than just written."""
+    grad = bags * dim * bytes_per_element
+    if grad <= 0:
+        return 0.0
+    return max(0.0, 1.0 - llc_bytes / (grad + unique_rows * row_bytes))
+
+
 #: the term names in the order `design_row` lays them out (a fit's columns)
 TERM_NAMES = ("ns_per_call", "ns_per_table", "ns_per_lookup", "ns_per_lookup_element",
               "ns_per_row", "ns_per_row_element", "ns_per_bag_element")

@@ -27,8 +27,11 @@ KNOWN = {"sgd": (20000.0, 3000.0, 12.0, 0.3, 90.0, 1.5, 0.4),
          "rowwise-adagrad": (25000.0, 4000.0, 14.0, 0.05, 30.0, 0.8, 0.5)}
 
 
-def _points(opt: str, terms: tuple[float, ...]) -> list[ub.UpdatePoint]:
-    """The calibration's shapes, timed by `terms` exactly (unique rows ~ lookups / reuse)."""
+def _points(opt: str, terms: tuple[float, ...], cpu=None) -> list[ub.UpdatePoint]:
+    """The calibration's shapes, timed by `terms` exactly (unique rows ~ lookups / reuse),
+    plus, with `cpu`, the grad_output misses its rates and LLC price."""
+    from scratchpipe_sim.timing.machine import grad_output_miss_ns
+
     fit, check = ub.shapes(1 << 14)
     out = []
     for role, group in (("fit", fit), ("check", check)):
@@ -37,6 +40,8 @@ def _points(opt: str, terms: tuple[float, ...]) -> list[ub.UpdatePoint]:
             u = n // s.reuse
             secs = float(np.dot(design_row(n, u, s.dim, s.tables, s.batch * s.tables),
                                 terms)) / 1e9
+            if cpu is not None:
+                secs += grad_output_miss_ns(cpu, s.batch * s.tables, s.dim * 4, u) / 1e9
             out.append(ub.UpdatePoint(opt, role, s.tables, s.batch, s.pooling, s.dim, n, u,
                                       secs))
     return out
@@ -59,13 +64,19 @@ def test_the_fit_shapes_separate_every_term():
     assert np.linalg.matrix_rank(x) == len(TERM_NAMES)
     # unique rows vary at fixed lookups, D at fixed counts, pooling at fixed batch
     assert {s.reuse for s in fit} == {1, 8} and {s.dim for s in fit} == {32, 64, 128}
-    assert 1 in {s.pooling for s in fit} and {s.tables for s in fit} == {1, 4}
+    assert 1 in {s.pooling for s in fit} and {s.tables for s in fit} == {1, 4, 8}
 
 
 def test_the_preset_carries_every_optimizers_terms_and_the_held_out_checks(tmp_path):
+    # points timed by known terms plus the grad_output misses the calibration's own rates
+    # and LLC price: the fit takes those off and recovers the terms exactly
+    from scratchpipe_sim.config.hardware import CpuConfig
+    from scratchpipe_sim.cpu.host_preset_fit import _replace
+
+    cpu = _replace(CpuConfig(), fit_cpu(synthetic()).values)
     m = synthetic()  # every other benchmark's synthetic samples
     for opt, terms in KNOWN.items():
-        m.update += _points(opt, terms)
+        m.update += _points(opt, terms, cpu)
     cal = fit_cpu(m)
     upd = cal.values["update"]
     assert set(upd) == {"sgd", "adagrad", "rowwise_adagrad"}
