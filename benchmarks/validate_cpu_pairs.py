@@ -4,6 +4,14 @@ its spread between runs, and how much each calibrated constant moved.
     python benchmarks/validate_cpu_pairs.py --pairs 3 --out /tmp/pairs
     python benchmarks/validate_cpu_pairs.py --pairs 3 --taskset 0 --threads 1
 
+With `--against fbgemm` each pair is `calibrate --cpu --kernel fbgemm` followed by
+`validate --cpu CONFIG --against fbgemm` on issue 43's three shapes (CASES: the
+quickstart, a small-table config, dim 128 at pooling 1) for every `--optimizers`, and the
+summary is one row per (case, optimizer, stage): predicted / measured per pair.
+
+    python benchmarks/validate_cpu_pairs.py --against fbgemm --pairs 2 --statistic best \
+        --reps 7 --out /tmp/fb
+
 "vs drift": each stage's error relative to the drift probe's (validate's host.uniform_gather:
 the gather the calibration priced, measured during the validation).
 
@@ -74,6 +82,63 @@ def run_pair(k: int, args: argparse.Namespace, out: Path) -> dict:
             "wall_s": time.time() - t0, "load": (load0, _load())}
 
 
+#: --against fbgemm: issue 43's configs, as --set overrides of configs/quickstart.yaml
+#: (d128p1's dense layers sized for dim 128: the interaction dot needs the bottom MLP's
+#: last width = dim and the top MLP's first = D + F(F+1)/2)
+CASES: dict[str, tuple[str, ...]] = {
+    "quickstart": (),
+    "small": ("model.tables.rows=250000", "model.batch_size=1024", "model.pooling=10"),
+    "d128p1": ("model.tables.rows=250000", "model.tables.dim=128", "model.pooling=1",
+               "model.batch_size=4096", "model.bottom_mlp=[13,512,256,128]",
+               "model.top_mlp=[164,512,256,1]"),
+}
+
+
+def run_fbgemm_pair(k: int, args: argparse.Namespace, out: Path) -> dict:
+    """calibrate --cpu --kernel fbgemm, then validate --against fbgemm per case and
+    optimizer: {(case, optimizer): [stage rows]}."""
+    pin = ["taskset", "-c", args.taskset] if args.taskset is not None else []
+    cli = [*pin, sys.executable, "-m", "scratchpipe_sim"]
+    preset = out / f"pair{k}.yaml"
+    t0 = time.time()
+    res: dict = {}
+    with open(out / f"pair{k}.log", "w") as log:
+        subprocess.run([*cli, "calibrate", "--cpu", "--threads", args.threads, "--base",
+                        args.base, "--kernel", "fbgemm", "--quick", "--statistic",
+                        args.statistic, "--out", str(preset)],
+                       check=True, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        for case, sets in CASES.items():
+            for opt in args.optimizers.split(","):
+                over = [x for s in (*sets, f"hardware.preset={preset}",
+                                    f"model.optimizer={opt}") for x in ("--set", s)]
+                r = subprocess.run([*cli, "validate", "--cpu", args.config, *over,
+                                    "--against", "fbgemm", "--reps", str(args.reps),
+                                    "--statistic", args.statistic, "--json"],
+                                   check=True, stdout=subprocess.PIPE, stderr=log,
+                                   text=True, cwd=ROOT)
+                (out / f"pair{k}.{case}.{opt}.json").write_text(r.stdout)
+                res[f"{case} {opt}"] = json.loads(r.stdout)
+                print(f"pair {k} {case} {opt}: " + ", ".join(
+                    f"{x['stage']} {x['ratio']:.2f}" for x in res[f"{case} {opt}"]),
+                    flush=True)
+    return {"cases": res, "wall_s": time.time() - t0}
+
+
+def fbgemm_summary(pairs: list[dict]) -> None:
+    print("\n| config, optimizer | stage | predicted / measured ms (ratio) per pair | "
+          "spread % | faults per call |")
+    print("|---|---|---|---|---|")
+    for key, rows in pairs[0]["cases"].items():
+        for j, row in enumerate(rows):
+            per = [p["cases"][key][j] for p in pairs]
+            print(f"| {key} | {row['stage']} | "
+                  + " ; ".join(f"{x['predicted_ms']:.2f} / {x['measured_ms']:.2f} "
+                               f"(**{x['ratio']:.2f}**)" for x in per)
+                  + " | " + " / ".join(f"{x['spread_pct']:.0f}" for x in per)
+                  + " | " + " / ".join(f"{x.get('faults_per_call', 0):.0f}" for x in per)
+                  + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=3)
@@ -85,8 +150,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--statistic", choices=("median", "best"), default="median",
                     help="passed to both commands (the estimator over repetitions)")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--against", choices=("fbgemm",), default=None,
+                    help="pairs of calibrate --kernel fbgemm + validate --against fbgemm "
+                         "on CASES")
+    ap.add_argument("--optimizers", default="sgd,rowwise-adagrad,adagrad",
+                    help="--against fbgemm: comma-separated optimizers")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.against == "fbgemm":
+        fb = [run_fbgemm_pair(k, args, args.out) for k in range(args.pairs)]
+        fbgemm_summary(fb)
+        (args.out / "summary.json").write_text(json.dumps(fb, indent=1))
+        return 0
     pairs = []
     for k in range(args.pairs):
         p = run_pair(k, args, args.out)

@@ -145,7 +145,8 @@ def handle_fbgemm(args: argparse.Namespace) -> int:
           f"{max(m.rows_per_table)} rows, optimizer {m.optimizer}, {rows[0].batches} batches, "
           f"{args.statistic} of {args.reps} passes; ms per batch; FBGEMM's weights on "
           f"{'huge pages' if fbgemm.huge_pages() else '4 KiB pages'} ({fbgemm.THP_ENV}="
-          f"{os.environ.get(fbgemm.THP_ENV, 'unset')})")
+          f"{os.environ.get(fbgemm.THP_ENV, 'unset')}); freed memory "
+          f"{'kept mapped (mallopt)' if fbgemm.keep_freed_memory() else 'glibc as set'}")
     if hw.cpu.cores > (os.cpu_count() or 1):
         print(f"note: hardware.cpu.cores is {hw.cpu.cores} but this machine has "
               f"{os.cpu_count()} CPUs: FBGEMM ran on {os.cpu_count()} threads, the model "

@@ -189,6 +189,17 @@ class ForwardTerms:
         "core-ns per float of a bag's output", "0-20",
         "set by calibrate --cpu --kernel fbgemm") | _nonneg(
         "per output float of a bag beyond the rates' share: the pooled row written"))
+    ns_per_strided_bag: float = field(default=0.0, metadata=doc(
+        "core-ns per bag", "0-200",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per bag of a call of more than one table: its output run written at a stride of "
+        "total_D floats, one table's pass at a time (timing/cpu_update_cost.py: "
+        "strided_bags; measured 6-9 ns a bag on a 2-vCPU EPYC)"))
+    ns_per_strided_bag_element: float = field(default=0.0, metadata=doc(
+        "core-ns per output float", "0-5",
+        "set by calibrate --cpu --kernel fbgemm") | _nonneg(
+        "per output float of a strided bag (more than one table a call): the run's lines "
+        "written by a pass the core's prefetchers do not stream (measured ~0.13 ns)"))
     rates_pooling: float = field(default=20.0, metadata=doc(
         "lookups per bag", "1-1000",
         "calibrate --cpu's mix pooling") | {

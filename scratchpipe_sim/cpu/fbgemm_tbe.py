@@ -32,10 +32,12 @@ on one thread the clock is the thread's CPU time (`cpu/measure.py`).
 
 from __future__ import annotations
 
+import ctypes
 import os
+import resource
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numba as nb
@@ -83,6 +85,23 @@ OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 #: drift probe on its weights 1.16-1.45x (docs/validation.md). Set it to 0 for torch's
 #: default.
 THP_ENV = "THP_MEM_ALLOC_ENABLE"
+#: glibc malloc keeps what the process frees mapped for reuse (unless the user set either
+#: variable: glibc reads them at start). Why: FBGEMM's forward allocates its output
+#: (`at::empty({B, total_D})`) on every call, and with glibc's defaults whether those bytes
+#: come back as fresh pages (each faulted and zeroed by the kernel at its first write)
+#: depends on the process's allocation history: its dynamic mmap threshold and the heap
+#: top's trimming. Measured here: the d128p1 config's forward (16 MiB output, then its
+#: 16 MiB gradient, both freed each batch) faulted 520 times a call and took 4.5-5.0 ms;
+#: with the freed memory kept, 0 times and 2.9-3.7 ms; the quickstart's (4 MiB) never
+#: faulted. A trainer reuses its memory (PyTorch's CPU performance tuning guide recommends
+#: jemalloc or tcmalloc for that), so the model prices no page faults and the measurement
+#: keeps them out; `faults` in the table counts those left (an output above 32 MiB,
+#: glibc's largest mmap threshold, is still mapped fresh on every call)
+MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+#: mallopt's parameter numbers (glibc malloc.h) and the values set
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit
+TRIM_THRESHOLD_BYTES = 1 << 30
 #: a config larger than this share of the available memory has its rows capped
 MEMORY_SHARE = 0.5
 
@@ -97,6 +116,7 @@ class FbgemmStage:
     batches: int
     spread_pct: float  # mean over batches of (median - best) / best of the passes
     fbgemm_op: str
+    faults_per_call: float = 0.0  # minor page faults per call (mean over the timed calls)
 
     @property
     def ratio(self) -> float:
@@ -107,7 +127,32 @@ class FbgemmStage:
         return {"stage": self.stage, "predicted_ms": self.predicted_ms,
                 "measured_ms": self.measured_ms, "ratio": self.ratio,
                 "batches": self.batches, "spread_pct": self.spread_pct,
-                "fbgemm_op": self.fbgemm_op}
+                "fbgemm_op": self.fbgemm_op, "faults_per_call": self.faults_per_call}
+
+
+_MALLOPT_DONE: list[bool] = []
+
+
+def keep_freed_memory() -> bool:
+    """glibc's malloc told to keep freed memory mapped (MALLOC_ENV's why), once per process;
+    False where the user set MALLOC_ENV or the C library has no mallopt (not glibc)."""
+    if _MALLOPT_DONE:
+        return _MALLOPT_DONE[0]
+    ok = False
+    if not any(k in os.environ for k in MALLOC_ENV):
+        try:
+            libc = ctypes.CDLL(None)
+            ok = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+                      and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+        except (OSError, AttributeError):
+            ok = False
+    _MALLOPT_DONE.append(ok)
+    return ok
+
+
+def minor_faults() -> int:
+    """The process's minor page faults so far (every thread's)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def check_against(value: str) -> None:
@@ -120,6 +165,7 @@ def import_fbgemm() -> dict[str, Any]:
     """torch and FBGEMM's TBE classes, or a UserError naming the extra to install."""
     for k, v in OMP_ENV.items():
         os.environ.setdefault(k, v)
+    keep_freed_memory()
     if "torch" not in sys.modules:  # torch reads it once, at its first large allocation
         os.environ.setdefault(THP_ENV, "1")
     try:
@@ -266,9 +312,19 @@ def hybrid_stages() -> dict[str, str]:
     return out
 
 
+def alone(cfg: Config) -> Config:
+    """The config as FBGEMM is measured: its inputs resident (`input_pipeline.inputs_on_gpu`:
+    no data loader). Why: the model's loader workers share `cpu_cores` with hybrid's
+    gather, so with them the predicted cpu_gather carries the loader's core time (on the
+    d128p1 config with one core, 4.2 ms a batch instead of 3.3 while the loader ran ahead,
+    the same 3.3 once it stopped), which FBGEMM's timed calls never see."""
+    return replace(cfg, input_pipeline=replace(cfg.input_pipeline, inputs_on_gpu=True))
+
+
 def predicted_stages(cfg: Config, trace: Trace, replays: Replays) -> dict[str, np.ndarray]:
-    """Hybrid's own `run` on a fresh Machine: each of `hybrid_stages()`, ns per timed batch
-    (a stage it did not time: StageNotTimed, never zeros)."""
+    """Hybrid's own `run` on a fresh Machine of `alone(cfg)`: each of `hybrid_stages()`, ns
+    per timed batch (a stage it did not time: StageNotTimed, never zeros)."""
+    cfg = alone(cfg)
     design = DESIGNS.get("hybrid")(cfg)
     w = replays.get(design.workload_key())[0]
     m = run_design(cfg, design, w)
@@ -316,12 +372,19 @@ def validate_fbgemm(cfg: Config, reps: int = 3, max_batches: int | None = None,
             for out, g in zip(outs, grads, strict=True):
                 out.backward(g)
 
+        f0 = minor_faults()
         t_fwd = timed(forward)
+        f1 = minor_faults()
         grads = [torch.full_like(o, GRAD_VALUE) for o in outs]  # untimed
-        return t_fwd, timed(backward)
+        f2 = minor_faults()
+        t_bwd = timed(backward)
+        faults.append((f1 - f0, minor_faults() - f2))
+        return t_fwd, t_bwd
 
+    faults: list[tuple[int, int]] = []
     for b in measured[:2]:  # warm-up: FBGEMM's first calls allocate and touch
         pair(b)
+    faults.clear()
     probe = _probe(cfg, tbes, len(measured))
     log(f"validate --cpu --against fbgemm: {len(measured)} batches x {reps} passes on "
         f"{threads} thread(s)")
@@ -331,6 +394,7 @@ def validate_fbgemm(cfg: Config, reps: int = 3, max_batches: int | None = None,
             probe.sample()
         passes.append([pair(b) for b in measured])
     samples = np.array(passes)
+    per_call = np.mean(np.array(faults, float), axis=0)
     out = []
     for j, (stage, op) in enumerate(hybrid_stages().items()):
         t = samples[:, :, j]  # passes x batches, seconds
@@ -340,7 +404,8 @@ def validate_fbgemm(cfg: Config, reps: int = 3, max_batches: int | None = None,
                   if busy.any() else 0.0)
         out.append(FbgemmStage(
             stage, float(predicted[stage][measured].mean()) / 1e6,
-            float(summarize(t, statistic).mean()) * 1e3, len(measured), spread, op))
+            float(summarize(t, statistic).mean()) * 1e3, len(measured), spread, op,
+            float(per_call[j])))
     if probe is not None:
         n, r = probe.lookups, m.row_bytes
         pred = price_alone(cfg, m.num_batches,
@@ -363,12 +428,14 @@ def _probe(cfg: Config, tbes: list, seed: int) -> Probe | None:
 
 def format_table(rows: list[FbgemmStage]) -> str:
     head = (f"{'stage':<20} {'predicted_ms':>13} {'measured_ms':>12} {'ratio':>7} "
-            f"{'spread':>7}  fbgemm")
+            f"{'spread':>7} {'faults':>7}  fbgemm")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r.stage:<20} {r.predicted_ms:>13.3f} {r.measured_ms:>12.3f} "
-                     f"{r.ratio:>7.2f} {r.spread_pct:>6.1f}%  {r.fbgemm_op}")
-    lines.append("ratio = predicted / measured (> 1: the model is slower than FBGEMM)")
+                     f"{r.ratio:>7.2f} {r.spread_pct:>6.1f}% {r.faults_per_call:>7.0f}  "
+                     f"{r.fbgemm_op}")
+    lines.append("ratio = predicted / measured (> 1: the model is slower than FBGEMM); "
+                 "faults: minor page faults per call (the model prices none)")
     if any(r.stage == PROBE_STAGE for r in rows):
         lines.append(f"{PROBE_STAGE}: validate --cpu's drift probe (uniform rows, fresh ids) "
                      "on FBGEMM's weights: the host now beside the calibration")

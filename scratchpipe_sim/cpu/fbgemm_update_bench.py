@@ -9,13 +9,16 @@ B x L / k distinct uniform random rows of its table (so U varies at fixed lookup
 tables hold `update_table_rows` rows in all (> 100x this host's LLC at every dim: rows
 miss, as a large table's do). Fit shapes vary D (32 / 64 / 128), the lookups through L
 (2 / 8 / 32 at B, and pooling 1 at 8 B: one lookup a bag, as an unpooled feature),
-the unique rows through k, and T; check shapes (held out of the fit) are other
-combinations (D 48 / 96, T 2 / 8, pooling 1). Each repetition runs the forward untimed,
-then the backward timed (the thread's CPU time: `cpu/measure.py`); repetitions interleave
-every shape of the optimizer, so a slow moment of a shared host lands on all of them (the
-forward is timed too: its per-call, per-table and per-bag costs are fitted from it); a
-point's figure is the `statistic` (median by default) of its repetitions. The unique rows
-are the exact count per table of the ids fed (np.unique), summed over tables.
+the unique rows through k, and T (4 tables at pooling 2, and 8 tables x B at pooling 1
+for each D: a multi-table call writes each bag's output at a stride; 8 is the shipped
+configs' table count); check shapes (held out of the fit) are other combinations (D 48 /
+96, T 2 / 8, pooling 1, and 4 tables x B at pooling 1, dim 128). Each repetition runs
+the forward, then the backward, each timed (the thread's CPU time: `cpu/measure.py`);
+repetitions interleave every shape of the optimizer, so a slow moment of a shared host
+lands on all of them (the forward is timed too: its per-call, per-table and per-bag
+costs are fitted from it); a point's figure is the `statistic` (median by default) of
+its repetitions. The unique rows are the exact count per table of the ids fed
+(np.unique), summed over tables.
 """
 
 from __future__ import annotations
@@ -64,10 +67,13 @@ def shapes(max_lookups: int) -> tuple[list[UpdateShape], list[UpdateShape]]:
     fit = [UpdateShape(1, bb, p, d, k) for d in (32, 64, 128)
            for bb, p in ((b, 2), (b, 8), (b, 32), (8 * b, 1)) for k in (1, 8)]
     fit += [UpdateShape(4, b, 2, 64, k) for k in (1, 8)]
+    # pooling 1 on 8 tables: each bag's output run written at a stride (strided_bags)
+    fit += [UpdateShape(8, b, 1, d, 1) for d in (32, 64, 128)]
     check = [UpdateShape(2, max(8, b // 2), 10, 96, 3),
              UpdateShape(1, b * 2, 1, 48, 1),
              UpdateShape(4, max(8, b // 4), 20, 128, 2),
-             UpdateShape(8, max(8, b // 2), 4, 64, 1)]
+             UpdateShape(8, max(8, b // 2), 4, 64, 1),
+             UpdateShape(4, b, 1, 128, 1)]
     return fit, check
 
 

@@ -233,7 +233,7 @@ def fit_cpu(m: CpuMeasurements, base: CpuConfig | None = None,
         _fit_aggregates(m, vals, how, top * pe, op, vals.get("llc_MiB", base.llc_MiB))
     checks = notes
     if m.update:
-        _fit_update(m, vals, how, checks)
+        _fit_update(m, vals, how, checks, _replace(base, vals))
         if fwd is not None:
             _fit_forward(m, fwd, vals, how, checks, _replace(base, vals))
     cfg = _replace(base, vals)
@@ -394,13 +394,21 @@ def fit_update_terms(rows: list[tuple[float, ...]], seconds: list[float]
 
 
 def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
-                checks: list[str]) -> None:
+                checks: list[str], cpu: CpuConfig | None = None) -> None:
     """cpu.update.<optimizer>: the terms of timing/cpu_update_cost.py fitted on FBGEMM's
-    backward (fit points), then the check points priced by the fitted terms."""
+    backward (fit points), then the check points priced by the fitted terms. With `cpu`
+    (the fitted rates and LLC), each point's grad_output misses (`grad_output_miss_ns`,
+    priced by those, not fitted) come off before the fit and back on in the checks."""
     from scratchpipe_sim.timing.cpu_update_cost import (  # noqa: PLC0415
         TERM_NAMES,
         design_row,
     )
+    from scratchpipe_sim.timing.machine import grad_output_miss_ns  # noqa: PLC0415
+
+    def grad_s(p) -> float:
+        if cpu is None:
+            return 0.0
+        return grad_output_miss_ns(cpu, p.batch * p.tables, p.dim * 4, p.unique_rows) / 1e9
 
     update: dict[str, Any] = {}
     notes = []
@@ -411,7 +419,7 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
             continue
         terms = fit_update_terms([design_row(p.lookups, p.unique_rows, p.dim, int(p.tables),
                                            p.batch * p.tables)
-                                  for p in fit], [p.seconds for p in fit])
+                                  for p in fit], [p.seconds - grad_s(p) for p in fit])
         key = opt.replace("-", "_")
         update[key] = {name: round(v, 4) for name, v in zip(TERM_NAMES, terms, strict=True)}
         update[key]["parallel"] = opt == "rowwise-adagrad"
@@ -419,8 +427,8 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
         def err(p, terms=terms) -> float:
             pred = float(np.dot(design_row(p.lookups, p.unique_rows, p.dim, int(p.tables),
                                            p.batch * p.tables),
-                                terms))
-            return (pred / 1e9 - p.seconds) / p.seconds * 100
+                                terms)) / 1e9 + grad_s(p)
+            return (pred - p.seconds) / p.seconds * 100
 
         fe = [abs(err(p)) for p in fit]
         chk = [p for p in pts if p.role == "check"]
@@ -438,10 +446,11 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
         vals["update"] = update
         how["update"] = (
             "FBGEMM's CPU backward (fused optimizer, one thread, huge pages) per optimizer "
-            "at shapes of dim 32/64/128, pooling 2/8/32 (and 1 at 8x the batch), each row "
-            "used ~1 or ~8 times, 1 and 4 tables; least squares of ns = call + T x table + "
-            "n x lookup + n D x lookup_element + U x row + U D x row_element + bags D x "
-            "bag_element, terms >= 0; "
+            "at shapes of dim 32/64/128, pooling 2/8/32 (and 1 at 8x the batch, and at 8 "
+            "tables), each row used ~1 or ~8 times, 1, 4 and 8 tables; least squares of ns "
+            "= call + T x table + n x lookup + n D x lookup_element + U x row + U D x "
+            "row_element + bags D x bag_element, terms >= 0, after each point's grad_output "
+            "rows beyond the LLC (grad_output_miss_ns, at the fitted rates) come off; "
             "parallel: FBGEMM's source (rowwise Adagrad's JIT path is at::parallel_for, "
             "SGD's and Adagrad's loop is serial). " + "; ".join(notes))
 
@@ -455,7 +464,9 @@ def _forward_points(m: CpuMeasurements) -> list:
 def fit_forward(m: CpuMeasurements) -> tuple[float, ...] | None:
     """FORWARD_TERM_NAMES' terms of FBGEMM's forward by least squares (terms >= 0) over the
     fit shapes' forwards whose rows all miss: seconds = call + n x lookup + n D x
-    lookup_element + bags x bag + bags D x bag_element. None without such points."""
+    lookup_element + bags x bag + bags D x bag_element + strided bags x (strided_bag + D x
+    strided_bag_element) (a call of more than one table: `strided_bags`). None without
+    such points."""
     from scratchpipe_sim.timing.cpu_update_cost import (  # noqa: PLC0415
         FORWARD_TERM_NAMES,
         forward_row,
@@ -464,7 +475,8 @@ def fit_forward(m: CpuMeasurements) -> tuple[float, ...] | None:
     fit = [p for p in _forward_points(m) if p.role == "fit"]
     if len(fit) < len(FORWARD_TERM_NAMES):
         return None
-    return fit_update_terms([forward_row(p.lookups, p.batch * p.tables, p.dim)
+    return fit_update_terms([forward_row(p.lookups, p.batch * p.tables, p.dim,
+                                         int(p.tables))
                              for p in fit],
                             [p.forward_seconds for p in fit])
 
@@ -482,14 +494,16 @@ def _fit_forward(m: CpuMeasurements, terms: tuple[float, ...], vals: dict[str, A
     from scratchpipe_sim.timing.machine import gather_core_ns  # noqa: PLC0415
 
     t = dict(zip(FORWARD_TERM_NAMES, terms, strict=True))
-    fwd = {k: round(t[k], 4) for k in ("ns_per_call", "ns_per_bag", "ns_per_bag_element")}
+    fwd = {k: round(t[k], 4) for k in ("ns_per_call", "ns_per_bag", "ns_per_bag_element",
+                                       "ns_per_strided_bag", "ns_per_strided_bag_element")}
     fwd["rates_pooling"] = float(m.mix_pooling)
     vals["forward"] = fwd
     ft = ForwardTerms(**fwd)
 
     def err(p) -> float:
         pred = (gather_core_ns(cpu, p.lookups, p.dim * 4)
-                + forward_overhead_ns(ft, p.lookups, p.batch * p.tables, p.dim))
+                + forward_overhead_ns(ft, p.lookups, p.batch * p.tables, p.dim,
+                                      int(p.tables)))
         return (pred / 1e9 - p.forward_seconds) / p.forward_seconds * 100
 
     pts = _forward_points(m)
@@ -499,10 +513,12 @@ def _fit_forward(m: CpuMeasurements, terms: tuple[float, ...], vals: dict[str, A
         "FBGEMM's CPU forward (one thread, huge pages), timed before each backward of the "
         "update's fit shapes whose rows are used once (all misses), least squares "
         "(terms >= 0) of ns = call + n x lookup + n D x lookup_element + bags x bag + "
-        "bags D x bag_element (no term per table: not told apart from the call's here): "
+        "bags D x bag_element + strided bags x (strided_bag + D x strided_bag_element) "
+        "(a call of more than one table writes each bag's output run at a stride; no term "
+        "per table: not told apart from the call's here): "
         + ", ".join(f"{n} {v:.3g}" for n, v in t.items())
         + f" (its own miss: {own:.1f} ns per 256 B row); kept: the call's and "
-        f"bag's, the bags beyond one per {m.mix_pooling:g} lookups (the mix's pooling, "
+        f"bags', the bags beyond one per {m.mix_pooling:g} lookups (the mix's pooling, "
         "whose rates carry those); the call's fixed cost is taken out of the mix's points "
         f"before its rates are fitted. The model's forward (rates + these) |error| median "
         f"{np.median(fe):.0f}%, max {max(fe):.0f}% over {len(fe)} fit points")

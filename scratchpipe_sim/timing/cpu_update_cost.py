@@ -63,6 +63,25 @@ def update_cost(terms: UpdateTerms, lookups: float, unique_rows: float, dim: flo
     return UpdateCost(lookups * terms.ns_per_lookup, walk, terms.parallel)
 
 
+def grad_output_offchip(bags: float, dim: float, unique_rows: float, row_bytes: float,
+                        llc_bytes: float, bytes_per_element: float = 4.0) -> float:
+    """Share of the bags' grad_output rows the walk reads from DRAM: 1 - llc / (grad_output
+    + the walk's rows), at least 0.
+
+    Why: the walk reads a bag's grad_output row (dim floats of the [B, total_D] gradient,
+    in the sorted rows' order: random over the bags) while it reads and writes every
+    unique row; both streams share the LLC, so once grad_output (bags x dim floats) and the
+    rows (unique_rows x row_bytes) exceed it, that share of the bags' rows come from DRAM.
+    The fitted per-bag-element term prices an on-chip read (the calibration's gradients
+    are <= 8 MiB); a config's 16 MiB one misses. Measured (one thread, SGD, 8 tables x
+    1024 bags x dim 128 at pooling 1: 4 MiB of gradient): 41 ns a bag more with the
+    gradient evicted before the backward than just written."""
+    grad = bags * dim * bytes_per_element
+    if grad <= 0:
+        return 0.0
+    return max(0.0, 1.0 - llc_bytes / (grad + unique_rows * row_bytes))
+
+
 #: the term names in the order `design_row` lays them out (a fit's columns)
 TERM_NAMES = ("ns_per_call", "ns_per_table", "ns_per_lookup", "ns_per_lookup_element",
               "ns_per_row", "ns_per_row_element", "ns_per_bag_element")
@@ -78,25 +97,50 @@ def design_row(lookups: float, unique_rows: float, dim: float, tables: int, bags
 
 #: the forward fit's terms (FBGEMM's forward alone, rows used once: every row a miss),
 #: in the order `forward_row` lays them out; ForwardTerms keeps the call's and
-#: bag's, the per-lookup ones are FBGEMM's own miss cost (a check of the mix's rates)
+#: bags', the per-lookup ones are FBGEMM's own miss cost (a check of the mix's rates)
 FORWARD_TERM_NAMES = ("ns_per_call", "ns_per_lookup", "ns_per_lookup_element",
-                      "ns_per_bag", "ns_per_bag_element")
+                      "ns_per_bag", "ns_per_bag_element",
+                      "ns_per_strided_bag", "ns_per_strided_bag_element")
 
 
-def forward_row(lookups: float, bags: float, dim: float) -> tuple[float, ...]:
-    """The multipliers of FORWARD_TERM_NAMES for one forward call. No term per table: the
-    forward's per-table work (a cached JIT kernel, one parallel region) is not told apart
-    from the call's by this host's measurements (fitted, it took 35-117 us a table, which
-    priced 8-table batches 20-40% too dear)."""
-    return (1.0, lookups, lookups * dim, bags, bags * dim)
+def strided_bags(bags: float, tables: int) -> float:
+    """Bags whose output row FBGEMM's forward writes at a stride: all of them when one call
+    holds more than one table, else none.
+
+    Why (embedding_forward_split_cpu.cpp, split_embedding_forward_cpu_kernel): the output is
+    one [B, total_D] array and, inside at::parallel_for over the bags, the kernel loops
+    over the tables, each writing its D floats of every bag's output row, total_D floats
+    after the previous bag's. With one table those rows follow each other (a sequential
+    stream the core's prefetchers run ahead of); with T tables every pass writes D-float
+    runs T x D floats apart, each run's lines written by a different pass. Measured
+    (one thread, huge pages, rows all misses, 32,768 pooling-1 lookups): 8 tables x 4096
+    bags 1.08 / 2.29 / 3.65 ms at dim 16 / 64 / 128 against 0.78 / 1.75 / 2.93 ms for one
+    table x 32,768 bags: 9 / 17 / 22 ns a bag more, about 6 ns + 0.13 ns a float."""
+    return float(bags) if tables > 1 else 0.0
 
 
-def forward_overhead_ns(terms: ForwardTerms, lookups: float, bags: float, dim: float
-                        ) -> float:
-    """Core-ns of FBGEMM's forward beyond the rows' gathers: per call, and per bag
-    beyond the one bag per `rates_pooling` lookups the per-core rates already carry
-    (embedding_forward_split_cpu.cpp: per table, at::parallel_for over blocks of bags, each
-    bag's output row of `dim` floats written by the JIT'd SpMDM kernel). A pooling above
+def forward_row(lookups: float, bags: float, dim: float, tables: int = 1
+                ) -> tuple[float, ...]:
+    """The multipliers of FORWARD_TERM_NAMES for one forward call of `tables` tables. No
+    term per table: the forward's per-table work (a cached JIT kernel looked up and called
+    once per table and block of bags) is not told apart from the call's by this host's
+    measurements (fitted, it took 35-117 us a table, which priced 8-table batches 20-40%
+    too dear); what a table adds that is measurable is the strided output
+    (`strided_bags`)."""
+    s = strided_bags(bags, tables)
+    return (1.0, lookups, lookups * dim, bags, bags * dim, s, s * dim)
+
+
+def forward_overhead_ns(terms: ForwardTerms, lookups: float, bags: float, dim: float,
+                        tables: int = 1) -> float:
+    """Core-ns of FBGEMM's forward beyond the rows' gathers: per call; per bag beyond the
+    one bag per `rates_pooling` lookups the per-core rates already carry
+    (embedding_forward_split_cpu.cpp: per table, the JIT'd SpMDM kernel over blocks of
+    bags, each bag's output row of `dim` floats written); and, when the call holds more
+    than one table, per bag whose output run is written at a stride (`strided_bags`: the
+    mix that fitted the rates ran one table, so none of its bags were). A pooling above
     the rates' adds nothing for bags (the rates' share is not taken back)."""
     extra_bags = max(0.0, bags - lookups / terms.rates_pooling)
-    return terms.ns_per_call + extra_bags * (terms.ns_per_bag + dim * terms.ns_per_bag_element)
+    s = strided_bags(bags, tables)
+    return (terms.ns_per_call + extra_bags * (terms.ns_per_bag + dim * terms.ns_per_bag_element)
+            + s * (terms.ns_per_strided_bag + dim * terms.ns_per_strided_bag_element))

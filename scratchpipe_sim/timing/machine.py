@@ -55,7 +55,11 @@ from scratchpipe_sim.timing.collectives import (
     net_latency_ns,
     net_share_GBps,
 )
-from scratchpipe_sim.timing.cpu_update_cost import forward_overhead_ns, update_cost
+from scratchpipe_sim.timing.cpu_update_cost import (
+    forward_overhead_ns,
+    grad_output_offchip,
+    update_cost,
+)
 from scratchpipe_sim.timing.dense_compute import DenseCost, dense_iteration
 from scratchpipe_sim.timing.host_dispatch import HostCost, host_iteration, trainer_loader_ns
 from scratchpipe_sim.timing.resources import (
@@ -241,13 +245,15 @@ class Machine:
                           onchip_fraction: float = 0.0) -> simpy.Event | None:
         """Hybrid's forward on the CPU: the lookups' rows gathered and pooled (`cpu_gather`),
         then, with `hardware.cpu.forward` set, FBGEMM's forward's own costs beyond the rows
-        (per call, and per bag beyond the rates' share: `forward_overhead_ns`) on
+        (per call, per bag beyond the rates' share, per strided bag of a multi-table
+        call: `forward_overhead_ns`) on
         every core (at::parallel_for over the bags)."""
         terms = self.cfg.hardware.cpu.forward
         if terms is None:
             return self.cpu_gather(lookups, row_bytes, batch, "gather", onchip_fraction)
         extra = forward_overhead_ns(terms, lookups, bags,
-                                    row_bytes / self.cfg.model.tables.bytes_per_element)
+                                    row_bytes / self.cfg.model.tables.bytes_per_element,
+                                    self.tables)
         return self.seq(
             lambda: self.cpu_gather(lookups, row_bytes, batch, "gather", onchip_fraction),
             lambda: self.cpu_work(extra, batch, "pool"))
@@ -302,21 +308,23 @@ class Machine:
         FBGEMM's CPU backward runs it (timing/cpu_update_cost.py; `bags`: the batch's
         samples x tables, whose grad_output rows it reads): csr2csc's sort on every
         core, then the walk over the unique rows (one core, or every core where FBGEMM
-        parallelizes it) || the rows' read and write on the socket's memory (2U x R)."""
+        parallelizes it), with the grad_output rows that do not fit the LLC beside the
+        walk's rows at the miss rate (`grad_output_miss_ns`) || the rows' read and write
+        on the socket's memory (2U x R)."""
         cpu = self.cfg.hardware.cpu
         r = self.r if r is None else r
         R = self.R if R is None else R
         terms = cpu.update.of(self.cfg.model.optimizer)
         if terms is not None:
-            cost = update_cost(terms, lookups, unique_rows,
-                               r / self.cfg.model.tables.bytes_per_element, self.tables,
-                               bags)
+            bpe = self.cfg.model.tables.bytes_per_element
+            cost = update_cost(terms, lookups, unique_rows, r / bpe, self.tables, bags)
+            walk_ns = cost.walk_ns + grad_output_miss_ns(cpu, bags, r, unique_rows, bpe)
             share = 1.0 if cost.parallel else plan_share(1, cpu.cores,
                                                          cpu.parallel_efficiency)
             return self.seq(
                 lambda: self.cpu_work(cost.sort_ns, batch, "sort"),
                 lambda: self.all_of([
-                    self.cpu_work(cost.walk_ns, batch, "update", max_share=share),
+                    self.cpu_work(walk_ns, batch, "update", max_share=share),
                     self.table_gather(2 * unique_rows, R, batch, "update",
                                       onchip_fraction)]))
         return self.seq(
@@ -702,6 +710,20 @@ def gather_core_ns(cpu, rows: float, row_bytes: float, onchip_fraction: float = 
     t_miss = row_bytes / min(rate_at(cpu.core_dram_GBps, row_bytes) * miss_scale, op)
     all_hit = h ** cpu.core_window_rows
     return rows * (t_hit * all_hit + t_miss * (1.0 - all_hit))
+
+
+def grad_output_miss_ns(cpu, bags: float, row_bytes: float, unique_rows: float,
+                        bytes_per_element: float = 4.0) -> float:
+    """Core-ns FBGEMM's backward walk adds for the bags' grad_output rows it reads from
+    DRAM (`grad_output_offchip`'s share of the bags), each a row of `row_bytes` at the
+    core's miss rate beyond its hit rate (the per-bag-element term prices the hit)."""
+    if bags <= 0 or cpu.llc_MiB <= 0:
+        return 0.0
+    dim = row_bytes / bytes_per_element
+    miss = bags * grad_output_offchip(bags, dim, unique_rows, row_bytes,
+                                      cpu.llc_MiB * 2**20, bytes_per_element)
+    return gather_core_ns(cpu, miss, row_bytes, 0.0) - gather_core_ns(cpu, miss, row_bytes,
+                                                                        1.0)
 
 
 def aggregate_core_ns(cpu, lookups: float, unique_rows: float, r: float,

@@ -27,8 +27,11 @@ KNOWN = {"sgd": (20000.0, 3000.0, 12.0, 0.3, 90.0, 1.5, 0.4),
          "rowwise-adagrad": (25000.0, 4000.0, 14.0, 0.05, 30.0, 0.8, 0.5)}
 
 
-def _points(opt: str, terms: tuple[float, ...]) -> list[ub.UpdatePoint]:
-    """The calibration's shapes, timed by `terms` exactly (unique rows ~ lookups / reuse)."""
+def _points(opt: str, terms: tuple[float, ...], cpu=None) -> list[ub.UpdatePoint]:
+    """The calibration's shapes, timed by `terms` exactly (unique rows ~ lookups / reuse),
+    plus, with `cpu`, the grad_output misses its rates and LLC price."""
+    from scratchpipe_sim.timing.machine import grad_output_miss_ns
+
     fit, check = ub.shapes(1 << 14)
     out = []
     for role, group in (("fit", fit), ("check", check)):
@@ -37,6 +40,8 @@ def _points(opt: str, terms: tuple[float, ...]) -> list[ub.UpdatePoint]:
             u = n // s.reuse
             secs = float(np.dot(design_row(n, u, s.dim, s.tables, s.batch * s.tables),
                                 terms)) / 1e9
+            if cpu is not None:
+                secs += grad_output_miss_ns(cpu, s.batch * s.tables, s.dim * 4, u) / 1e9
             out.append(ub.UpdatePoint(opt, role, s.tables, s.batch, s.pooling, s.dim, n, u,
                                       secs))
     return out
@@ -59,13 +64,19 @@ def test_the_fit_shapes_separate_every_term():
     assert np.linalg.matrix_rank(x) == len(TERM_NAMES)
     # unique rows vary at fixed lookups, D at fixed counts, pooling at fixed batch
     assert {s.reuse for s in fit} == {1, 8} and {s.dim for s in fit} == {32, 64, 128}
-    assert 1 in {s.pooling for s in fit} and {s.tables for s in fit} == {1, 4}
+    assert 1 in {s.pooling for s in fit} and {s.tables for s in fit} == {1, 4, 8}
 
 
 def test_the_preset_carries_every_optimizers_terms_and_the_held_out_checks(tmp_path):
+    # points timed by known terms plus the grad_output misses the calibration's own rates
+    # and LLC price: the fit takes those off and recovers the terms exactly
+    from scratchpipe_sim.config.hardware import CpuConfig
+    from scratchpipe_sim.cpu.host_preset_fit import _replace
+
+    cpu = _replace(CpuConfig(), fit_cpu(synthetic()).values)
     m = synthetic()  # every other benchmark's synthetic samples
     for opt, terms in KNOWN.items():
-        m.update += _points(opt, terms)
+        m.update += _points(opt, terms, cpu)
     cal = fit_cpu(m)
     upd = cal.values["update"]
     assert set(upd) == {"sgd", "adagrad", "rowwise_adagrad"}
@@ -145,18 +156,19 @@ def test_measured_points_count_the_fed_ids_unique_rows():
 
 
 def test_the_forward_fit_recovers_fbgemms_forward_terms():
-    """Forwards timed by known call, table, lookup and bag costs (rows used once): the fit
-    returns them; the preset keeps the call's and bag's with the mix's pooling."""
+    """Forwards timed by known call, lookup, bag and strided-bag costs (rows used once):
+    the fit returns them; the preset keeps the call's and bags' with the mix's pooling."""
     from scratchpipe_sim.config.hardware import CpuConfig
     from scratchpipe_sim.cpu.host_bench import CpuMeasurements
     from scratchpipe_sim.cpu.host_preset_fit import _fit_forward, fit_forward
     from scratchpipe_sim.timing.cpu_update_cost import forward_row
 
-    known = (250000.0, 8.0, 0.2, 35.0, 0.1)
+    known = (250000.0, 8.0, 0.2, 35.0, 0.1, 7.0, 0.15)
     m = CpuMeasurements(threads=[1])
     m.mix_pooling = 20.0
     for p in _points("sgd", KNOWN["sgd"]):
-        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim), known))
+        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim, int(p.tables)),
+                          known))
         m.update.append(p._replace(forward_seconds=ns / 1e9))
     terms = fit_forward(m)
     assert terms == pytest.approx(known, rel=1e-4)
@@ -164,6 +176,8 @@ def test_the_forward_fit_recovers_fbgemms_forward_terms():
     _fit_forward(m, terms, vals, how, checks, CpuConfig())
     assert vals["forward"] == pytest.approx({"ns_per_call": 250000.0, "ns_per_bag": 35.0,
                                              "ns_per_bag_element": 0.1,
+                                             "ns_per_strided_bag": 7.0,
+                                             "ns_per_strided_bag_element": 0.15,
                                              "rates_pooling": 20.0}, rel=1e-4)
     # held out: only shapes whose rows are used once (all misses)
     held = [c for c in checks if c.startswith("forward")]
@@ -178,8 +192,8 @@ def test_the_fbgemm_mix_has_the_calls_fixed_cost_taken_out():
     plain = fit_cpu(synthetic())
     m = synthetic()
     for p in _points("sgd", KNOWN["sgd"]):
-        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim),
-                          (20000.0, 8.0, 0.2, 35.0, 0.0)))
+        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim, int(p.tables)),
+                          (20000.0, 8.0, 0.2, 35.0, 0.0, 0.0, 0.0)))
         m.update.append(p._replace(forward_seconds=ns / 1e9))
     cal = fit_cpu(m)
     assert cal.values["forward"]["ns_per_call"] == pytest.approx(20000.0, rel=1e-4)
