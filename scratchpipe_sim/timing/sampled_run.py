@@ -28,7 +28,11 @@ from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs import DESIGNS, WorkloadKey
 from scratchpipe_sim.timing.trace_setup import build_trace, fit_trace, sized_config
 from scratchpipe_sim.traces.csr_trace import Trace
-from scratchpipe_sim.traces.spatial_sampling import cached_sample, check_rate
+from scratchpipe_sim.traces.spatial_sampling import (
+    cached_sample,
+    cached_samples,
+    check_rate,
+)
 
 #: result keys that are not estimates of the full run: never averaged into a spread
 #: (the wall times are summed over the salts: what the sampled run cost)
@@ -152,10 +156,11 @@ def window_excess(full: Sequence[tuple[int, float]], sample: Trace, rate: float
 @dataclasses.dataclass(frozen=True)
 class SaltTask:
     """One salt of a sampled run, an independent task (`simulate_sampled(mapper=...)`): its
-    sample of `trace` and every design on it. A forked worker samples the parent's trace
-    itself (inherited, nothing pickled); a task sent elsewhere (Dask,
-    `experiments/range_tasks.dask_mapper`) is `sliced()` first, so it carries the sample
-    (about R of the trace), not the trace."""
+    sample of `trace` and every design on it. `simulate_sampled` makes every salt's sample
+    in one read of the trace and gives each task its own (`sampled=True`): a forked worker
+    inherits it (nothing pickled), a task sent elsewhere (Dask,
+    `experiments/range_tasks.dask_mapper`) carries it (about R of the trace). A task of
+    the parent trace (`sampled=False`) samples it itself (`sample`, `sliced`)."""
 
     salt: int
     trace: Trace
@@ -219,10 +224,14 @@ def simulate_sampled(cfg: Config, names: Sequence[str], rate: float, salts: int,
     capacity = {n: DESIGNS.get(n)(cfg).workload_key() for n in names}
     windows = tuple((w, mean_window_rows(trace, w))
                     for w in scratchpad_windows(list(capacity.values())))
-    tasks = [SaltTask(salt, trace, False, cfg, tuple(names), scale, exact, replay_cache,
+    # every salt's sample made here in one read of the trace (`cached_samples`), not one
+    # read a salt: a forked task inherits its sample, a Dask task carries it
+    samples = cached_samples(trace, rate, range(salts), cache=replay_cache,
+                             source=cfg.source)
+    tasks = [SaltTask(salt, sample, True, cfg, tuple(names), scale, exact, replay_cache,
                       jobs if mapper is None else 1,
                       timeline_dir if salt == 0 else None, windows)
-             for salt in range(salts)]
+             for salt, sample in enumerate(samples)]
     if mapper is not None:
         per_salt = mapper(run_salt, tasks)
         if progress is not None:
