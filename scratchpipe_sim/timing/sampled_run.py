@@ -203,6 +203,48 @@ def run_salt(task: SaltTask, progress: Progress | None = None) -> list[dict[str,
                       jobs=task.jobs, sample=scale)
 
 
+#: (the trace, the windows W) the forked window pass reads (set only while it is forked)
+_WINDOW_WORK: tuple[Trace, tuple[int, ...]] | None = None
+
+
+def _forked_window_rows() -> tuple[tuple[int, float], ...]:
+    """The window pass of `windows_and_samples`, in the process it forked."""
+    assert _WINDOW_WORK is not None, "runs only in the process windows_and_samples forks"
+    trace, ws = _WINDOW_WORK
+    return tuple((w, mean_window_rows(trace, w)) for w in ws)
+
+
+def windows_and_samples(trace: Trace, rate: float, salts: int, ws: Sequence[int],
+                        cache: bool, source: str | None, jobs: int = 1
+                        ) -> tuple[tuple[tuple[int, float], ...], list[Trace]]:
+    """((W, the full trace's mean window rows) for each scratchpad window W of `ws`, every
+    salt's sample): the samples in one read of the trace (`cached_samples`: a forked salt
+    task inherits its sample, a Dask task carries it), and with `jobs` > 1 the window pass
+    (`mean_window_rows`, the other whole-trace pass a sampled run makes) in a forked
+    process meanwhile, instead of before it. The same numbers either way."""
+    global _WINDOW_WORK
+    ws = tuple(int(w) for w in ws)
+    from scratchpipe_sim.traces.forked import can_fork  # noqa: PLC0415 - forks only here
+
+    if jobs <= 1 or not ws or not can_fork():
+        windows = tuple((w, mean_window_rows(trace, w)) for w in ws)
+        return windows, cached_samples(trace, rate, range(salts), cache=cache, source=source)
+    import multiprocessing  # noqa: PLC0415 - as traces/forked.py: only when forking
+
+    from scratchpipe_sim.traces._jit import ready_target  # noqa: PLC0415
+
+    ready_target()  # the child inherits Numba's target instead of setting it up
+    _WINDOW_WORK = (trace, ws)
+    try:  # the pool forks its worker now, before its threads start and before sampling
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            pending = pool.apply_async(_forked_window_rows)
+            samples = cached_samples(trace, rate, range(salts), cache=cache, source=source)
+            windows = pending.get()
+    finally:
+        _WINDOW_WORK = None
+    return windows, samples
+
+
 def simulate_sampled(cfg: Config, names: Sequence[str], rate: float, salts: int,
                      exact: ExactRun, *, trace: Trace | None = None,
                      timeline_dir: Path | None = None, progress: Progress | None = None,
@@ -214,20 +256,18 @@ def simulate_sampled(cfg: Config, names: Sequence[str], rate: float, salts: int,
     salts, with `X_spread`; timelines of salt 0's run. `mapper`: run the salts as
     independent `SaltTask`s on it (forked processes, a Dask cluster: the `--executor`s of
     `experiments/range_tasks.range_mapper`), each salt's replays serial inside its task;
-    None: one salt after the other here, each with `jobs` forked replays. The same rows
-    either way."""
+    None: one salt after the other here, each with `jobs` forked replays. With `jobs` > 1
+    the full trace's window pass runs in a forked process beside the sampling pass
+    (`windows_and_samples`). The same rows either way."""
     trace = build_trace(cfg, cache=replay_cache) if trace is None else trace
     cfg = sized_config(cfg, trace)
     trace = fit_trace(trace, cfg)
     ptr = trace.batch_access_ptr()
     scale = SampleScale(rate, np.diff(np.asarray(ptr, np.int64)))
     capacity = {n: DESIGNS.get(n)(cfg).workload_key() for n in names}
-    windows = tuple((w, mean_window_rows(trace, w))
-                    for w in scratchpad_windows(list(capacity.values())))
-    # every salt's sample made here in one read of the trace (`cached_samples`), not one
-    # read a salt: a forked task inherits its sample, a Dask task carries it
-    samples = cached_samples(trace, rate, range(salts), cache=replay_cache,
-                             source=cfg.source)
+    windows, samples = windows_and_samples(
+        trace, rate, salts, scratchpad_windows(list(capacity.values())), replay_cache,
+        cfg.source, jobs)
     tasks = [SaltTask(salt, sample, True, cfg, tuple(names), scale, exact, replay_cache,
                       jobs if mapper is None else 1,
                       timeline_dir if salt == 0 else None, windows)
