@@ -5,6 +5,15 @@ exact), at R = 1% and 10%, three salts, with the wall time of each run.
     python benchmarks/bench_sampling.py                       # ~50M lookups, zipf + meta-2022
     python benchmarks/bench_sampling.py --lookups 100e6 --rates 0.01 0.1 --salts 3
     python benchmarks/bench_sampling.py --json out.json       # the figures as JSON too
+    python benchmarks/bench_sampling.py --trace Z.sptrace --rates 0.01 --no-exact --jobs 2
+
+`--trace`: a `.sptrace` of the quickstart's tables (e.g. `trace gen --rows 1000000 --tables
+8 --batch-size 2048 --pooling 20 --batches 1525 --distribution zipf --seed 1`: 499.7M
+lookups), its batches all used (a third of them the cache's warm-up), memory-mapped;
+`--no-exact`: the sampled run only (no errors: its figures and times). `--jobs N`: the
+salts as tasks of N forked processes, as `run --sample` makes them (default 1: one after
+the other here). Each run's CPU seconds (this process's and its workers', user + system)
+are printed beside its wall: on a VM shared with other jobs the wall measures the load.
 
 Each trace kind runs the quickstart's model (8 x 1M-row tables, batch 2048, pooling 20,
 cache 5% of the rows) with a fixed warm-up (a third of the batches) so that the trace has
@@ -54,6 +63,30 @@ def config(kind: str, lookups: float, load_factor: float | None = None) -> dict:
     return cfg
 
 
+def trace_config(trace: Path, load_factor: float | None = None) -> dict:
+    """The quickstart's model on every batch of `trace` (a third of them the warm-up)."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
+    batches = int(json.loads((trace / "manifest.json").read_text())["num_batches"])
+    warm = batches // 3
+    cfg["model"].update(num_batches=batches - warm, warmup_batches=min(8, batches // 6))
+    cfg["cache"]["warmup_batches"] = warm
+    if load_factor is not None:
+        cfg["cache"]["load_factor"] = load_factor
+    cfg["designs"] = DESIGNS
+    cfg["trace"] = {"path": str(trace.resolve())}
+    return cfg
+
+
+def cpu_s() -> float:
+    """User + system seconds of this process and its waited-for children (forked salts)."""
+    import resource
+
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
 def errors(exact: dict, sampled: dict) -> dict:
     """Worst salt's error: hit ratio in points, PCIe bytes per sample in % of exact."""
     out = {}
@@ -73,27 +106,49 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--load-factor", type=float, default=None,
                     help="cache share of the rows (default: the quickstart's 0.05)")
+    ap.add_argument("--trace", type=Path, default=None,
+                    help="a .sptrace of the quickstart's tables (instead of --kinds)")
+    ap.add_argument("--no-exact", action="store_true", help="the sampled runs only")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="salts as tasks of N forked processes (run --sample's executor)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from scratchpipe_sim.config import load_config
+    from scratchpipe_sim.policies.time_ranges import forked_mapper
     from scratchpipe_sim.timing.runner import simulate
     from scratchpipe_sim.timing.trace_setup import build_trace
 
+    mapper = forked_mapper(args.jobs) if args.jobs > 1 else None
     results = []
-    for kind in args.kinds:
-        cfg = load_config(config(kind, args.lookups, args.load_factor))
+    kinds = [str(args.trace)] if args.trace is not None else args.kinds
+    for kind in kinds:
+        cfg = load_config(config(kind, args.lookups, args.load_factor) if args.trace is None
+                          else trace_config(args.trace, args.load_factor))
         t0 = time.perf_counter()
         trace = build_trace(cfg, cache=False)
         build_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        exact = simulate(cfg, trace=trace, replay_cache=False)
-        exact_s = time.perf_counter() - t0
-        print(f"{kind}: {trace.num_accesses / 1e6:.1f}M lookups, built in {build_s:.1f} s, "
-              f"exact run {exact_s:.1f} s", flush=True)
+        if args.no_exact:
+            exact, exact_s = None, float("nan")
+        else:
+            t0, c0 = time.perf_counter(), cpu_s()
+            exact = simulate(cfg, trace=trace, replay_cache=False, jobs=args.jobs)
+            exact_s = time.perf_counter() - t0
+            print(f"exact run: wall {exact_s:.1f} s, CPU {cpu_s() - c0:.1f} s", flush=True)
+        print(f"{kind}: {trace.num_accesses / 1e6:.1f}M lookups, built in {build_s:.1f} s",
+              flush=True)
         for rate in args.rates:
-            t0 = time.perf_counter()
-            sampled = simulate(cfg, trace=trace, sample=rate, replay_cache=False)
+            t0, c0 = time.perf_counter(), cpu_s()
+            sampled = simulate(cfg, trace=trace, sample=rate, replay_cache=False,
+                               jobs=args.jobs, salt_mapper=mapper)
             wall = time.perf_counter() - t0
+            print(f"  R={rate:g}, {args.salts} salts: wall {wall:.1f} s, CPU "
+                  f"{cpu_s() - c0:.1f} s", flush=True)
+            if exact is None:
+                for s in sampled:
+                    print(f"  {s['design']:13s} hit {s['hit_ratio']:.4f}+-"
+                          f"{s['hit_ratio_spread']:.4f}  H2D/sample "
+                          f"{s['pcie_h2d_bytes_per_sample']:.1f}", flush=True)
+                continue
             for e, s in zip(exact, sampled, strict=True):
                 err = errors(e, s)
                 results.append({"trace": kind, "lookups": trace.num_accesses, "rate": rate,

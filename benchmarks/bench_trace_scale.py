@@ -20,8 +20,12 @@ Goal: peak RSS flat within 10% from 1x to 16x.
 criteo-terabyte-day`, run exact through the same six designs at its first N batches for
 each N of `--day-batches` (65,536 samples x 26 lookups a batch; 2,781 batches are a day),
 the model `criteo-terabyte` with the trace's table rows and batch size, cache 5% of the
-rows; warm-up a quarter of the batches (at most 64). Peak RSS and wall as above, with the
-checkout's own compile cache (warm it with any run first: no unrecorded run of a day).
+rows; warm-up a quarter of the batches (at most 64). Peak RSS and wall as above, one
+compile cache for every figure, warmed by an unrecorded run of the first 8 batches.
+CPU: user + system seconds of the run and every process it forked (RUSAGE_CHILDREN of the
+probe, which waits for the run, which waits for its workers): on a VM whose 2 cores other
+jobs share, the wall time measures the load, and CPU / 2 bounds the wall time the same
+run would take on 2 idle cores from below (from above: CPU, all of it on one core).
 """
 
 from __future__ import annotations
@@ -45,8 +49,9 @@ CLI = [sys.executable, "-c", "import sys; from scratchpipe_sim.cli import main; 
 PROBE = ("import json, resource, subprocess, sys, time; t = time.perf_counter(); "
          "rc = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL); "
          "w = time.perf_counter() - t; "
-         "print(json.dumps({'rc': rc, 'wall_s': w, 'maxrss_kib': "
-         "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))")
+         "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+         "print(json.dumps({'rc': rc, 'wall_s': w, 'maxrss_kib': u.ru_maxrss, "
+         "'cpu_s': u.ru_utime + u.ru_stime, 'user_s': u.ru_utime, 'sys_s': u.ru_stime}))")
 DESIGNS = ["hybrid", "gpu-only", "static-cache", "lru-cache", "lru-prefetch", "scratchpipe"]
 
 
@@ -200,20 +205,32 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+#: the day's first batches run once, unrecorded, to fill the compile cache every figure
+#: shares (a fresh SCRATCHPIPE_CACHE_DIR per figure compiled every kernel in each: ~30
+#: CPU-seconds a figure, most of what looked like a fixed cost of the run)
+WARM_BATCHES = 8
+
+
 def day_main(args: argparse.Namespace) -> int:
     """`--day`: each prefix of the day trace through the six designs, a fresh run each."""
     per_batch = 65536 * 26
     with tempfile.TemporaryDirectory(prefix="bench-trace-day-") as tmp:
         tmpd = Path(tmp)
-        for n in [int(x) for x in args.day_batches.split(",")]:
-            e = env(str(tmpd / f"cache{n}"), args.tree, "")
-            e.pop("NUMBA_CACHE_DIR")  # the checkout's own compile cache, warm from use
-            cfgp = tmpd / f"day{n}.yaml"
+        numba = str(tmpd / "numba")
+        for i, n in enumerate([WARM_BATCHES, *(int(x) for x in args.day_batches.split(","))]):
+            e = env(str(tmpd / f"cache{i}"), args.tree, numba)
+            cfgp = tmpd / f"day{i}.yaml"
             day_config(cfgp, args.day.resolve(), n)
-            r = measure(cfgp, tmpd / f"out{n}", e, args.jobs)
+            r = measure(cfgp, tmpd / f"out{i}", e, args.jobs)
+            if i == 0:
+                print(f"(compile: the first {n} batches, unrecorded: wall {r['wall_s']:.1f} s,"
+                      f" CPU {r.get('cpu_s', 0):.1f} s)", flush=True)
+                continue
             what = "tree Pss" if args.jobs else "peak RSS"
+            cpu = (f"  CPU {r['cpu_s']:7.1f} s (user {r['user_s']:.1f}, sys {r['sys_s']:.1f})"
+                   if "cpu_s" in r else "")
             print(f"{n:>5} batches ({n / 2781:.4f} day)  {n * per_batch / 1e9:6.3f} B lookups  "
-                  f"{what} {r['maxrss_kib'] / 1024:8.1f} MiB  wall {r['wall_s']:7.1f} s  "
+                  f"{what} {r['maxrss_kib'] / 1024:8.1f} MiB  wall {r['wall_s']:7.1f} s{cpu}  "
                   f"rc {r['rc']}", flush=True)
     return 0
 

@@ -28,7 +28,11 @@ from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs import DESIGNS, WorkloadKey
 from scratchpipe_sim.timing.trace_setup import build_trace, fit_trace, sized_config
 from scratchpipe_sim.traces.csr_trace import Trace
-from scratchpipe_sim.traces.spatial_sampling import cached_sample, check_rate
+from scratchpipe_sim.traces.spatial_sampling import (
+    cached_sample,
+    cached_samples,
+    check_rate,
+)
 
 #: result keys that are not estimates of the full run: never averaged into a spread
 #: (the wall times are summed over the salts: what the sampled run cost)
@@ -152,10 +156,11 @@ def window_excess(full: Sequence[tuple[int, float]], sample: Trace, rate: float
 @dataclasses.dataclass(frozen=True)
 class SaltTask:
     """One salt of a sampled run, an independent task (`simulate_sampled(mapper=...)`): its
-    sample of `trace` and every design on it. A forked worker samples the parent's trace
-    itself (inherited, nothing pickled); a task sent elsewhere (Dask,
-    `experiments/range_tasks.dask_mapper`) is `sliced()` first, so it carries the sample
-    (about R of the trace), not the trace."""
+    sample of `trace` and every design on it. `simulate_sampled` makes every salt's sample
+    in one read of the trace and gives each task its own (`sampled=True`): a forked worker
+    inherits it (nothing pickled), a task sent elsewhere (Dask,
+    `experiments/range_tasks.dask_mapper`) carries it (about R of the trace). A task of
+    the parent trace (`sampled=False`) samples it itself (`sample`, `sliced`)."""
 
     salt: int
     trace: Trace
@@ -198,6 +203,48 @@ def run_salt(task: SaltTask, progress: Progress | None = None) -> list[dict[str,
                       jobs=task.jobs, sample=scale)
 
 
+#: (the trace, the windows W) the forked window pass reads (set only while it is forked)
+_WINDOW_WORK: tuple[Trace, tuple[int, ...]] | None = None
+
+
+def _forked_window_rows() -> tuple[tuple[int, float], ...]:
+    """The window pass of `windows_and_samples`, in the process it forked."""
+    assert _WINDOW_WORK is not None, "runs only in the process windows_and_samples forks"
+    trace, ws = _WINDOW_WORK
+    return tuple((w, mean_window_rows(trace, w)) for w in ws)
+
+
+def windows_and_samples(trace: Trace, rate: float, salts: int, ws: Sequence[int],
+                        cache: bool, source: str | None, jobs: int = 1
+                        ) -> tuple[tuple[tuple[int, float], ...], list[Trace]]:
+    """((W, the full trace's mean window rows) for each scratchpad window W of `ws`, every
+    salt's sample): the samples in one read of the trace (`cached_samples`: a forked salt
+    task inherits its sample, a Dask task carries it), and with `jobs` > 1 the window pass
+    (`mean_window_rows`, the other whole-trace pass a sampled run makes) in a forked
+    process meanwhile, instead of before it. The same numbers either way."""
+    global _WINDOW_WORK
+    ws = tuple(int(w) for w in ws)
+    from scratchpipe_sim.traces.forked import can_fork  # noqa: PLC0415 - forks only here
+
+    if jobs <= 1 or not ws or not can_fork():
+        windows = tuple((w, mean_window_rows(trace, w)) for w in ws)
+        return windows, cached_samples(trace, rate, range(salts), cache=cache, source=source)
+    import multiprocessing  # noqa: PLC0415 - as traces/forked.py: only when forking
+
+    from scratchpipe_sim.traces._jit import ready_target  # noqa: PLC0415
+
+    ready_target()  # the child inherits Numba's target instead of setting it up
+    _WINDOW_WORK = (trace, ws)
+    try:  # the pool forks its worker now, before its threads start and before sampling
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            pending = pool.apply_async(_forked_window_rows)
+            samples = cached_samples(trace, rate, range(salts), cache=cache, source=source)
+            windows = pending.get()
+    finally:
+        _WINDOW_WORK = None
+    return windows, samples
+
+
 def simulate_sampled(cfg: Config, names: Sequence[str], rate: float, salts: int,
                      exact: ExactRun, *, trace: Trace | None = None,
                      timeline_dir: Path | None = None, progress: Progress | None = None,
@@ -209,20 +256,22 @@ def simulate_sampled(cfg: Config, names: Sequence[str], rate: float, salts: int,
     salts, with `X_spread`; timelines of salt 0's run. `mapper`: run the salts as
     independent `SaltTask`s on it (forked processes, a Dask cluster: the `--executor`s of
     `experiments/range_tasks.range_mapper`), each salt's replays serial inside its task;
-    None: one salt after the other here, each with `jobs` forked replays. The same rows
-    either way."""
+    None: one salt after the other here, each with `jobs` forked replays. With `jobs` > 1
+    the full trace's window pass runs in a forked process beside the sampling pass
+    (`windows_and_samples`). The same rows either way."""
     trace = build_trace(cfg, cache=replay_cache) if trace is None else trace
     cfg = sized_config(cfg, trace)
     trace = fit_trace(trace, cfg)
     ptr = trace.batch_access_ptr()
     scale = SampleScale(rate, np.diff(np.asarray(ptr, np.int64)))
     capacity = {n: DESIGNS.get(n)(cfg).workload_key() for n in names}
-    windows = tuple((w, mean_window_rows(trace, w))
-                    for w in scratchpad_windows(list(capacity.values())))
-    tasks = [SaltTask(salt, trace, False, cfg, tuple(names), scale, exact, replay_cache,
+    windows, samples = windows_and_samples(
+        trace, rate, salts, scratchpad_windows(list(capacity.values())), replay_cache,
+        cfg.source, jobs)
+    tasks = [SaltTask(salt, sample, True, cfg, tuple(names), scale, exact, replay_cache,
                       jobs if mapper is None else 1,
                       timeline_dir if salt == 0 else None, windows)
-             for salt in range(salts)]
+             for salt, sample in enumerate(samples)]
     if mapper is not None:
         per_salt = mapper(run_salt, tasks)
         if progress is not None:

@@ -288,8 +288,17 @@ class Trace:
         if self.num_tables == 1:
             ids = self._one_table_ids(base, base + int(bptr[-1]), buffers)
             return Chunk(k, base, ids, self._zero_tables(len(ids)), bptr)
-        offs = np.asarray(self.offsets[lo : hi + 1], dtype=np.int64)
         bounds = np.asarray(self.batch_bounds[k : end + 1], dtype=np.int64) - lo
+        bag = constant_bag_length(self.offsets)
+        if bag is not None:  # every bag holds `bag` ids: no offsets to read or build
+            first, last = int(self.offsets[lo]), int(self.offsets[hi])
+            raw = np.asarray(self.indices[first:last])
+            ids, tables = (ChunkBuffers() if buffers is None else buffers).take(len(raw))
+            _linearize_constant_into(raw, bag, bounds, self.table_offsets, self.num_tables,
+                                     ids, tables)
+            release(self.indices, first, last)
+            return Chunk(k, first, ids, tables, bptr)
+        offs = np.asarray(self.offsets[lo : hi + 1], dtype=np.int64)
         raw = np.asarray(self.indices[offs[0] : offs[-1]])
         ids, tables = _linearize(raw, offs - offs[0], bounds, self.table_offsets,
                                  self.num_tables, buffers)
@@ -578,6 +587,31 @@ def _linearize_into(raw, offs, bounds, table_offsets, num_tables, ids, tables):
         for t in range(num_tables):
             lo = np.uint64(offs[bounds[k] + t * b])
             hi = np.uint64(offs[bounds[k] + (t + 1) * b])
+            base = table_offsets[t]
+            for j in range(lo, hi):
+                ids[j] = raw[j] + base
+                tables[j] = t
+
+
+def constant_bag_length(offsets: object) -> int | None:
+    """The ids every bag holds when `offsets` says so without being read (a `.sptrace` of
+    version 2 with fixed pooling: `BagOffsets`' constant encoding), else None. Why: such a
+    trace's offsets are `i x L`, and building them (one int64 a bag: 8 bytes an id at
+    pooling 1) cost more than the ids themselves in every pass over a Criteo day."""
+    if isinstance(offsets, BagOffsets) and offsets.bag_length is not None:
+        return offsets.bag_length
+    return None
+
+
+@njit(cache=True)
+def _linearize_constant_into(raw, bag, bounds, table_offsets, num_tables, ids, tables):
+    """`_linearize_into` for bags of `bag` ids each: bag i of the chunk starts at i x bag
+    (the same ids and tables, no offsets array)."""
+    for k in range(len(bounds) - 1):
+        b = (bounds[k + 1] - bounds[k]) // num_tables
+        for t in range(num_tables):
+            lo = np.uint64((bounds[k] + t * b) * bag)
+            hi = np.uint64((bounds[k] + (t + 1) * b) * bag)
             base = table_offsets[t]
             for j in range(lo, hi):
                 ids[j] = raw[j] + base

@@ -18,13 +18,19 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.traces._jit import njit
-from scratchpipe_sim.traces.csr_trace import DEFAULT_CHUNK_ACCESSES, Trace
+from scratchpipe_sim.traces._pages import release
+from scratchpipe_sim.traces.csr_trace import (
+    DEFAULT_CHUNK_ACCESSES,
+    Trace,
+    constant_bag_length,
+)
 
 #: the hash's modulus P: a row is kept iff (hash >> 32) < T = round(R x P)
 MODULUS = 1 << 32
@@ -82,28 +88,38 @@ def check_rate(rate: object, field: str = "trace.sample_rate",
 
 
 @njit(cache=True)
-def _sample_chunk(raw, offs, bounds, num_tables, keys, limit, out, lengths, seen, kept):
-    """Keep the ids of whole batches whose hash is below `limit`: `out` gets the kept ids in
-    order, `lengths[i]` the kept ids of bag i, `seen`/`kept` each table's accesses."""
-    n = 0
+def _sample_chunk(raw, offs, bag, bounds, num_tables, keys, limit, out, lengths, ns, seen,
+                  kept):
+    """Keep the ids of whole batches whose hash is below `limit`, for every salt s at once
+    (one read of the chunk): `out[s]` gets salt s's kept ids in order (`ns[s]` of them),
+    `lengths[s, i]` its kept ids of bag i, `seen` each table's accesses, `kept[s]` each
+    table's kept ones. `bag` >= 0: every bag holds `bag` ids (`offs` unread), else bag i is
+    `offs[i]..offs[i+1]`."""
+    num_salts = keys.shape[0]
+    for s in range(num_salts):
+        ns[s] = 0
     for k in range(len(bounds) - 1):
         b = (bounds[k + 1] - bounds[k]) // num_tables
         for t in range(num_tables):
-            key = keys[t]
-            for bag in range(bounds[k] + t * b, bounds[k] + (t + 1) * b):
-                start = n
-                for j in range(offs[bag], offs[bag + 1]):
-                    z = (key ^ np.uint64(raw[j])) + _U_GAMMA
-                    z = (z ^ (z >> _U30)) * _U_MIX1
-                    z = (z ^ (z >> _U27)) * _U_MIX2
-                    z = z ^ (z >> _U31)
-                    if (z >> _U32) < limit:
-                        out[n] = raw[j]
-                        n += 1
-                seen[t] += offs[bag + 1] - offs[bag]
-                kept[t] += n - start
-                lengths[bag] = n - start
-    return n
+            for i in range(bounds[k] + t * b, bounds[k] + (t + 1) * b):
+                lo = i * bag if bag >= 0 else offs[i]
+                hi = lo + bag if bag >= 0 else offs[i + 1]
+                seen[t] += hi - lo
+                for s in range(num_salts):
+                    key = keys[s, t]
+                    start = ns[s]
+                    n = start
+                    for j in range(lo, hi):
+                        z = (key ^ np.uint64(raw[j])) + _U_GAMMA
+                        z = (z ^ (z >> _U30)) * _U_MIX1
+                        z = (z ^ (z >> _U27)) * _U_MIX2
+                        z = z ^ (z >> _U31)
+                        if (z >> _U32) < limit:
+                            out[s, n] = raw[j]
+                            n += 1
+                    ns[s] = n
+                    kept[s, t] += n - start
+                    lengths[s, i] = n - start
 
 
 def _chunks(trace: Trace, max_accesses: int):
@@ -112,30 +128,45 @@ def _chunks(trace: Trace, max_accesses: int):
     return list(zip(starts[:-1], starts[1:], strict=True))
 
 
-def _sampled_parts(trace: Trace, rate: float, salt: int, max_accesses: int):
-    """Each chunk's (kept ids, bag lengths, batch bounds relative to the chunk), in order,
-    with each table's accesses seen and kept (filled in as the chunks are made)."""
-    keys = table_keys(salt, trace.num_tables)
+def _sampled_parts(trace: Trace, rate: float, salts: Sequence[int], max_accesses: int):
+    """Each chunk's (per salt: kept ids, bag lengths; batch bounds relative to the chunk),
+    in order, with each table's accesses seen and each salt's kept (filled in as the
+    chunks are made). One read of the trace for every salt."""
+    keys = np.stack([table_keys(salt, trace.num_tables) for salt in salts]) if salts else (
+        np.zeros((0, trace.num_tables), np.uint64))
     limit = np.uint64(threshold(rate))
-    T = trace.num_tables
-    seen, kept = np.zeros(T, np.int64), np.zeros(T, np.int64)
-    buffer = np.empty(0, trace.indices.dtype)
+    T, S = trace.num_tables, len(salts)
+    seen, kept = np.zeros(T, np.int64), np.zeros((S, T), np.int64)
+    ns = np.zeros(S, np.int64)
+    bag = constant_bag_length(trace.offsets)
+    buffer = np.empty((S, 0), trace.indices.dtype)
 
     def parts():
         nonlocal buffer
         for k, end in _chunks(trace, max_accesses):
             lo, hi = int(trace.batch_bounds[k]), int(trace.batch_bounds[end])
-            offs = np.asarray(trace.offsets[lo : hi + 1], np.int64)
             bounds = np.asarray(trace.batch_bounds[k : end + 1], np.int64) - lo
-            raw = np.asarray(trace.indices[int(offs[0]) : int(offs[-1])])
-            if len(buffer) < len(raw):
-                buffer = np.empty(len(raw), trace.indices.dtype)
-            lengths = np.empty(hi - lo, np.int64)
-            n = _sample_chunk(raw, offs - offs[0], bounds, T, keys, limit, buffer, lengths,
-                              seen, kept)
-            yield buffer[:n].copy(), lengths, bounds
+            if bag is not None:
+                first, last = int(trace.offsets[lo]), int(trace.offsets[hi])
+                offs = _NO_OFFSETS
+            else:
+                offs = np.asarray(trace.offsets[lo : hi + 1], np.int64)
+                first, last = int(offs[0]), int(offs[-1])
+                offs = offs - first
+            raw = np.asarray(trace.indices[first:last])
+            if buffer.shape[1] < len(raw):
+                buffer = np.empty((S, len(raw)), trace.indices.dtype)
+            lengths = np.empty((S, hi - lo), np.int64)
+            _sample_chunk(raw, offs, -1 if bag is None else bag, bounds, T, keys, limit,
+                          buffer, lengths, ns, seen, kept)
+            release(trace.indices, first, last)
+            yield [buffer[s, : ns[s]].copy() for s in range(S)], lengths, bounds
 
     return parts(), seen, kept
+
+
+#: `_sample_chunk`'s offsets when every bag has the same length (unread)
+_NO_OFFSETS = np.zeros(1, np.int64)
 
 
 def _check_tables(trace: Trace, rate: float, salt: int, seen: np.ndarray,
@@ -164,37 +195,67 @@ def sample_trace(trace: Trace, rate: float, salt: int = 0, out: str | Path | Non
     chunk into a new `.sptrace` folder there (`TraceWriter`) and read back memory-mapped.
     A table the trace reads that keeps no access is a UserError naming trace.sample_rate
     (and `source`, the config's file)."""
+    return sample_traces(trace, rate, [salt], None if out is None else [out], max_accesses,
+                         source)[0]
+
+
+def sample_traces(trace: Trace, rate: float, salts: Sequence[int],
+                  outs: Sequence[str | Path] | None = None,
+                  max_accesses: int = DEFAULT_CHUNK_ACCESSES,
+                  source: str | None = None) -> list[Trace]:
+    """`sample_trace(trace, rate, salt)` for every salt of `salts`, made in one read of the
+    trace (the salts' samples are the same, id for id, as one at a time). Why: a sampled
+    run of S salts read a 500M-lookup trace S times, and its chunks' offsets were built S
+    times. `outs`: one `.sptrace` folder a salt, each sample streamed there."""
     rate = check_rate(rate)
+    salts = [int(x) for x in salts]
     if threshold(rate) >= MODULUS:
-        return trace
-    parts, seen, kept = _sampled_parts(trace, rate, salt, max_accesses)
-    src = f"{trace.source} (sampled at {rate:g}, salt {salt})"
-    if out is not None:
+        return [trace for _ in salts]
+    parts, seen, kept = _sampled_parts(trace, rate, salts, max_accesses)
+    srcs = [f"{trace.source} (sampled at {rate:g}, salt {salt})" for salt in salts]
+    if outs is not None:
+        from contextlib import ExitStack
+
         from scratchpipe_sim.traces.store import INDEX_DTYPES, TraceWriter, read_trace
 
         dtype = np.dtype(trace.indices.dtype).str
-        with TraceWriter(out, trace.table_rows, trace.batch_size, _meta(trace, rate, salt),
-                         index_dtype=dtype if dtype in INDEX_DTYPES else None) as w:
+        with ExitStack() as stack:
+            writers = [stack.enter_context(TraceWriter(
+                out, trace.table_rows, trace.batch_size, _meta(trace, rate, salt),
+                index_dtype=dtype if dtype in INDEX_DTYPES else None))
+                for out, salt in zip(outs, salts, strict=True)]
             for ids, lengths, bounds in parts:
-                w.append_batches(ids, np.concatenate(([0], np.cumsum(lengths))), bounds)
-            _check_tables(trace, rate, salt, seen, kept, source)
-        stored = read_trace(out)
-        return Trace(np.asarray(trace.table_rows, np.int64), stored.indices,
-                     stored.offsets, stored.batch_bounds, trace.batch_size,
-                     _meta(trace, rate, salt), src)
-    ids_parts, len_parts = [], []
+                for w, kept_ids, lens in zip(writers, ids, lengths, strict=True):
+                    w.append_batches(kept_ids, np.concatenate(([0], np.cumsum(lens))),
+                                     bounds)
+            for s, salt in enumerate(salts):
+                _check_tables(trace, rate, salt, seen, kept[s], source)
+        out_traces = []
+        for out, salt, src in zip(outs, salts, srcs, strict=True):
+            stored = read_trace(out)
+            out_traces.append(Trace(np.asarray(trace.table_rows, np.int64), stored.indices,
+                                    stored.offsets, stored.batch_bounds, trace.batch_size,
+                                    _meta(trace, rate, salt), src))
+        return out_traces
+    ids_parts: list[list[np.ndarray]] = [[] for _ in salts]
+    len_parts: list[list[np.ndarray]] = [[] for _ in salts]
     for ids, lengths, _ in parts:
-        ids_parts.append(ids)
-        len_parts.append(lengths)
-    _check_tables(trace, rate, salt, seen, kept, source)
-    lengths = np.concatenate(len_parts) if len_parts else np.zeros(0, np.int64)
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    indices = (np.concatenate(ids_parts) if ids_parts
-               else np.zeros(0, trace.indices.dtype))
-    return Trace(np.asarray(trace.table_rows, np.int64), indices, offsets,
-                 np.asarray(trace.batch_bounds, np.int64).copy(), trace.batch_size,
-                 _meta(trace, rate, salt), src)
+        for s in range(len(salts)):
+            ids_parts[s].append(ids[s])
+            len_parts[s].append(lengths[s])
+    out_traces = []
+    for s, salt in enumerate(salts):
+        _check_tables(trace, rate, salt, seen, kept[s], source)
+        lengths = (np.concatenate(len_parts[s]) if len_parts[s]
+                   else np.zeros(0, np.int64))
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        indices = (np.concatenate(ids_parts[s]) if ids_parts[s]
+                   else np.zeros(0, trace.indices.dtype))
+        out_traces.append(Trace(np.asarray(trace.table_rows, np.int64), indices, offsets,
+                                np.asarray(trace.batch_bounds, np.int64).copy(),
+                                trace.batch_size, _meta(trace, rate, salt), srcs[s]))
+    return out_traces
 
 
 def cached_sample(trace: Trace, rate: float, salt: int = 0, cache: bool = True,
@@ -213,9 +274,50 @@ def cached_sample(trace: Trace, rate: float, salt: int = 0, cache: bool = True,
                                 source=source)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+    if not cache:  # no key to make: the parent's fingerprint is a hash of all of it
+        return sample_trace(trace, rate, salt, source=source)
     from scratchpipe_sim.traces.trace_cache import cached_trace
 
     key = {"kind": "spatial-sample", "parent": trace.fingerprint(), "rate": float(rate),
            "salt": int(salt)}
     return cached_trace(key, lambda: sample_trace(trace, rate, salt, source=source),
                         enabled=cache)
+
+
+def cached_samples(trace: Trace, rate: float, salts: Sequence[int], cache: bool = True,
+                   source: str | None = None) -> list[Trace]:
+    """`cached_sample(trace, rate, salt, cache)` for every salt of `salts`, the ones the
+    trace cache does not hold made in one read of the trace (`sample_traces`); the parent's
+    fingerprint (a hash of the whole trace) only asked for when the cache is on."""
+    rate = check_rate(rate)
+    salts = [int(x) for x in salts]
+    if threshold(rate) >= MODULUS:
+        return [trace for _ in salts]
+    expect = rate * trace.num_accesses * np.dtype(trace.indices.dtype).itemsize
+    if expect > IN_MEMORY_MAX_BYTES:
+        folder = Path(tempfile.mkdtemp(prefix="spsample."))
+        try:  # mapped files outlive their names (POSIX): nothing is left on disk
+            return sample_traces(trace, rate, salts,
+                                 outs=[folder / f"sample{i}.sptrace"
+                                       for i in range(len(salts))], source=source)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    if not cache:
+        return sample_traces(trace, rate, salts, source=source)
+    from scratchpipe_sim.traces.trace_cache import cached_trace
+
+    made: dict[int, Trace] = {}
+    parent = trace.fingerprint()
+
+    def make(salt: int) -> Trace:
+        if salt not in made:  # the first salt not in the cache: every one left, one read
+            todo = [s for s in salts[salts.index(salt):] if s not in made]
+            made.update(zip(todo, sample_traces(trace, rate, todo, source=source),
+                            strict=True))
+        return made.pop(salt)
+
+    out = [cached_trace({"kind": "spatial-sample", "parent": parent, "rate": float(rate),
+                         "salt": salt}, lambda salt=salt: make(salt), enabled=True)
+           for salt in salts]
+    made.clear()
+    return out
