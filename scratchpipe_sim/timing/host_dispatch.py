@@ -204,10 +204,15 @@ def host_ops(model: ModelConfig, design: str = "",
     out = [("inputs", inputs), *DESIGN_OPS.get(design, ())]
     if fw in TORCHRECS:
         groups = (TORCHREC_GROUP_OPS * max(len(sharding_types) - 1, 0)
-                  + ROW_WISE_OPS * ("row-wise" in sharding_types))
+                  + ROW_WISE_OPS * _bucketizes(sharding_types))
         out.append(("torchrec",
                     TORCHREC_FIXED_OPS + TORCHREC_OPS_PER_FEATURE * tables + groups))
     return tuple(out + [("embedding", embedding), ("dense", dense), ("optimizer", optim)])
+
+
+def _bucketizes(sharding_types: frozenset[str]) -> bool:
+    """A row-wise group (row-wise or table-row-wise) bucketizes its ids by row range."""
+    return bool(sharding_types & {"row-wise", "table-row-wise"})
 
 
 def host_syncs(model: ModelConfig, sharding_types: frozenset[str] = frozenset()) -> int:
@@ -216,7 +221,7 @@ def host_syncs(model: ModelConfig, sharding_types: frozenset[str] = frozenset())
     if model.framework not in TORCHRECS:
         return 0
     return (TORCHREC_SYNCS + TORCHREC_GROUP_SYNCS * max(len(sharding_types) - 1, 0)
-            + ROW_WISE_SYNCS * ("row-wise" in sharding_types))
+            + ROW_WISE_SYNCS * _bucketizes(sharding_types))
 
 
 def trainer_loader_ns(p: InputPipelineConfig, model: ModelConfig, samples: float) -> float:

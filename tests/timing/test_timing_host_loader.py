@@ -156,7 +156,9 @@ def test_a_host_bound_cache_design_pays_its_own_ops(design):
     (frozenset(), 0, 0), (frozenset({"table-wise"}), 0, 0),
     (frozenset({"row-wise"}), ROW_WISE_OPS, ROW_WISE_SYNCS),
     (frozenset({"table-wise", "row-wise"}), TORCHREC_GROUP_OPS + ROW_WISE_OPS,
-     TORCHREC_GROUP_SYNCS + ROW_WISE_SYNCS)])
+     TORCHREC_GROUP_SYNCS + ROW_WISE_SYNCS),
+    (frozenset({"table-row-wise"}), ROW_WISE_OPS, ROW_WISE_SYNCS),
+    (frozenset({"table-wise", "column-wise"}), TORCHREC_GROUP_OPS, TORCHREC_GROUP_SYNCS)])
 def test_each_sharding_group_issues_its_own_dists(types, ops, syncs):
     """One input dist, lookup and output dist per sharding type; a row-wise group
     bucketizes and syncs for its bucketized lengths."""
@@ -175,3 +177,24 @@ def test_multi_gpu_tells_the_host_its_placement():
     rw = host_iteration(cfg.model, cfg.hardware.cpu, sharding_types=frozenset({"row-wise"}))
     row = simulate(cfg, ["multi-gpu"])[0]
     assert row["host_ops"] == rw.op_count and row["host_issue_ns"] == rw.total_ns
+
+
+@pytest.mark.parametrize("cluster,types", [
+    ({"sharding": "row-wise"}, {"row-wise"}),
+    ({"sharding": "table-wise"}, {"table-wise"}),
+    ({"placement": {"0": [0, 1]}, "sharding": "table-wise"}, {"table-wise", "table-row-wise"}),
+    ({"placement": {"0": [0, 1, 2, 3]}, "sharding": "table-wise"}, {"table-wise", "row-wise"}),
+])
+def test_the_cluster_tells_the_host_its_sharding_groups(cluster, types):
+    """As multi-gpu: TorchRec's trainer issues one group's dists per sharding type of the
+    cluster's layout (a span over the whole shard group row-wise, over part of it
+    table-row-wise)."""
+    cfg = load_config(deep_merge(SMALL_A100, {
+        "model": {"framework": "torchrec"}, "designs": ["cluster"],
+        "hardware": {"preset": "dgx-h100-cluster", "cluster": {"nodes": 1},
+                     "interconnect": {"gpus_per_node": 4}},
+        "design_params": {"cluster": cluster}}))
+    expected = host_iteration(cfg.model, cfg.hardware.cpu, sharding_types=frozenset(types))
+    row = simulate(cfg, ["cluster"])[0]
+    assert row["host_ops"] == expected.op_count
+    assert row["host_issue_ns"] == pytest.approx(expected.total_ns)

@@ -489,6 +489,20 @@ class Cluster(Design):
                               for g in range(L))
         check_pipeline(cfg, p, m.batch_size / self.traced, PARAMS_KEY)
 
+    def sharding_types(self) -> frozenset[str]:
+        """TorchRec's sharding types of the layout (each a group whose dists the trainer
+        issues, `host_dispatch`): data-parallel (span 0), table-wise (one rank),
+        column-wise (column slices), row-wise (over the whole group) and table-row-wise
+        (over part of it)."""
+        L = self.layout.group
+        types = set()
+        for t, k in enumerate(self.layout.span):
+            c = self.layout.columns(t)
+            types.add("data-parallel" if k == 0 else "column-wise" if c > 1
+                      else "table-wise" if k == 1 else "row-wise" if k == L
+                      else "table-row-wise")
+        return frozenset(types)
+
     def workload_key(self) -> WorkloadKey:
         # each rank's lookups are priced with no L2 hits (see the module doc): no L2 walk
         return WorkloadKey(None, where=Where.DEVICE, onchip=False)
@@ -612,6 +626,8 @@ class Cluster(Design):
         ar = mlp_param_bytes(self.cfg) + self.dp_grad_bytes
         sync_every = self.params.sync_every_batches
         inputs: dict[int, simpy.Process] = {}
+        # TorchRec issues each sharding group's input and output dists (host_dispatch)
+        m.set_sharding_types(self.sharding_types())
         # the node's host DRAM and cores shared by its ranks; each rank's own loader and
         # copy of its B / n samples (timing/cluster_pipeline.py)
         share_node_host(m, self.G)
