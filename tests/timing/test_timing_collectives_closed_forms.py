@@ -14,8 +14,10 @@ from scratchpipe_sim.timing.collectives import (
     allreduce_ns,
     alltoall_ns,
     alltoall_split,
+    allreduce_split,
     busbw_factor,
     collective_ns,
+    net_latency_ns,
 )
 
 
@@ -84,3 +86,15 @@ def test_more_nics_than_gpus_speed_up_an_allreduce_but_not_an_alltoall():
     assert t_a2a == pytest.approx(9600 + S / 48.0)
     t_ar = collective_ns(fab, g, "all-reduce", Split(0.0, 0.0, S, S))
     assert t_ar == pytest.approx(2 * 9600 + S / 96.0)  # 2 nodes: 2 inter-node steps
+
+
+def test_one_node_has_no_network_phase():
+    """Inside one node an all-reduce's bus bytes stay on NVLink and no step pays the
+    network's latency, whatever the kind."""
+    bus = 2 * 7 / 8 * 9e6
+    assert allreduce_split(Group(8, 1), 9e6) == Split(bus, bus, 0.0, 0.0)
+    fab = fabric(nodes=1)
+    for kind in ("all-to-all", "all-reduce"):
+        assert net_latency_ns(fab, Group(8, 1), kind) == 0.0
+    assert net_latency_ns(fabric(), Group(32, 4), "all-to-all") == 9600.0
+    assert net_latency_ns(fabric(), Group(32, 4), "all-reduce") == 4 * 9600.0
