@@ -25,8 +25,10 @@ oracle, closed forms, invariants) or judged equivalent (it cannot change any res
 * `--sample N` draws N of the module's mutants (seeded: `--seed`), so a module of hundreds
   of mutants gives a score in minutes; without it, every mutant runs.
 * Skipped as not informative: mutants inside annotations (never evaluated: every module
-  has `from __future__ import annotations`), the `RemoveDecorator` operator (njit /
-  dataclass decorators: see above), and the `Is`/`IsNot` swaps of `==` / `!=`.
+  has `from __future__ import annotations`), inside the arguments of a prefetch hint
+  (`HINT_CALLS`: a hint never changes a result, and does nothing uncompiled), the
+  `RemoveDecorator` operator (njit / dataclass decorators: see above), and the
+  `Is`/`IsNot` swaps of `==` / `!=`.
 
 Output: one line per module (killed / survived / incompetent / timed out, score =
 killed / (killed + survived + timed out)), then each survivor's diff.
@@ -149,14 +151,33 @@ def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]
     return spans
 
 
+#: calls that are only hints (`traces/_prefetch.py`: a prefetch never changes a result; in
+#: pure Python the body is empty): a mutant inside one's arguments is equivalent
+HINT_CALLS = ("prefetch", "prefetch_home", "_prefetch_scan")
+
+
+def hint_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) (line, column) of every call to one of HINT_CALLS."""
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+            if name in HINT_CALLS:
+                spans.append(((node.lineno, node.col_offset),
+                              (node.end_lineno, node.end_col_offset)))
+    return spans
+
+
 def select(db: Path, sample: int | None, seed: int, only_lines: set[int] | None,
            source: str) -> int:
-    """Mark as skipped the excluded operators' mutants, the mutants inside annotations and,
+    """Mark as skipped the excluded operators' mutants, the mutants inside annotations or
+    prefetch hints and,
     with `sample`, all but a seeded draw of `sample` of the rest; the number left to run."""
     con = sqlite3.connect(db)
     rows = con.execute("SELECT job_id, operator_name, start_pos_row, start_pos_col "
                        "FROM mutation_specs").fetchall()
-    spans = annotation_spans(source)
+    spans = annotation_spans(source) + hint_spans(source)
 
     def in_annotation(line: int, col: int) -> bool:
         return any(a <= (line, col) < b for a, b in spans)

@@ -86,3 +86,54 @@ def test_mlp_elementwise_kernels_move_their_activations_bytes():
             assert (f"cast{i}" in kern) == (e == 2)
             if e == 2:
                 assert kern[f"cast{i}"].nbytes == 6.0 * a * b
+
+
+def test_whole_tiles_in_one_wave_use_tiles_over_sms_of_it():
+    """A 256 x 256 output (K too short to split) is whole tiles of every shape in TILES
+    (256x128, 128x256, 128x128, 128x64, 64x128, 64x64), each set in one wave: the useful
+    share of the wave is tiles / SMs."""
+    from scratchpipe_sim.timing.dense_compute import tilings
+
+    sm = gpu_of().sm_count
+    got = tilings(256, 256, 128, sm)
+    assert all(s == 1 for _, s in got)
+    assert sorted(round(u * sm, 12) for u, _ in got) == [2, 2, 4, 8, 8, 16]
+
+
+def test_tf32_moves_fp32_operands():
+    """TF32 is a tensor-core compute mode: its operands are fp32 in memory (4 bytes)."""
+    g = gpu_of()
+    tf32 = gemm(g, "tf32", "top", "fwd", 4096, 1024, 128)  # K too short to split
+    fp32 = gemm(g, "fp32", "top", "fwd", 4096, 1024, 128)
+    assert tf32.splits == fp32.splits == 1
+    assert tf32.nbytes == fp32.nbytes == 4 * (4096 * 128 + 128 * 1024 + 4096 * 1024)
+
+
+def test_rowwise_adagrad_dense_parameters_take_plain_adagrad():
+    """Row-wise Adagrad is an embedding optimizer: the dense parameters' step is plain
+    Adagrad's, kernel for kernel (same count, same bytes, so the same launch waits)."""
+    g = gpu_of()
+    steps = {}
+    for opt in ("adagrad", "rowwise-adagrad"):
+        m = model_of(optimizer=opt, tables={"count": 4, "dim": 16}, bottom_mlp=[13, 16])
+        steps[opt] = [(k.name, k.nbytes) for k in dense_iteration(m, g, 64.0).kernels
+                      if k.part == "optimizer"]
+    assert steps["rowwise-adagrad"] == steps["adagrad"]
+    assert len(steps["adagrad"]) == 4
+
+
+def test_dcn_v2_elementwise_kernels_move_their_vectors():
+    """Per cross layer on vectors of width N (v = e x samples x N bytes): forward the cross
+    x0 * (V U x + b) + x_l reads three vectors and writes one (4 v); backward its gradient
+    reads four and writes one (5 v), and the bias gradient reads one (v)."""
+    g = gpu_of()
+    f, d, b, layers = 4, 32, 1024, 2
+    n = (f + 1) * d
+    m = model_of(tables={"count": f, "dim": d}, batch_size=b, bottom_mlp=[13, d],
+                 interaction="dcn-v2", dcn_layers=layers, dcn_rank=16, top_mlp=[n, 1])
+    v = ELEMENT_BYTES[m.precision] * b * n
+    kern = {k.name: k for k in dense_iteration(m, g, float(b)).kernels}
+    for i in range(layers):
+        assert kern[f"dcn_cross{i}"].nbytes == 4.0 * v
+        assert kern[f"dcn_cross_bwd{i}"].nbytes == 5.0 * v
+        assert kern[f"dcn_bias_grad{i}"].nbytes == v
