@@ -57,8 +57,8 @@ def test_gpu_plan_is_its_hash_work_as_hbm_time():
     m = machine()
     gpu = m.cfg.hardware.gpu
     calls = record(m.hbm.server)
-    m.gpu_plan(0, 3000.0, 700.0)
-    busy_ns = 3000 / gpu.hash_lookup_Gps + 700 / gpu.hash_insert_Gps
+    m.gpu_plan(0, 3001.0, 701.0)  # not whole multiples of the rates
+    busy_ns = 3001 / gpu.hash_lookup_Gps + 701 / gpu.hash_insert_Gps
     assert calls == [("gpu plan", pytest.approx(busy_ns * gpu.hbm_GBps), 1.0)]
 
 
@@ -135,3 +135,21 @@ def test_stage_spans_are_kept_only_for_a_timeline():
         m.end_stage("collect", 0, 0.0)
         assert len(m.recorder.spans) == (1 if keep else 0)
         assert m.stage_order == ["collect"]
+
+
+def test_gpu_backward_streams_each_lookups_gradient_and_two_ids_then_updates_rows():
+    m = machine()
+    calls = record(m.hbm.server)
+    m.gpu_backward(0, 1000.0, 300.0, r=64.0, R=128.0)
+    m.env.run()
+    eff = m.cfg.hardware.gpu.aggregate_efficiency
+    assert calls[0] == ("sort+reduce", 1000 * (64 + 2 * m.index_bytes), eff)
+    assert [(label, n) for label, n, _ in calls[1:]] == [("update", 2 * 300 * 128.0)]
+
+
+def test_cache_lookup_probes_every_lookup_unique_row_and_fill():
+    m = machine()
+    calls = record(m.hbm.server)
+    m.cache_lookup(0, 1000.0, 300.0, 50.0)
+    probe = m.cfg.hardware.gpu.cache_probe_bytes
+    assert [(label, n) for label, n, _ in calls] == [("cache lookup", 1350 * probe)]
