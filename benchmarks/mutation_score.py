@@ -172,11 +172,14 @@ def hint_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
 def select(db: Path, sample: int | None, seed: int, only_lines: set[int] | None,
            source: str) -> int:
     """Mark as skipped the excluded operators' mutants, the mutants inside annotations or
-    prefetch hints and,
-    with `sample`, all but a seeded draw of `sample` of the rest; the number left to run."""
+    prefetch hints and, with `sample`, all but a seeded draw of `sample` of the rest (the
+    same draw for the same source and seed); the number left to run."""
     con = sqlite3.connect(db)
+    # in source order (job ids are random UUIDs: sorting by them would make a seeded draw
+    # differ from run to run)
     rows = con.execute("SELECT job_id, operator_name, start_pos_row, start_pos_col "
-                       "FROM mutation_specs").fetchall()
+                       "FROM mutation_specs ORDER BY start_pos_row, start_pos_col, "
+                       "operator_name, operator_args, occurrence").fetchall()
     spans = annotation_spans(source) + hint_spans(source)
 
     def in_annotation(line: int, col: int) -> bool:
@@ -185,9 +188,8 @@ def select(db: Path, sample: int | None, seed: int, only_lines: set[int] | None,
     keep = [j for j, op, line, col in rows if op not in EXCLUDED_OPERATORS
             and not in_annotation(line, col)
             and (only_lines is None or line in only_lines)]
-    keep = sorted(set(keep))
     if sample is not None and sample < len(keep):
-        keep = sorted(random.Random(seed).sample(keep, sample))
+        keep = random.Random(seed).sample(keep, sample)
     skip = sorted({r[0] for r in rows} - set(keep))
     con.executemany("INSERT INTO work_results (job_id, worker_outcome, output) "
                     "VALUES (?, 'SKIPPED', 'not drawn')", [(j,) for j in skip])
