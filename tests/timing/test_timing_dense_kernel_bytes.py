@@ -5,6 +5,8 @@ set bit (a `+` read as `^` or `|` would otherwise give the same number)."""
 
 from __future__ import annotations
 
+import pytest
+
 from scratchpipe_sim.config import load_config
 from scratchpipe_sim.timing.dense_compute import ELEMENT_BYTES, dense_iteration, gemm
 
@@ -137,3 +139,20 @@ def test_dcn_v2_elementwise_kernels_move_their_vectors():
         assert kern[f"dcn_cross{i}"].nbytes == 4.0 * v
         assert kern[f"dcn_cross_bwd{i}"].nbytes == 5.0 * v
         assert kern[f"dcn_bias_grad{i}"].nbytes == v
+
+
+def test_the_parts_walls_add_up_to_the_iteration():
+    """Each part's wall (its kernels and their launch waits) sums to the iteration's time,
+    eager or as a CUDA graph (the graph's launch charged to the first part)."""
+    import dataclasses
+
+    g = gpu_of()
+    m = model_of(tables={"count": 4, "dim": 16}, batch_size=256, bottom_mlp=[13, 16])
+    for graphs in (False, True):
+        cost = dense_iteration(dataclasses.replace(m, cuda_graphs=graphs), g, 256.0)
+        parts = dict(cost.part_ns)
+        assert sum(parts.values()) == pytest.approx(cost.total_ns, rel=1e-12)
+        if graphs:
+            n = sum(k.part == "top" for k in cost.kernels)
+            top = sum(k.exec_ns for k in cost.kernels if k.part == "top")
+            assert parts["top"] == pytest.approx(top + n * g.graph_node_ns, rel=1e-12)
