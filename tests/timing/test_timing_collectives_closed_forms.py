@@ -98,3 +98,11 @@ def test_one_node_has_no_network_phase():
         assert net_latency_ns(fab, Group(8, 1), kind) == 0.0
     assert net_latency_ns(fabric(), Group(32, 4), "all-to-all") == 9600.0
     assert net_latency_ns(fabric(), Group(32, 4), "all-reduce") == 4 * 9600.0
+
+
+def test_two_ranks_move_a_bus_factor_and_one_rank_nothing():
+    assert busbw_factor("all-reduce", 2) == 1.0
+    assert busbw_factor("all-to-all", 2) == 0.5
+    assert busbw_factor("broadcast", 2) == 1.0
+    for kind in ("all-reduce", "all-to-all", "broadcast", "reduce"):
+        assert busbw_factor(kind, 1) == 0.0
