@@ -34,6 +34,8 @@ def test_store_nbytes_is_the_data_files_bytes(tmp_path, constant):
         w.append_batches(ids, offsets, np.array([0, bags // 2, bags]))
     want = store_nbytes(len(ids), 4, bags, 2, constant)
     assert on_disk(path) == want
+    back = store.read_trace(path, verify=True)  # every mark block read back
+    np.testing.assert_array_equal(np.asarray(back.offsets[:]), offsets)
     if not constant:  # ids, 3 batch bounds, an offset per bag + 1, an int64 mark a block
         assert want == 4 * len(ids) + 8 * 3 + 4 * (bags + 1) + 8 * 3
 
@@ -53,3 +55,29 @@ def test_append_trace_writes_runs_of_at_most_append_bags(tmp_path, monkeypatch):
     assert runs == [16] * 5  # two batches a run
     back = store.read_trace(path)
     np.testing.assert_array_equal(np.asarray(back.indices), np.asarray(t.indices))
+
+
+def test_leaving_the_constant_encoding_after_an_odd_number_of_bags(tmp_path):
+    """3 bags of 2 ids, then bags of 1, 2, 1: the first 3 bags' 4 offsets are rewritten as
+    u32-marks entries (every one of them, whatever the parity of the count)."""
+    path = tmp_path / "t.sptrace"
+    with TraceWriter(path, [100], 3) as w:
+        w.append_batch(np.arange(6), np.array([0, 2, 4, 6]))
+        w.append_batch(np.arange(4), np.array([0, 1, 3, 4]))
+    back = store.read_trace(path, verify=True)
+    np.testing.assert_array_equal(np.asarray(back.offsets[:]), [0, 2, 4, 6, 7, 9, 10])
+
+
+@pytest.mark.parametrize("key", ["num_indices", "num_bags"])
+def test_a_count_of_2_63_is_refused(tmp_path, key):
+    """Counts are int64 on disk and in the maps: 2^63 does not fit, and is refused as a
+    bad manifest key before any file is mapped."""
+    from scratchpipe_sim.errors import UserError
+
+    path = write_trace(generate_trace("uniform", [50], 4, 2, 2, seed=1), tmp_path / "t")
+    m = json.loads((path / "manifest.json").read_text())
+    m[key] = 2**63
+    (path / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(UserError) as e:
+        store.read_trace(path)
+    assert e.value.field == f"manifest.json.{key}"
