@@ -153,3 +153,22 @@ def test_cache_lookup_probes_every_lookup_unique_row_and_fill():
     m.cache_lookup(0, 1000.0, 300.0, 50.0)
     probe = m.cfg.hardware.gpu.cache_probe_bytes
     assert [(label, n) for label, n, _ in calls] == [("cache lookup", 1350 * probe)]
+
+
+def test_a_slow_host_sets_the_dense_step_to_its_issue_time():
+    """Eager issue of 10 ms an op: alone, the dense work (launched as issued) ends when the
+    host has issued the whole iteration, max(dense, host issue); a fast host leaves the
+    dense time."""
+    from scratchpipe_sim.timing.dense_compute import dense_iteration
+    from scratchpipe_sim.timing.machine import price_alone
+
+    for op_ns in (1e7, 1.0):
+        cfg = machine(framework="eager").cfg
+        cfg = dataclasses.replace(cfg, hardware=dataclasses.replace(
+            cfg.hardware, cpu=dataclasses.replace(cfg.hardware.cpu, host_op_ns=op_ns,
+                                                  host_sync_ns=0.0)))
+        dense = dense_iteration(cfg.model, cfg.hardware.gpu, 8.0).total_ns
+        host = Machine(simpy.Environment(), cfg, 4)._host.total_ns
+        got = price_alone(cfg, 4, lambda mm, b: mm.mlp(b, 8.0), [0])[0]
+        assert got == pytest.approx(max(dense, host), rel=1e-9)
+        assert (host > dense) == (op_ns > 1)
