@@ -11,7 +11,7 @@ import pytest
 from scratchpipe_sim.policies._hashmap import home, new_map, new_pair_map
 
 
-@pytest.mark.parametrize("capacity", [5, 1000, 40_000])
+@pytest.mark.parametrize("capacity", [5, 1000, 1024, 40_000])
 @pytest.mark.parametrize("make", ["pair", "plain"])
 def test_homes_lie_in_the_table_and_spread(capacity, make):
     if make == "pair":
@@ -20,7 +20,9 @@ def test_homes_lie_in_the_table_and_spread(capacity, make):
     else:
         keys, _, mask, shift = new_map(capacity)
         size = len(keys)
-    assert size == mask + 1 and size >= 2 * capacity and size & mask == 0
+    # the smallest power of two >= 2 x capacity, at least 8 (1024 -> 2048, 1000 -> 2048)
+    assert size == mask + 1 == max(8, 1 << (2 * capacity - 1).bit_length())
+    assert size >= 2 * capacity > size // 2
     for keys in (np.arange(capacity), np.arange(capacity) * 4096 + 7):
         homes = np.array([home(int(k), shift) for k in keys])
         assert homes.min() >= 0 and homes.max() <= mask
