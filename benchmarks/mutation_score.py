@@ -25,8 +25,10 @@ oracle, closed forms, invariants) or judged equivalent (it cannot change any res
 * `--sample N` draws N of the module's mutants (seeded: `--seed`), so a module of hundreds
   of mutants gives a score in minutes; without it, every mutant runs.
 * Skipped as not informative: mutants inside annotations (never evaluated: every module
-  has `from __future__ import annotations`), the `RemoveDecorator` operator (njit /
-  dataclass decorators: see above), and the `Is`/`IsNot` swaps of `==` / `!=`.
+  has `from __future__ import annotations`), inside the arguments of a prefetch hint
+  (`HINT_CALLS`: a hint never changes a result, and does nothing uncompiled), the
+  `RemoveDecorator` operator (njit / dataclass decorators: see above), and the
+  `Is`/`IsNot` swaps of `==` / `!=`.
 
 Output: one line per module (killed / survived / incompetent / timed out, score =
 killed / (killed + survived + timed out)), then each survivor's diff.
@@ -149,14 +151,36 @@ def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]
     return spans
 
 
+#: calls that are only hints (`traces/_prefetch.py`: a prefetch never changes a result; in
+#: pure Python the body is empty): a mutant inside one's arguments is equivalent
+HINT_CALLS = ("prefetch", "prefetch_home", "_prefetch_scan")
+
+
+def hint_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) (line, column) of every call to one of HINT_CALLS."""
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+            if name in HINT_CALLS:
+                spans.append(((node.lineno, node.col_offset),
+                              (node.end_lineno, node.end_col_offset)))
+    return spans
+
+
 def select(db: Path, sample: int | None, seed: int, only_lines: set[int] | None,
            source: str) -> int:
-    """Mark as skipped the excluded operators' mutants, the mutants inside annotations and,
-    with `sample`, all but a seeded draw of `sample` of the rest; the number left to run."""
+    """Mark as skipped the excluded operators' mutants, the mutants inside annotations or
+    prefetch hints and, with `sample`, all but a seeded draw of `sample` of the rest (the
+    same draw for the same source and seed); the number left to run."""
     con = sqlite3.connect(db)
+    # in source order (job ids are random UUIDs: sorting by them would make a seeded draw
+    # differ from run to run)
     rows = con.execute("SELECT job_id, operator_name, start_pos_row, start_pos_col "
-                       "FROM mutation_specs").fetchall()
-    spans = annotation_spans(source)
+                       "FROM mutation_specs ORDER BY start_pos_row, start_pos_col, "
+                       "operator_name, operator_args, occurrence").fetchall()
+    spans = annotation_spans(source) + hint_spans(source)
 
     def in_annotation(line: int, col: int) -> bool:
         return any(a <= (line, col) < b for a, b in spans)
@@ -164,9 +188,8 @@ def select(db: Path, sample: int | None, seed: int, only_lines: set[int] | None,
     keep = [j for j, op, line, col in rows if op not in EXCLUDED_OPERATORS
             and not in_annotation(line, col)
             and (only_lines is None or line in only_lines)]
-    keep = sorted(set(keep))
     if sample is not None and sample < len(keep):
-        keep = sorted(random.Random(seed).sample(keep, sample))
+        keep = random.Random(seed).sample(keep, sample)
     skip = sorted({r[0] for r in rows} - set(keep))
     con.executemany("INSERT INTO work_results (job_id, worker_outcome, output) "
                     "VALUES (?, 'SKIPPED', 'not drawn')", [(j,) for j in skip])

@@ -260,3 +260,24 @@ def test_lfu_counts_widen_to_int64_exactly(zipf_ids):
     np.testing.assert_array_equal(np.concatenate(a), np.concatenate(b))
     assert narrow.resident().tolist() == mixed.resident().tolist()
     np.testing.assert_array_equal(narrow.counts, mixed.counts)
+
+
+@pytest.mark.parametrize("ways", [63, 72, 128])
+def test_tag_collisions_in_sets_the_tag_mask_does_not_cover(zipf_ids, ways):
+    """Geometries outside `_tag_mask` (ways not a multiple of 8: the way-by-way scan; a
+    multiple of 8 above 64: the SWAR scan of `_find`, since a 64-bit mask cannot hold the
+    set), one set over 4000 rows, so rows sharing a one-byte tag sit in it at once: a tag
+    match on another row (larger or smaller id) is no hit; counts equal the reference."""
+    ids = zipf_ids(5000, 4000, 1.05, 12)
+    for batch in (1, 64):
+        trace = Trace.single_table(ids, 4000, batch)
+        ptr = trace.batch_access_ptr().tolist()
+        for lfu in (False, True):
+            pol = make_policy("fbgemm-lfu" if lfu else "fbgemm-lru", ways, 4000, ways=ways)
+            res = run_cache(trace, pol, chunk_accesses=1000)
+            want = ref_fbgemm(ids.tolist(), ptr, ways, ways, lfu).counts()
+            assert (res.hits, res.misses, res.unplaced, res.fills, res.evictions) == (
+                want["hits"], want["misses"], want["unplaced"], want["fills"],
+                want["evictions"])
+            tags = [(fmix64(int(r)) >> 56) or 1 for r in pol.resident()]
+            assert len(set(tags)) < len(tags)  # two rows with one tag in the set
