@@ -40,21 +40,27 @@ DESIGNS = ["hybrid", "uvm", "static-cache", "lru-cache", "scratchpipe", "bagpipe
 FIGURES = ("hit_ratio", "pcie_h2d_bytes_per_sample", "pcie_d2h_bytes_per_sample")
 
 
-def config(kind: str, lookups: float, load_factor: float | None = None) -> dict:
-    """The quickstart with `lookups` lookups (warm-up a third of the batches); `load_factor`:
-    the cache's share of the rows instead of the quickstart's 5% (meta-2022's 3-batch
-    window pins more than 5% of the rows past ~50M lookups: scratchpipe then refuses)."""
+def quickstart_over(batches: int, load_factor: float | None) -> dict:
+    """The quickstart's config over `batches` batches, a third of them the cache's warm-up;
+    `load_factor` (None: the quickstart's) the cache's share of the rows."""
     import yaml
 
     cfg = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
-    per_batch = 2048 * 20 * 8
-    batches = max(6, int(lookups // per_batch))
     warm = batches // 3
     cfg["model"].update(num_batches=batches - warm, warmup_batches=min(8, batches // 6))
     cfg["cache"]["warmup_batches"] = warm
     if load_factor is not None:
         cfg["cache"]["load_factor"] = load_factor
     cfg["designs"] = DESIGNS
+    return cfg
+
+
+def config(kind: str, lookups: float, load_factor: float | None = None) -> dict:
+    """The quickstart with `lookups` lookups (warm-up a third of the batches); `load_factor`:
+    the cache's share of the rows instead of the quickstart's 5% (meta-2022's 3-batch
+    window pins more than 5% of the rows past ~50M lookups: scratchpipe then refuses)."""
+    per_batch = 2048 * 20 * 8
+    cfg = quickstart_over(max(6, int(lookups // per_batch)), load_factor)
     if kind == "meta-2022":
         cfg["trace"] = {"preset": "meta-2022"}
     if kind == "zipf-fbgemm-lru":
@@ -65,16 +71,8 @@ def config(kind: str, lookups: float, load_factor: float | None = None) -> dict:
 
 def trace_config(trace: Path, load_factor: float | None = None) -> dict:
     """The quickstart's model on every batch of `trace` (a third of them the warm-up)."""
-    import yaml
-
-    cfg = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
     batches = int(json.loads((trace / "manifest.json").read_text())["num_batches"])
-    warm = batches // 3
-    cfg["model"].update(num_batches=batches - warm, warmup_batches=min(8, batches // 6))
-    cfg["cache"]["warmup_batches"] = warm
-    if load_factor is not None:
-        cfg["cache"]["load_factor"] = load_factor
-    cfg["designs"] = DESIGNS
+    cfg = quickstart_over(batches, load_factor)
     cfg["trace"] = {"path": str(trace.resolve())}
     return cfg
 

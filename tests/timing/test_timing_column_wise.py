@@ -250,10 +250,9 @@ def test_one_column_shard_equals_table_wise_exactly():
             == run({"sharding": "table-wise"}))
 
 
-def test_column_wise_prices_the_slices_row_bytes(monkeypatch):
-    """Every table in 4 slices of 32 fp32 columns: the critical rank's lookups and unique
-    rows are priced at 128 B, not the table's 512 B."""
-    seen = {}
+def spy_row_bytes(monkeypatch) -> dict:
+    """The bytes (r, R) the cluster prices its lookups and unique rows at, as it runs."""
+    seen: dict = {}
     orig = Cluster.run
 
     def spy(self, m, w):
@@ -262,6 +261,13 @@ def test_column_wise_prices_the_slices_row_bytes(monkeypatch):
         yield from orig(self, m, w)
 
     monkeypatch.setattr(Cluster, "run", spy)
+    return seen
+
+
+def test_column_wise_prices_the_slices_row_bytes(monkeypatch):
+    """Every table in 4 slices of 32 fp32 columns: the critical rank's lookups and unique
+    rows are priced at 128 B, not the table's 512 B."""
+    seen = spy_row_bytes(monkeypatch)
     row = run({"sharding": "column-wise", "column_shard_dim": 32})
     assert seen["r"] == pytest.approx([128.0] * 5)
     assert seen["R"] == pytest.approx([128.0] * 5)
@@ -272,15 +278,7 @@ def test_slices_of_two_widths_price_the_busiest_ranks_bytes(monkeypatch):
     """Rank 0 holds a 32-column slice of table 0 (128 B a lookup) and a 64-column slice of
     table 1 (256 B): each table's 64 x 4 = 256 lookups a batch reach it, 512 lookups of
     256 x 384 B in all, its bytes over the largest count: 192 B a lookup."""
-    seen = {}
-    orig = Cluster.run
-
-    def spy(self, m, w):
-        c = self.columns(w)
-        seen.update(r=c.r, R=c.R)
-        yield from orig(self, m, w)
-
-    monkeypatch.setattr(Cluster, "run", spy)
+    seen = spy_row_bytes(monkeypatch)
     run({"columns": {"0": 4, "1": 2}, "column_shard_dim": 32,
          "placement": {"0": [0, 1, 2, 3], "1": [0, 1]}})
     assert seen["r"] == pytest.approx([256 * 384 / 512] * 5)
