@@ -52,3 +52,18 @@ def test_bit_per_row_path_counts_the_last_row(monkeypatch, rows, chunk):
     assert SeenSet(trace, trace.batch_access_ptr()).shift < 0  # a bit per row
     acc, uniq = access_unique(trace)
     assert (acc.tolist(), uniq.tolist()) == numpy_counts(trace)
+
+
+@pytest.mark.parametrize("chunk", ["1", "7", "1000000"])
+def test_set_path_batches_of_one_access_and_empty_batches(monkeypatch, chunk):
+    """Batches of 0 or 1 access are counted without the set (their unique rows = their
+    accesses) wherever they start in the chunk."""
+    monkeypatch.setenv(CHUNK_ENV, chunk)
+    sizes = [1, 1, 0, 3, 1, 0, 2, 1, 1, 0, 0, 3, 1]
+    rng = np.random.default_rng(9)
+    batches = [[rng.integers(0, 4, size=n)] for n in sizes]
+    trace = Trace.from_batches(batches, [1000], [[np.array([n])] for n in sizes])
+    assert SeenSet(trace, trace.batch_access_ptr()).shift >= 0  # the set, not per-row
+    acc, uniq = access_unique(trace)
+    assert (acc.tolist(), uniq.tolist()) == numpy_counts(trace)
+    assert acc.tolist() == sizes
