@@ -207,11 +207,22 @@ def run_salt(task: SaltTask, progress: Progress | None = None) -> list[dict[str,
 _WINDOW_WORK: tuple[Trace, tuple[int, ...]] | None = None
 
 
-def _forked_window_rows() -> tuple[tuple[int, float], ...]:
-    """The window pass of `windows_and_samples`, in the process it forked."""
+def _forked_window_rows(send: Any) -> None:
+    """The window pass of `windows_and_samples`, in the process it forked: its rows sent
+    back, or the error's text. SIGTERM kills it (the default action), whatever handler the
+    parent had: the parent ends it with its own `finally`."""
+    import signal  # noqa: PLC0415 - only in the forked child
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     assert _WINDOW_WORK is not None, "runs only in the process windows_and_samples forks"
     trace, ws = _WINDOW_WORK
-    return tuple((w, mean_window_rows(trace, w)) for w in ws)
+    try:
+        send.send(("ok", tuple((w, mean_window_rows(trace, w)) for w in ws)))
+    except Exception as e:  # noqa: BLE001 - the parent makes the pass itself
+        send.send(("error", repr(e)))
+    finally:
+        send.close()
 
 
 def windows_and_samples(trace: Trace, rate: float, salts: int, ws: Sequence[int],
@@ -235,13 +246,33 @@ def windows_and_samples(trace: Trace, rate: float, salts: int, ws: Sequence[int]
 
     ready_target()  # the child inherits Numba's target instead of setting it up
     _WINDOW_WORK = (trace, ws)
-    try:  # the pool forks its worker now, before its threads start and before sampling
-        with multiprocessing.get_context("fork").Pool(1) as pool:
-            pending = pool.apply_async(_forked_window_rows)
-            samples = cached_samples(trace, rate, range(salts), cache=cache, source=source)
-            windows = pending.get()
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    # one plain forked process, not a Pool: a Pool's worker inherits the CLI's SIGTERM
+    # handler and its terminate() could wait on it forever (a sampling error in the parent)
+    proc = ctx.Process(target=_forked_window_rows, args=(send,), daemon=True)
+    try:
+        proc.start()
+    except BaseException:
+        _WINDOW_WORK = None
+        recv.close()
+        send.close()
+        raise
+    send.close()
+    try:
+        samples = cached_samples(trace, rate, range(salts), cache=cache, source=source)
+        try:
+            status, got = recv.recv()
+        except EOFError:  # the child died (killed, out of memory): the pass made here
+            status, got = "error", None
+        windows = got if status == "ok" else tuple((w, mean_window_rows(trace, w))
+                                                   for w in ws)
     finally:
         _WINDOW_WORK = None
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+        recv.close()
     return windows, samples
 
 

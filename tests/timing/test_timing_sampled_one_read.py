@@ -70,3 +70,44 @@ def test_windows_and_samples_equal_the_reference(cfg):
         for s, r in zip(samples, ref_samples, strict=True):
             assert (s.linear_ids() == r.linear_ids()).all()
     assert sampled_run._WINDOW_WORK is None  # nothing left set for a later fork
+
+
+def test_a_sampling_error_leaves_no_forked_window_pass(monkeypatch):
+    """The sampling pass fails in the parent (a rate that keeps no row, a full disk): the
+    error reaches the caller and the forked window pass is gone — even under the CLI's
+    SIGTERM handler, which a multiprocessing Pool's worker inherited and its terminate()
+    could wait on forever (the hang CI met)."""
+    import multiprocessing
+    import signal
+
+    from scratchpipe_sim.errors import Terminated, UserError
+
+    trace = build_trace(load_config(SMALL), cache=False)
+
+    def fail(*args, **kwargs):
+        raise UserError("no row kept", field="--sample")
+
+    def raise_terminated(signum, frame):
+        raise Terminated()
+
+    monkeypatch.setattr(sampled_run, "cached_samples", fail)
+    old = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        with pytest.raises(UserError, match="no row kept"):
+            sampled_run.windows_and_samples(trace, RATE, 3, (3, 4), False, None, jobs=2)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert multiprocessing.active_children() == []
+
+
+def test_a_window_pass_that_dies_is_made_here(monkeypatch):
+    """The forked window pass exits without an answer (killed, out of memory): the parent
+    makes the pass itself, with the same numbers."""
+    import os
+
+    trace = build_trace(load_config(SMALL), cache=False)
+    monkeypatch.setattr(sampled_run, "_forked_window_rows", lambda send: os._exit(1))
+    got = sampled_run.windows_and_samples(trace, RATE, 2, (3, 4), False, None, jobs=2)
+    want = _reference(trace, RATE, 2, (3, 4), False, None)
+    assert got[0] == want[0]
+    assert [s.indices.tolist() for s in got[1]] == [s.indices.tolist() for s in want[1]]
