@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_timing_designs_alternatives import bagpipe_reference, random_trace
+from reference_bagpipe import bagpipe_reference, random_trace
 
 from scratchpipe_sim.timing.counts import policy_counts
 
