@@ -207,6 +207,11 @@ def run_salt(task: SaltTask, progress: Progress | None = None) -> list[dict[str,
 _WINDOW_WORK: tuple[Trace, tuple[int, ...]] | None = None
 
 
+def window_rows(trace: Trace, ws: tuple[int, ...]) -> tuple[tuple[int, float], ...]:
+    """(W, the trace's mean window rows) for each scratchpad window W: the window pass."""
+    return tuple((w, mean_window_rows(trace, w)) for w in ws)
+
+
 def _forked_window_rows(send: Any) -> None:
     """The window pass of `windows_and_samples`, in the process it forked: its rows sent
     back, or the error's text. SIGTERM kills it (the default action), whatever handler the
@@ -218,7 +223,7 @@ def _forked_window_rows(send: Any) -> None:
     assert _WINDOW_WORK is not None, "runs only in the process windows_and_samples forks"
     trace, ws = _WINDOW_WORK
     try:
-        send.send(("ok", tuple((w, mean_window_rows(trace, w)) for w in ws)))
+        send.send(("ok", window_rows(trace, ws)))
     except Exception as e:  # noqa: BLE001 - the parent makes the pass itself
         send.send(("error", repr(e)))
     finally:
@@ -238,7 +243,7 @@ def windows_and_samples(trace: Trace, rate: float, salts: int, ws: Sequence[int]
     from scratchpipe_sim.traces.forked import can_fork  # noqa: PLC0415 - forks only here
 
     if jobs <= 1 or not ws or not can_fork():
-        windows = tuple((w, mean_window_rows(trace, w)) for w in ws)
+        windows = window_rows(trace, ws)
         return windows, cached_samples(trace, rate, range(salts), cache=cache, source=source)
     import multiprocessing  # noqa: PLC0415 - as traces/forked.py: only when forking
 
@@ -265,8 +270,7 @@ def windows_and_samples(trace: Trace, rate: float, salts: int, ws: Sequence[int]
             status, got = recv.recv()
         except EOFError:  # the child died (killed, out of memory): the pass made here
             status, got = "error", None
-        windows = got if status == "ok" else tuple((w, mean_window_rows(trace, w))
-                                                   for w in ws)
+        windows = got if status == "ok" else window_rows(trace, ws)
     finally:
         _WINDOW_WORK = None
         if proc.is_alive():
