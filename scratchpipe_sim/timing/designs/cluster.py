@@ -515,12 +515,15 @@ class Cluster(Design):
         here."""
         plan, dedup = self.plan, self.params.dedup
 
-        def compute() -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        def counted() -> tuple[RankCounts, dict[str, np.ndarray]]:
             counts = rank_counts(trace, plan, dedup)
             cols = _max_columns(counts)
             if self.layout.cols:
                 cols.update(self.slice_bytes(trace, counts))
-            return cols, {}
+            return counts, cols
+
+        def compute() -> tuple[dict[str, np.ndarray], dict[str, int]]:
+            return counted()[1], {}
 
         if self.params.rank_cache == "none":
             if not replay_cache:
@@ -530,10 +533,7 @@ class Cluster(Design):
                    "plan": dataclasses.asdict(plan), "dedup": bool(dedup),
                    "slice_sizes": [list(x) for x in self.slice_sizes()]}
             return dict(cached_columns(key, compute, True, sources=_RANK_SOURCES)[0])
-        counts = rank_counts(trace, plan, dedup)
-        cols = _max_columns(counts)
-        if self.layout.cols:
-            cols.update(self.slice_bytes(trace, counts))
+        counts, cols = counted()
         cols.update(self.rank_cache_columns(trace, counts))
         return cols
 
