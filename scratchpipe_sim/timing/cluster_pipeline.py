@@ -36,6 +36,7 @@ one ConnectX-7 with its PCIe switch per GPU, NVIDIA DGX H100 user guide, "Networ
 from __future__ import annotations
 
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 from scratchpipe_sim.config import Config
@@ -52,6 +53,46 @@ ROUTE_AHEAD = {"none": 0, "sparse-dist": 1, "nestpipe": 2}
 NESTPIPE_ROUTE_AHEAD = ROUTE_AHEAD["nestpipe"]
 #: the dense work's part that runs once per iteration, not once per micro-batch
 OPTIMIZER_PART = "optimizer"
+#: batches copied to the GPU ahead of the ones routed: TorchRec's pipelines copy the next
+#: batch on their memcpy stream (TrainPipelineBase: batch i+1 during batch i;
+#: TrainPipelineSparseDist.progress: `enqueue_batch` copies batch i+2 while batch i+1's
+#: input_dist runs), NestPipe's H2D stage sits one batch before its key routing
+COPY_AHEAD = 1
+
+
+def batches_in_flight(pipeline: str) -> tuple[int, int]:
+    """(batches whose ids are on the GPU, batches whose routed ids are) under `pipeline`:
+    the one training, the ROUTE_AHEAD[pipeline] routed ahead of it, and COPY_AHEAD more
+    copied. TorchRec's TrainPipelineSparseDist (train_pipelines.py, `progress`) holds
+    three: batches[0] training, batches[1] in input_dist, batches[2] copied
+    (`enqueue_batch`); TrainPipelineBase two (the next batch's copy); NestPipe four."""
+    ahead = ROUTE_AHEAD[pipeline]
+    return ahead + 1 + COPY_AHEAD, ahead + 1
+
+
+@dataclass(frozen=True)
+class BatchBytes:
+    """What one batch holds in a rank's HBM, bytes by kind (the closed forms are the
+    design's, `Cluster.batch_bytes`): `ids` its local ids and offsets (its B/n samples'),
+    `routed` the ids the input dist brought to the rank's shards, `outputs` the embedding
+    outputs the output all-to-all brings (B/n x the sum of every table's output bytes),
+    `sent` the rank's own lookups' outputs before that all-to-all, `activations` what the
+    dense forward keeps for the backward (`dense_compute.saved_activation_bytes`)."""
+
+    ids: float
+    routed: float
+    outputs: float
+    sent: float
+    activations: float
+
+    def in_flight(self, pipeline: str) -> float:
+        """Bytes all the batches in flight hold at the peak (the training batch's backward
+        under way): every batch on the GPU its ids, every routed one its routed ids, the
+        training batch its outputs received and sent with a gradient of each, and its
+        activations."""
+        on_gpu, routed = batches_in_flight(pipeline)
+        return (on_gpu * self.ids + routed * self.routed
+                + 2.0 * (self.outputs + self.sent) + self.activations)
 
 
 def check_pipeline(cfg: Config, p: Any, samples_per_rank: float, where: str) -> None:
