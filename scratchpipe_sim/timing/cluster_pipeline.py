@@ -126,6 +126,23 @@ def share_node_host(m: Machine, ranks_per_node: int) -> None:
         s.GBps /= ranks_per_node
 
 
+def share_pcie_switch(m: Machine) -> None:
+    """The PCIe switch's uplink to the CPU (`hardware.pcie.switch_uplink_GBps`) shared by
+    the gpus_per_switch GPUs behind it (DGX A100: two GPUs a switch): every host<->GPU copy
+    of the simulated rank also crosses 1 / gpus_per_switch of the uplink
+    (`Pcie.share_uplink`). Exact as `share_node_host` is: the ranks of a switch copy the
+    same bytes at the same times, so under processor sharing each gets an equal share. No
+    uplink set: the GPU's own link sets the rate, nothing changes. GPU<->NIC traffic
+    (GPUDirect RDMA through the switch) does not cross the uplink. Called before any
+    transfer."""
+    pcie = m.cfg.hardware.pcie
+    if pcie.switch_uplink_GBps is None:
+        return
+    m.pcie.share_uplink(pcie.switch_uplink_GBps / pcie.gpus_per_switch)
+    for s in m.pcie.uplink or ():
+        m.busy_at_window_start[s.name] = 0.0
+
+
 class RankInputs(InputPipeline):
     """One rank's input pipeline on its 1/G of the node's cores (`share_node_host`): a
     loader worker still runs on one whole core, so its cap on the shared server is G x

@@ -69,6 +69,7 @@ from scratchpipe_sim.timing.cluster_pipeline import (
     check_pipeline,
     fwp,
     share_node_host,
+    share_pcie_switch,
 )
 from scratchpipe_sim.timing.collectives import Group
 from scratchpipe_sim.timing.counts import Where
@@ -734,6 +735,7 @@ class Cluster(Design):
         # the node's host DRAM and cores shared by its ranks; each rank's own loader and
         # copy of its B / n samples (timing/cluster_pipeline.py)
         share_node_host(m, self.G)
+        share_pcie_switch(m)  # DGX A100: two GPUs a switch share its uplink to the CPU
         loader = RankInputs(m, c.samples, c.accesses, self.inputs_carry_ids, 1 / per, self.G)
         ahead = ROUTE_AHEAD[self.params.pipeline]
         M = self.params.microbatches
