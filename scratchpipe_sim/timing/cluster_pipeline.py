@@ -29,8 +29,15 @@ loads its B/n samples and copies them with their ids over its own PCIe link. The
 is shared: its DRAM bandwidth and its cores are split evenly over its gpus_per_node ranks
 (`share_node_host`), on the assumption that every rank of a node does the same work in the
 same phase (they train in lockstep: every collective waits for all) — so the simulated
-(critical) rank sees 1/G of both. PCIe is not shared: each GPU has its own link (DGX H100:
-one ConnectX-7 with its PCIe switch per GPU, NVIDIA DGX H100 user guide, "Network Modules").
+(critical) rank sees 1/G of both. Each GPU has its own PCIe link; the switch above it may
+be shared (`share_pcie_switch`): a DGX A100 puts two GPUs behind each PCIe Gen4 switch,
+whose one x16 uplink to the CPU their host copies share (`hardware.pcie.gpus_per_switch`,
+`switch_uplink_GBps`); a DGX H100 gives each GPU its own switch and ConnectX-7 (NVIDIA DGX
+H100 user guide, "Network Modules"), so its link alone sets the rate.
+
+The batches in flight hold HBM beside the shards (`batches_in_flight`, `BatchBytes`): as
+many batches' ids as the pipeline has on the GPU, as many routed ids as it has routed, and
+the training batch's outputs, their gradients and its activations.
 """
 
 from __future__ import annotations

@@ -41,12 +41,15 @@ Collectives go through `Machine.cluster_collective` (`timing/collectives.py`: NV
 a node, each GPU's share of the NICs across nodes). The schedule across batches
 (`pipeline`: none, sparse-dist — TorchRec's TrainPipelineSparseDist, the default —, nestpipe
 with `microbatches`), the rank's input pipeline and the node's host DRAM and cores shared by
-its G ranks are `timing/cluster_pipeline.py`'s. Not modelled (yet):
-NestPipe's dual-buffer synchronization and key-centric clustering, NCCL's ordering of two
-batches' collectives on one communicator (processor sharing instead), SHARP in-network
-reductions, the L2 hits of each rank's own stream (the lookups are priced with no L2 hits),
-a PCIe switch uplink shared by two GPUs (DGX A100), a node's ranks out of phase on the host
-(docs/timing.md).
+its G ranks, and a PCIe switch's uplink shared by the GPUs behind it (DGX A100), are
+`timing/cluster_pipeline.py`'s. A rank's HBM holds its shards (or its cache) and the
+batches in flight (`batch_bytes`: ids, routed ids, outputs and their gradients,
+activations, as many batches as `pipeline` keeps): placement, the cache's capacity and
+`max_model_GiB` get what is left. Not modelled (yet): NestPipe's dual-buffer
+synchronization and key-centric clustering, NCCL's ordering of two batches' collectives on
+one communicator (processor sharing instead), SHARP in-network reductions, the L2 hits of
+each rank's own stream (the lookups are priced with no L2 hits), a node's ranks out of
+phase on the host (docs/timing.md).
 """
 
 from __future__ import annotations
