@@ -676,11 +676,6 @@ class HardwareConfig:
                             f"hardware.dram_capacity_GiB = {self.dram_capacity_GiB}: expected "
                             "llc_MiB below the DRAM size", source=source,
                             field="hardware.cpu.llc_MiB")
-        per_switch, per_node = self.pcie.gpus_per_switch, self.interconnect.gpus_per_node
-        if per_node % per_switch:
-            raise UserError(f"{per_switch} GPUs per PCIe switch do not divide "
-                            f"interconnect.gpus_per_node = {per_node}: expected a divisor of "
-                            f"{per_node}", source=source, field="hardware.pcie.gpus_per_switch")
         ranks = self.cluster.nodes * self.interconnect.gpus_per_node
         if ranks > CLUSTER_RANKS.value():
             # each node and GPU is cheap to write but costs the cluster design a rank's

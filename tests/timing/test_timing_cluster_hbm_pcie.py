@@ -215,3 +215,12 @@ def test_bad_switch_figures_exit_2_naming_the_key(tmp_path, capsys, key, value):
     assert main(["run", str(path), "--set", f"{key}={value}"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and key in err
+
+
+def test_only_the_cluster_reads_the_switch():
+    """A one-GPU node of dgx-a100 (two GPUs a switch) loads: the check is the cluster's."""
+    cfg = cfg_of(A100, sets=["hardware.interconnect.gpus_per_node=1"])
+    assert cfg.hardware.pcie.gpus_per_switch == 2
+    with pytest.raises(UserError) as e:
+        design(A100, sets=["hardware.interconnect.gpus_per_node=1"])
+    assert e.value.field == "hardware.pcie.gpus_per_switch"

@@ -461,6 +461,11 @@ class Cluster(Design):
         self.G = cfg.hardware.interconnect.gpus_per_node
         self.L = group_size(cfg, p)
         n, L, G = self.ranks, self.L, self.G
+        per_switch = cfg.hardware.pcie.gpus_per_switch
+        if G % per_switch:  # the ranks of a node fill its switches (`share_pcie_switch`)
+            raise UserError(f"{per_switch} GPUs per PCIe switch do not divide "
+                            f"interconnect.gpus_per_node = {G}: expected a divisor of {G}",
+                            source=cfg.source, field="hardware.pcie.gpus_per_switch")
         #: the trace's batch covers every rank, or one shard group (priced once)
         self.traced = n if p.trace_scope == "global" else L
         # the batches in flight's bytes that do not depend on the placement reserved first
