@@ -96,6 +96,10 @@ def test_more_batches_in_flight_never_give_more_cache_capacity():
             for m in ("none", "sparse-dist", "nestpipe")]
     assert caps[1] == 500 and caps[2] == 500 - math.ceil(51_208 / R) and caps[0] >= caps[1]
     assert caps[0] <= 1000
+    # reported: the smallest rank's cache (a rank holding no table has one row)
+    row = simulate(cfg_of(over, small), ["cluster"])[0]
+    assert row["rank_cache_rows"] == min(design(over, small).rank_cache_capacity(r)
+                                         for r in range(16))
 
 
 def test_tables_that_fit_only_without_the_batches_in_flight_are_refused():

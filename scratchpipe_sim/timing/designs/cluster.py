@@ -895,6 +895,10 @@ class Cluster(Design):
             acc = float(np.sum(c.column("rc_accesses")[wu:]))
             fills = float(np.sum(c.column("rc_fills")[wu:]))
             m.counters["rank_cache_hit_ratio"] = 1.0 - fills / acc if acc else 1.0
+            # the smallest rank cache: below load_factor x its shard's rows where its HBM
+            # holds no more beside the batches in flight (`rank_cache_capacity`)
+            m.counters["rank_cache_rows"] = min(self.rank_cache_capacity(g)
+                                                for g in range(self.L))
         hw = self.cfg.hardware
         in_flight_GiB = float(self.in_flight.max()) / GiB
         per_gpu_GiB = (hw.gpu.hbm_capacity_GiB - in_flight_GiB
