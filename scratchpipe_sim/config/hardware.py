@@ -391,6 +391,24 @@ class PcieConfig:
         "copy-engine DMA reads/writes host memory") | {
         "help": "copy-engine DMA also streams its bytes through CPU DRAM (reads for H2D, "
                 "writes for D2H)"})
+    gpus_per_switch: int = field(default=1, metadata=doc(
+        "GPUs", "1-2",
+        "DGX A100: 2 (four PCIe Gen4 switches for eight GPUs, each with two GPUs and two "
+        "ConnectX-6 NICs: NVIDIA DGX A100 System Architecture whitepaper, 'First "
+        "Accelerated System With All PCIe Gen4'; docs.nvidia.com GDS PCI topology "
+        "validation, a DGX A100's GPUs and NICs under one switch); DGX H100: 1 (one "
+        "ConnectX-7 with its switch per GPU, DGX H100 user guide)") | {
+        "help": "GPUs behind one PCIe switch whose host<->GPU copies share its uplink "
+                "to the CPU (switch_uplink_GBps); read by the cluster design, whose ranks "
+                "are every GPU of a node; must divide interconnect.gpus_per_node", "min": 1})
+    switch_uplink_GBps: float | None = field(default=None, metadata=doc(
+        "GB/s per direction", "20-31.5 (Gen4 x16)",
+        "DGX A100: the switch's x16 Gen4 link to its CPU (whitepaper block diagram), at "
+        "the ~25 GB/s an x16 Gen4 copy reaches (nvbandwidth issues 42, 53); 31.5 "
+        "theoretical") | _pos(
+        "bandwidth of the PCIe switch's uplink to the CPU, shared by its gpus_per_switch "
+        "GPUs' host<->GPU copies (null: no narrower than a GPU's own link, which sets "
+        "the rate)"))
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,21 @@ loads its B/n samples and copies them with their ids over its own PCIe link. The
 is shared: its DRAM bandwidth and its cores are split evenly over its gpus_per_node ranks
 (`share_node_host`), on the assumption that every rank of a node does the same work in the
 same phase (they train in lockstep: every collective waits for all) — so the simulated
-(critical) rank sees 1/G of both. PCIe is not shared: each GPU has its own link (DGX H100:
-one ConnectX-7 with its PCIe switch per GPU, NVIDIA DGX H100 user guide, "Network Modules").
+(critical) rank sees 1/G of both. Each GPU has its own PCIe link; the switch above it may
+be shared (`share_pcie_switch`): a DGX A100 puts two GPUs behind each PCIe Gen4 switch,
+whose one x16 uplink to the CPU their host copies share (`hardware.pcie.gpus_per_switch`,
+`switch_uplink_GBps`); a DGX H100 gives each GPU its own switch and ConnectX-7 (NVIDIA DGX
+H100 user guide, "Network Modules"), so its link alone sets the rate.
+
+The batches in flight hold HBM beside the shards (`batches_in_flight`, `BatchBytes`): as
+many batches' ids as the pipeline has on the GPU, as many routed ids as it has routed, and
+the training batch's outputs, their gradients and its activations.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 from scratchpipe_sim.config import Config
@@ -52,6 +60,46 @@ ROUTE_AHEAD = {"none": 0, "sparse-dist": 1, "nestpipe": 2}
 NESTPIPE_ROUTE_AHEAD = ROUTE_AHEAD["nestpipe"]
 #: the dense work's part that runs once per iteration, not once per micro-batch
 OPTIMIZER_PART = "optimizer"
+#: batches copied to the GPU ahead of the ones routed: TorchRec's pipelines copy the next
+#: batch on their memcpy stream (TrainPipelineBase: batch i+1 during batch i;
+#: TrainPipelineSparseDist.progress: `enqueue_batch` copies batch i+2 while batch i+1's
+#: input_dist runs), NestPipe's H2D stage sits one batch before its key routing
+COPY_AHEAD = 1
+
+
+def batches_in_flight(pipeline: str) -> tuple[int, int]:
+    """(batches whose ids are on the GPU, batches whose routed ids are) under `pipeline`:
+    the one training, the ROUTE_AHEAD[pipeline] routed ahead of it, and COPY_AHEAD more
+    copied. TorchRec's TrainPipelineSparseDist (train_pipelines.py, `progress`) holds
+    three: batches[0] training, batches[1] in input_dist, batches[2] copied
+    (`enqueue_batch`); TrainPipelineBase two (the next batch's copy); NestPipe four."""
+    ahead = ROUTE_AHEAD[pipeline]
+    return ahead + 1 + COPY_AHEAD, ahead + 1
+
+
+@dataclass(frozen=True)
+class BatchBytes:
+    """What one batch holds in a rank's HBM, bytes by kind (the closed forms are the
+    design's, `Cluster.batch_bytes`): `ids` its local ids and offsets (its B/n samples'),
+    `routed` the ids the input dist brought to the rank's shards, `outputs` the embedding
+    outputs the output all-to-all brings (B/n x the sum of every table's output bytes),
+    `sent` the rank's own lookups' outputs before that all-to-all, `activations` what the
+    dense forward keeps for the backward (`dense_compute.saved_activation_bytes`)."""
+
+    ids: float
+    routed: float
+    outputs: float
+    sent: float
+    activations: float
+
+    def in_flight(self, pipeline: str) -> float:
+        """Bytes all the batches in flight hold at the peak (the training batch's backward
+        under way): every batch on the GPU its ids, every routed one its routed ids, the
+        training batch its outputs received and sent with a gradient of each, and its
+        activations."""
+        on_gpu, routed = batches_in_flight(pipeline)
+        return (on_gpu * self.ids + routed * self.routed
+                + 2.0 * (self.outputs + self.sent) + self.activations)
 
 
 def check_pipeline(cfg: Config, p: Any, samples_per_rank: float, where: str) -> None:
@@ -83,6 +131,23 @@ def share_node_host(m: Machine, ranks_per_node: int) -> None:
     servers = [m.dram.server, m.cores] + ([m.cxl.server] if m.cxl is not None else [])
     for s in servers:
         s.GBps /= ranks_per_node
+
+
+def share_pcie_switch(m: Machine) -> None:
+    """The PCIe switch's uplink to the CPU (`hardware.pcie.switch_uplink_GBps`) shared by
+    the gpus_per_switch GPUs behind it (DGX A100: two GPUs a switch): every host<->GPU copy
+    of the simulated rank also crosses 1 / gpus_per_switch of the uplink
+    (`Pcie.share_uplink`). Exact as `share_node_host` is: the ranks of a switch copy the
+    same bytes at the same times, so under processor sharing each gets an equal share. No
+    uplink set: the GPU's own link sets the rate, nothing changes. GPU<->NIC traffic
+    (GPUDirect RDMA through the switch) does not cross the uplink. Called before any
+    transfer."""
+    pcie = m.cfg.hardware.pcie
+    if pcie.switch_uplink_GBps is None:
+        return
+    m.pcie.share_uplink(pcie.switch_uplink_GBps / pcie.gpus_per_switch)
+    for s in m.pcie.uplink or ():
+        m.busy_at_window_start[s.name] = 0.0
 
 
 class RankInputs(InputPipeline):

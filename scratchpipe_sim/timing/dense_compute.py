@@ -231,6 +231,27 @@ def dense_params(model: ModelConfig) -> int:
     return total
 
 
+def saved_activation_bytes(model: ModelConfig, samples: float) -> float:
+    """Bytes of the tensors the forward keeps for the backward on `samples` samples (what a
+    batch in training holds in HBM beside its inputs; autograd frees them as the backward
+    passes): each MLP's input and, per layer, its GEMM output and activation output; the
+    interaction's concatenation (bottom output + the embedding outputs) and its output
+    (dot: the (F+1)^2 products and the kept triangle; dcn-v2: per layer U x_l, V(U x_l)
+    and x_{l+1}), at the model's precision. Workspace and gradients are transient (one
+    layer's at a time) and left out."""
+    eb = ELEMENT_BYTES[model.precision]
+    width = 0.0
+    for layers in (model.bottom_layers, model.top_layers):
+        width += layers[0] + 2.0 * sum(layers[1:])
+    f1 = model.table_count + 1
+    width += model.bottom_layers[-1] + sum(model.dims)  # the concatenation
+    if model.interaction == "dot":
+        width += f1 * f1 + f1 * (f1 - 1) // 2
+    elif model.interaction == "dcn-v2":
+        width += model.dcn_layers * (model.dcn_rank + 2.0 * model.interaction_width)
+    return eb * samples * width
+
+
 def optimizer_kernels(gpu: GpuConfig, model: ModelConfig) -> list[Kernel]:
     """The dense optimizer's step (model.optimizer: rowwise-adagrad's dense parameters take
     plain Adagrad) as multi-tensor element-wise kernels over every parameter."""

@@ -393,6 +393,23 @@ class Pcie:
             self.servers = [shared]
         self.h2d_bytes = np.zeros(num_batches)
         self.d2h_bytes = np.zeros(num_batches)
+        self._num_batches, self._recorder = num_batches, recorder
+        #: (h2d, d2h) servers of the PCIe switch's uplink to the CPU this GPU's share of it,
+        #: when one is shared (`share_uplink`); None: the GPU's own link sets the rate
+        self.uplink: tuple[Server, Server] | None = None
+
+    def share_uplink(self, GBps: float) -> None:
+        """Every host<->GPU copy also crosses the PCIe switch's uplink to the CPU, of which
+        this GPU gets `GBps` per direction (the uplink's bandwidth over the GPUs behind the
+        switch that copy at once): a transfer ends when both its link and the uplink have
+        carried its bytes (they stream through both at once, each at its own rate). Called
+        before any transfer."""
+        lat = self.cfg.latency_ns
+        self.uplink = (Server(self.env, "pcie_uplink_h2d", GBps, lat, self._num_batches,
+                              self._recorder),
+                       Server(self.env, "pcie_uplink_d2h", GBps, lat, self._num_batches,
+                              self._recorder))
+        self.servers = [*self.servers, *self.uplink]
 
     def h2d(self, nbytes: float, batch: int, label: str, uvm: bool = False, dma: bool = True
             ) -> simpy.Event | None:
@@ -404,6 +421,9 @@ class Pcie:
         link = self.h2d_server.transfer(nbytes, batch, "h2d " + label,
                                         efficiency=self.cfg.uvm_read_share if uvm else 1.0,
                                         GBps=self.cfg.h2d_GBps)
+        if self.uplink is not None:
+            up = self.uplink[0].transfer(nbytes, batch, "uplink h2d " + label)
+            link = AllDone(self.env, [link, up])
         return self._with_dma(link, nbytes, batch, "dma read " + label, uvm or not dma)
 
     def d2h(self, nbytes: float, batch: int, label: str, uvm: bool = False, dma: bool = True
@@ -414,6 +434,9 @@ class Pcie:
         link = self.d2h_server.transfer(nbytes, batch, "d2h " + label,
                                         efficiency=self.cfg.uvm_write_share if uvm else 1.0,
                                         GBps=self.cfg.d2h_GBps)
+        if self.uplink is not None:
+            up = self.uplink[1].transfer(nbytes, batch, "uplink d2h " + label)
+            link = AllDone(self.env, [link, up])
         return self._with_dma(link, nbytes, batch, "dma write " + label, uvm or not dma)
 
     def _with_dma(self, link: simpy.Event, nbytes: float, batch: int, label: str,

@@ -41,12 +41,15 @@ Collectives go through `Machine.cluster_collective` (`timing/collectives.py`: NV
 a node, each GPU's share of the NICs across nodes). The schedule across batches
 (`pipeline`: none, sparse-dist — TorchRec's TrainPipelineSparseDist, the default —, nestpipe
 with `microbatches`), the rank's input pipeline and the node's host DRAM and cores shared by
-its G ranks are `timing/cluster_pipeline.py`'s. Not modelled (yet):
-NestPipe's dual-buffer synchronization and key-centric clustering, NCCL's ordering of two
-batches' collectives on one communicator (processor sharing instead), SHARP in-network
-reductions, the L2 hits of each rank's own stream (the lookups are priced with no L2 hits),
-a PCIe switch uplink shared by two GPUs (DGX A100), a node's ranks out of phase on the host
-(docs/timing.md).
+its G ranks, and a PCIe switch's uplink shared by the GPUs behind it (DGX A100), are
+`timing/cluster_pipeline.py`'s. A rank's HBM holds its shards (or its cache) and the
+batches in flight (`batch_bytes`: ids, routed ids, outputs and their gradients,
+activations, as many batches as `pipeline` keeps): placement, the cache's capacity and
+`max_model_GiB` get what is left. Not modelled (yet): NestPipe's dual-buffer
+synchronization and key-centric clustering, NCCL's ordering of two batches' collectives on
+one communicator (processor sharing instead), SHARP in-network reductions, the L2 hits of
+each rank's own stream (the lookups are priced with no L2 hits), a node's ranks out of
+phase on the host (docs/timing.md).
 """
 
 from __future__ import annotations
@@ -64,13 +67,16 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.replay_cache import cached_columns, policy_columns
 from scratchpipe_sim.timing.cluster_pipeline import (
     ROUTE_AHEAD,
+    BatchBytes,
     RankInputs,
     check_pipeline,
     fwp,
     share_node_host,
+    share_pcie_switch,
 )
 from scratchpipe_sim.timing.collectives import Group
 from scratchpipe_sim.timing.counts import Where
+from scratchpipe_sim.timing.dense_compute import saved_activation_bytes
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
 from scratchpipe_sim.timing.designs.design_parameters import params_tuple, policy_params
@@ -237,15 +243,28 @@ class Layout:
         return self.cols[t] if self.cols else 1
 
 
-def cluster_layout(cfg: Config, p: ClusterParams, L: int) -> Layout:
+def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float = 0.0
+                   ) -> Layout:
     """The tables placed on a shard group of L ranks: `placement`'s tables where it names
-    them, the rest by `sharding` (one-line errors naming the key that cannot be met)."""
+    them, the rest by `sharding` (one-line errors naming the key that cannot be met).
+    With every shard in HBM, `reserved_bytes` of each GPU's HBM are not the tables' (the
+    batches in flight, `Cluster.batch_bytes`)."""
     src = cfg.source
+    hw = cfg.hardware
     if p.rank_cache != "none":  # shards live in host DRAM: a GPU's share of its node's
-        hw = cfg.hardware
         per_gpu = hw.dram_capacity_GiB / hw.interconnect.gpus_per_node
         cfg = dataclasses.replace(cfg, hardware=dataclasses.replace(
             hw, gpu=dataclasses.replace(hw.gpu, hbm_capacity_GiB=per_gpu)))
+    elif reserved_bytes > 0:
+        free = hw.gpu.hbm_capacity_GiB - reserved_bytes / GiB
+        if free <= 0:
+            raise UserError(f"the batches in flight (pipeline {p.pipeline}) hold "
+                            f"{reserved_bytes / GiB:.2f} GiB of each GPU's "
+                            f"{hw.gpu.hbm_capacity_GiB:g} GiB of HBM before any table: "
+                            "expected a smaller batch per GPU", source=src,
+                            field="model.batch_size")
+        cfg = dataclasses.replace(cfg, hardware=dataclasses.replace(
+            hw, gpu=dataclasses.replace(hw.gpu, hbm_capacity_GiB=free)))
     T = cfg.model.table_count
     cols = column_counts(cfg, p, L)
     sizes = [s if k == 1 else k * column_shard_bytes(cfg, t, k)
@@ -441,10 +460,24 @@ class Cluster(Design):
         self.ranks = cluster_ranks(cfg)
         self.G = cfg.hardware.interconnect.gpus_per_node
         self.L = group_size(cfg, p)
-        self.layout = cluster_layout(cfg, p, self.L)
         n, L, G = self.ranks, self.L, self.G
+        per_switch = cfg.hardware.pcie.gpus_per_switch
+        if G % per_switch:  # the ranks of a node fill its switches (`share_pcie_switch`)
+            raise UserError(f"{per_switch} GPUs per PCIe switch do not divide "
+                            f"interconnect.gpus_per_node = {G}: expected a divisor of {G}",
+                            source=cfg.source, field="hardware.pcie.gpus_per_switch")
         #: the trace's batch covers every rank, or one shard group (priced once)
         self.traced = n if p.trace_scope == "global" else L
+        # the batches in flight's bytes that do not depend on the placement reserved first
+        base = self.batch_bytes().in_flight(p.pipeline)
+        try:
+            self.layout = cluster_layout(cfg, p, L, base)
+        except UserError as e:
+            if p.rank_cache != "none" or e.field == "model.batch_size":
+                raise
+            raise UserError(f"{e.message} (each GPU's HBM less {base / GiB:.2f} GiB that "
+                            f"the batches in flight hold, pipeline {p.pipeline})",
+                            source=e.source, field=e.field) from None
         self.plan = RankPlan(self.traced, L, self.layout.start, self.layout.span,
                              self.layout.cols)
         m = cfg.model
@@ -488,6 +521,81 @@ class Cluster(Design):
                               / max(1, sum(rows for t, _, rows in sizes if self.holds[g, t]))
                               for g in range(L))
         check_pipeline(cfg, p, m.batch_size / self.traced, PARAMS_KEY)
+        #: per local rank, the HBM its batches in flight hold (`batch_bytes`)
+        self.in_flight = self.batch_bytes(per_rank=True).in_flight(p.pipeline)
+        self._check_hbm()
+
+    def batch_bytes(self, per_rank: bool = False) -> BatchBytes:
+        """What one batch holds in a rank's HBM (`cluster_pipeline.BatchBytes`), for a rank
+        of B = model.batch_size / (the ranks the trace covers) samples in a shard group of
+        L B: its ids and offsets (B x the ids a sample has, B x T + 1 offsets, index_bytes
+        each, as `Machine.id_bytes`); the outputs it receives, B x the sum of each table's
+        output bytes (a pooled vector, or a row a lookup unpooled); its activations. With
+        `per_rank` (the layout made) also, per local rank as arrays, the ids routed to its
+        shards, L B x pooling / k for a table split over k ranks a slice (TorchRec's
+        KJTAllToAll output, with its offsets) and its lookups' outputs before the output
+        all-to-all, L B x a slice's vector of each pooled table it holds (a row-wise
+        partial) and L B x pooling / k rows of each unpooled one; without it they are 0 (the
+        bytes placement cannot change). Ids not deduplicated: the bound `dedup` lowers."""
+        m = self.cfg.model
+        ib = m.index_bytes
+        B = m.batch_size / self.traced
+        pools = np.array(m.poolings, float)
+        r_t = np.array(m.row_bytes_per_table, float)
+        rows_out = np.array(m.output_rows_per_table, float)
+        ids = (B * pools.sum() + B * m.table_count + 1) * ib
+        outputs = B * float((r_t * rows_out).sum())
+        act = saved_activation_bytes(m, B)
+        if not per_rank:
+            return BatchBytes(ids, 0.0, outputs, 0.0, act)
+        b_group = B * self.L
+        c = self.cols.astype(float)
+        k = np.maximum(np.array(self.layout.span, float) / c, 1.0)  # ranks of one slice
+        held = self.holds.astype(float)  # [rank, table]
+        routed = (held * b_group * (pools / k + 1.0) * ib).sum(axis=1)
+        unpooled = rows_out > 1
+        per_table = np.where(unpooled, b_group * pools * r_t / (c * k), b_group * r_t / c)
+        sent = (held * per_table).sum(axis=1)
+        return BatchBytes(ids, routed, outputs, sent, act)
+
+    def _check_hbm(self) -> None:
+        """Each rank's HBM holds its shards (or its cache) and its batches in flight: one
+        line naming the key when it does not (the shards' fit before the placement-
+        dependent bytes was `cluster_layout`'s)."""
+        p: ClusterParams = self.params
+        cfg = self.cfg
+        hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
+        worst = int(np.argmax(self.in_flight))
+        if p.rank_cache == "none":
+            total = np.array(self.layout.used_bytes) + self.in_flight
+            g = int(np.argmax(total))
+            if total[g] > hbm:
+                raise UserError(
+                    f"rank {g} holds {self.layout.used_bytes[g] / GiB:.2f} GiB of tables and "
+                    f"{self.in_flight[g] / GiB:.2f} GiB of batches in flight (pipeline "
+                    f"{p.pipeline}), more than a GPU's {hbm / GiB:g} GiB: expected a smaller "
+                    "batch per GPU, fewer batches in flight or more ranks",
+                    source=cfg.source, field="model.batch_size")
+            return
+        room = hbm - self.in_flight[worst]
+        if room < self.rank_R:
+            raise UserError(f"the batches in flight (pipeline {p.pipeline}) hold "
+                            f"{self.in_flight[worst] / GiB:.2f} GiB of a GPU's "
+                            f"{hbm / GiB:g} GiB: no room for rank {worst}'s cache; expected "
+                            "a smaller batch per GPU", source=cfg.source,
+                            field="model.batch_size")
+        cap = cfg.cache.capacity_rows
+        if cap is not None:
+            g = int(np.argmax(cap * self.rank_R + self.in_flight))
+            need = cap * self.rank_R + self.in_flight[g]
+            if need > hbm:
+                raise UserError(
+                    f"rank {g}'s cache of {cap} rows x {self.rank_R:g} B "
+                    f"({cap * self.rank_R / GiB:.2f} GiB) and its batches in flight "
+                    f"({self.in_flight[g] / GiB:.2f} GiB, pipeline {p.pipeline}) need more "
+                    f"than a GPU's {hbm / GiB:g} GiB: expected at most "
+                    f"{int((hbm - self.in_flight[g]) // self.rank_R)} rows",
+                    source=cfg.source, field="cache.capacity_rows")
 
     def sharding_types(self) -> frozenset[str]:
         """TorchRec's sharding types of the layout (each a group whose dists the trainer
@@ -580,15 +688,19 @@ class Cluster(Design):
 
     def rank_cache_capacity(self, rank: int) -> int:
         """Rows of a rank's HBM cache: cache.capacity_rows, else cache.load_factor x the
-        rows of its shard."""
+        rows of its shard, at most the rows of R bytes its HBM holds beside its batches in
+        flight (`in_flight`)."""
         cfg = self.cfg
         if cfg.cache.capacity_rows is not None:
-            return int(cfg.cache.capacity_rows)
+            return int(cfg.cache.capacity_rows)  # checked to fit (`_check_hbm`)
         g = rank % self.L
         rows = sum(math.ceil(r / max(k // c, 1)) for r, k, c, h in
                    zip(cfg.model.rows_per_table, self.layout.span, self.cols, self.holds[g],
                        strict=True) if h)
-        return max(1, math.ceil((cfg.cache.load_factor or 1.0) * rows))
+        # the rows its HBM holds beside its batches in flight: no more
+        room = int((cfg.hardware.gpu.hbm_capacity_GiB * GiB - self.in_flight[g])
+                   // self.rank_R)
+        return max(1, min(math.ceil((cfg.cache.load_factor or 1.0) * rows), room))
 
     def rank_cache_columns(self, trace: Trace, counts) -> dict[str, np.ndarray]:
         """Each cached rank's policy replayed on its own stream (`rank_stream`), the most
@@ -631,6 +743,7 @@ class Cluster(Design):
         # the node's host DRAM and cores shared by its ranks; each rank's own loader and
         # copy of its B / n samples (timing/cluster_pipeline.py)
         share_node_host(m, self.G)
+        share_pcie_switch(m)  # DGX A100: two GPUs a switch share its uplink to the CPU
         loader = RankInputs(m, c.samples, c.accesses, self.inputs_carry_ids, 1 / per, self.G)
         ahead = ROUTE_AHEAD[self.params.pipeline]
         M = self.params.microbatches
@@ -782,13 +895,21 @@ class Cluster(Design):
             acc = float(np.sum(c.column("rc_accesses")[wu:]))
             fills = float(np.sum(c.column("rc_fills")[wu:]))
             m.counters["rank_cache_hit_ratio"] = 1.0 - fills / acc if acc else 1.0
+            # the smallest rank cache: below load_factor x its shard's rows where its HBM
+            # holds no more beside the batches in flight (`rank_cache_capacity`)
+            m.counters["rank_cache_rows"] = min(self.rank_cache_capacity(g)
+                                                for g in range(self.L))
         hw = self.cfg.hardware
-        per_gpu_GiB = (hw.gpu.hbm_capacity_GiB if self.params.rank_cache == "none"
+        in_flight_GiB = float(self.in_flight.max()) / GiB
+        per_gpu_GiB = (hw.gpu.hbm_capacity_GiB - in_flight_GiB
+                       if self.params.rank_cache == "none"
                        else hw.dram_capacity_GiB / self.G)
         m.counters.update({
-            # the largest model one shard group holds: its ranks' HBM, or with per-rank
-            # caches their shares of host DRAM (what stops fitting first)
+            # the largest model one shard group holds: its ranks' HBM less what the batches
+            # in flight hold, or with per-rank caches their shares of host DRAM (what stops
+            # fitting first)
             "max_model_GiB": self.L * per_gpu_GiB,
+            "hbm_in_flight_GiB": in_flight_GiB,
             "gpus": self.ranks,
             "nodes": nodes,
             "shard_group": self.L,
