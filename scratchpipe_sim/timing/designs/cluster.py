@@ -221,20 +221,59 @@ class Layout:
     span: tuple[int, ...]
     used_bytes: tuple[float, ...]
     cols: tuple[int, ...] = ()
+    #: per table the first local rank of each column slice (`RankPlan.at`; empty: slice i
+    #: on the span's i-th run)
+    at: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
     def of(cls, L: int, start: list[int], span: list[int], sizes: list[float],
-           cols: list[int] | None = None) -> Layout:
-        used = [0.0] * L
-        for t, (s0, k) in enumerate(zip(start, span, strict=True)):
-            for g in range(L) if k == 0 else range(s0, s0 + k):
-                used[g] += sizes[t] / max(k, 1)
+           cols: list[int] | None = None, at: dict[int, tuple[int, ...]] | None = None
+           ) -> Layout:
+        """`at`: the tables whose slices sit on named ranks (the rest: consecutive runs);
+        kept only where it differs from the runs."""
         split = cols is not None and any(c > 1 for c in cols)
-        return cls(L, tuple(start), tuple(span), tuple(used), tuple(cols) if split else ())
+        c_t = list(cols) if split else [1] * len(start)
+        runs = [tuple(s0 + i * (k // c) for i in range(c))
+                for s0, k, c in zip(start, span, c_t, strict=True)]
+        firsts = [tuple((at or {}).get(t, r)) for t, r in enumerate(runs)]
+        used = [0.0] * L
+        for t, k in enumerate(span):
+            for g in span_ranks(L, k, c_t[t], firsts[t]):
+                used[g] += sizes[t] / max(k, 1)
+        return cls(L, tuple(start), tuple(span), tuple(used), tuple(cols) if split else (),
+                   tuple(firsts) if firsts != runs else ())
 
     def columns(self, t: int) -> int:
         """Column slices of table t (1: not column-split)."""
         return self.cols[t] if self.cols else 1
+
+    def slice_starts(self, t: int) -> tuple[int, ...]:
+        """The first local rank of each of table t's slices (one slice if not split)."""
+        if self.at:
+            return self.at[t]
+        c = self.columns(t)
+        return tuple(self.start[t] + i * (self.span[t] // c) for i in range(c))
+
+    def holds(self) -> np.ndarray:
+        """[local rank, table]: the parts of model-parallel t a rank holds (a slice's 1/j
+        of its rows each; 2 where two slices of a table share the rank; 0 for a
+        data-parallel table, which takes no part in the exchange)."""
+        out = np.zeros((self.group, len(self.span)))
+        for t, k in enumerate(self.span):
+            if k == 0:
+                continue
+            for g in span_ranks(self.group, k, self.columns(t), self.slice_starts(t)):
+                out[g, t] += 1
+        return out
+
+
+def span_ranks(L: int, span: int, c: int, firsts: tuple[int, ...]) -> list[int]:
+    """The local ranks holding part of a table of `span` ranks in c slices whose first
+    ranks are `firsts`, with repeats (every rank once for a data-parallel table)."""
+    if span == 0:
+        return list(range(L))
+    j = span // c
+    return [g for a in firsts for g in range(a, a + j)]
 
 
 def cluster_layout(cfg: Config, p: ClusterParams, L: int) -> Layout:
@@ -252,28 +291,47 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int) -> Layout:
              for t, (s, k) in enumerate(zip(table_bytes(cfg), cols, strict=True))]
     hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
     fixed: dict[int, tuple[int, ...]] = {}
+    at: dict[int, tuple[int, ...]] = {}  # column tables' slices on named ranks
     for key, ranks in (p.placement or {}).items():
         where = f"{PARAMS_KEY}.placement.{key}"
         if not key.isdigit() or int(key) >= T:
             raise UserError(f"no table {key!r}: expected a table index 0-{T - 1}",
                             source=src, field=where)
-        if not ranks or len(set(ranks)) != len(ranks):
+        t = int(key)
+        k = cols[t]
+        if not ranks:
+            raise UserError("no ranks: expected the ranks holding the table", source=src,
+                            field=where)
+        if k == 1 and len(set(ranks)) != len(ranks):  # column slices may share a rank
             raise UserError(f"expected distinct ranks, got {list(ranks)}", source=src,
                             field=where)
         bad = [r for r in ranks if not 0 <= r < L]
         if bad:
             raise UserError(f"rank {bad[0]} is beyond the shard group's {L} ranks: expected "
                             f"ranks 0-{L - 1}", source=src, field=where)
-        if sorted(ranks) != list(range(min(ranks), min(ranks) + len(ranks))):
+        run = sorted(ranks) == list(range(min(ranks), min(ranks) + len(ranks)))
+        if k == 1 and not run:
             raise UserError(f"ranks {list(ranks)}: expected one rank (table-wise) or a run "
                             "of consecutive ranks (row-wise over them)", source=src,
                             field=where)
-        k = cols[int(key)]
         if len(ranks) % k:
             raise UserError(f"{len(ranks)} ranks for table {key}'s {k} column shards: "
                             f"expected a multiple of {k} ranks ({k} x j: each slice row-wise "
                             "over j)", source=src, field=where)
-        fixed[int(key)] = tuple(sorted(ranks))
+        if run:  # distinct and consecutive: the slices on its runs in order
+            fixed[t] = tuple(sorted(ranks))
+            continue
+        # TorchRec's column_wise(ranks=[...]): slice i on the i-th j ranks listed, any
+        # ranks, a rank may hold several slices; each slice's j ranks a consecutive run
+        j = len(ranks) // k
+        parts = [tuple(ranks[i * j:(i + 1) * j]) for i in range(k)]
+        for i, part in enumerate(parts):
+            if list(part) != list(range(part[0], part[0] + j)):
+                raise UserError(f"slice {i} of table {key} on ranks {list(part)}: expected "
+                                f"{j} consecutive ascending ranks (a slice row-wise over a "
+                                "run), or one rank per slice", source=src, field=where)
+        fixed[t] = tuple(ranks)
+        at[t] = tuple(part[0] for part in parts)
     split = any(k > 1 for k in cols)
     if p.sharding == "hybrid":
         layout = hybrid_layout(cfg, p, L, sizes, hbm)
@@ -281,10 +339,11 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int) -> Layout:
     elif p.sharding == "column-wise":
         start, span = [0] * T, [1] * T
         for t, ranks in fixed.items():
-            start[t], span[t] = ranks[0], len(ranks)
+            start[t], span[t] = min(ranks), len(ranks)
         held = [s if t in fixed else 0.0 for t, s in enumerate(sizes)]
         place_runs(cfg, p, L, [t for t in range(T) if t not in fixed], cols, sizes, hbm,
-                   start, span, list(Layout.of(L, start, span, held).used_bytes))
+                   start, span, list(Layout.of(L, start, span, held, cols, at).used_bytes),
+                   at)
     else:
         where_nodes = ("hardware.cluster.nodes" if p.shard_group is None
                        else f"{PARAMS_KEY}.shard_group")
@@ -300,13 +359,13 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int) -> Layout:
         if not fixed and not split:
             return Layout.of(L, start, span, sizes)
     for t, ranks in fixed.items():
-        start[t], span[t] = ranks[0], len(ranks)
+        start[t], span[t] = min(ranks), len(ranks)
     if split and p.sharding != "column-wise":  # `columns` tables moved to runs of k ranks
         moved = [t for t in range(T) if cols[t] > 1 and t not in fixed]
         rest = [s if t not in moved else 0.0 for t, s in enumerate(sizes)]
-        used = list(Layout.of(L, start, span, rest).used_bytes)
-        place_runs(cfg, p, L, moved, cols, sizes, hbm, start, span, used)
-    layout = Layout.of(L, start, span, sizes, cols)
+        used = list(Layout.of(L, start, span, rest, cols, at).used_bytes)
+        place_runs(cfg, p, L, moved, cols, sizes, hbm, start, span, used, at)
+    layout = Layout.of(L, start, span, sizes, cols, at)
     for g, used in enumerate(layout.used_bytes):
         if used > hbm:
             field_ = (f"{PARAMS_KEY}.placement" if fixed else
@@ -322,7 +381,8 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int) -> Layout:
 def column_counts(cfg: Config, p: ClusterParams, L: int) -> list[int]:
     """Column slices per table: `columns`' k where it names the table, else (sharding
     column-wise) dim / TorchRec's block of column_shard_dim, else 1; checked against the
-    dim (equal slices, a multiple of 4 wide, at least column_shard_dim) and the L ranks."""
+    dim (equal slices, a multiple of 4 wide, at least column_shard_dim) and the L ranks
+    (more slices than ranks only where `placement` names the ranks, some holding several)."""
     m, src = cfg.model, cfg.source
     T = m.table_count
     cols = [1] * T
@@ -331,7 +391,7 @@ def column_counts(cfg: Config, p: ClusterParams, L: int) -> list[int]:
             if str(t) in (p.columns or {}):
                 continue  # its own k below
             cols[t] = d // column_block(d, p.column_shard_dim)
-            if cols[t] > L:
+            if cols[t] > L and str(t) not in (p.placement or {}):
                 raise UserError(
                     f"table {t}'s dim {d} in blocks of {d // cols[t]} columns makes {cols[t]} "
                     f"column shards but a shard group has {L} ranks: expected "
@@ -354,26 +414,29 @@ def column_counts(cfg: Config, p: ClusterParams, L: int) -> list[int]:
                             f"expected a multiple of {CW_ALIGN} of at least column_shard_dim "
                             f"= {p.column_shard_dim} (TorchRec's _find_base_dim; lower "
                             "column_shard_dim for narrower slices)", source=src, field=where)
-        if k > L:
+        if k > L and key not in (p.placement or {}):  # placement may reuse ranks
             raise UserError(f"{k} column shards of table {t} but a shard group has {L} ranks: "
-                            f"expected at most {L} (one slice per rank)", source=src,
-                            field=where)
+                            f"expected at most {L} (one slice per rank, or `placement` "
+                            "naming ranks that hold several)", source=src, field=where)
         cols[t] = k
     return cols
 
 
 def place_runs(cfg: Config, p: ClusterParams, L: int, tables: list[int], cols: list[int],
                sizes: list[float], hbm: float, start: list[int], span: list[int],
-               used: list[float]) -> None:
+               used: list[float], at: dict[int, tuple[int, ...]] | None = None) -> None:
     """Each of `tables` on a run of cols[t] consecutive ranks (one slice each; 1: the
     table whole), largest slice first, on the run whose busiest rank has the least lookup
-    load and room (as `placement.shard`'s table-wise; the other tables, already placed,
-    count toward the load); start / span / used updated."""
+    load and room (as `placement.shard`'s table-wise; the other tables, already placed —
+    `at`'s slices on their named ranks —, count toward the load); start / span / used
+    updated."""
     m = cfg.model
     load = [0.0] * L
     weight = [q * r for q, r in zip(m.poolings, m.row_bytes_per_table, strict=True)]
     for t in set(range(len(sizes))) - set(tables):
-        for g in range(L) if span[t] == 0 else range(start[t], start[t] + span[t]):
+        c = cols[t] if span[t] else 1
+        firsts = (at or {}).get(t, tuple(start[t] + i * (span[t] // c) for i in range(c)))
+        for g in span_ranks(L, span[t], c, firsts):
             load[g] += weight[t] / max(span[t], 1)
     for t in sorted(tables, key=lambda t: (-sizes[t] / cols[t], t)):
         k, piece = cols[t], sizes[t] / cols[t]
@@ -446,7 +509,7 @@ class Cluster(Design):
         #: the trace's batch covers every rank, or one shard group (priced once)
         self.traced = n if p.trace_scope == "global" else L
         self.plan = RankPlan(self.traced, L, self.layout.start, self.layout.span,
-                             self.layout.cols)
+                             self.layout.cols, self.layout.at)
         m = cfg.model
         r_t = tuple(float(r) for r in m.row_bytes_per_table)
         rows_out = m.output_rows_per_table
@@ -467,15 +530,14 @@ class Cluster(Design):
                                  zip(m.rows_per_table, m.row_bytes_per_table,
                                      self.layout.span, strict=True) if k == 0)
         span = np.array(self.layout.span)
-        start = np.array(self.layout.start)
-        g = np.arange(L)[:, None]
-        self.holds = (span[None, :] > 0) & (g >= start) & (g < start + span)  # [rank, table]
+        #: [rank, table]: the parts of t each rank holds (2 where two slices share it)
+        self.holds = self.layout.holds()
         # a span inside one node of a multi-node group is reduced over NVLink first (TWRW;
         # a column-split table: each slice's j = span / c ranks)
         self.cols = np.array([self.layout.columns(t) for t in range(len(span))])
         j = span // self.cols
-        inside = [all((s0 + i * jt) // G == (s0 + (i + 1) * jt - 1) // G for i in range(c))
-                  for s0, jt, c in zip(start, j, self.cols, strict=True)]
+        inside = [all(a // G == (a + jt - 1) // G for a in self.layout.slice_starts(t))
+                  for t, jt in enumerate(j)]
         self.node_local = (j > 1) & (L > G) & np.array(inside, bool)
         #: a rank's cached row with its state (`rank_fetch`): the tables' mean, or with
         #: column slices the most per row any rank holds (its slices' rows)
@@ -484,8 +546,9 @@ class Cluster(Design):
             sizes = [(t, column_shard_bytes(cfg, t, c) / m.rows_per_table[t],
                       math.ceil(m.rows_per_table[t] / max(jt, 1)))
                      for t, (c, jt) in enumerate(zip(self.cols, j, strict=True))]
-            self.rank_R = max(sum(Rt * rows for t, Rt, rows in sizes if self.holds[g, t])
-                              / max(1, sum(rows for t, _, rows in sizes if self.holds[g, t]))
+            h = self.holds
+            self.rank_R = max(sum(h[g, t] * Rt * rows for t, Rt, rows in sizes)
+                              / max(1, sum(h[g, t] * rows for t, _, rows in sizes))
                               for g in range(L))
         check_pipeline(cfg, p, m.batch_size / self.traced, PARAMS_KEY)
 
@@ -585,9 +648,9 @@ class Cluster(Design):
         if cfg.cache.capacity_rows is not None:
             return int(cfg.cache.capacity_rows)
         g = rank % self.L
-        rows = sum(math.ceil(r / max(k // c, 1)) for r, k, c, h in
+        rows = sum(int(h) * math.ceil(r / max(k // c, 1)) for r, k, c, h in
                    zip(cfg.model.rows_per_table, self.layout.span, self.cols, self.holds[g],
-                       strict=True) if h)
+                       strict=True))
         return max(1, math.ceil((cfg.cache.load_factor or 1.0) * rows))
 
     def rank_cache_columns(self, trace: Trace, counts) -> dict[str, np.ndarray]:
