@@ -7,8 +7,9 @@ Tables are placed (`design_params.cluster.sharding`: table-wise, row-wise or aut
 others row-wise over one node; column-wise, TorchRec's CW: each table's dim cut into c
 slices of `column_shard_dim`'s block on c consecutive ranks, or per table by `columns`; or
 `placement`: table -> the ranks of its shard group it lives on, with `columns` c x j ranks:
-TorchRec's grid) inside shard groups of L = `shard_group` ranks (null: L = n); with L < n the groups
-are replicas (2D sparse parallelism) whose embedding weights and optimizer state are
+TorchRec's grid, or each slice's own rank, repeats allowed: its column_wise(ranks=[...]))
+inside shard groups of L = `shard_group` ranks (null: L = n); with L < n the groups are
+replicas (2D sparse parallelism) whose embedding weights and optimizer state are
 all-reduced every `sync_every_batches` batches. Each rank's lookups come from the global
 trace by its shards (`timing/rank_streams.py`: one trace in, per-rank streams out; a column
 slice is a table of its own, as TorchRec's CW is its TW of the slices, so every lookup of a
@@ -155,8 +156,10 @@ class ClusterParams:
     placement: dict[str, tuple[int, ...]] | None = field(default=None, metadata={
         "help": "table index -> the ranks of its shard group holding it (one rank: "
                 "table-wise; a run of consecutive ranks: row-wise over them, or its `columns` "
-                "slices on them); tables not named are "
-                "placed by `sharding` (null: all by `sharding`)"})
+                "slices on them; for a column-split table of k slices, k x j ranks: slice i "
+                "on the i-th j listed, a consecutive run each, any ranks, a rank may hold "
+                "several slices, as TorchRec's column_wise(ranks=[...])); tables not named "
+                "are placed by `sharding` (null: all by `sharding`)"})
     shard_group: int | None = field(default=None, metadata={
         "help": "ranks a copy of the tables is sharded over (2D sparse parallelism: the "
                 "groups are replicas); must divide the ranks (null: every rank)", "min": 1})
