@@ -62,7 +62,14 @@ import simpy
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.hardware import doc
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies.replay_cache import cached_columns, policy_columns
+from scratchpipe_sim.policies.replay_cache import (
+    POLICY_SOURCES,
+    NotCached,
+    cached_columns,
+    lookup_only,
+    policy_columns,
+    policy_key,
+)
 from scratchpipe_sim.timing.cluster_pipeline import (
     ROUTE_AHEAD,
     RankInputs,
@@ -574,33 +581,30 @@ class Cluster(Design):
         return WorkloadKey(None, where=Where.DEVICE, onchip=False)
 
     def trace_columns(self, trace: Trace, replay_cache: bool = True) -> dict[str, np.ndarray]:
-        """The largest rank's counts per batch (`timing/rank_streams.py`). Without per-rank
-        caches they go through the on-disk replay cache, keyed by the trace, the plan and
-        the column slices' row sizes (a warm run reads them: a pass over the trace per run
-        otherwise); with them the per-rank counts order the ranks to replay, and are made
-        here."""
+        """The largest rank's counts per batch (`timing/rank_streams.py`), through the
+        on-disk replay cache keyed by the trace, the plan and the column slices' row sizes
+        (a warm run reads them: a pass over the trace per run otherwise), with each rank's
+        lookups over the trace (they order the ranks whose caches are replayed); with
+        per-rank caches, each replayed rank's counts too (`rank_cache_columns`)."""
         plan, dedup = self.plan, self.params.dedup
 
-        def counted() -> tuple[RankCounts, dict[str, np.ndarray]]:
+        def compute() -> tuple[dict[str, np.ndarray], dict[str, int]]:
             counts = rank_counts(trace, plan, dedup)
             cols = _max_columns(counts)
             if self.layout.cols:
                 cols.update(self.slice_bytes(trace, counts))
-            return counts, cols
+            cols[_RANK_TOTALS] = counts.lookups.sum(axis=0)
+            return _as_int64(cols), {}
 
-        def compute() -> tuple[dict[str, np.ndarray], dict[str, int]]:
-            return counted()[1], {}
-
-        if self.params.rank_cache == "none":
-            if not replay_cache:
-                return compute()[0]
-            # every field of the plan (one added later joins the key by itself)
-            key = {"kind": "cluster-rank-counts", "trace": trace.fingerprint(),
-                   "plan": dataclasses.asdict(plan), "dedup": bool(dedup),
-                   "slice_sizes": [list(x) for x in self.slice_sizes()]}
-            return dict(cached_columns(key, compute, True, sources=_RANK_SOURCES)[0])
-        counts, cols = counted()
-        cols.update(self.rank_cache_columns(trace, counts))
+        # every field of the plan (one added later joins the key by itself)
+        key = {"kind": "cluster-rank-counts", "trace": trace.fingerprint(),
+               "plan": dataclasses.asdict(plan), "dedup": bool(dedup),
+               "slice_sizes": [list(x) for x in self.slice_sizes()]} if replay_cache else {}
+        cols = _from_int64(cached_columns(key, compute, replay_cache,
+                                          sources=_RANK_SOURCES)[0])
+        totals = cols.pop(_RANK_TOTALS)
+        if self.params.rank_cache != "none":
+            cols.update(self.rank_cache_columns(trace, totals, replay_cache))
         return cols
 
     def slice_sizes(self) -> list[tuple[float, float]]:
@@ -656,31 +660,57 @@ class Cluster(Design):
                        strict=True))
         return max(1, math.ceil((cfg.cache.load_factor or 1.0) * rows))
 
-    def rank_cache_columns(self, trace: Trace, counts) -> dict[str, np.ndarray]:
-        """Each cached rank's policy replayed on its own stream (`rank_stream`), the most
-        loaded `cached_ranks` ranks, forked over the cores; per batch the largest count."""
-        p: ClusterParams = self.params
-        order = np.argsort(-counts.lookups.sum(axis=0), kind="stable")[:p.cached_ranks]
-        if p.rank_cache == "scratchpipe":
+    def rank_policy(self) -> tuple[str, dict]:
+        """The policy each rank's cache replays and its parameters."""
+        if self.params.rank_cache == "scratchpipe":
             # batch i trains while i+1 is fetched: two batches pinned
-            name, params = "scratchpipe", {"lookahead": RANK_LOOKAHEAD}
-        else:
-            name = self.cfg.cache.policy
-            params = dict(params_tuple(policy_params(self.cfg)))
+            return "scratchpipe", {"lookahead": RANK_LOOKAHEAD}
+        return self.cfg.cache.policy, dict(params_tuple(policy_params(self.cfg)))
+
+    def rank_replay_key(self, trace: Trace, rank: int) -> dict:
+        """What one rank's replay depends on: its stream (the trace's fingerprint, every
+        field of the plan, dedup, the rank) and its policy, capacity and parameters
+        (`policy_key`'s, defaults filled in). Not the slices' row bytes: a replay counts
+        rows, which `rank_R` prices later."""
+        name, params = self.rank_policy()
+        return {**policy_key(trace, name, self.rank_cache_capacity(rank), params),
+                "kind": "cluster-rank-replay", "plan": dataclasses.asdict(self.plan),
+                "dedup": bool(self.params.dedup), "rank": int(rank)}
+
+    def rank_cache_columns(self, trace: Trace, totals: np.ndarray,
+                           replay_cache: bool = True) -> dict[str, np.ndarray]:
+        """Each cached rank's policy replayed on its own stream (`rank_stream`), the
+        `cached_ranks` ranks of the most lookups (`totals`, per rank); per batch the
+        largest count. Each replay goes through the on-disk replay cache
+        (`rank_replay_key`): the cached ones are read here, the others forked over the
+        cores, then stored here."""
+        p: ClusterParams = self.params
+        ranks = [int(r) for r in np.argsort(-totals, kind="stable")[:p.cached_ranks]]
+        keys = {r: self.rank_replay_key(trace, r) for r in ranks} if replay_cache else {}
+        per_rank: dict[int, dict[str, np.ndarray]] = {}
+        for r in keys:
+            try:
+                with lookup_only():  # a miss raises: made below, maybe in a worker
+                    per_rank[r] = cached_columns(keys[r], dict, sources=_REPLAY_SOURCES)[0]
+            except NotCached:
+                pass
+        todo = [r for r in ranks if r not in per_rank]
+        name, params = self.rank_policy()
         state = (trace, self.plan, p.dedup, name, params, self)
-        ranks = [int(r) for r in order]
-        jobs = min(len(ranks), usable_cores())
+        jobs = min(len(todo), usable_cores())
         try:
             if jobs > 1 and can_fork():
-                per_rank = fork_map(_replay_rank, state, ranks, jobs)
+                made = fork_map(_replay_rank, state, todo, jobs)
             else:
-                per_rank = [_replay_rank(state, r) for r in ranks]
+                made = [_replay_rank(state, r) for r in todo]
         except UserError as e:  # a cache too small for the rank's pinned batches
             raise UserError(e.message, source=self.cfg.source,
                             field="cache.capacity_rows") from None
-        out = {f"rc_{k}": np.max([c[k] for c in per_rank], axis=0)
-               for k in ("accesses", "unique", "fills", "writebacks")}
-        return out
+        for r, cols in zip(todo, made, strict=True):
+            per_rank[r] = cached_columns(keys.get(r, {}), lambda cols=cols: (cols, {}),
+                                         replay_cache, sources=_REPLAY_SOURCES)[0]
+        return {f"rc_{k}": np.max([per_rank[r][k] for r in ranks], axis=0)
+                for k in ("accesses", "unique", "fills", "writebacks")}
 
     def run(self, m, w):
         env = m.env
@@ -872,6 +902,32 @@ class Cluster(Design):
 
 #: code behind the cached per-rank counts (`traces.disk_cache.code_digest`)
 _RANK_SOURCES = ("timing/rank_streams.py", "timing/designs/cluster.py", "traces/csr_trace.py")
+#: code behind a cached per-rank replay: the rank's stream and the policies
+_REPLAY_SOURCES = tuple(sorted(set(_RANK_SOURCES) | set(POLICY_SOURCES)))
+#: the cached counts' column of each rank's lookups over the trace (length: the ranks)
+_RANK_TOTALS = "rank_lookup_totals"
+#: a float column's name in a cache entry (int64 columns only: its float64 bits stored)
+_F64 = "@f64"
+
+
+def _as_int64(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Columns as int64 for the replay cache: a float column's float64 bits, renamed, so
+    what is read back is bit for bit what was made (not truncated)."""
+    out = {}
+    for k, v in cols.items():
+        v = np.asarray(v)
+        if np.issubdtype(v.dtype, np.floating):
+            out[k + _F64] = np.ascontiguousarray(v, np.float64).view(np.int64)
+        else:
+            out[k] = v.astype(np.int64)
+    return out
+
+
+def _from_int64(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`_as_int64` undone."""
+    return {(k[:-len(_F64)] if k.endswith(_F64) else k):
+            (np.asarray(v, np.int64).view(np.float64) if k.endswith(_F64) else v)
+            for k, v in cols.items()}
 
 
 def _max_columns(counts: RankCounts) -> dict[str, np.ndarray]:
@@ -887,8 +943,8 @@ def _replay_rank(state, rank: int) -> dict[str, np.ndarray]:
     """One rank's cache replayed on its stream (a module-level function: fork_map's)."""
     trace, plan, dedup, name, params, design = state
     stream = rank_stream(trace, plan, rank, dedup)
-    # not through the on-disk replay cache: the design cannot see `--no-cache`, and a rank's
-    # stream is small beside the global trace (replaying it costs less than hashing it)
+    # not under the stream's own key (hashing the stream costs about what replaying it
+    # does): `rank_cache_columns` caches it under the key of what the stream is made from
     cols, _ = policy_columns(stream, name, design.rank_cache_capacity(rank), False, **params)
     return {k: np.asarray(cols[k], np.int64) for k in ("accesses", "unique", "fills",
                                                         "writebacks")}
