@@ -136,7 +136,8 @@ class ClusterParams:
                 "(planner/constants.py), its planner's col_wise_shard_dim default",
         "min": 4})
     columns: dict[str, int] | None = field(default=None, metadata=doc(
-        "column shards per table", "1 - the shard group's ranks, dividing the dim",
+        "column shards per table",
+        "1 - the shard group's ranks (more where placement reuses ranks), dividing the dim",
         "the config (TorchRec's column_wise(ranks) in torchrec/distributed/"
         "sharding_plan.py); null: none") | {
         "help": "table index -> its column shards k (TorchRec's column_wise(ranks)): the dim "
@@ -144,7 +145,8 @@ class ClusterParams:
                 "column_shard_dim), each on its own rank with every row of its slice and "
                 "every lookup of the table; with `placement` naming the table, its k x j "
                 "consecutive ranks (j > 1: each slice row-wise over j ranks, TorchRec's grid "
-                "shard), else k consecutive ranks with the least load that have room (a run "
+                "shard) or slice i on the i-th j ranks it lists (a rank may hold several), "
+                "else k consecutive ranks with the least load that have room (a run "
                 "inside one node: TorchRec's table-wise-column-wise). "
                 "Optimizer state: element-wise splits, rowwise-adagrad's per-row fp32 is kept "
                 "on every slice (null: none)"})
