@@ -214,8 +214,9 @@ def test_placement_names_each_slices_rank_repeats_allowed():
 def test_output_alltoall_of_a_reused_rank_carries_each_slice():
     """One table of v = 512 B in 4 slices on ranks [3, 3, 0, 3] of L = 8 (TorchRec's output
     dist sums the local columns of every shard a rank holds): rank 3 sends its 3 slices'
-    B x 3v/4 x (L-1)/L; it receives the one slice it lacks (B / L x v / 4), rank 0 three,
-    a rank holding none the whole vector."""
+    B x 3v/4 x (L-1)/L; a rank holding none receives the whole vector, B / L x v. In
+    groups of L = 2 on [1, 1, 0, 1] rank 0 holds one slice and receives the three it lacks,
+    B / 2 x 3v/4, the most (rank 1 receives one)."""
     d = design({"columns": {"0": 4}, "column_shard_dim": 32,
                 "placement": {"0": [3, 3, 0, 3], "1": [7]}},
                {"model": {"tables": {"count": 2, "dim": [128, 4]}}})
@@ -225,8 +226,14 @@ def test_output_alltoall_of_a_reused_rank_carries_each_slice():
     assert send == pytest.approx(B * 3 * v / 4 * (L - 1) / L, rel=1e-12)
     assert recv == pytest.approx(B / L * v, rel=1e-12)
     assert intra == 0.0
-    d.holds[[1, 2, 4, 5, 6, 7], 0] = 9  # only ranks 0 and 3 left to receive: check both
-    assert d.output_bytes(B, 1.0, 1.0)[1] == pytest.approx(B / L * 3 * v / 4, rel=1e-12)
+    # shard groups of 2, slices on [1, 1, 0, 1]: rank 0 receives the three it lacks
+    d = design({"columns": {"0": 4}, "column_shard_dim": 32, "shard_group": 2,
+                "placement": {"0": [1, 1, 0, 1], "1": [0]}},
+               {"model": {"tables": {"count": 2, "dim": [128, 4]}}})
+    d.pooled_out = np.array([512.0, 0.0])
+    send, recv, _ = d.output_bytes(B, 1.0, 1.0)
+    assert send == pytest.approx(B * 3 * v / 4 / 2, rel=1e-12)
+    assert recv == pytest.approx(B / 2 * 3 * v / 4, rel=1e-12)
 
 
 def test_more_slices_than_ranks_with_placement_every_lookup_twice_a_rank():
