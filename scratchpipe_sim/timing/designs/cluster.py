@@ -226,7 +226,9 @@ class Layout:
     (`start[t]`) and its width (`span[t]`: 1 table-wise, k row-wise over k ranks, 0
     data-parallel on every rank), and the HBM each local rank holds. `cols[t]` (empty: all
     1): c column slices, each row-wise over span / c consecutive ranks of the span (c = span:
-    column-wise; 1 < c < span: TorchRec's grid). `sizes[t]` is all of t's shards' HBM."""
+    column-wise; 1 < c < span: TorchRec's grid), or from the ranks `at[t]` names (then
+    `start[t]` is the lowest and `span[t]` counts a rank once per slice part it holds).
+    `sizes[t]` is all of t's shards' HBM."""
 
     group: int
     start: tuple[int, ...]
