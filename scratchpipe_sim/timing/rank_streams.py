@@ -10,7 +10,8 @@ rank `start[t]`: span 1 is table-wise (the table on one rank), span k > 1 row-wi
 ranks (rows cut into k contiguous blocks of ceil(rows / k): TorchRec's RW for k = L, its
 TWRW for the k GPUs of one node), span 0 data-parallel (the table replicated on every rank:
 a lookup is served by the rank that asks, no exchange; HugeCTR's small tables). A table of
-`cols[t]` = c > 1 column slices (TorchRec's column-wise, c = span; grid, span = c x j) is
+`cols[t]` = c > 1 column slices (TorchRec's column-wise, c = span; grid, span = c x j; the
+slices on consecutive runs, or from the ranks `at[t]` names, repeats allowed) is
 priced as TorchRec runs it, as c tables of its own (its CW sharding is its table-wise
 sharding of the slices: cw_sharding.py's input dist is TwSparseFeaturesDist): `split_columns`
 turns the trace and plan into one with a table per slice, row-wise over its j ranks, so every
@@ -91,6 +92,10 @@ class RankPlan:
     span: tuple[int, ...]
     #: column slices per table (empty: none split; see `split_columns`)
     cols: tuple[int, ...] = ()
+    #: per table the first local rank of each column slice, any ranks, repeats allowed
+    #: (TorchRec's column_wise(ranks=[...]) "can reuse ranks"); empty: slice i at
+    #: start + i x span / c, consecutive runs
+    at: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
     def of_owner(cls, ranks: int, group: int, owner: tuple[int, ...]) -> RankPlan:
@@ -106,12 +111,15 @@ class RankPlan:
 
     def slices(self) -> list[tuple[int, int, int]]:
         """(table, first local rank, ranks) of each slice table, table-major: a table of c
-        column slices becomes c tables, slice i row-wise over the span's i-th j = span / c
-        ranks; any other table is itself."""
+        column slices becomes c tables, slice i row-wise over j = span / c ranks from
+        `at[t][i]` (else the span's i-th run of j); any other table is itself. Two slices
+        of a table on one rank are two tables there, as TorchRec's CW shards them (each
+        shard a table of the rank, the feature's ids sent once per shard)."""
         out = []
         for t, (s0, k) in enumerate(zip(self.start, self.span, strict=True)):
             c = self.cols[t] if self.cols else 1
-            out.extend((t, s0 + i * (k // c), k // c) for i in range(c))
+            firsts = self.at[t] if self.at else tuple(s0 + i * (k // c) for i in range(c))
+            out.extend((t, a, k // c) for a in firsts)
         return out
 
     def split(self) -> RankPlan:

@@ -38,6 +38,18 @@ def test_the_column_wise_config_runs_end_to_end(tmp_path, capsys):
     assert row["samples_per_s"] > 0 and 0 < row["exchange_share"] < 1
 
 
+def test_slices_on_reused_ranks_run_end_to_end(tmp_path, capsys):
+    """Table 0's four slices on ranks 5, 5, 5, 6 (TorchRec's column_wise(ranks=[...]) reusing
+    a rank): rank 5 holds three CW slices (3 x 264,000 B), the most of any rank (tables 1
+    and 2 go on the runs 0-3 and 7-10 with the least load, table 3's grid on 8-15)."""
+    assert main(_run(tmp_path, "design_params.cluster.placement={0: [5, 5, 5, 6], "
+                               "3: [8, 9, 10, 11, 12, 13, 14, 15]}")) == 0
+    capsys.readouterr()
+    row = json.loads((tmp_path / "out" / "results.json").read_text())[0]
+    assert row["shard_GiB_per_gpu"] * 2**30 == pytest.approx(3 * 264_000)
+    assert row["samples_per_s"] > 0
+
+
 def test_describe_shows_the_column_keys(capsys):
     assert main(["config", "describe", "design_params.cluster"]) == 0
     out = capsys.readouterr().out
@@ -72,6 +84,13 @@ def test_describe_shows_the_column_keys(capsys):
      ["design_params.cluster.placement.3", "3 ranks", "expected a multiple of 2 ranks"]),
     (["design_params.cluster.columns={0: -1}"],
      ["design_params.cluster.columns.0", "expected a divisor of 128"]),
+    (["design_params.cluster.placement={0: [3, 3, 16, 1]}"],
+     ["design_params.cluster.placement.0", "rank 16 is beyond the shard group's 16 ranks"]),
+    (["design_params.cluster.placement={0: [3, 3, 1]}"],
+     ["design_params.cluster.placement.0", "3 ranks", "expected a multiple of 4 ranks"]),
+    (["design_params.cluster.placement={3: [8, 10, 12, 14]}"],
+     ["design_params.cluster.placement.3", "slice 0 of table 3 on ranks [8, 10]",
+      "expected 2 consecutive ascending ranks"]),
 ])
 def test_bad_column_shards(tmp_path, capsys, sets, words):
     one_line_error(capsys, _run(tmp_path, *sets), str(CONFIG), *words)

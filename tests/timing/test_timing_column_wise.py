@@ -92,11 +92,12 @@ def small_trace(seed=4, B=8, rows=(40, 9, 100), batches=3):
                  np.array(bounds, np.int64), B)
 
 
-def oracle(trace, ranks, group, start, span, cols, dedup):
+def oracle(trace, ranks, group, start, span, cols, dedup, at=None):
     """Per lookup, in Python, written from TorchRec's semantics: a table of c column slices
-    sends each lookup to every slice (slice i on the span's i-th run of span / c ranks,
-    row-wise over them), each slice a table of its own for dedup and unique rows. Per batch
-    the per-rank counts, and per (rank, table) the ids each rank serves."""
+    sends each lookup to every slice (slice i on the span's i-th run of span / c ranks, or
+    from rank at[t][i], row-wise over them), each slice a table of its own for dedup and
+    unique rows, also where two slices share a rank. Per batch the per-rank counts, and per
+    (rank, table) the ids each rank serves."""
     n, L = ranks, group
     counts, served = [], Counter()
     for b in range(trace.num_batches):
@@ -113,7 +114,8 @@ def oracle(trace, ranks, group, start, span, cols, dedup):
                 for row in (int(x) for x in ind[offs[s]:offs[s + 1]]):
                     for i in range(cols[t]):
                         block = math.ceil(rows / j)
-                        dst = (src // L) * L + start[t] + i * j + row // block
+                        first = at[t][i] if at else start[t] + i * j
+                        dst = (src // L) * L + first + row // block
                         routed[dst] += 1
                         recv_all[dst] += dst != src
                         if (dst, t, i, row) not in rows_on:
@@ -138,13 +140,24 @@ PLANS = [  # ranks, group, start, span, cols
 ]
 
 
-@pytest.mark.parametrize("ranks,group,start,span,cols", PLANS)
+#: slices on named ranks (TorchRec's column_wise(ranks=[...]), which "can reuse ranks"):
+#: ranks, group, start, span, cols, at (each table's slices' first ranks)
+SCATTERED = [
+    (4, 4, (0, 0, 1), (3, 1, 2), (3, 1, 2), ((2, 0, 2), (1,), (3, 0))),  # a rank twice
+    (8, 4, (0, 2, 0), (4, 2, 4), (4, 1, 2), ((3, 3, 3, 3), (2,), (2, 0))),  # 4 on one rank
+    (8, 8, (0, 3, 4), (6, 1, 4), (3, 1, 1), ((6, 0, 6), (3,), (4,))),  # a grid: j = 2
+    (6, 6, (0, 0, 1), (5, 1, 2), (5, 1, 2), ((5, 1, 3, 1, 5), (0,), (4, 4))),
+]
+
+
+@pytest.mark.parametrize("ranks,group,start,span,cols,at",
+                         [(*p, None) for p in PLANS] + SCATTERED)
 @pytest.mark.parametrize("dedup", [False, True])
-def test_column_shards_match_a_per_lookup_oracle(ranks, group, start, span, cols, dedup):
+def test_column_shards_match_a_per_lookup_oracle(ranks, group, start, span, cols, at, dedup):
     trace = small_trace()
-    plan = RankPlan(ranks, group, start, span, cols)
+    plan = RankPlan(ranks, group, start, span, cols, at or ())
     got = rank_counts(trace, plan, dedup)
-    want, served = oracle(trace, ranks, group, start, span, cols, dedup)
+    want, served = oracle(trace, ranks, group, start, span, cols, dedup, at)
     assert_counts_match(got, want)
     for rank in range(ranks):  # what a rank's cache sees: the same ids, slice by slice
         stream = rank_stream(trace, plan, rank, dedup)
@@ -176,6 +189,101 @@ def test_every_lookup_lands_on_every_column_shard():
             for t in range(3):
                 assert (s.batch(b).table(4 * t + g)[0].tolist()
                         == trace.batch(b).table(t)[0].tolist())
+
+
+# -- slices on named ranks, a rank holding several ------------------------------------------------
+def test_placement_names_each_slices_rank_repeats_allowed():
+    """TorchRec's column_wise(ranks=[5, 5, 1, 6]): slice i on the i-th rank listed, rank 5
+    holding two of table 0's four 32-column slices (2 x 400 x 128 B) and counted twice."""
+    d = design({"columns": {"0": 4}, "column_shard_dim": 32,
+                "placement": {"0": [5, 5, 1, 6], "1": [7]}})
+    assert d.layout.at == ((5, 5, 1, 6), (7,)) and d.plan.at == d.layout.at
+    assert [a for t, a, _ in d.plan.slices() if t == 0] == [5, 5, 1, 6]
+    slice_ = 400 * 128.0
+    assert d.layout.used_bytes == (0.0, slice_, 0.0, 0.0, 0.0, 2 * slice_, slice_,
+                                   table_bytes(d.cfg)[1])
+    assert d.holds[:, 0].tolist() == [0, 1, 0, 0, 0, 2, 1, 0]
+    lf = d.cfg.cache.load_factor  # its cache: every row of both slices
+    assert d.rank_cache_capacity(5) == math.ceil(lf * 800)
+    # a run of consecutive distinct ranks, in any order, is the consecutive layout
+    run_ = design({"columns": {"0": 4}, "column_shard_dim": 32,
+                   "placement": {"0": [3, 1, 2, 0], "1": [7]}})
+    assert run_.layout.at == () and run_.layout.start == (0, 7)
+
+
+def test_output_alltoall_of_a_reused_rank_carries_each_slice():
+    """One table of v = 512 B in 4 slices on ranks [3, 3, 0, 3] of L = 8 (TorchRec's output
+    dist sums the local columns of every shard a rank holds): rank 3 sends its 3 slices'
+    B x 3v/4 x (L-1)/L; a rank holding none receives the whole vector, B / L x v. In
+    groups of L = 2 on [1, 1, 0, 1] rank 0 holds one slice and receives the three it lacks,
+    B / 2 x 3v/4, the most (rank 1 receives one)."""
+    d = design({"columns": {"0": 4}, "column_shard_dim": 32,
+                "placement": {"0": [3, 3, 0, 3], "1": [7]}},
+               {"model": {"tables": {"count": 2, "dim": [128, 4]}}})
+    d.pooled_out = np.array([512.0, 0.0])
+    B, L, v = 64.0, 8, 512.0
+    send, recv, intra = d.output_bytes(B, 1.0, 1.0)
+    assert send == pytest.approx(B * 3 * v / 4 * (L - 1) / L, rel=1e-12)
+    assert recv == pytest.approx(B / L * v, rel=1e-12)
+    assert intra == 0.0
+    # shard groups of 2, slices on [1, 1, 0, 1]: rank 0 receives the three it lacks
+    d = design({"columns": {"0": 4}, "column_shard_dim": 32, "shard_group": 2,
+                "placement": {"0": [1, 1, 0, 1], "1": [0]}},
+               {"model": {"tables": {"count": 2, "dim": [128, 4]}}})
+    d.pooled_out = np.array([512.0, 0.0])
+    send, recv, _ = d.output_bytes(B, 1.0, 1.0)
+    assert send == pytest.approx(B * 3 * v / 4 / 2, rel=1e-12)
+    assert recv == pytest.approx(B / 2 * 3 * v / 4, rel=1e-12)
+
+
+def test_more_slices_than_ranks_with_placement_every_lookup_twice_a_rank():
+    """16 slices of 8 columns on the 8 ranks, each twice (TorchRec's CW over reused ranks):
+    each rank serves every lookup of table 0 twice a batch, and holds two slices."""
+    cluster = {"columns": {"0": 16}, "column_shard_dim": 8,
+               "placement": {"0": list(range(8)) * 2, "1": [0]}}
+    d = design(cluster)
+    assert d.layout.used_bytes[1:] == (2 * 400 * 32.0,) * 7
+    trace = small_trace(rows=(400, 400), seed=5)
+    got = rank_counts(trace, d.plan, False)
+    per_batch = [len(trace.batch(b).table(0)[0]) for b in range(trace.num_batches)]
+    for g in range(1, 8):
+        assert got.routed[:, g].tolist() == [2 * x for x in per_batch]
+    row = run(cluster)
+    assert row["shard_GiB_per_gpu"] * 2**30 == pytest.approx(2 * 400 * 32 + 400 * 512)
+
+
+@pytest.mark.parametrize("cluster,field,words", [
+    ({"columns": {"0": 4}, "placement": {"0": [0, 1, 8, 2]}},
+     "design_params.cluster.placement.0", "rank 8 is beyond the shard group's 8 ranks"),
+    ({"columns": {"0": 4}, "placement": {"0": [0, 0, 1]}},
+     "design_params.cluster.placement.0", "expected a multiple of 4 ranks"),
+    ({"columns": {"0": 2}, "placement": {"0": [0, 2, 4, 6]}},
+     "design_params.cluster.placement.0", "slice 0 of table 0 on ranks [0, 2]"),
+    ({"columns": {"0": 2}, "placement": {"0": [4, 5, 1, 0]}},
+     "design_params.cluster.placement.0", "expected 2 consecutive ascending ranks"),
+    ({"placement": {"0": [3, 3]}}, "design_params.cluster.placement.0",
+     "expected distinct ranks"),
+    ({"placement": {"0": []}}, "design_params.cluster.placement.0", "no ranks"),
+    ({"columns": {"0": 16}, "column_shard_dim": 8}, "design_params.cluster.columns.0",
+     "or `placement` naming ranks"),
+])
+def test_bad_slice_ranks_name_the_key(cluster, field, words):
+    cluster = {"column_shard_dim": 32, **cluster}
+    with pytest.raises(UserError) as e:
+        design(cluster)
+    assert e.value.field == field and words in e.value.message
+
+
+def test_two_slices_on_one_rank_that_cannot_fit_are_named():
+    """51 GB slices: one a rank fits an 80 GB GPU, two on rank 0 do not."""
+    big = {"model": {"tables": {"rows": 400_000_000}}}
+    design({"columns": {"0": 4}, "column_shard_dim": 32,
+            "placement": {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}}, big)
+    with pytest.raises(UserError) as e:
+        design({"columns": {"0": 4}, "column_shard_dim": 32,
+                "placement": {"0": [0, 0, 1, 2], "1": [4, 5, 6, 7]}}, big)
+    assert e.value.field == "design_params.cluster.placement"
+    assert "rank 0 holds" in e.value.message
 
 
 # -- closed forms: output all-to-all and HBM per rank --------------------------------------------

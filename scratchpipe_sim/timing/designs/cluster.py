@@ -7,8 +7,9 @@ Tables are placed (`design_params.cluster.sharding`: table-wise, row-wise or aut
 others row-wise over one node; column-wise, TorchRec's CW: each table's dim cut into c
 slices of `column_shard_dim`'s block on c consecutive ranks, or per table by `columns`; or
 `placement`: table -> the ranks of its shard group it lives on, with `columns` c x j ranks:
-TorchRec's grid) inside shard groups of L = `shard_group` ranks (null: L = n); with L < n the groups
-are replicas (2D sparse parallelism) whose embedding weights and optimizer state are
+TorchRec's grid, or each slice's own rank, repeats allowed: its column_wise(ranks=[...]))
+inside shard groups of L = `shard_group` ranks (null: L = n); with L < n the groups are
+replicas (2D sparse parallelism) whose embedding weights and optimizer state are
 all-reduced every `sync_every_batches` batches. Each rank's lookups come from the global
 trace by its shards (`timing/rank_streams.py`: one trace in, per-rank streams out; a column
 slice is a table of its own, as TorchRec's CW is its TW of the slices, so every lookup of a
@@ -64,7 +65,14 @@ import simpy
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.hardware import doc
 from scratchpipe_sim.errors import UserError
-from scratchpipe_sim.policies.replay_cache import cached_columns, policy_columns
+from scratchpipe_sim.policies.replay_cache import (
+    POLICY_SOURCES,
+    NotCached,
+    cached_columns,
+    lookup_only,
+    policy_columns,
+    policy_key,
+)
 from scratchpipe_sim.timing.cluster_pipeline import (
     ROUTE_AHEAD,
     BatchBytes,
@@ -134,7 +142,8 @@ class ClusterParams:
                 "(planner/constants.py), its planner's col_wise_shard_dim default",
         "min": 4})
     columns: dict[str, int] | None = field(default=None, metadata=doc(
-        "column shards per table", "1 - the shard group's ranks, dividing the dim",
+        "column shards per table",
+        "1 - the shard group's ranks (more where placement reuses ranks), dividing the dim",
         "the config (TorchRec's column_wise(ranks) in torchrec/distributed/"
         "sharding_plan.py); null: none") | {
         "help": "table index -> its column shards k (TorchRec's column_wise(ranks)): the dim "
@@ -142,7 +151,8 @@ class ClusterParams:
                 "column_shard_dim), each on its own rank with every row of its slice and "
                 "every lookup of the table; with `placement` naming the table, its k x j "
                 "consecutive ranks (j > 1: each slice row-wise over j ranks, TorchRec's grid "
-                "shard), else k consecutive ranks with the least load that have room (a run "
+                "shard) or slice i on the i-th j ranks it lists (a rank may hold several), "
+                "else k consecutive ranks with the least load that have room (a run "
                 "inside one node: TorchRec's table-wise-column-wise). "
                 "Optimizer state: element-wise splits, rowwise-adagrad's per-row fp32 is kept "
                 "on every slice (null: none)"})
@@ -161,8 +171,10 @@ class ClusterParams:
     placement: dict[str, tuple[int, ...]] | None = field(default=None, metadata={
         "help": "table index -> the ranks of its shard group holding it (one rank: "
                 "table-wise; a run of consecutive ranks: row-wise over them, or its `columns` "
-                "slices on them); tables not named are "
-                "placed by `sharding` (null: all by `sharding`)"})
+                "slices on them; for a column-split table of k slices, k x j ranks: slice i "
+                "on the i-th j listed, a consecutive run each, any ranks, a rank may hold "
+                "several slices, as TorchRec's column_wise(ranks=[...])); tables not named "
+                "are placed by `sharding` (null: all by `sharding`)"})
     shard_group: int | None = field(default=None, metadata={
         "help": "ranks a copy of the tables is sharded over (2D sparse parallelism: the "
                 "groups are replicas); must divide the ranks (null: every rank)", "min": 1})
@@ -220,27 +232,68 @@ class Layout:
     (`start[t]`) and its width (`span[t]`: 1 table-wise, k row-wise over k ranks, 0
     data-parallel on every rank), and the HBM each local rank holds. `cols[t]` (empty: all
     1): c column slices, each row-wise over span / c consecutive ranks of the span (c = span:
-    column-wise; 1 < c < span: TorchRec's grid). `sizes[t]` is all of t's shards' HBM."""
+    column-wise; 1 < c < span: TorchRec's grid), or from the ranks `at[t]` names (then
+    `start[t]` is the lowest and `span[t]` counts a rank once per slice part it holds).
+    `sizes[t]` is all of t's shards' HBM."""
 
     group: int
     start: tuple[int, ...]
     span: tuple[int, ...]
     used_bytes: tuple[float, ...]
     cols: tuple[int, ...] = ()
+    #: per table the first local rank of each column slice (`RankPlan.at`; empty: slice i
+    #: on the span's i-th run)
+    at: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
     def of(cls, L: int, start: list[int], span: list[int], sizes: list[float],
-           cols: list[int] | None = None) -> Layout:
-        used = [0.0] * L
-        for t, (s0, k) in enumerate(zip(start, span, strict=True)):
-            for g in range(L) if k == 0 else range(s0, s0 + k):
-                used[g] += sizes[t] / max(k, 1)
+           cols: list[int] | None = None, at: dict[int, tuple[int, ...]] | None = None
+           ) -> Layout:
+        """`at`: the tables whose slices sit on named ranks (the rest: consecutive runs);
+        kept only where it differs from the runs."""
         split = cols is not None and any(c > 1 for c in cols)
-        return cls(L, tuple(start), tuple(span), tuple(used), tuple(cols) if split else ())
+        c_t = list(cols) if split else [1] * len(start)
+        runs = [tuple(s0 + i * (k // c) for i in range(c))
+                for s0, k, c in zip(start, span, c_t, strict=True)]
+        firsts = [tuple((at or {}).get(t, r)) for t, r in enumerate(runs)]
+        used = [0.0] * L
+        for t, k in enumerate(span):
+            for g in span_ranks(L, k, c_t[t], firsts[t]):
+                used[g] += sizes[t] / max(k, 1)
+        return cls(L, tuple(start), tuple(span), tuple(used), tuple(cols) if split else (),
+                   tuple(firsts) if firsts != runs else ())
 
     def columns(self, t: int) -> int:
         """Column slices of table t (1: not column-split)."""
         return self.cols[t] if self.cols else 1
+
+    def slice_starts(self, t: int) -> tuple[int, ...]:
+        """The first local rank of each of table t's slices (one slice if not split)."""
+        if self.at:
+            return self.at[t]
+        c = self.columns(t)
+        return tuple(self.start[t] + i * (self.span[t] // c) for i in range(c))
+
+    def holds(self) -> np.ndarray:
+        """[local rank, table]: the parts of model-parallel t a rank holds (a slice's 1/j
+        of its rows each; 2 where two slices of a table share the rank; 0 for a
+        data-parallel table, which takes no part in the exchange)."""
+        out = np.zeros((self.group, len(self.span)))
+        for t, k in enumerate(self.span):
+            if k == 0:
+                continue
+            for g in span_ranks(self.group, k, self.columns(t), self.slice_starts(t)):
+                out[g, t] += 1
+        return out
+
+
+def span_ranks(L: int, span: int, c: int, firsts: tuple[int, ...]) -> list[int]:
+    """The local ranks holding part of a table of `span` ranks in c slices whose first
+    ranks are `firsts`, with repeats (every rank once for a data-parallel table)."""
+    if span == 0:
+        return list(range(L))
+    j = span // c
+    return [g for a in firsts for g in range(a, a + j)]
 
 
 def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float = 0.0
@@ -271,28 +324,47 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float 
              for t, (s, k) in enumerate(zip(table_bytes(cfg), cols, strict=True))]
     hbm = cfg.hardware.gpu.hbm_capacity_GiB * GiB
     fixed: dict[int, tuple[int, ...]] = {}
+    at: dict[int, tuple[int, ...]] = {}  # column tables' slices on named ranks
     for key, ranks in (p.placement or {}).items():
         where = f"{PARAMS_KEY}.placement.{key}"
         if not key.isdigit() or int(key) >= T:
             raise UserError(f"no table {key!r}: expected a table index 0-{T - 1}",
                             source=src, field=where)
-        if not ranks or len(set(ranks)) != len(ranks):
+        t = int(key)
+        k = cols[t]
+        if not ranks:
+            raise UserError("no ranks: expected the ranks holding the table", source=src,
+                            field=where)
+        if k == 1 and len(set(ranks)) != len(ranks):  # column slices may share a rank
             raise UserError(f"expected distinct ranks, got {list(ranks)}", source=src,
                             field=where)
         bad = [r for r in ranks if not 0 <= r < L]
         if bad:
             raise UserError(f"rank {bad[0]} is beyond the shard group's {L} ranks: expected "
                             f"ranks 0-{L - 1}", source=src, field=where)
-        if sorted(ranks) != list(range(min(ranks), min(ranks) + len(ranks))):
+        run = sorted(ranks) == list(range(min(ranks), min(ranks) + len(ranks)))
+        if k == 1 and not run:
             raise UserError(f"ranks {list(ranks)}: expected one rank (table-wise) or a run "
                             "of consecutive ranks (row-wise over them)", source=src,
                             field=where)
-        k = cols[int(key)]
         if len(ranks) % k:
             raise UserError(f"{len(ranks)} ranks for table {key}'s {k} column shards: "
                             f"expected a multiple of {k} ranks ({k} x j: each slice row-wise "
                             "over j)", source=src, field=where)
-        fixed[int(key)] = tuple(sorted(ranks))
+        if run:  # distinct and consecutive: the slices on its runs in order
+            fixed[t] = tuple(sorted(ranks))
+            continue
+        # TorchRec's column_wise(ranks=[...]): slice i on the i-th j ranks listed, any
+        # ranks, a rank may hold several slices; each slice's j ranks a consecutive run
+        j = len(ranks) // k
+        parts = [tuple(ranks[i * j:(i + 1) * j]) for i in range(k)]
+        for i, part in enumerate(parts):
+            if list(part) != list(range(part[0], part[0] + j)):
+                raise UserError(f"slice {i} of table {key} on ranks {list(part)}: expected "
+                                f"{j} consecutive ascending ranks (a slice row-wise over a "
+                                "run), or one rank per slice", source=src, field=where)
+        fixed[t] = tuple(ranks)
+        at[t] = tuple(part[0] for part in parts)
     split = any(k > 1 for k in cols)
     if p.sharding == "hybrid":
         layout = hybrid_layout(cfg, p, L, sizes, hbm)
@@ -300,10 +372,11 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float 
     elif p.sharding == "column-wise":
         start, span = [0] * T, [1] * T
         for t, ranks in fixed.items():
-            start[t], span[t] = ranks[0], len(ranks)
+            start[t], span[t] = min(ranks), len(ranks)
         held = [s if t in fixed else 0.0 for t, s in enumerate(sizes)]
         place_runs(cfg, p, L, [t for t in range(T) if t not in fixed], cols, sizes, hbm,
-                   start, span, list(Layout.of(L, start, span, held).used_bytes))
+                   start, span, list(Layout.of(L, start, span, held, cols, at).used_bytes),
+                   at)
     else:
         where_nodes = ("hardware.cluster.nodes" if p.shard_group is None
                        else f"{PARAMS_KEY}.shard_group")
@@ -319,13 +392,13 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float 
         if not fixed and not split:
             return Layout.of(L, start, span, sizes)
     for t, ranks in fixed.items():
-        start[t], span[t] = ranks[0], len(ranks)
+        start[t], span[t] = min(ranks), len(ranks)
     if split and p.sharding != "column-wise":  # `columns` tables moved to runs of k ranks
         moved = [t for t in range(T) if cols[t] > 1 and t not in fixed]
         rest = [s if t not in moved else 0.0 for t, s in enumerate(sizes)]
-        used = list(Layout.of(L, start, span, rest).used_bytes)
-        place_runs(cfg, p, L, moved, cols, sizes, hbm, start, span, used)
-    layout = Layout.of(L, start, span, sizes, cols)
+        used = list(Layout.of(L, start, span, rest, cols, at).used_bytes)
+        place_runs(cfg, p, L, moved, cols, sizes, hbm, start, span, used, at)
+    layout = Layout.of(L, start, span, sizes, cols, at)
     for g, used in enumerate(layout.used_bytes):
         if used > hbm:
             field_ = (f"{PARAMS_KEY}.placement" if fixed else
@@ -341,7 +414,8 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float 
 def column_counts(cfg: Config, p: ClusterParams, L: int) -> list[int]:
     """Column slices per table: `columns`' k where it names the table, else (sharding
     column-wise) dim / TorchRec's block of column_shard_dim, else 1; checked against the
-    dim (equal slices, a multiple of 4 wide, at least column_shard_dim) and the L ranks."""
+    dim (equal slices, a multiple of 4 wide, at least column_shard_dim) and the L ranks
+    (more slices than ranks only where `placement` names the ranks, some holding several)."""
     m, src = cfg.model, cfg.source
     T = m.table_count
     cols = [1] * T
@@ -350,7 +424,7 @@ def column_counts(cfg: Config, p: ClusterParams, L: int) -> list[int]:
             if str(t) in (p.columns or {}):
                 continue  # its own k below
             cols[t] = d // column_block(d, p.column_shard_dim)
-            if cols[t] > L:
+            if cols[t] > L and str(t) not in (p.placement or {}):
                 raise UserError(
                     f"table {t}'s dim {d} in blocks of {d // cols[t]} columns makes {cols[t]} "
                     f"column shards but a shard group has {L} ranks: expected "
@@ -373,26 +447,29 @@ def column_counts(cfg: Config, p: ClusterParams, L: int) -> list[int]:
                             f"expected a multiple of {CW_ALIGN} of at least column_shard_dim "
                             f"= {p.column_shard_dim} (TorchRec's _find_base_dim; lower "
                             "column_shard_dim for narrower slices)", source=src, field=where)
-        if k > L:
+        if k > L and key not in (p.placement or {}):  # placement may reuse ranks
             raise UserError(f"{k} column shards of table {t} but a shard group has {L} ranks: "
-                            f"expected at most {L} (one slice per rank)", source=src,
-                            field=where)
+                            f"expected at most {L} (one slice per rank, or `placement` "
+                            "naming ranks that hold several)", source=src, field=where)
         cols[t] = k
     return cols
 
 
 def place_runs(cfg: Config, p: ClusterParams, L: int, tables: list[int], cols: list[int],
                sizes: list[float], hbm: float, start: list[int], span: list[int],
-               used: list[float]) -> None:
+               used: list[float], at: dict[int, tuple[int, ...]] | None = None) -> None:
     """Each of `tables` on a run of cols[t] consecutive ranks (one slice each; 1: the
     table whole), largest slice first, on the run whose busiest rank has the least lookup
-    load and room (as `placement.shard`'s table-wise; the other tables, already placed,
-    count toward the load); start / span / used updated."""
+    load and room (as `placement.shard`'s table-wise; the other tables, already placed —
+    `at`'s slices on their named ranks —, count toward the load); start / span / used
+    updated."""
     m = cfg.model
     load = [0.0] * L
     weight = [q * r for q, r in zip(m.poolings, m.row_bytes_per_table, strict=True)]
     for t in set(range(len(sizes))) - set(tables):
-        for g in range(L) if span[t] == 0 else range(start[t], start[t] + span[t]):
+        c = cols[t] if span[t] else 1
+        firsts = (at or {}).get(t, tuple(start[t] + i * (span[t] // c) for i in range(c)))
+        for g in span_ranks(L, span[t], c, firsts):
             load[g] += weight[t] / max(span[t], 1)
     for t in sorted(tables, key=lambda t: (-sizes[t] / cols[t], t)):
         k, piece = cols[t], sizes[t] / cols[t]
@@ -479,7 +556,7 @@ class Cluster(Design):
                             f"the batches in flight hold, pipeline {p.pipeline})",
                             source=e.source, field=e.field) from None
         self.plan = RankPlan(self.traced, L, self.layout.start, self.layout.span,
-                             self.layout.cols)
+                             self.layout.cols, self.layout.at)
         m = cfg.model
         r_t = tuple(float(r) for r in m.row_bytes_per_table)
         rows_out = m.output_rows_per_table
@@ -500,15 +577,14 @@ class Cluster(Design):
                                  zip(m.rows_per_table, m.row_bytes_per_table,
                                      self.layout.span, strict=True) if k == 0)
         span = np.array(self.layout.span)
-        start = np.array(self.layout.start)
-        g = np.arange(L)[:, None]
-        self.holds = (span[None, :] > 0) & (g >= start) & (g < start + span)  # [rank, table]
+        #: [rank, table]: the parts of t each rank holds (2 where two slices share it)
+        self.holds = self.layout.holds()
         # a span inside one node of a multi-node group is reduced over NVLink first (TWRW;
         # a column-split table: each slice's j = span / c ranks)
         self.cols = np.array([self.layout.columns(t) for t in range(len(span))])
         j = span // self.cols
-        inside = [all((s0 + i * jt) // G == (s0 + (i + 1) * jt - 1) // G for i in range(c))
-                  for s0, jt, c in zip(start, j, self.cols, strict=True)]
+        inside = [all(a // G == (a + jt - 1) // G for a in self.layout.slice_starts(t))
+                  for t, jt in enumerate(j)]
         self.node_local = (j > 1) & (L > G) & np.array(inside, bool)
         #: a rank's cached row with its state (`rank_fetch`): the tables' mean, or with
         #: column slices the most per row any rank holds (its slices' rows)
@@ -517,8 +593,9 @@ class Cluster(Design):
             sizes = [(t, column_shard_bytes(cfg, t, c) / m.rows_per_table[t],
                       math.ceil(m.rows_per_table[t] / max(jt, 1)))
                      for t, (c, jt) in enumerate(zip(self.cols, j, strict=True))]
-            self.rank_R = max(sum(Rt * rows for t, Rt, rows in sizes if self.holds[g, t])
-                              / max(1, sum(rows for t, _, rows in sizes if self.holds[g, t]))
+            h = self.holds
+            self.rank_R = max(sum(h[g, t] * Rt * rows for t, Rt, rows in sizes)
+                              / max(1, sum(h[g, t] * rows for t, _, rows in sizes))
                               for g in range(L))
         check_pipeline(cfg, p, m.batch_size / self.traced, PARAMS_KEY)
         #: per local rank, the HBM its batches in flight hold (`batch_bytes`)
@@ -616,33 +693,30 @@ class Cluster(Design):
         return WorkloadKey(None, where=Where.DEVICE, onchip=False)
 
     def trace_columns(self, trace: Trace, replay_cache: bool = True) -> dict[str, np.ndarray]:
-        """The largest rank's counts per batch (`timing/rank_streams.py`). Without per-rank
-        caches they go through the on-disk replay cache, keyed by the trace, the plan and
-        the column slices' row sizes (a warm run reads them: a pass over the trace per run
-        otherwise); with them the per-rank counts order the ranks to replay, and are made
-        here."""
+        """The largest rank's counts per batch (`timing/rank_streams.py`), through the
+        on-disk replay cache keyed by the trace, the plan and the column slices' row sizes
+        (a warm run reads them: a pass over the trace per run otherwise), with each rank's
+        lookups over the trace (they order the ranks whose caches are replayed); with
+        per-rank caches, each replayed rank's counts too (`rank_cache_columns`)."""
         plan, dedup = self.plan, self.params.dedup
 
-        def counted() -> tuple[RankCounts, dict[str, np.ndarray]]:
+        def compute() -> tuple[dict[str, np.ndarray], dict[str, int]]:
             counts = rank_counts(trace, plan, dedup)
             cols = _max_columns(counts)
             if self.layout.cols:
                 cols.update(self.slice_bytes(trace, counts))
-            return counts, cols
+            cols[_RANK_TOTALS] = counts.lookups.sum(axis=0)
+            return _as_int64(cols), {}
 
-        def compute() -> tuple[dict[str, np.ndarray], dict[str, int]]:
-            return counted()[1], {}
-
-        if self.params.rank_cache == "none":
-            if not replay_cache:
-                return compute()[0]
-            # every field of the plan (one added later joins the key by itself)
-            key = {"kind": "cluster-rank-counts", "trace": trace.fingerprint(),
-                   "plan": dataclasses.asdict(plan), "dedup": bool(dedup),
-                   "slice_sizes": [list(x) for x in self.slice_sizes()]}
-            return dict(cached_columns(key, compute, True, sources=_RANK_SOURCES)[0])
-        counts, cols = counted()
-        cols.update(self.rank_cache_columns(trace, counts))
+        # every field of the plan (one added later joins the key by itself)
+        key = {"kind": "cluster-rank-counts", "trace": trace.fingerprint(),
+               "plan": dataclasses.asdict(plan), "dedup": bool(dedup),
+               "slice_sizes": [list(x) for x in self.slice_sizes()]} if replay_cache else {}
+        cols = _from_int64(cached_columns(key, compute, replay_cache,
+                                          sources=_RANK_SOURCES)[0])
+        totals = cols.pop(_RANK_TOTALS)
+        if self.params.rank_cache != "none":
+            cols.update(self.rank_cache_columns(trace, totals, replay_cache))
         return cols
 
     def slice_sizes(self) -> list[tuple[float, float]]:
@@ -694,39 +768,65 @@ class Cluster(Design):
         if cfg.cache.capacity_rows is not None:
             return int(cfg.cache.capacity_rows)  # checked to fit (`_check_hbm`)
         g = rank % self.L
-        rows = sum(math.ceil(r / max(k // c, 1)) for r, k, c, h in
+        rows = sum(int(h) * math.ceil(r / max(k // c, 1)) for r, k, c, h in
                    zip(cfg.model.rows_per_table, self.layout.span, self.cols, self.holds[g],
-                       strict=True) if h)
+                       strict=True))
         # the rows its HBM holds beside its batches in flight: no more
         room = int((cfg.hardware.gpu.hbm_capacity_GiB * GiB - self.in_flight[g])
                    // self.rank_R)
         return max(1, min(math.ceil((cfg.cache.load_factor or 1.0) * rows), room))
 
-    def rank_cache_columns(self, trace: Trace, counts) -> dict[str, np.ndarray]:
-        """Each cached rank's policy replayed on its own stream (`rank_stream`), the most
-        loaded `cached_ranks` ranks, forked over the cores; per batch the largest count."""
-        p: ClusterParams = self.params
-        order = np.argsort(-counts.lookups.sum(axis=0), kind="stable")[:p.cached_ranks]
-        if p.rank_cache == "scratchpipe":
+    def rank_policy(self) -> tuple[str, dict]:
+        """The policy each rank's cache replays and its parameters."""
+        if self.params.rank_cache == "scratchpipe":
             # batch i trains while i+1 is fetched: two batches pinned
-            name, params = "scratchpipe", {"lookahead": RANK_LOOKAHEAD}
-        else:
-            name = self.cfg.cache.policy
-            params = dict(params_tuple(policy_params(self.cfg)))
+            return "scratchpipe", {"lookahead": RANK_LOOKAHEAD}
+        return self.cfg.cache.policy, dict(params_tuple(policy_params(self.cfg)))
+
+    def rank_replay_key(self, trace: Trace, rank: int) -> dict:
+        """What one rank's replay depends on: its stream (the trace's fingerprint, every
+        field of the plan, dedup, the rank) and its policy, capacity and parameters
+        (`policy_key`'s, defaults filled in). Not the slices' row bytes: a replay counts
+        rows, which `rank_R` prices later."""
+        name, params = self.rank_policy()
+        return {**policy_key(trace, name, self.rank_cache_capacity(rank), params),
+                "kind": "cluster-rank-replay", "plan": dataclasses.asdict(self.plan),
+                "dedup": bool(self.params.dedup), "rank": int(rank)}
+
+    def rank_cache_columns(self, trace: Trace, totals: np.ndarray,
+                           replay_cache: bool = True) -> dict[str, np.ndarray]:
+        """Each cached rank's policy replayed on its own stream (`rank_stream`), the
+        `cached_ranks` ranks of the most lookups (`totals`, per rank); per batch the
+        largest count. Each replay goes through the on-disk replay cache
+        (`rank_replay_key`): the cached ones are read here, the others forked over the
+        cores, then stored here."""
+        p: ClusterParams = self.params
+        ranks = [int(r) for r in np.argsort(-totals, kind="stable")[:p.cached_ranks]]
+        keys = {r: self.rank_replay_key(trace, r) for r in ranks} if replay_cache else {}
+        per_rank: dict[int, dict[str, np.ndarray]] = {}
+        for r in keys:
+            try:
+                with lookup_only():  # a miss raises: made below, maybe in a worker
+                    per_rank[r] = cached_columns(keys[r], dict, sources=_REPLAY_SOURCES)[0]
+            except NotCached:
+                pass
+        todo = [r for r in ranks if r not in per_rank]
+        name, params = self.rank_policy()
         state = (trace, self.plan, p.dedup, name, params, self)
-        ranks = [int(r) for r in order]
-        jobs = min(len(ranks), usable_cores())
+        jobs = min(len(todo), usable_cores())
         try:
             if jobs > 1 and can_fork():
-                per_rank = fork_map(_replay_rank, state, ranks, jobs)
+                made = fork_map(_replay_rank, state, todo, jobs)
             else:
-                per_rank = [_replay_rank(state, r) for r in ranks]
+                made = [_replay_rank(state, r) for r in todo]
         except UserError as e:  # a cache too small for the rank's pinned batches
             raise UserError(e.message, source=self.cfg.source,
                             field="cache.capacity_rows") from None
-        out = {f"rc_{k}": np.max([c[k] for c in per_rank], axis=0)
-               for k in ("accesses", "unique", "fills", "writebacks")}
-        return out
+        for r, cols in zip(todo, made, strict=True):
+            per_rank[r] = cached_columns(keys.get(r, {}), lambda cols=cols: (cols, {}),
+                                         replay_cache, sources=_REPLAY_SOURCES)[0]
+        return {f"rc_{k}": np.max([per_rank[r][k] for r in ranks], axis=0)
+                for k in ("accesses", "unique", "fills", "writebacks")}
 
     def run(self, m, w):
         env = m.env
@@ -927,6 +1027,32 @@ class Cluster(Design):
 
 #: code behind the cached per-rank counts (`traces.disk_cache.code_digest`)
 _RANK_SOURCES = ("timing/rank_streams.py", "timing/designs/cluster.py", "traces/csr_trace.py")
+#: code behind a cached per-rank replay: the rank's stream and the policies
+_REPLAY_SOURCES = tuple(sorted(set(_RANK_SOURCES) | set(POLICY_SOURCES)))
+#: the cached counts' column of each rank's lookups over the trace (length: the ranks)
+_RANK_TOTALS = "rank_lookup_totals"
+#: a float column's name in a cache entry (int64 columns only: its float64 bits stored)
+_F64 = "@f64"
+
+
+def _as_int64(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Columns as int64 for the replay cache: a float column's float64 bits, renamed, so
+    what is read back is bit for bit what was made (not truncated)."""
+    out = {}
+    for k, v in cols.items():
+        v = np.asarray(v)
+        if np.issubdtype(v.dtype, np.floating):
+            out[k + _F64] = np.ascontiguousarray(v, np.float64).view(np.int64)
+        else:
+            out[k] = v.astype(np.int64)
+    return out
+
+
+def _from_int64(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`_as_int64` undone."""
+    return {(k[:-len(_F64)] if k.endswith(_F64) else k):
+            (np.asarray(v, np.int64).view(np.float64) if k.endswith(_F64) else v)
+            for k, v in cols.items()}
 
 
 def _max_columns(counts: RankCounts) -> dict[str, np.ndarray]:
@@ -942,8 +1068,8 @@ def _replay_rank(state, rank: int) -> dict[str, np.ndarray]:
     """One rank's cache replayed on its stream (a module-level function: fork_map's)."""
     trace, plan, dedup, name, params, design = state
     stream = rank_stream(trace, plan, rank, dedup)
-    # not through the on-disk replay cache: the design cannot see `--no-cache`, and a rank's
-    # stream is small beside the global trace (replaying it costs less than hashing it)
+    # not under the stream's own key (hashing the stream costs about what replaying it
+    # does): `rank_cache_columns` caches it under the key of what the stream is made from
     cols, _ = policy_columns(stream, name, design.rank_cache_capacity(rank), False, **params)
     return {k: np.asarray(cols[k], np.int64) for k in ("accesses", "unique", "fills",
                                                         "writebacks")}
