@@ -28,11 +28,14 @@ may come from different ranks). Per batch, as `multi-gpu`:
                  per destination with `dedup`), issued `pipeline` batches ahead
     rank_fetch   (rank_cache) its cache's misses from host DRAM: on demand, or batch i+1's
                  during batch i (lru-prefetch, scratchpipe)
-    emb_forward  gpu_forward(its lookups) from its HBM
+    emb_forward  gpu_forward(its lookups) from its HBM; with unpooled tables, after it
+                 TorchRec's copies of the rows (`sequence_copies`, and before it dedup's
+                 sort of the rank's ids)
     output_dist  the output all-to-all inside the shard group (`output_bytes`, closed form)
     mlp          mlp(B/n)
     grad_dist    the same all-to-all reversed
-    emb_backward gpu_backward(its lookups, its unique rows) || the dense ring all-reduce over
+    emb_backward (unpooled: the gradients' copies, then) gpu_backward(its lookups, its
+                 unique rows) || the dense ring all-reduce over
                  all n ranks (with the data-parallel tables' gradients) || (2D, every
                  sync_every_batches-th batch) the all-reduce of its shard's rows with their
                  state over the n / L replicas
@@ -93,6 +96,7 @@ from scratchpipe_sim.timing.rank_streams import (
     split_columns,
     table_trace,
 )
+from scratchpipe_sim.timing.sequence_copies import MODES, SequenceCopies, sequence_copies
 from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.forked import can_fork, fork_map, usable_cores
 
@@ -177,6 +181,20 @@ class ClusterParams:
     dedup: bool = field(default=False, metadata={
         "help": "deduplicate the ids each rank sends before the ids all-to-all (TorchRec / "
                 "dynamicemb input dist): fewer ids sent and looked up"})
+    sequence_copies: str = field(default="torchrec", metadata=doc(
+        "mode", "torchrec, none",
+        "TorchRec v1.1 (2025-04): github.com/pytorch/torchrec torchrec/distributed/"
+        "comm_ops.py All2All_Seq_Req (permute_2D_sparse_data, GRADIENT_DIVISION), "
+        "dist_data.py SequenceEmbeddingsAwaitable (unbucketize index_select), "
+        "modules/utils.py construct_jagged_tensors (dedup's reverse-index index_select)") | {
+        "help": "the copies TorchRec makes of an unpooled (sequence) table's rows around "
+                "its output and gradient all-to-alls, priced on the rank's HBM at "
+                "stream_efficiency (timing/sequence_copies.py): torchrec (the permutes "
+                "before and after the all-to-all, the unbucketize and, with dedup, the "
+                "reverse-index expand and their backward index_add_s, the split's cat, the "
+                "gradient division; with dedup the sort of the rank's ids) or none (the "
+                "all-to-all's buffers used as they are). Pooled tables: none either way",
+        "choices": MODES})
     pipeline: str = field(default="sparse-dist", metadata={
         "help": "the schedule across batches (timing/cluster_pipeline.py): none (TorchRec's "
                 "TrainPipelineBase: batch i's ids all-to-all in line), sparse-dist "
@@ -455,6 +473,11 @@ class Cluster(Design):
                                     zip(r_t, rows_out, unpooled, strict=True)])
         self.unpooled_out = np.array([r * k if u else 0.0 for r, k, u in
                                       zip(r_t, rows_out, unpooled, strict=True)])
+        #: a sample's unpooled ids and the mean unpooled row bytes of one of its lookups
+        #: (every table's): `sequence_copies`' per-sample sizes
+        self.unpooled_ids = float(sum(k for k, u in zip(rows_out, unpooled, strict=True)
+                                      if u))
+        self.unpooled_per_lookup = float(self.unpooled_out.sum()) / max(1, sum(m.poolings))
         nodes = cfg.hardware.cluster.nodes
         self.all_ranks = Group(n, nodes)
         self.shard_group = Group(L, max(1, math.ceil(L / G)))
@@ -635,6 +658,20 @@ class Cluster(Design):
         ahead = ROUTE_AHEAD[self.params.pipeline]
         M = self.params.microbatches
         dense_memo: dict = {}
+        copy_eff = self.cfg.hardware.gpu.stream_efficiency  # sequence_copies' kernels
+
+        def copied_forward(b, look, out_samples, copies: SequenceCopies):
+            """The dedup sort, the lookup, then TorchRec's forward copies of its rows."""
+            return m.seq(lambda: self.dedup_sort(m, b, copies.dedup_ids),
+                         lambda: m.gpu_forward(b, look, out_samples, 0.0, c.r[b]),
+                         lambda: m.hbm.stream(copies.forward_bytes, b, "sequence copies",
+                                              copy_eff))
+
+        def copied_backward(b, look, uniq, copies: SequenceCopies):
+            """The gradients' copies, then FBGEMM's backward."""
+            return m.seq(lambda: m.hbm.stream(copies.backward_bytes, b,
+                                              "sequence grad copies", copy_eff),
+                         lambda: m.gpu_backward(b, look, uniq, 0.0, c.r[b], c.R[b]))
 
         # this design's own per-batch columns (`trace_columns`): MissingColumn if absent
         ids_send, ids_recv = c.column("rank_ids_send"), c.column("rank_ids_recv")
@@ -703,8 +740,10 @@ class Cluster(Design):
                 if mode == "scratchpipe":
                     fetch(b + 1)
             out_samples = B * routed[b] / A if A else 0.0
+            copies = self.sequence_copies(B / per, look, ids_recv_total[b], ids_total[b])
             yield from m.stage("emb_forward", b, [
-                m.gpu_forward(b, look, out_samples, 0.0, c.r[b])])
+                m.gpu_forward(b, look, out_samples, 0.0, c.r[b]) if copies is None
+                else copied_forward(b, look, out_samples, copies)])
             if mode == "lru-prefetch":
                 fetch(b + 1)
             send, recv, intra = self.output_bytes(B * L / per, ids_recv_total[b],
@@ -719,7 +758,8 @@ class Cluster(Design):
                 yield from m.stage("mlp", b, [m.mlp(b, B / per)])
                 yield from m.stage("grad_dist", b, [
                     env.process(exchange_of(b, recv, send, intra, "grads"))])
-            parts = [m.gpu_backward(b, look, uniq, 0.0, c.r[b], c.R[b]),
+            parts = [m.gpu_backward(b, look, uniq, 0.0, c.r[b], c.R[b]) if copies is None
+                     else copied_backward(b, look, uniq, copies),
                      m.cluster_collective(b, ar, ar, "allreduce", AR, self.all_ranks)]
             if L < n and (b + 1) % sync_every == 0:
                 parts.append(m.cluster_collective(b, self.shard_bytes, self.shard_bytes,
@@ -727,6 +767,34 @@ class Cluster(Design):
             yield from m.stage("emb_backward", b, parts)
             m.batch_done(b)
         self._report(m, c, exchange)
+
+    def sequence_copies(self, samples: float, lookups: float, ids: float, all_ids: float
+                        ) -> SequenceCopies | None:
+        """TorchRec's copies of the unpooled rows around the exchange of a rank of
+        `samples` own samples that looked up `lookups` rows (`timing/sequence_copies.py`):
+        its looked-up unpooled rows are `lookups` x the mean unpooled bytes of a lookup,
+        its own full rows `samples` x a sample's unpooled bytes, scaled by dedup's ratio of
+        ids (`ids` / `all_ids`, as `output_bytes`) for what it receives. None with
+        `sequence_copies: none` or no unpooled table (nothing priced: as before)."""
+        if self.params.sequence_copies == "none" or self.unpooled_ids <= 0:
+            return None
+        scale = ids / all_ids if all_ids else 1.0
+        return sequence_copies(lookups * self.unpooled_per_lookup,
+                               samples * float(self.unpooled_out.sum()), scale,
+                               samples * self.unpooled_ids, self.params.dedup)
+
+    @staticmethod
+    def dedup_sort(m, b: int, ids: float) -> simpy.Event | None:
+        """TorchRec's dedup of a rank's `ids` (fbgemm jagged_unique_indices): the ids
+        linearized over every table's rows, radix-sorted with their positions (int64 keys
+        of log2(rows) + 1 bits, int64 values), then unique, inverse and delinearize passes
+        (index_bytes each way per id); nothing without ids."""
+        if ids <= 0:
+            return None
+        ib = m.index_bytes
+        bits = int(math.log2(m.total_rows + 1)) + 1
+        return m.seq(lambda: m.radix_sort(b, ids, ib, ib, bits, "dedup sort"),
+                     lambda: m.hbm.stream(ids * 4 * ib, b, "dedup unique"))
 
     def output_bytes(self, b_group: float, ids: float, all_ids: float
                      ) -> tuple[float, float, float]:
