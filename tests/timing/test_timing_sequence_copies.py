@@ -163,3 +163,91 @@ def test_nothing_moves_where_the_copies_do_not_apply():
             assert v == b[k], k
     assert Cluster(cfg_of(NONE)).sequence_copies(8.0, 100.0, 1.0, 1.0) is None
     assert Cluster(cfg_of(pooled)).sequence_copies(8.0, 100.0, 1.0, 1.0) is None
+
+
+# -- the busiest rank's unpooled rows, counted ---------------------------------------------------
+MIXED = {"model": {"tables": {"count": 4, "rows": [3, 500, 40, 900], "dim": [32, 16, 32, 8]},
+                   "pooling_mode": ["none", "sum", "none", "none"],
+                   "top_mlp": None}}
+
+
+def exchange_oracle(cfg, dedup):
+    """Per trace batch, per rank: the unpooled bytes it sends (rows it serves for other
+    ranks) and receives (its own ids served elsewhere), one lookup at a time."""
+    d = Cluster(cfg)
+    trace = build_trace(cfg)
+    n, L = d.plan.ranks, d.plan.group
+    rows = cfg.model.rows_per_table
+    v = d.unpooled_row_bytes()
+    out = []
+    for b in range(trace.num_batches):
+        batch = trace.batch(b)
+        B, offs, ind = batch.batch_size, batch.offsets, batch.indices
+        send, recv = [0.0] * n, [0.0] * n
+        for t in range(trace.num_tables):
+            k, s0 = d.plan.span[t], d.plan.start[t]
+            seen = set()
+            for i in range(B):
+                src = i * n // B
+                for j in range(offs[t * B + i], offs[t * B + i + 1]):
+                    row = int(ind[j])
+                    if k == 0 or (dedup and (src, row) in seen):
+                        continue
+                    seen.add((src, row))
+                    dst = (src // L) * L + s0 + (row // math.ceil(rows[t] / k) if k > 1 else 0)
+                    if dst != src:
+                        send[dst] += v[t]
+                        recv[src] += v[t]
+        out.append((max(send), max(recv)))
+    return out
+
+
+@pytest.mark.parametrize("dedup", [False, True])
+def test_unpooled_exchange_is_the_busiest_rank_s_counted_rows(dedup):
+    """Tables of three row sizes, one pooled: the design's per-batch unpooled bytes are the
+    per-lookup oracle's busiest rank's (send and receive), deduplicated per source."""
+    cfg = cfg_of(deep_merge(MIXED, {"design_params": {"cluster": {"dedup": dedup}}}))
+    d = Cluster(cfg)
+    assert d.unpooled_row_bytes() == [128.0, 0.0, 128.0, 32.0]
+    trace = build_trace(cfg)
+    cols = d.unpooled_exchange(trace, rank_counts(trace, d.plan, dedup))
+    want = exchange_oracle(cfg, dedup)
+    assert cols["rank_unpooled_send"].tolist() == [s for s, _ in want]
+    assert cols["rank_unpooled_recv"].tolist() == [r for _, r in want]
+
+
+def test_a_small_row_wise_table_loads_its_first_ranks_without_dedup():
+    """A 3-row table row-wise over 8 ranks lives on ranks 0-2: without dedup every one of
+    its ids goes there, so the busiest rank sends more than the even spread
+    (`output_bytes` without counts) and the output all-to-all is priced at it; dedup
+    leaves each source 3 ids of it at most."""
+    over = {"model": {"tables": {"count": 2, "rows": [3, 5000]}, "pooling": 8}}
+    cfg = cfg_of(over)
+    d = Cluster(cfg)
+    trace = build_trace(cfg)
+    cols = d.unpooled_exchange(trace, rank_counts(trace, d.plan, False))
+    B = cfg.model.batch_size
+    even = d.output_bytes(float(B), 1.0, 1.0)[0]
+    assert cols["rank_unpooled_send"].min() > 1.2 * even
+    ic = cfg.hardware.interconnect
+    nb, wu = cfg.model.num_batches, cfg.model.warmup_batches
+    first = trace.num_batches - nb  # the trace's cache warm-up prefix comes first
+    want = [ic.nvlink_latency_ns + max(cols["rank_unpooled_send"][b],
+                                       cols["rank_unpooled_recv"][b])
+            / (ic.nvlink_GBps * ic.alltoall_efficiency) for b in range(first + wu, first + nb)]
+    skew = run(over)["stage_output_dist_ns"]
+    assert skew == pytest.approx(sum(want) / len(want), rel=1e-9)
+    assert skew > run(deep_merge(over, DEDUP))["stage_output_dist_ns"]
+    # unpooled_exchange even: the closed form's even spread, as before the counts
+    evenly = run(deep_merge(over, {"design_params": {"cluster": {
+        "unpooled_exchange": "even"}}}))["stage_output_dist_ns"]
+    assert evenly == pytest.approx(ic.nvlink_latency_ns + max(d.output_bytes(
+        float(B), 1.0, 1.0)[:2]) / (ic.nvlink_GBps * ic.alltoall_efficiency), rel=1e-9)
+    assert evenly < skew
+
+
+def test_pooled_tables_count_no_unpooled_rows():
+    cfg = cfg_of({"model": {"pooling_mode": "sum"}})
+    d = Cluster(cfg)
+    trace = build_trace(cfg)
+    assert d.unpooled_exchange(trace, rank_counts(trace, d.plan, False)) == {}

@@ -31,7 +31,8 @@ may come from different ranks). Per batch, as `multi-gpu`:
     emb_forward  gpu_forward(its lookups) from its HBM; with unpooled tables, after it
                  TorchRec's copies of the rows (`sequence_copies`, and before it dedup's
                  sort of the rank's ids)
-    output_dist  the output all-to-all inside the shard group (`output_bytes`, closed form)
+    output_dist  the output all-to-all inside the shard group (`output_bytes`, closed form;
+                 unpooled rows: the busiest rank's, counted, `unpooled_exchange`)
     mlp          mlp(B/n)
     grad_dist    the same all-to-all reversed
     emb_backward (unpooled: the gradients' copies, then) gpu_backward(its lookups, its
@@ -195,6 +196,17 @@ class ClusterParams:
                 "gradient division; with dedup the sort of the rank's ids) or none (the "
                 "all-to-all's buffers used as they are). Pooled tables: none either way",
         "choices": MODES})
+    unpooled_exchange: str = field(default="counted", metadata=doc(
+        "mode", "counted, even",
+        "the per-rank counts (timing/rank_streams.py): row-wise blocks of ceil(rows / k) "
+        "rows, TorchRec's RW bucketize (torchrec/distributed/sharding/rw_sharding.py)") | {
+        "help": "the unpooled rows each rank sends and receives in the output and gradient "
+                "all-to-alls: counted (the busiest rank's, from the per-rank counts: a "
+                "row-wise table of few rows keeps them on its first ranks, which serve "
+                "every duplicate of them without dedup) or even (output_bytes' closed form, "
+                "the rows spread evenly over the span's ranks). Pooled tables: the closed "
+                "form either way",
+        "choices": ("counted", "even")})
     pipeline: str = field(default="sparse-dist", metadata={
         "help": "the schedule across batches (timing/cluster_pipeline.py): none (TorchRec's "
                 "TrainPipelineBase: batch i's ids all-to-all in line), sparse-dist "
@@ -543,6 +555,8 @@ class Cluster(Design):
             cols = _max_columns(counts)
             if self.layout.cols:
                 cols.update(self.slice_bytes(trace, counts))
+            if self.params.unpooled_exchange == "counted":
+                cols.update(self.unpooled_exchange(trace, counts))
             return counts, cols
 
         def compute() -> tuple[dict[str, np.ndarray], dict[str, int]]:
@@ -554,7 +568,9 @@ class Cluster(Design):
             # every field of the plan (one added later joins the key by itself)
             key = {"kind": "cluster-rank-counts", "trace": trace.fingerprint(),
                    "plan": dataclasses.asdict(plan), "dedup": bool(dedup),
-                   "slice_sizes": [list(x) for x in self.slice_sizes()]}
+                   "slice_sizes": [list(x) for x in self.slice_sizes()],
+                   "unpooled_bytes": (self.unpooled_row_bytes()
+                                      if self.params.unpooled_exchange == "counted" else [])}
             return dict(cached_columns(key, compute, True, sources=_RANK_SOURCES)[0])
         counts, cols = counted()
         cols.update(self.rank_cache_columns(trace, counts))
@@ -600,6 +616,43 @@ class Cluster(Design):
         n_uniq = np.maximum(counts.unique.max(axis=1), 1)
         return {"lookup_bytes": accesses * look.max(axis=1) / n_look,
                 "unique_bytes": distinct * uniq.max(axis=1) / n_uniq}
+
+    def unpooled_row_bytes(self) -> list[float]:
+        """Per table of the plan's slices (`RankPlan.slices`: a table, or each of its
+        column slices): the bytes of one unpooled output row (its row bytes / c), 0 for a
+        pooled table."""
+        m = self.cfg.model
+        return [float(m.row_bytes_per_table[t]) / self.layout.columns(t)
+                if self.unpooled_out[t] > 0 else 0.0 for t, _, _ in self.plan.slices()]
+
+    def unpooled_exchange(self, trace: Trace, counts: RankCounts) -> dict[str, np.ndarray]:
+        """Per batch, the unpooled rows' bytes the busiest rank sends in the output
+        all-to-all (`rank_unpooled_send`: the rows it looked up for other ranks, its
+        `ids_recv`) and receives (`rank_unpooled_recv`: its own ids served elsewhere, its
+        `ids_send`), from the per-rank counts (deduplicated with dedup), at each table's
+        unpooled row bytes: a pass of `rank_counts` over the tables of each row size (the
+        counts themselves when every table is unpooled and of one size). Why counted, not
+        `output_bytes`' even spread: a row-wise table of fewer rows than the batch's ids
+        keeps its rows on the first ranks (blocks of ceil(rows / k)), and without dedup
+        every duplicate id of them goes there. None without unpooled tables."""
+        w = self.unpooled_row_bytes()
+        groups: dict[float, list[int]] = {}
+        for i, v in enumerate(w):
+            if v > 0:
+                groups.setdefault(v, []).append(i)
+        if not groups:
+            return {}
+        sliced, plan = split_columns(trace, self.plan)
+        send = np.zeros(counts.ids_recv.shape)
+        recv = np.zeros(counts.ids_send.shape)
+        for v, idx in groups.items():
+            part = counts if len(idx) == len(w) else rank_counts(
+                table_trace(sliced, idx), RankPlan(
+                    plan.ranks, plan.group, tuple(plan.start[i] for i in idx),
+                    tuple(plan.span[i] for i in idx)), self.params.dedup)
+            send += v * part.ids_recv
+            recv += v * part.ids_send
+        return {"rank_unpooled_send": send.max(axis=1), "rank_unpooled_recv": recv.max(axis=1)}
 
     def rank_cache_capacity(self, rank: int) -> int:
         """Rows of a rank's HBM cache: cache.capacity_rows, else cache.load_factor x the
@@ -678,6 +731,11 @@ class Cluster(Design):
         ids_recv_total, ids_total = c.column("rank_ids_recv_total"), c.column("rank_ids_total")
         lookups, unique = c.column("rank_lookups"), c.column("rank_unique")
         routed = c.column("rank_routed")
+        # the busiest rank's unpooled rows, counted (`unpooled_exchange`)
+        unpooled_sent = unpooled_got = None
+        if self.unpooled_ids > 0 and self.params.unpooled_exchange == "counted":
+            unpooled_sent = c.column("rank_unpooled_send")
+            unpooled_got = c.column("rank_unpooled_recv")
 
         def input_copy(b):
             ev = loader.ready_event(b)
@@ -746,8 +804,9 @@ class Cluster(Design):
                 else copied_forward(b, look, out_samples, copies)])
             if mode == "lru-prefetch":
                 fetch(b + 1)
-            send, recv, intra = self.output_bytes(B * L / per, ids_recv_total[b],
-                                                  ids_total[b])
+            send, recv, intra = self.output_bytes(
+                B * L / per, ids_recv_total[b], ids_total[b],
+                None if unpooled_sent is None else (unpooled_sent[b], unpooled_got[b]))
             exchange.append(max(send, recv) + intra)
             if M > 1:  # NestPipe's Frozen-Window Pipelining
                 yield from fwp(m, b, M, B / per, exchange_of, (send, recv, intra),
@@ -796,7 +855,8 @@ class Cluster(Design):
         return m.seq(lambda: m.radix_sort(b, ids, ib, ib, bits, "dedup sort"),
                      lambda: m.hbm.stream(ids * 4 * ib, b, "dedup unique"))
 
-    def output_bytes(self, b_group: float, ids: float, all_ids: float
+    def output_bytes(self, b_group: float, ids: float, all_ids: float,
+                     unpooled: tuple[float, float] | None = None
                      ) -> tuple[float, float, float]:
         """(largest send, largest receive, node-local reduce bytes) of the output all-to-all
         inside a shard group of `b_group` samples. A rank holding part of a table sends
@@ -810,13 +870,18 @@ class Cluster(Design):
         ids. A table of c column slices is c tables of v / c bytes, each spanning j = span /
         c ranks (TorchRec's CW output dist is its TW one, slices concatenated, not summed):
         column-wise (j = 1), a slice's rank sends b_group x v / c x (L-1)/L and a rank
-        receives b_group / L x v / c from each slice it does not hold."""
+        receives b_group / L x v / c from each slice it does not hold. `unpooled`: the
+        busiest rank's unpooled bytes (sent, received) as counted (`unpooled_exchange`),
+        replacing the even spread of the unpooled rows; added to the pooled maxima (exact
+        for a collection of unpooled tables only, else an upper bound: the two maxima may
+        be different ranks')."""
         L = self.L
         if L == 1:
             return 0.0, 0.0, 0.0
         scale = ids / all_ids if all_ids else 1.0
         c = self.cols.astype(float)  # column slices (1: whole rows)
-        pooled, rows = self.pooled_out / c, scale * self.unpooled_out / c  # per slice
+        pooled = self.pooled_out / c  # per slice
+        rows = scale * self.unpooled_out / c if unpooled is None else 0.0 * pooled
         span = np.array(self.layout.span, float)
         k = np.maximum(span / c, 1.0)  # the ranks of one slice
         local = self.node_local
@@ -830,6 +895,9 @@ class Cluster(Design):
         recv = (sharded * b_group / L * (from_span * pooled + (c - holds / k) * rows)
                 ).sum(axis=1)
         intra = (holds * local * b_group * pooled * (k - 1) / k).sum(axis=1)
+        if unpooled is not None:
+            return (float(send.max()) + unpooled[0], float(recv.max()) + unpooled[1],
+                    float(intra.max()))
         return float(send.max()), float(recv.max()), float(intra.max())
 
     def _report(self, m, c, exchange: list[float]) -> None:
