@@ -451,7 +451,8 @@ def test_more_gpus_in_a_node_at_a_fixed_global_batch_is_never_slower():
 
 @pytest.mark.parametrize("key,value", [("rank_cache", "fifo"), ("trace_scope", "all"),
                                        ("dp_max_MiB", -1), ("cached_ranks", 0),
-                                       ("sharding", "diagonal")])
+                                       ("sharding", "diagonal"), ("sequence_copies", "fbgemm"),
+                                       ("unpooled_exchange", "mean")])
 def test_bad_cluster_params_exit_2_naming_the_key(tmp_path, capsys, key, value):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(BASE))

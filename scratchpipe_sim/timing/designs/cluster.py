@@ -29,11 +29,15 @@ may come from different ranks). Per batch, as `multi-gpu`:
                  per destination with `dedup`), issued `pipeline` batches ahead
     rank_fetch   (rank_cache) its cache's misses from host DRAM: on demand, or batch i+1's
                  during batch i (lru-prefetch, scratchpipe)
-    emb_forward  gpu_forward(its lookups) from its HBM
-    output_dist  the output all-to-all inside the shard group (`output_bytes`, closed form)
+    emb_forward  gpu_forward(its lookups) from its HBM; with unpooled tables, after it
+                 TorchRec's copies of the rows (`sequence_copies`, and before it dedup's
+                 sort of the rank's ids)
+    output_dist  the output all-to-all inside the shard group (`output_bytes`, closed form;
+                 unpooled rows: the busiest rank's, counted, `unpooled_exchange`)
     mlp          mlp(B/n)
     grad_dist    the same all-to-all reversed
-    emb_backward gpu_backward(its lookups, its unique rows) || the dense ring all-reduce over
+    emb_backward (unpooled: the gradients' copies, then) gpu_backward(its lookups, its
+                 unique rows) || the dense ring all-reduce over
                  all n ranks (with the data-parallel tables' gradients) || (2D, every
                  sync_every_batches-th batch) the all-reduce of its shard's rows with their
                  state over the n / L replicas
@@ -107,6 +111,7 @@ from scratchpipe_sim.timing.rank_streams import (
     split_columns,
     table_trace,
 )
+from scratchpipe_sim.timing.sequence_copies import MODES, SequenceCopies, sequence_copies
 from scratchpipe_sim.traces.csr_trace import Trace
 from scratchpipe_sim.traces.forked import can_fork, fork_map, usable_cores
 
@@ -195,6 +200,31 @@ class ClusterParams:
     dedup: bool = field(default=False, metadata={
         "help": "deduplicate the ids each rank sends before the ids all-to-all (TorchRec / "
                 "dynamicemb input dist): fewer ids sent and looked up"})
+    sequence_copies: str = field(default="torchrec", metadata=doc(
+        "mode", "torchrec, none",
+        "TorchRec v1.1 (2025-04): github.com/pytorch/torchrec torchrec/distributed/"
+        "comm_ops.py All2All_Seq_Req (permute_2D_sparse_data, GRADIENT_DIVISION), "
+        "dist_data.py SequenceEmbeddingsAwaitable (unbucketize index_select), "
+        "modules/utils.py construct_jagged_tensors (dedup's reverse-index index_select)") | {
+        "help": "the copies TorchRec makes of an unpooled (sequence) table's rows around "
+                "its output and gradient all-to-alls, priced on the rank's HBM at "
+                "stream_efficiency (timing/sequence_copies.py): torchrec (the permutes "
+                "before and after the all-to-all, the unbucketize and, with dedup, the "
+                "reverse-index expand and their backward index_add_s, the split's cat, the "
+                "gradient division; with dedup the sort of the rank's ids) or none (the "
+                "all-to-all's buffers used as they are). Pooled tables: none either way",
+        "choices": MODES})
+    unpooled_exchange: str = field(default="counted", metadata=doc(
+        "mode", "counted, even",
+        "the per-rank counts (timing/rank_streams.py): row-wise blocks of ceil(rows / k) "
+        "rows, TorchRec's RW bucketize (torchrec/distributed/sharding/rw_sharding.py)") | {
+        "help": "the unpooled rows each rank sends and receives in the output and gradient "
+                "all-to-alls: counted (the busiest rank's, from the per-rank counts: a "
+                "row-wise table of few rows keeps them on its first ranks, which serve "
+                "every duplicate of them without dedup) or even (output_bytes' closed form, "
+                "the rows spread evenly over the span's ranks). Pooled tables: the closed "
+                "form either way",
+        "choices": ("counted", "even")})
     pipeline: str = field(default="sparse-dist", metadata={
         "help": "the schedule across batches (timing/cluster_pipeline.py): none (TorchRec's "
                 "TrainPipelineBase: batch i's ids all-to-all in line), sparse-dist "
@@ -565,6 +595,11 @@ class Cluster(Design):
                                     zip(r_t, rows_out, unpooled, strict=True)])
         self.unpooled_out = np.array([r * k if u else 0.0 for r, k, u in
                                       zip(r_t, rows_out, unpooled, strict=True)])
+        #: a sample's unpooled ids and the mean unpooled row bytes of one of its lookups
+        #: (every table's): `sequence_copies`' per-sample sizes
+        self.unpooled_ids = float(sum(k for k, u in zip(rows_out, unpooled, strict=True)
+                                      if u))
+        self.unpooled_per_lookup = float(self.unpooled_out.sum()) / max(1, sum(m.poolings))
         nodes = cfg.hardware.cluster.nodes
         self.all_ranks = Group(n, nodes)
         self.shard_group = Group(L, max(1, math.ceil(L / G)))
@@ -705,13 +740,18 @@ class Cluster(Design):
             cols = _max_columns(counts)
             if self.layout.cols:
                 cols.update(self.slice_bytes(trace, counts))
+            if self.params.unpooled_exchange == "counted":
+                cols.update(self.unpooled_exchange(trace, counts))
             cols[_RANK_TOTALS] = counts.lookups.sum(axis=0)
             return _as_int64(cols), {}
 
         # every field of the plan (one added later joins the key by itself)
         key = {"kind": "cluster-rank-counts", "trace": trace.fingerprint(),
                "plan": dataclasses.asdict(plan), "dedup": bool(dedup),
-               "slice_sizes": [list(x) for x in self.slice_sizes()]} if replay_cache else {}
+               "slice_sizes": [list(x) for x in self.slice_sizes()],
+               "unpooled_bytes": (self.unpooled_row_bytes()
+                                  if self.params.unpooled_exchange == "counted" else [])
+               } if replay_cache else {}
         cols = _from_int64(cached_columns(key, compute, replay_cache,
                                           sources=_RANK_SOURCES)[0])
         totals = cols.pop(_RANK_TOTALS)
@@ -759,6 +799,43 @@ class Cluster(Design):
         n_uniq = np.maximum(counts.unique.max(axis=1), 1)
         return {"lookup_bytes": accesses * look.max(axis=1) / n_look,
                 "unique_bytes": distinct * uniq.max(axis=1) / n_uniq}
+
+    def unpooled_row_bytes(self) -> list[float]:
+        """Per table of the plan's slices (`RankPlan.slices`: a table, or each of its
+        column slices): the bytes of one unpooled output row (its row bytes / c), 0 for a
+        pooled table."""
+        m = self.cfg.model
+        return [float(m.row_bytes_per_table[t]) / self.layout.columns(t)
+                if self.unpooled_out[t] > 0 else 0.0 for t, _, _ in self.plan.slices()]
+
+    def unpooled_exchange(self, trace: Trace, counts: RankCounts) -> dict[str, np.ndarray]:
+        """Per batch, the unpooled rows' bytes the busiest rank sends in the output
+        all-to-all (`rank_unpooled_send`: the rows it looked up for other ranks, its
+        `ids_recv`) and receives (`rank_unpooled_recv`: its own ids served elsewhere, its
+        `ids_send`), from the per-rank counts (deduplicated with dedup), at each table's
+        unpooled row bytes: a pass of `rank_counts` over the tables of each row size (the
+        counts themselves when every table is unpooled and of one size). Why counted, not
+        `output_bytes`' even spread: a row-wise table of fewer rows than the batch's ids
+        keeps its rows on the first ranks (blocks of ceil(rows / k)), and without dedup
+        every duplicate id of them goes there. None without unpooled tables."""
+        w = self.unpooled_row_bytes()
+        groups: dict[float, list[int]] = {}
+        for i, v in enumerate(w):
+            if v > 0:
+                groups.setdefault(v, []).append(i)
+        if not groups:
+            return {}
+        sliced, plan = split_columns(trace, self.plan)
+        send = np.zeros(counts.ids_recv.shape)
+        recv = np.zeros(counts.ids_send.shape)
+        for v, idx in groups.items():
+            part = counts if len(idx) == len(w) else rank_counts(
+                table_trace(sliced, idx), RankPlan(
+                    plan.ranks, plan.group, tuple(plan.start[i] for i in idx),
+                    tuple(plan.span[i] for i in idx)), self.params.dedup)
+            send += v * part.ids_recv
+            recv += v * part.ids_send
+        return {"rank_unpooled_send": send.max(axis=1), "rank_unpooled_recv": recv.max(axis=1)}
 
     def rank_cache_capacity(self, rank: int) -> int:
         """Rows of a rank's HBM cache: cache.capacity_rows, else cache.load_factor x the
@@ -848,12 +925,31 @@ class Cluster(Design):
         ahead = ROUTE_AHEAD[self.params.pipeline]
         M = self.params.microbatches
         dense_memo: dict = {}
+        copy_eff = self.cfg.hardware.gpu.stream_efficiency  # sequence_copies' kernels
+
+        def copied_forward(b, look, out_samples, copies: SequenceCopies):
+            """The dedup sort, the lookup, then TorchRec's forward copies of its rows."""
+            return m.seq(lambda: self.dedup_sort(m, b, copies.dedup_ids),
+                         lambda: m.gpu_forward(b, look, out_samples, 0.0, c.r[b]),
+                         lambda: m.hbm.stream(copies.forward_bytes, b, "sequence copies",
+                                              copy_eff))
+
+        def copied_backward(b, look, uniq, copies: SequenceCopies):
+            """The gradients' copies, then FBGEMM's backward."""
+            return m.seq(lambda: m.hbm.stream(copies.backward_bytes, b,
+                                              "sequence grad copies", copy_eff),
+                         lambda: m.gpu_backward(b, look, uniq, 0.0, c.r[b], c.R[b]))
 
         # this design's own per-batch columns (`trace_columns`): MissingColumn if absent
         ids_send, ids_recv = c.column("rank_ids_send"), c.column("rank_ids_recv")
         ids_recv_total, ids_total = c.column("rank_ids_recv_total"), c.column("rank_ids_total")
         lookups, unique = c.column("rank_lookups"), c.column("rank_unique")
         routed = c.column("rank_routed")
+        # the busiest rank's unpooled rows, counted (`unpooled_exchange`)
+        unpooled_sent = unpooled_got = None
+        if self.unpooled_ids > 0 and self.params.unpooled_exchange == "counted":
+            unpooled_sent = c.column("rank_unpooled_send")
+            unpooled_got = c.column("rank_unpooled_recv")
 
         def input_copy(b):
             ev = loader.ready_event(b)
@@ -916,12 +1012,15 @@ class Cluster(Design):
                 if mode == "scratchpipe":
                     fetch(b + 1)
             out_samples = B * routed[b] / A if A else 0.0
+            copies = self.sequence_copies(B / per, look, ids_recv_total[b], ids_total[b])
             yield from m.stage("emb_forward", b, [
-                m.gpu_forward(b, look, out_samples, 0.0, c.r[b])])
+                m.gpu_forward(b, look, out_samples, 0.0, c.r[b]) if copies is None
+                else copied_forward(b, look, out_samples, copies)])
             if mode == "lru-prefetch":
                 fetch(b + 1)
-            send, recv, intra = self.output_bytes(B * L / per, ids_recv_total[b],
-                                                  ids_total[b])
+            send, recv, intra = self.output_bytes(
+                B * L / per, ids_recv_total[b], ids_total[b],
+                None if unpooled_sent is None else (unpooled_sent[b], unpooled_got[b]))
             exchange.append(max(send, recv) + intra)
             if M > 1:  # NestPipe's Frozen-Window Pipelining
                 yield from fwp(m, b, M, B / per, exchange_of, (send, recv, intra),
@@ -932,7 +1031,8 @@ class Cluster(Design):
                 yield from m.stage("mlp", b, [m.mlp(b, B / per)])
                 yield from m.stage("grad_dist", b, [
                     env.process(exchange_of(b, recv, send, intra, "grads"))])
-            parts = [m.gpu_backward(b, look, uniq, 0.0, c.r[b], c.R[b]),
+            parts = [m.gpu_backward(b, look, uniq, 0.0, c.r[b], c.R[b]) if copies is None
+                     else copied_backward(b, look, uniq, copies),
                      m.cluster_collective(b, ar, ar, "allreduce", AR, self.all_ranks)]
             if L < n and (b + 1) % sync_every == 0:
                 parts.append(m.cluster_collective(b, self.shard_bytes, self.shard_bytes,
@@ -941,7 +1041,36 @@ class Cluster(Design):
             m.batch_done(b)
         self._report(m, c, exchange)
 
-    def output_bytes(self, b_group: float, ids: float, all_ids: float
+    def sequence_copies(self, samples: float, lookups: float, ids: float, all_ids: float
+                        ) -> SequenceCopies | None:
+        """TorchRec's copies of the unpooled rows around the exchange of a rank of
+        `samples` own samples that looked up `lookups` rows (`timing/sequence_copies.py`):
+        its looked-up unpooled rows are `lookups` x the mean unpooled bytes of a lookup,
+        its own full rows `samples` x a sample's unpooled bytes, scaled by dedup's ratio of
+        ids (`ids` / `all_ids`, as `output_bytes`) for what it receives. None with
+        `sequence_copies: none` or no unpooled table (nothing priced: as before)."""
+        if self.params.sequence_copies == "none" or self.unpooled_ids <= 0:
+            return None
+        scale = ids / all_ids if all_ids else 1.0
+        return sequence_copies(lookups * self.unpooled_per_lookup,
+                               samples * float(self.unpooled_out.sum()), scale,
+                               samples * self.unpooled_ids, self.params.dedup)
+
+    @staticmethod
+    def dedup_sort(m, b: int, ids: float) -> simpy.Event | None:
+        """TorchRec's dedup of a rank's `ids` (fbgemm jagged_unique_indices): the ids
+        linearized over every table's rows, radix-sorted with their positions (int64 keys
+        of log2(rows) + 1 bits, int64 values), then unique, inverse and delinearize passes
+        (index_bytes each way per id); nothing without ids."""
+        if ids <= 0:
+            return None
+        ib = m.index_bytes
+        bits = int(math.log2(m.total_rows + 1)) + 1
+        return m.seq(lambda: m.radix_sort(b, ids, ib, ib, bits, "dedup sort"),
+                     lambda: m.hbm.stream(ids * 4 * ib, b, "dedup unique"))
+
+    def output_bytes(self, b_group: float, ids: float, all_ids: float,
+                     unpooled: tuple[float, float] | None = None
                      ) -> tuple[float, float, float]:
         """(largest send, largest receive, node-local reduce bytes) of the output all-to-all
         inside a shard group of `b_group` samples. A rank holding part of a table sends
@@ -955,13 +1084,18 @@ class Cluster(Design):
         ids. A table of c column slices is c tables of v / c bytes, each spanning j = span /
         c ranks (TorchRec's CW output dist is its TW one, slices concatenated, not summed):
         column-wise (j = 1), a slice's rank sends b_group x v / c x (L-1)/L and a rank
-        receives b_group / L x v / c from each slice it does not hold."""
+        receives b_group / L x v / c from each slice it does not hold. `unpooled`: the
+        busiest rank's unpooled bytes (sent, received) as counted (`unpooled_exchange`),
+        replacing the even spread of the unpooled rows; added to the pooled maxima (exact
+        for a collection of unpooled tables only, else an upper bound: the two maxima may
+        be different ranks')."""
         L = self.L
         if L == 1:
             return 0.0, 0.0, 0.0
         scale = ids / all_ids if all_ids else 1.0
         c = self.cols.astype(float)  # column slices (1: whole rows)
-        pooled, rows = self.pooled_out / c, scale * self.unpooled_out / c  # per slice
+        pooled = self.pooled_out / c  # per slice
+        rows = scale * self.unpooled_out / c if unpooled is None else 0.0 * pooled
         span = np.array(self.layout.span, float)
         k = np.maximum(span / c, 1.0)  # the ranks of one slice
         local = self.node_local
@@ -975,6 +1109,9 @@ class Cluster(Design):
         recv = (sharded * b_group / L * (from_span * pooled + (c - holds / k) * rows)
                 ).sum(axis=1)
         intra = (holds * local * b_group * pooled * (k - 1) / k).sum(axis=1)
+        if unpooled is not None:
+            return (float(send.max()) + unpooled[0], float(recv.max()) + unpooled[1],
+                    float(intra.max()))
         return float(send.max()), float(recv.max()), float(intra.max())
 
     def _report(self, m, c, exchange: list[float]) -> None:
