@@ -7,10 +7,12 @@ SGD series on the same 8 x A100 40GB instance type with the same model (dot, den
 512-256-128, over 1024-1024-512-256-1, dim 128, 26 tables of 91.10 GiB, `--shuffle_batches`):
 facebookresearch/dlrm commit 2a0c0b8 (2022-04-28; local 2048: ~1,671,168 rec/s, local
 8192: ~5,373,952 rec/s) and df137d8 (2022-06-06; local 256: ~284,615 rec/s). Their trainer
-is an earlier TorchRec than E3.8's 0.3.2, so the absolute times are not the model's to
-match (its TorchRec op counts are fitted on 0.3.2's local-256 run); the ratios between
-batches of one trainer are. This prices the same three batches with E3.8-sgd-256's settings
-(torchrec framework, per-tensor SGD, the loader on the trainer's thread at 350 ns a sample:
+is an earlier TorchRec than E3.8's 0.3.2 (with PyTorch 1.11, whose matmuls ran TF32 by
+default: `allow_tf32` turned off by default in 1.12), so the absolute times are not the
+model's to match (its TorchRec op counts are fitted on 0.3.2's local-256 run); the ratios
+between batches of one trainer are. This prices the same three batches with E3.8-sgd-256's
+settings in `precision: tf32` (torchrec framework, per-tensor SGD, the loader on the
+trainer's thread at 350 ns a sample:
 `--shuffle_batches`' permutation and three gathers measured with numpy on this VM, ~290-370
 ns a sample) and the 2022 table sizes, and prints predicted and published ms and their
 ratios.
@@ -39,7 +41,8 @@ def main() -> None:
     (base,) = [p for p in load_end_to_end() if p.id == "E3.8-sgd-256"]
     rows = []
     for batch, rec_s, commit in SERIES:
-        model = dataclasses.replace(base.model, rows_per_table=ROWS_2022, batch_size=batch)
+        model = dataclasses.replace(base.model, rows_per_table=ROWS_2022, batch_size=batch,
+                                    precision="tf32")
         pipe = {**base.input_pipeline, "loader_ns_per_sample": LOADER_NS_PER_SAMPLE}
         point = dataclasses.replace(
             base, id=f"2022-sgd-{batch}", model=model, input_pipeline=pipe,
