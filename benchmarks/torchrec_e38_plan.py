@@ -6,7 +6,8 @@ torchrec_dlrm's dlrm_main.py plans its 26 tables (40M-row caps, dim 128) over 8 
 planner (the `[peers]` extra: a newer TorchRec than the 0.3.2 of the published runs) on the
 same tables, 8 ranks of 40 GiB, for E3.8's (local batch, optimizer) pairs and prints the
 row-wise tables of each plan: the placement published_points.yaml's E3.8 points reproduce
-with `hbm_capacity_GiB: 38` (docs/validation.md, end-to-end points).
+with `hbm_capacity_GiB: 30.4`: torchrec v0.3.2's default HBM_CAP of 32 GiB
+less the 5% (docs/validation.md, end-to-end points).
 
     python benchmarks/torchrec_e38_plan.py
 """

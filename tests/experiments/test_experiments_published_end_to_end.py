@@ -130,3 +130,25 @@ def test_the_e38_points_run_torchrec_dlrm_as_its_requirements_pin():
             cfg = P.end_to_end_config(p)
             assert cfg["model"]["optimizer_foreach"] is False
             assert cfg["input_pipeline"]["loader_in_trainer"] is True
+
+
+@pytest.mark.parametrize("hbm_GiB", [None, 38.0])
+def test_e38_placement_under_torchrec_v032_default_hbm_cap(hbm_GiB):
+    """E3.8's tables are placed against torchrec v0.3.2's default HBM_CAP (32 GiB) less the
+    5% reservation: the five 40M-row tables row-wise under Adagrad (38.1 GiB with its
+    per-element state), none under SGD (19.1 GiB); the A100's 40 GiB less 5% (38, the file's
+    value before) places them the same."""
+    from scratchpipe_sim.config import load_config
+    from scratchpipe_sim.timing.placement import shard
+
+    points = {p.id: p for p in PP.load_end_to_end()}
+    for pid, row_wise in (("E3.8-sgd-256", False), ("E3.8-adagrad-2048-dot", True),
+                          ("E3.8-adagrad-16384-dcn", True)):
+        d = P.end_to_end_config(points[pid])
+        assert d["hardware"]["gpu"]["hbm_capacity_GiB"] == pytest.approx(32 * 0.95)
+        if hbm_GiB is not None:
+            d["hardware"]["gpu"]["hbm_capacity_GiB"] = hbm_GiB
+        cfg = load_config(d)
+        placed = shard(cfg, 8, "auto", "test").row_wise
+        rows = points[pid].model.rows_per_table
+        assert placed == tuple(row_wise and r == 40_000_000 for r in rows)
