@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scratchpipe_sim.config import deep_merge
 from scratchpipe_sim.traces.csr_trace import Trace
 
 #: two 4,000-row tables, 12 small batches, scratchpipe's fused three-group pipeline at W = 3:
@@ -83,6 +84,20 @@ def off_chip(preset: str | None = None) -> dict:
     A new dict each call (tests merge into it)."""
     hw: dict = {"cpu": {"llc_MiB": 0}, "gpu": {"l2_MiB": 0}, "pcie": {"dma_loads_dram": False}}
     return hw if preset is None else {"preset": preset, **hw}
+
+
+#: one DGX H100 node (8 ranks, on-chip caches off) with two 400-row, 128-wide tables and a
+#: small DCN-free dense model: the column-wise and rank-cache tests' base (a new dict each call)
+def one_node_two_tables() -> dict:
+    return {
+        "hardware": deep_merge(off_chip("dgx-h100-cluster"), {"cluster": {"nodes": 1}}),
+        "model": {"tables": {"count": 2, "rows": 400, "dim": 128}, "pooling": 4,
+                  "batch_size": 64, "num_batches": 5, "warmup_batches": 1,
+                  "bottom_mlp": [13, 64, 16], "interaction": "cat", "top_mlp": None},
+        "trace": {"distribution": "zipf", "alpha": 1.05},
+        "designs": ["cluster"],
+        "seed": 11,
+    }
 
 
 #: two 4,000-row tables on h100-gen5 with the on-chip caches and the DMA load off (so the

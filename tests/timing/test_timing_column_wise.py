@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from rank_count_checks import assert_counts_match
-from small_configs import off_chip
+from small_configs import one_node_two_tables
 
 from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.errors import UserError
@@ -21,15 +21,7 @@ from scratchpipe_sim.timing.placement import column_block, column_shard_bytes, t
 from scratchpipe_sim.timing.rank_streams import RankPlan, rank_counts, rank_stream
 from scratchpipe_sim.traces.csr_trace import Trace
 
-BASE = {
-    "hardware": deep_merge(off_chip("dgx-h100-cluster"), {"cluster": {"nodes": 1}}),
-    "model": {"tables": {"count": 2, "rows": 400, "dim": 128}, "pooling": 4,
-              "batch_size": 64, "num_batches": 5, "warmup_batches": 1,
-              "bottom_mlp": [13, 64, 16], "interaction": "cat", "top_mlp": None},
-    "trace": {"distribution": "zipf", "alpha": 1.05},
-    "designs": ["cluster"],
-    "seed": 11,
-}
+BASE = one_node_two_tables()
 
 
 def cfg_of(cluster=None, over=None):

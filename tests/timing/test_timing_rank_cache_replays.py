@@ -8,23 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from small_configs import off_chip
+from small_configs import one_node_two_tables
 
 from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.timing import simulate
 from scratchpipe_sim.timing.designs import DESIGNS, cluster
 from scratchpipe_sim.traces.generators import generate_trace
 
-BASE = {
-    "hardware": deep_merge(off_chip("dgx-h100-cluster"), {"cluster": {"nodes": 1}}),
-    "model": {"tables": {"count": 2, "rows": 400, "dim": 128}, "pooling": 4,
-              "batch_size": 64, "num_batches": 5, "warmup_batches": 1,
-              "bottom_mlp": [13, 64, 16], "interaction": "cat", "top_mlp": None},
-    "trace": {"distribution": "zipf", "alpha": 1.05},
-    "cache": {"policy": "fbgemm-lru", "capacity_rows": 200, "params": {"ways": 32}},
-    "designs": ["cluster"],
-    "seed": 11,
-}
+BASE = deep_merge(one_node_two_tables(), {
+    "cache": {"policy": "fbgemm-lru", "capacity_rows": 200, "params": {"ways": 32}}})
 #: two 64-column slices of table 0 on ranks 0 and 1, table 1 on rank 2
 CLUSTER = {"columns": {"0": 2}, "column_shard_dim": 64, "placement": {"0": [0, 1], "1": [2]},
            "rank_cache": "lru-prefetch"}
