@@ -53,7 +53,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-c", "import sys; from scratchpipe_sim.cli import main; "
+#: the CLI in a child that imports the package from PYTHONPATH (`env`) alone: `-P` keeps
+#: the working directory off sys.path, where `-c` would put it first (run from a checkout,
+#: `--tree` measured that checkout instead of the other)
+CLI = [sys.executable, "-P", "-c", "import sys; from scratchpipe_sim.cli import main; "
        "sys.exit(main(sys.argv[1:]))"]
 #: the measuring child: runs the CLI in a grandchild and prints that one's peak RSS (so
 #: every figure's RUSAGE_CHILDREN holds one run only)
