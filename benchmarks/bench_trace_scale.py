@@ -22,8 +22,8 @@ trace's resident pages and the shared libraries, page cache the kernel can drop;
 page that another process on the machine maps too is counted here only in part, so this
 part moves with whatever else runs). Each is its own peak over the samples. The largest
 single process's RSS and the tree's CPU seconds come from `wait4`'s rusage of the run.
-`--repeats R` runs each figure R times: wall and CPU are the minimum of the R, memory the
-maximum.
+`--repeats R` runs each figure R times (not `--day`'s): wall and CPU are the minimum of the
+R, memory the maximum.
 
     python benchmarks/bench_trace_scale.py --day day16.sptrace --day-batches 43,174
 
@@ -34,7 +34,8 @@ the model `criteo-terabyte` with the trace's table rows and batch size, cache 5%
 rows; warm-up a quarter of the batches (at most 64). Peak RSS and wall as above, one
 compile cache for every figure, warmed by an unrecorded run of the first 8 batches.
 CPU: user + system seconds of the run and every process it forked (RUSAGE_CHILDREN of the
-probe, which waits for the run, which waits for its workers): on a VM whose 2 cores other
+probe, which waits for the run, which waits for its workers; with `--jobs`, `wait4`'s
+rusage of the run, and the tree's Pss, Pss_Anon and Pss_File as above): on a VM whose 2 cores other
 jobs share, the wall time measures the load, and CPU / 2 bounds the wall time the same
 run would take on 2 idle cores from below (from above: CPU, all of it on one core).
 """
