@@ -6,6 +6,7 @@ cache folder (`--no-cache`: every replay and pass is computed), the same six des
     python benchmarks/bench_trace_scale.py --batches 25 --scales 1,4,16
     python benchmarks/bench_trace_scale.py --tree /tmp/old   # another checkout's package
     python benchmarks/bench_trace_scale.py --scales 1,8 --jobs 2  # the whole process tree
+    python benchmarks/bench_trace_scale.py --jobs 2 --repeats 3   # min wall / CPU of three
 
 The compile cache (NUMBA_CACHE_DIR, one for every figure) is warmed by an unrecorded first
 run: compiling is not what is measured. Peak RSS is the child's `ru_maxrss`
@@ -13,6 +14,16 @@ run: compiling is not what is measured. Peak RSS is the child's `ru_maxrss`
 The trace (8 tables x 250k rows, batch 1024, pooling 10: 81,920 lookups a batch, Zipf 1.05)
 is memory-mapped from its file.
 Goal: peak RSS flat within 10% from 1x to 16x.
+
+With `--jobs N` the whole process tree (the run and its forked workers) is sampled every
+20 ms (`/proc/PID/smaps_rollup`, summed): Pss, and apart its anonymous part (Pss_Anon: the
+heap and arrays the run holds) and its file-backed part (Pss_File: the memory-mapped
+trace's resident pages and the shared libraries, page cache the kernel can drop; a library
+page that another process on the machine maps too is counted here only in part, so this
+part moves with whatever else runs). Each is its own peak over the samples. The largest
+single process's RSS and the tree's CPU seconds come from `wait4`'s rusage of the run.
+`--repeats R` runs each figure R times (not `--day`'s): wall and CPU are the minimum of the
+R, memory the maximum.
 
     python benchmarks/bench_trace_scale.py --day day16.sptrace --day-batches 43,174
 
@@ -23,7 +34,8 @@ the model `criteo-terabyte` with the trace's table rows and batch size, cache 5%
 rows; warm-up a quarter of the batches (at most 64). Peak RSS and wall as above, one
 compile cache for every figure, warmed by an unrecorded run of the first 8 batches.
 CPU: user + system seconds of the run and every process it forked (RUSAGE_CHILDREN of the
-probe, which waits for the run, which waits for its workers): on a VM whose 2 cores other
+probe, which waits for the run, which waits for its workers; with `--jobs`, `wait4`'s
+rusage of the run, and the tree's Pss, Pss_Anon and Pss_File as above): on a VM whose 2 cores other
 jobs share, the wall time measures the load, and CPU / 2 bounds the wall time the same
 run would take on 2 idle cores from below (from above: CPU, all of it on one core).
 """
@@ -42,7 +54,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-c", "import sys; from scratchpipe_sim.cli import main; "
+#: the CLI in a child that imports the package from PYTHONPATH (`env`) alone: `-P` keeps
+#: the working directory off sys.path, where `-c` would put it first (run from a checkout,
+#: `--tree` measured that checkout instead of the other)
+CLI = [sys.executable, "-P", "-c", "import sys; from scratchpipe_sim.cli import main; "
        "sys.exit(main(sys.argv[1:]))"]
 #: the measuring child: runs the CLI in a grandchild and prints that one's peak RSS (so
 #: every figure's RUSAGE_CHILDREN holds one run only)
@@ -123,27 +138,35 @@ def _tree(root: int) -> list[int]:
     return out
 
 
-def _tree_kib(root: int) -> tuple[int, int]:
-    """(sum of Pss, sum of Rss) in KiB over the process tree of `root`: Pss shares a page
+#: the smaps_rollup fields summed over the tree (KiB): Pss split into the anonymous pages
+#: (heap, arrays: what the run itself holds) and the file-backed ones (the memory-mapped
+#: trace's resident pages, the shared libraries: page cache the kernel can drop, and a
+#: library page mapped by any other process on the machine counts here only in part)
+_FIELDS = ("Pss", "Pss_Anon", "Pss_File", "Rss")
+
+
+def _tree_kib(root: int) -> dict[str, int]:
+    """`_FIELDS` in KiB, each summed over the process tree of `root`: Pss shares a page
     that forked workers hold copy-on-write between them, Rss counts it in each."""
-    pss = rss = 0
+    out = dict.fromkeys(_FIELDS, 0)
     for p in _tree(root):
         try:
             with open(f"/proc/{p}/smaps_rollup") as f:
                 for line in f:
-                    if line.startswith("Pss:"):
-                        pss += int(line.split()[1])
-                    elif line.startswith("Rss:"):
-                        rss += int(line.split()[1])
+                    key, _, rest = line.partition(":")
+                    if key in out:
+                        out[key] += int(rest.split()[0])
         except OSError:
             pass
-    return pss, rss
+    return out
 
 
 def measure(cfg: Path, out: Path, e: dict[str, str], jobs: int | None = None) -> dict:
     """One `run` in a fresh child: its peak RSS (the largest single process, from
-    RUSAGE_CHILDREN in a probe) or, with `jobs`, the whole process tree's peak (the run
-    and its forked workers, Pss and Rss summed, sampled every 20 ms)."""
+    RUSAGE_CHILDREN in a probe) or, with `jobs`, also the whole process tree's peaks (the
+    run and its forked workers, `_FIELDS` summed, sampled every 20 ms; each field's own
+    peak) and the tree's CPU seconds and largest process (`wait4`'s rusage of the run,
+    which holds its waited-for workers')."""
     run = [*CLI, "run", str(cfg), "--no-cache", "--no-timeline", "--out", str(out)]
     t = time.perf_counter()
     if jobs is None:
@@ -152,15 +175,49 @@ def measure(cfg: Path, out: Path, e: dict[str, str], jobs: int | None = None) ->
     else:
         proc = subprocess.Popen([*run, "--jobs", str(jobs)], env=e,
                                 stdout=subprocess.DEVNULL)
-        peak_pss = peak_rss = 0
-        while proc.poll() is None:
-            pss, rss = _tree_kib(proc.pid)
-            peak_pss, peak_rss = max(peak_pss, pss), max(peak_rss, rss)
+        peak = dict.fromkeys(_FIELDS, 0)
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            for k, v in _tree_kib(proc.pid).items():
+                peak[k] = max(peak[k], v)
             time.sleep(0.02)
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
         res = {"rc": proc.returncode, "wall_s": time.perf_counter() - t,
-               "maxrss_kib": peak_pss, "tree_rss_kib": peak_rss}
+               "maxrss_kib": ru.ru_maxrss, "cpu_s": ru.ru_utime + ru.ru_stime,
+               "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
+               **{f"tree_{k.lower()}_kib": v for k, v in peak.items()}}
     res["outer_wall_s"] = time.perf_counter() - t
     return res
+
+
+def combine(runs: list[dict]) -> dict:
+    """Repeats of one figure as one: the least wall and CPU, the most memory."""
+    out = dict(runs[0])
+    for k in out:
+        vals = [r[k] for r in runs]
+        out[k] = (min(vals) if k.endswith("_s") else max(vals) if k.endswith("_kib")
+                  else max(vals, key=abs))
+    return out
+
+
+def _mib(kib: int) -> str:
+    return f"{kib / 1024:7.1f}"
+
+
+def describe(r: dict) -> str:
+    """A figure's memory, wall and CPU on one line: the largest process's RSS, and with
+    `--jobs` the tree's Pss peak, its anonymous and file-backed parts' own peaks and the
+    Rss sum (MiB)."""
+    mem = f"largest RSS {_mib(r['maxrss_kib'])} MiB"
+    if "tree_pss_kib" in r:
+        mem += (f"  tree Pss {_mib(r['tree_pss_kib'])} = anon {_mib(r['tree_pss_anon_kib'])}"
+                f" + file {_mib(r['tree_pss_file_kib'])} MiB (peaks; Rss sum "
+                f"{_mib(r['tree_rss_kib'])})")
+    cpu = (f"  CPU {r['cpu_s']:7.1f} s (user {r['user_s']:.1f}, sys {r['sys_s']:.1f})"
+           if "cpu_s" in r else "")
+    return f"{mem}  wall {r['wall_s']:7.1f} s{cpu}  rc {r['rc']}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tree", default=None, help="checkout to import the package from")
     ap.add_argument("--jobs", type=int, default=None,
                     help="run --jobs N, peak memory of the whole process tree (Pss summed)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of each figure: min wall and CPU, max memory")
     ap.add_argument("--day", type=Path, default=None,
                     help="a .sptrace from trace gen --preset criteo-terabyte-day")
     ap.add_argument("--day-batches", default="43,174",
@@ -189,19 +248,19 @@ def main(argv: list[str] | None = None) -> int:
             gen(trace, n, e)
             cfgp = tmpd / f"c{s}.yaml"
             config(cfgp, trace, n)
-            r = measure(cfgp, tmpd / f"out{s}", e, args.jobs)
             if s == 0:
+                measure(cfgp, tmpd / f"out{s}", e, args.jobs)
                 continue
+            r = combine([measure(cfgp, tmpd / f"out{s}", e, args.jobs)
+                         for _ in range(max(1, args.repeats))])
             r.update(scale=s, batches=n, lookups=n * 81920)
             rows.append(r)
-            tree = (f"  (tree Rss sum {r['tree_rss_kib'] / 1024:8.1f} MiB)"
-                    if "tree_rss_kib" in r else "")
-            what = "tree Pss" if args.jobs else "peak RSS"
             print(f"{s:>3}x  {n:>6} batches  {n * 81920 / 1e6:8.1f} M lookups  "
-                  f"{what} {r['maxrss_kib'] / 1024:8.1f} MiB{tree}  wall {r['wall_s']:7.1f} s"
-                  f"  rc {r['rc']}", flush=True)
-    base = rows[0]["maxrss_kib"]
-    print(f"peak, largest / 1x: {max(r['maxrss_kib'] for r in rows) / base:.3f}")
+                  f"{describe(r)}", flush=True)
+    keys = ["maxrss_kib"] + (["tree_pss_kib", "tree_pss_anon_kib", "tree_pss_file_kib"]
+                             if args.jobs else [])
+    for k in keys:  # the goal: flat within 10% (largest / 1x)
+        print(f"{k[:-4]}: largest / 1x {max(r[k] for r in rows) / rows[0][k]:.3f}")
     return 0
 
 
@@ -226,12 +285,8 @@ def day_main(args: argparse.Namespace) -> int:
                 print(f"(compile: the first {n} batches, unrecorded: wall {r['wall_s']:.1f} s,"
                       f" CPU {r.get('cpu_s', 0):.1f} s)", flush=True)
                 continue
-            what = "tree Pss" if args.jobs else "peak RSS"
-            cpu = (f"  CPU {r['cpu_s']:7.1f} s (user {r['user_s']:.1f}, sys {r['sys_s']:.1f})"
-                   if "cpu_s" in r else "")
             print(f"{n:>5} batches ({n / 2781:.4f} day)  {n * per_batch / 1e9:6.3f} B lookups  "
-                  f"{what} {r['maxrss_kib'] / 1024:8.1f} MiB  wall {r['wall_s']:7.1f} s{cpu}  "
-                  f"rc {r['rc']}", flush=True)
+                  f"{describe(r)}", flush=True)
     return 0
 
 

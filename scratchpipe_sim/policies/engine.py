@@ -150,8 +150,8 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
     start at `policy.first_replayed_batch()` (the batches before it count nothing).
 
     Why chunks are also capped in batches (`MAX_CHUNK_BATCHES`): the per-batch arrays (events
-    and counters, 96 bytes a batch) would otherwise grow with the chunk's accesses, 400 MB per
-    4M-access chunk at batch size 1. The outcome and events buffers are reused across chunks.
+    and counters, 96 bytes a batch) would otherwise grow with the chunk's accesses, 100 MB per
+    1M-access chunk at batch size 1. The outcome and events buffers are reused across chunks.
     """
     if policy.num_rows < trace.total_rows:
         raise UserError(f"policy built for {policy.num_rows} rows but the trace has "

@@ -37,12 +37,23 @@ CACHE_BYTES_PER_ROW = 20
 #: generator's draw). A trace memory-mapped from a `.sptrace` costs none of it: every pass
 #: reads it a chunk at a time and hands the chunk's pages back (`traces/_pages.py`).
 BYTES_PER_ACCESS = 20
-#: accesses in one chunk of a pass over a trace (`traces/csr_trace.DEFAULT_CHUNK_ACCESSES`)
-CHUNK_ACCESSES = 1 << 22
 #: per access of the chunk a pass holds: the linearized id (int64), its table (int32), the
 #: policy's outcome (uint8), the chunk's next uses (int64 at most) and scratchpipe's slot of
 #: each access (int64), rounded up
 CHUNK_BYTES_PER_ACCESS = 32
+#: bytes of one chunk's buffers (32 MiB): the fixed budget every pass over a trace works in,
+#: whatever the trace's length (a chunk still holds one whole batch at least). Why this
+#: small: with 4M-access chunks (128 MiB) a trace shorter than one chunk (the 4.1M-lookup 1x
+#: trace of `benchmarks/bench_trace_scale.py`) sized the buffers of every pass to itself, so
+#: a longer one peaked higher, each of `run --jobs 2`'s two workers ~12 MiB, and the tree's
+#: Pss grew 1.166x from 1x to 16x; at 1M accesses a chunk is 12 of those batches at every
+#: length, and each worker's buffers are a quarter (tree Pss_Anon 271 -> 150 MiB at 16x,
+#: CPU seconds unchanged: docs/performance.md, issue 41). Range: a few batches' accesses
+#: (per-chunk costs are microseconds) up to the memory a user grants a worker.
+CHUNK_BUDGET_BYTES = 32 << 20
+#: accesses in one chunk of a pass over a trace (`traces/csr_trace.DEFAULT_CHUNK_ACCESSES`;
+#: $SCRATCHPIPE_CHUNK_ACCESSES overrides it)
+CHUNK_ACCESSES = CHUNK_BUDGET_BYTES // CHUNK_BYTES_PER_ACCESS
 #: next uses kept in memory at most (`policies/engine.py`: more are written to a temporary
 #: file and read back a chunk at a time)
 NEXT_USE_MEMORY_BYTES = 1 << 26

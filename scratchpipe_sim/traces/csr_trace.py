@@ -311,8 +311,8 @@ class Trace:
     def chunk_ids(self, k: int, end: int, ptr: np.ndarray | None = None,
                   buffers: ChunkBuffers | None = None) -> tuple[int, np.ndarray]:
         """(global position of the first access, linearized ids) of batches k..end-1: what
-        `chunk` holds without its per-batch pointers (one int64 a batch to build: 32 MiB per
-        4M-access chunk at batch size 1) when a pass needs only the ids."""
+        `chunk` holds without its per-batch pointers (one int64 a batch to build: 8 MiB per
+        1M-access chunk at batch size 1) when a pass needs only the ids."""
         if self.num_tables == 1:
             ptr = self.batch_access_ptr() if ptr is None else ptr
             base = int(ptr[k])

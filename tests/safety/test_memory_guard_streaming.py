@@ -40,6 +40,6 @@ def test_a_mapped_trace_of_any_length_fits_where_an_in_memory_one_does_not(monke
 
 def test_per_row_state_is_still_refused_when_mapped(monkeypatch):
     monkeypatch.setenv(mg.ENV, str(4 * GIB))
-    with pytest.raises(UserError, match=r"memory-mapped, chunk buffers 192 MiB") as e:
+    with pytest.raises(UserError, match=r"memory-mapped, chunk buffers 96 MiB") as e:
         mg.check_run(10**9, 10**9, mapped=True)
     assert e.value.field == "model.tables.rows"
