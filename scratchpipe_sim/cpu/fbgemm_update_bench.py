@@ -19,10 +19,7 @@ and 8, so the per-lookup and per-row terms are not told apart only by extrapolat
 a table's bytes (`rows_scale`: one table of dim 64 at 1/4 and 8x the rows, one of dim 128
 at 2x, rows used once: 32 MiB to 1 GiB at full sizes; the configs' tables are 64-256 MiB
 each, the other fit shapes' 16-256 MiB), which a unique row's cost grows with
-(`table_doublings`). And dim 16 and 256 at pooling 32 (rows used once): the per-lookup
-and per-lookup-element terms trade when D spans only 32-128 (SGD's per-lookup term fitted
-0.3-20 ns between calibrations minutes apart, its sum at D = 64 steadier). Each repetition
-runs
+(`table_doublings`). Each repetition runs
 the forward, then the backward, each timed (the thread's CPU time: `cpu/measure.py`);
 repetitions interleave every shape of the optimizer, so a slow moment of a shared host
 lands on all of them (the forward is timed too: its per-call, per-table and per-bag
@@ -87,9 +84,6 @@ def shapes(max_lookups: int) -> tuple[list[UpdateShape], list[UpdateShape]]:
     fit += [UpdateShape(8, b, 1, d, 1) for d in (32, 64, 128)]
     # rows used ~3 times: a Zipf batch's duplicates (module docstring)
     fit += [UpdateShape(1, b, p, 64, 3) for p in (8, 32)]
-    # dim 16 and 256 at pooling 32: the per-lookup-element term told apart from the
-    # per-lookup one by a 16x range of D, not 4x (module docstring)
-    fit += [UpdateShape(1, b, 32, d, 1) for d in (16, 256)]
     # the tables' bytes: 1/4 and 8x the rows at dim 64, 2x at dim 128 (table_doublings)
     fit += [UpdateShape(1, b, 8, 64, 1, 0.25), UpdateShape(1, b, 8, 64, 1, 8.0),
             UpdateShape(1, b, 2, 128, 1, 2.0)]

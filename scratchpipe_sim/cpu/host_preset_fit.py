@@ -447,12 +447,11 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
         how["update"] = (
             "FBGEMM's CPU backward (fused optimizer, one thread, huge pages) per optimizer "
             "at shapes of dim 32/64/128, pooling 2/8/32 (and 1 at 8x the batch, and at 8 "
-            "tables; dim 16 and 256 at pooling 32), each row used ~1, ~3 or ~8 times, 1, "
-            "4 and 8 tables, tables of 32 MiB to 1 GiB; least squares of ns = call + T x "
-            "table + n x lookup + n D x lookup_element + U x (row + doublings x "
-            "row_doubling) + U D x row_element + bags D x bag_element (doublings: log2 of "
-            "a table's bytes / 32 MiB, at least 0), terms >= 0, after each point's "
-            "grad_output "
+            "tables), each row used ~1, ~3 or ~8 times, 1, 4 and 8 tables, tables of 32 MiB "
+            "to 1 GiB; least squares of ns = call + T x table + n x lookup + n D x "
+            "lookup_element + U x (row + doublings x row_doubling) + U D x row_element + "
+            "bags D x bag_element (doublings: log2 of a table's bytes / 32 MiB, "
+            "at least 0), terms >= 0, after each point's grad_output "
             "rows beyond the LLC (grad_output_miss_ns, at the fitted rates) come off; "
             "parallel: FBGEMM's source (rowwise Adagrad's JIT path is at::parallel_for, "
             "SGD's and Adagrad's loop is serial). " + "; ".join(notes))
