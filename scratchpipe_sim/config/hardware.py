@@ -124,8 +124,9 @@ class UpdateTerms:
     (dispatch, csr2csc's buffers), per lookup (csr2csc: copy the (row, bag) pairs and radix
     sort them), per lookup element (add the bag's grad_output row into the unique row's
     buffer), per unique row (the segment's bookkeeping and its row's, and state's, first
-    miss) and per unique-row element (the optimizer's read-modify-write of weights and
-    state). All core-ns on one thread; `calibrate --cpu --kernel fbgemm` fits them."""
+    miss, dearer per doubling of its table's bytes: its translation) and per unique-row
+    element (the optimizer's read-modify-write of weights and state). All core-ns on one
+    thread; `calibrate --cpu --kernel fbgemm` fits them."""
 
     ns_per_call: float = field(default=0.0, metadata=doc(
         "core-ns per backward call", "0-500000",
@@ -160,6 +161,13 @@ class UpdateTerms:
         "set by calibrate --cpu --kernel fbgemm") | _nonneg(
         "per element of a bag's grad_output row, read first by the walk (a miss once the "
         "table's B x D slice leaves the caches; its bag's other lookups find it on chip)"))
+    ns_per_row_doubling: float = field(default=0.0, metadata=doc(
+        "core-ns per unique row per doubling of its table's bytes beyond 32 MiB",
+        "0-30", "set by calibrate --cpu --kernel fbgemm (7-7.5 measured on this project's "
+        "host, SGD and rowwise Adagrad, one table of 32 MiB-2 GiB)") | _nonneg(
+        "per unique row, per doubling of its table's bytes beyond TABLE_BYTES_REF "
+        "(timing/cpu_update_cost.py): the row's first touch misses the TLB, and the page "
+        "walk's own entries miss the caches more often the more memory the rows span"))
     parallel: bool = field(default=False, metadata=doc(
         "bool", "",
         "FBGEMM source: only rowwise Adagrad's fp32 path is at::parallel_for") | {

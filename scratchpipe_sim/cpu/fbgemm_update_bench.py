@@ -12,7 +12,14 @@ miss, as a large table's do). Fit shapes vary D (32 / 64 / 128), the lookups thr
 the unique rows through k, and T (4 tables at pooling 2, and 8 tables x B at pooling 1
 for each D: a multi-table call writes each bag's output at a stride; 8 is the shipped
 configs' table count); check shapes (held out of the fit) are other combinations (D 48 /
-96, T 2 / 8, pooling 1, and 4 tables x B at pooling 1, dim 128). Each repetition runs
+96, T 2 / 8, pooling 1, and 4 tables x B at pooling 1, dim 128). Two more kinds of fit
+shape identify the terms the configs need: rows used ~3 times (k = 3, at pooling 8 and 32:
+a Zipf batch's lookups per unique row, 2.8 on the quickstart, between the other shapes' 1
+and 8, so the per-lookup and per-row terms are not told apart only by extrapolation), and
+a table's bytes (`rows_scale`: one table of dim 64 at 1/4 and 8x the rows, one of dim 128
+at 2x, rows used once: 32 MiB to 1 GiB at full sizes; the configs' tables are 64-256 MiB
+each, the other fit shapes' 16-256 MiB), which a unique row's cost grows with
+(`table_doublings`). Each repetition runs
 the forward, then the backward, each timed (the thread's CPU time: `cpu/measure.py`);
 repetitions interleave every shape of the optimizer, so a slow moment of a shared host
 lands on all of them (the forward is timed too: its per-call, per-table and per-bag
@@ -43,6 +50,8 @@ class UpdateShape(NamedTuple):
     pooling: int
     dim: int
     reuse: int  # each distinct row used about this many times per table
+    #: the shape's rows over all its tables, as a multiple of the bench's table rows
+    rows_scale: float = 1.0
 
 
 class UpdatePoint(NamedTuple):
@@ -59,6 +68,10 @@ class UpdatePoint(NamedTuple):
     seconds: float
     #: the forward before it (autograd on, as validate --against fbgemm times it)
     forward_seconds: float = 0.0
+    #: one table's weight bytes (what a unique row's translation spans)
+    table_bytes: float = 0.0
+    #: the shape's rows as a multiple of the bench's (UpdateShape.rows_scale)
+    rows_scale: float = 1.0
 
 
 def shapes(max_lookups: int) -> tuple[list[UpdateShape], list[UpdateShape]]:
@@ -69,12 +82,27 @@ def shapes(max_lookups: int) -> tuple[list[UpdateShape], list[UpdateShape]]:
     fit += [UpdateShape(4, b, 2, 64, k) for k in (1, 8)]
     # pooling 1 on 8 tables: each bag's output run written at a stride (strided_bags)
     fit += [UpdateShape(8, b, 1, d, 1) for d in (32, 64, 128)]
+    # rows used ~3 times: a Zipf batch's duplicates (module docstring)
+    fit += [UpdateShape(1, b, p, 64, 3) for p in (8, 32)]
+    # the tables' bytes: 1/4 and 8x the rows at dim 64, 2x at dim 128 (table_doublings)
+    fit += [UpdateShape(1, b, 8, 64, 1, 0.25), UpdateShape(1, b, 8, 64, 1, 8.0),
+            UpdateShape(1, b, 2, 128, 1, 2.0)]
     check = [UpdateShape(2, max(8, b // 2), 10, 96, 3),
              UpdateShape(1, b * 2, 1, 48, 1),
              UpdateShape(4, max(8, b // 4), 20, 128, 2),
              UpdateShape(8, max(8, b // 2), 4, 64, 1),
              UpdateShape(4, b, 1, 128, 1)]
     return fit, check
+
+
+def shape_rows(s: UpdateShape, table_rows: int) -> int:
+    """Rows of each of the shape's tables: its share of `table_rows` x rows_scale."""
+    return max(1, int(table_rows * s.rows_scale) // s.tables)
+
+
+def shape_table_bytes(s: UpdateShape, table_rows: int) -> float:
+    """One of the shape's tables' weight bytes (float32)."""
+    return float(shape_rows(s, table_rows) * s.dim * 4)
 
 
 def _ids(rng: np.random.Generator, rows: int, n: int, k: int) -> np.ndarray:
@@ -103,8 +131,8 @@ def measure_update(fb: dict[str, Any], table_rows: int, max_lookups: int, reps: 
         runs = []
         for role, group in (("fit", fit), ("check", check)):
             for s in group:
-                key = (s.tables, s.dim)
-                rows = max(1, table_rows // s.tables)
+                key = (s.tables, s.dim, s.rows_scale)
+                rows = shape_rows(s, table_rows)
                 if key not in tbes:
                     specs = [(rows, s.dim, fb["EmbeddingLocation"].HOST,
                               fb["ComputeDevice"].CPU)] * s.tables
@@ -118,9 +146,10 @@ def measure_update(fb: dict[str, Any], table_rows: int, max_lookups: int, reps: 
                 idx = torch.from_numpy(np.concatenate(per))
                 offs = torch.from_numpy(np.arange(0, n * s.tables + 1, s.pooling,
                                                   dtype=np.int64))
-                runs.append((role, s, tbes[key], idx, offs, uniq, [], []))
+                runs.append((role, s, tbes[key], idx, offs, uniq, [], [],
+                             shape_table_bytes(s, table_rows)))
         for r in range(max(1, reps) + 1):  # round 0: warm-up (allocations, first touch)
-            for _role, _s, tbe, idx, offs, _u, times, fwd in runs:
+            for _role, _s, tbe, idx, offs, _u, times, fwd, _b in runs:
                 outs = []
                 tf = timed(lambda t=tbe, i=idx, o=offs, k=outs: k.append(t(i, o)))
                 grad = torch.full_like(outs[0], 1e-4)
@@ -128,11 +157,12 @@ def measure_update(fb: dict[str, Any], table_rows: int, max_lookups: int, reps: 
                 if r:
                     times.append(t)
                     fwd.append(tf)
-        for role, s, _tbe, _i, _o, uniq, times, fwd in runs:
+        for role, s, _tbe, _i, _o, uniq, times, fwd, nbytes in runs:
             out.append(UpdatePoint(opt, role, float(s.tables), float(s.batch),
                                    float(s.pooling), float(s.dim),
                                    float(s.batch * s.pooling * s.tables), float(uniq),
-                                   note(Timing.of(times)), note(Timing.of(fwd))))
+                                   note(Timing.of(times)), note(Timing.of(fwd)), nbytes,
+                                   float(s.rows_scale)))
         del tbes, runs
         gc.collect()
     nb.set_num_threads(threads)

@@ -418,7 +418,7 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
         if len(fit) < len(TERM_NAMES):
             continue
         terms = fit_update_terms([design_row(p.lookups, p.unique_rows, p.dim, int(p.tables),
-                                           p.batch * p.tables)
+                                             p.batch * p.tables, p.table_bytes)
                                   for p in fit], [p.seconds - grad_s(p) for p in fit])
         key = opt.replace("-", "_")
         update[key] = {name: round(v, 4) for name, v in zip(TERM_NAMES, terms, strict=True)}
@@ -426,7 +426,7 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
 
         def err(p, terms=terms) -> float:
             pred = float(np.dot(design_row(p.lookups, p.unique_rows, p.dim, int(p.tables),
-                                           p.batch * p.tables),
+                                           p.batch * p.tables, p.table_bytes),
                                 terms)) / 1e9 + grad_s(p)
             return (pred - p.seconds) / p.seconds * 100
 
@@ -447,9 +447,11 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
         how["update"] = (
             "FBGEMM's CPU backward (fused optimizer, one thread, huge pages) per optimizer "
             "at shapes of dim 32/64/128, pooling 2/8/32 (and 1 at 8x the batch, and at 8 "
-            "tables), each row used ~1 or ~8 times, 1, 4 and 8 tables; least squares of ns "
-            "= call + T x table + n x lookup + n D x lookup_element + U x row + U D x "
-            "row_element + bags D x bag_element, terms >= 0, after each point's grad_output "
+            "tables), each row used ~1, ~3 or ~8 times, 1, 4 and 8 tables, tables of 32 MiB "
+            "to 1 GiB; least squares of ns = call + T x table + n x lookup + n D x "
+            "lookup_element + U x (row + doublings x row_doubling) + U D x row_element + "
+            "bags D x bag_element (doublings: log2 of a table's bytes / 32 MiB, "
+            "at least 0), terms >= 0, after each point's grad_output "
             "rows beyond the LLC (grad_output_miss_ns, at the fitted rates) come off; "
             "parallel: FBGEMM's source (rowwise Adagrad's JIT path is at::parallel_for, "
             "SGD's and Adagrad's loop is serial). " + "; ".join(notes))
@@ -457,8 +459,11 @@ def _fit_update(m: CpuMeasurements, vals: dict[str, Any], how: dict[str, str],
 
 def _forward_points(m: CpuMeasurements) -> list:
     """The update benchmark's forwards whose rows are used once (uniform over tables far
-    above the LLC: every row a miss): more unique rows than half the lookups."""
-    return [p for p in m.update if p.forward_seconds > 0 and p.unique_rows > 0.5 * p.lookups]
+    above the LLC: every row a miss): more unique rows than half the lookups; not the
+    shapes of other table sizes (`rows_scale`, there for the update's per-doubling term:
+    the forward's rates are priced at the mix's one table size)."""
+    return [p for p in m.update if p.forward_seconds > 0 and p.unique_rows > 0.5 * p.lookups
+            and p.rows_scale == 1.0]
 
 
 def fit_forward(m: CpuMeasurements) -> tuple[float, ...] | None:

@@ -22,18 +22,33 @@ so a batch of n lookups over U unique rows of D floats, on T tables, costs
 
     sort_ns = n x ns_per_lookup                                          (every core)
     walk_ns = ns_per_call + T x ns_per_table + n x D x ns_per_lookup_element
-              + U x ns_per_row + U x D x ns_per_row_element
+              + U x (ns_per_row + doublings x ns_per_row_doubling)
+              + U x D x ns_per_row_element
               + bags x D x ns_per_bag_element                (one core, or every: parallel)
+
+    doublings = log2(a table's bytes / TABLE_BYTES_REF), at least 0 (the mean table's)
 
 with the terms of the config's optimizer (`hardware.cpu.update`), fitted on FBGEMM's own
 backward by `calibrate --cpu --kernel fbgemm` (one thread). Why these terms and not a cost
 per lookup and per row alone: the walk's per-element work makes the update grow with D at
 fixed counts, and SGD's scalar loop and rowwise Adagrad's JIT'd one differ per element, not
 per row (docs/validation.md: rowwise Adagrad's backward runs 1.7-1.8x faster than SGD's).
+Why a unique row's cost grows with its table's bytes (`table_doublings`): its first touch
+translates an address the TLB does not hold, and the walk's own entries fall out of the
+caches more often the more memory the rows span (on this project's VM, guest and host page
+tables both: a nested walk). The walk runs table by table, so the span is one table's, not
+the call's. Measured, one thread, huge pages, 40,960 lookups of dim 64 each on its own
+row: rowwise Adagrad 2.95 / 3.55 / 4.19 / 4.79 ms on one table of 32 MiB / 128 MiB / 512
+MiB / 2 GiB (linear in log2 of the bytes: ~6 ns a row a doubling once the per-lookup part
+is off), SGD (16,384 lookups) 2.03 / 2.29 / 2.74 ms at 32 MiB / 128 MiB / 1 GiB (+7 ns);
+with every row used 8 times the same sweep moved less than the noise (lookups do not pay
+it: their rows are the unique rows'); 327,680 lookups over ~108k rows at dim 64 took 17.4
+ms on one 2 GiB table, 13.5 ms on 8 tables of 256 MiB (2 GiB in all, load 7).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from scratchpipe_sim.config.hardware import ForwardTerms, UpdateTerms
@@ -52,13 +67,30 @@ class UpdateCost:
         return self.sort_ns + self.walk_ns
 
 
+#: a table's bytes at which `ns_per_row` alone prices a unique row (no doubling): the
+#: calibration's smallest size shape (one table of 2^17 rows of dim 64 at its full sizes)
+TABLE_BYTES_REF = 32 * 2**20
+
+
+def table_doublings(table_bytes: float) -> float:
+    """log2(table_bytes / TABLE_BYTES_REF), at least 0: how many times a table's weights
+    double the reference's bytes. 0 for 0 (not known: an older calibration's points). Why:
+    module docstring."""
+    if table_bytes <= TABLE_BYTES_REF:
+        return 0.0
+    return math.log2(table_bytes / TABLE_BYTES_REF)
+
+
 def update_cost(terms: UpdateTerms, lookups: float, unique_rows: float, dim: float,
-                tables: int, bags: float) -> UpdateCost:
+                tables: int, bags: float, table_bytes: float = 0.0) -> UpdateCost:
     """The update of `lookups` lookups in `bags` bags over `unique_rows` unique rows of `dim`
-    floats on `tables` tables, priced by `terms` (module docstring)."""
+    floats on `tables` tables of `table_bytes` bytes each (their mean), priced by `terms`
+    (module docstring)."""
     walk = (terms.ns_per_call + tables * terms.ns_per_table
             + lookups * dim * terms.ns_per_lookup_element
-            + unique_rows * terms.ns_per_row + unique_rows * dim * terms.ns_per_row_element
+            + unique_rows * (terms.ns_per_row
+                             + table_doublings(table_bytes) * terms.ns_per_row_doubling)
+            + unique_rows * dim * terms.ns_per_row_element
             + bags * dim * terms.ns_per_bag_element)
     return UpdateCost(lookups * terms.ns_per_lookup, walk, terms.parallel)
 
@@ -84,15 +116,15 @@ def grad_output_offchip(bags: float, dim: float, unique_rows: float, row_bytes: 
 
 #: the term names in the order `design_row` lays them out (a fit's columns)
 TERM_NAMES = ("ns_per_call", "ns_per_table", "ns_per_lookup", "ns_per_lookup_element",
-              "ns_per_row", "ns_per_row_element", "ns_per_bag_element")
+              "ns_per_row", "ns_per_row_element", "ns_per_bag_element", "ns_per_row_doubling")
 
 
-def design_row(lookups: float, unique_rows: float, dim: float, tables: int, bags: float
-               ) -> tuple[float, ...]:
+def design_row(lookups: float, unique_rows: float, dim: float, tables: int, bags: float,
+               table_bytes: float = 0.0) -> tuple[float, ...]:
     """The multipliers of TERM_NAMES for one batch: update_cost's total is their dot
     product with the terms (what the calibration's least squares fits)."""
     return (1.0, float(tables), lookups, lookups * dim, unique_rows, unique_rows * dim,
-            bags * dim)
+            bags * dim, unique_rows * table_doublings(table_bytes))
 
 
 #: the forward fit's terms (FBGEMM's forward alone, rows used once: every row a miss),

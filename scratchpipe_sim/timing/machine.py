@@ -165,6 +165,11 @@ class Machine:
         self.R = m.moved_row_bytes
         self.index_bytes = m.index_bytes
         self.tables = m.table_count
+        #: the mean table's weight bytes: what a unique row's translation spans in the
+        #: hybrid update (FBGEMM's walk runs table by table; `table_doublings`)
+        self.table_weight_bytes = float(sum(
+            r * b for r, b in zip(m.rows_per_table, m.row_bytes_per_table, strict=True))
+            / max(1, m.table_count))
         self._nvlink: tuple[Server, Server] | None = None
         self._net: tuple[Server, Server] | None = None
         #: the dense work's price per distinct samples per batch (`mlp`)
@@ -306,7 +311,8 @@ class Machine:
 
         With `hardware.cpu.update` terms for the config's optimizer, priced instead as
         FBGEMM's CPU backward runs it (timing/cpu_update_cost.py; `bags`: the batch's
-        samples x tables, whose grad_output rows it reads): csr2csc's sort on every
+        samples x tables, whose grad_output rows it reads; a unique row dearer per doubling
+        of its table's weight bytes): csr2csc's sort on every
         core, then the walk over the unique rows (one core, or every core where FBGEMM
         parallelizes it), with the grad_output rows that do not fit the LLC beside the
         walk's rows at the miss rate (`grad_output_miss_ns`) || the rows' read and write
@@ -317,7 +323,8 @@ class Machine:
         terms = cpu.update.of(self.cfg.model.optimizer)
         if terms is not None:
             bpe = self.cfg.model.tables.bytes_per_element
-            cost = update_cost(terms, lookups, unique_rows, r / bpe, self.tables, bags)
+            cost = update_cost(terms, lookups, unique_rows, r / bpe, self.tables, bags,
+                               self.table_weight_bytes)
             walk_ns = cost.walk_ns + grad_output_miss_ns(cpu, bags, r, unique_rows, bpe)
             share = 1.0 if cost.parallel else plan_share(1, cpu.cores,
                                                          cpu.parallel_efficiency)

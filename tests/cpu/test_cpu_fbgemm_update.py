@@ -22,9 +22,11 @@ from scratchpipe_sim.timing.cpu_update_cost import TERM_NAMES, design_row
 needs_fbgemm = pytest.mark.skipif(fbgemm_reason() is not None, reason=str(fbgemm_reason()))
 
 #: per optimizer, known terms (core-ns) in TERM_NAMES' order
-KNOWN = {"sgd": (20000.0, 3000.0, 12.0, 0.3, 90.0, 1.5, 0.4),
-         "adagrad": (30000.0, 2000.0, 10.0, 0.2, 120.0, 5.0, 0.7),
-         "rowwise-adagrad": (25000.0, 4000.0, 14.0, 0.05, 30.0, 0.8, 0.5)}
+KNOWN = {"sgd": (20000.0, 3000.0, 12.0, 0.3, 90.0, 1.5, 0.4, 7.0),
+         "adagrad": (30000.0, 2000.0, 10.0, 0.2, 120.0, 5.0, 0.7, 9.0),
+         "rowwise-adagrad": (25000.0, 4000.0, 14.0, 0.05, 30.0, 0.8, 0.5, 7.5)}
+#: the bench's rows over a shape's tables (CpuBenchSizes' default)
+TABLE_ROWS = 1 << 19
 
 
 def _points(opt: str, terms: tuple[float, ...], cpu=None) -> list[ub.UpdatePoint]:
@@ -38,12 +40,13 @@ def _points(opt: str, terms: tuple[float, ...], cpu=None) -> list[ub.UpdatePoint
         for s in group:
             n = s.batch * s.pooling * s.tables
             u = n // s.reuse
-            secs = float(np.dot(design_row(n, u, s.dim, s.tables, s.batch * s.tables),
-                                terms)) / 1e9
+            nbytes = ub.shape_table_bytes(s, TABLE_ROWS)
+            secs = float(np.dot(design_row(n, u, s.dim, s.tables, s.batch * s.tables,
+                                           nbytes), terms)) / 1e9
             if cpu is not None:
                 secs += grad_output_miss_ns(cpu, s.batch * s.tables, s.dim * 4, u) / 1e9
             out.append(ub.UpdatePoint(opt, role, s.tables, s.batch, s.pooling, s.dim, n, u,
-                                      secs))
+                                      secs, table_bytes=nbytes, rows_scale=s.rows_scale))
     return out
 
 
@@ -51,7 +54,7 @@ def test_the_fit_recovers_known_terms_exactly():
     for opt, terms in KNOWN.items():
         pts = [p for p in _points(opt, terms) if p.role == "fit"]
         got = fit_update_terms([design_row(p.lookups, p.unique_rows, p.dim, int(p.tables),
-                                           p.batch * p.tables) for p in pts],
+                                           p.batch * p.tables, p.table_bytes) for p in pts],
                                [p.seconds for p in pts])
         assert got == pytest.approx(terms, rel=1e-6)
 
@@ -60,10 +63,13 @@ def test_the_fit_shapes_separate_every_term():
     fit, _ = ub.shapes(1 << 16)
     x = np.array([design_row(s.batch * s.pooling * s.tables,
                              s.batch * s.pooling * s.tables / s.reuse, s.dim, s.tables,
-                             s.batch * s.tables) for s in fit])
+                             s.batch * s.tables, ub.shape_table_bytes(s, TABLE_ROWS))
+                  for s in fit])
     assert np.linalg.matrix_rank(x) == len(TERM_NAMES)
-    # unique rows vary at fixed lookups, D at fixed counts, pooling at fixed batch
-    assert {s.reuse for s in fit} == {1, 8} and {s.dim for s in fit} == {32, 64, 128}
+    # unique rows vary at fixed lookups, D at fixed counts, pooling at fixed batch, the
+    # tables' bytes at fixed counts
+    assert {s.reuse for s in fit} == {1, 3, 8} and {s.dim for s in fit} == {32, 64, 128}
+    assert {s.rows_scale for s in fit} == {0.25, 1.0, 2.0, 8.0}
     assert 1 in {s.pooling for s in fit} and {s.tables for s in fit} == {1, 4, 8}
 
 
@@ -142,61 +148,49 @@ def test_measured_points_count_the_fed_ids_unique_rows():
     from scratchpipe_sim.cpu.fbgemm_tbe import import_fbgemm
 
     fit = [ub.UpdateShape(2, 16, 4, 16, k) for k in (1, 8)]
+    fit += [ub.UpdateShape(2, 16, 4, 16, 1, 4.0)]  # 4x the rows: its own TBE
     check = [ub.UpdateShape(2, 32, 1, 16, 1)]  # one TBE (2 tables, dim 16) for all three
     pts = ub.measure_update(import_fbgemm(), 1 << 12, 0, 1, "median", lambda t: t.median_s,
                             optimizers=("sgd", "rowwise-adagrad"), shape_set=(fit, check))
     assert [(p.optimizer, p.role) for p in pts] == [
-        (o, r) for o in ("sgd", "rowwise-adagrad") for r in ("fit", "fit", "check")]
+        (o, r) for o in ("sgd", "rowwise-adagrad") for r in ("fit", "fit", "fit", "check")]
     for p in pts:
         assert 0 < p.unique_rows <= p.lookups == p.batch * p.pooling * p.tables
         assert p.seconds > 0 and p.forward_seconds > 0
+        # a table's weight bytes: (4096 x rows_scale) rows over the 2 tables, 16 floats
+        assert p.table_bytes == (1 << 12) * p.rows_scale / 2 * 16 * 4
     for o in ("sgd", "rowwise-adagrad"):
-        once, reused = (p.unique_rows for p in pts if p.optimizer == o and p.role == "fit")
+        once, reused, _ = (p.unique_rows for p in pts if p.optimizer == o and p.role == "fit")
         assert reused < once  # rows used ~8 times: fewer unique rows at equal lookups
 
 
-def test_the_forward_fit_recovers_fbgemms_forward_terms():
-    """Forwards timed by known call, lookup, bag and strided-bag costs (rows used once):
-    the fit returns them; the preset keeps the call's and bags' with the mix's pooling."""
-    from scratchpipe_sim.config.hardware import CpuConfig
-    from scratchpipe_sim.cpu.host_bench import CpuMeasurements
-    from scratchpipe_sim.cpu.host_preset_fit import _fit_forward, fit_forward
-    from scratchpipe_sim.timing.cpu_update_cost import forward_row
-
-    known = (250000.0, 8.0, 0.2, 35.0, 0.1, 7.0, 0.15)
-    m = CpuMeasurements(threads=[1])
-    m.mix_pooling = 20.0
-    for p in _points("sgd", KNOWN["sgd"]):
-        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim, int(p.tables)),
-                          known))
-        m.update.append(p._replace(forward_seconds=ns / 1e9))
-    terms = fit_forward(m)
-    assert terms == pytest.approx(known, rel=1e-4)
-    vals, how, checks = {}, {}, []
-    _fit_forward(m, terms, vals, how, checks, CpuConfig())
-    assert vals["forward"] == pytest.approx({"ns_per_call": 250000.0, "ns_per_bag": 35.0,
-                                             "ns_per_bag_element": 0.1,
-                                             "ns_per_strided_bag": 7.0,
-                                             "ns_per_strided_bag_element": 0.15,
-                                             "rates_pooling": 20.0}, rel=1e-4)
-    # held out: only shapes whose rows are used once (all misses)
-    held = [c for c in checks if c.startswith("forward")]
-    assert len(held) == sum(s.reuse == 1 for s in ub.shapes(1 << 14)[1])
+@pytest.mark.parametrize(("n", "k"), [(4096, 1), (4096, 3), (4096, 8), (1000, 3), (7, 8)])
+def test_the_shapes_ids_use_each_unique_row_k_times_give_or_take_one(n, k):
+    """The duplicate counts the fit shapes feed (oracle: the same generator's n // k draws,
+    deduplicated): n ids over exactly those rows, each used floor or ceil of n / U times,
+    so lookups per unique row is about k (U below n // k only by the draws' collisions)."""
+    rows = 1 << 20
+    ids = ub._ids(np.random.default_rng(3), rows, n, k)
+    pool = np.unique(np.random.default_rng(3).integers(0, rows, max(1, n // k)))
+    assert len(ids) == n and ids.min() >= 0 and ids.max() < rows
+    uniq, counts = np.unique(ids, return_counts=True)
+    np.testing.assert_array_equal(uniq, pool)
+    u = len(uniq)
+    assert u <= max(1, n // k)
+    assert set(counts.tolist()) <= {n // u, -(-n // u)}
 
 
-def test_the_fbgemm_mix_has_the_calls_fixed_cost_taken_out():
-    """With forward points, each mix point (one call) loses the fitted call
-    before the per-core rates are fitted: the rates come out faster than without."""
-    from scratchpipe_sim.timing.cpu_update_cost import forward_row
+def test_the_size_shapes_vary_the_tables_bytes_at_fixed_counts():
+    """Each size shape has a twin at the bench's rows with the same counts (tables, batch,
+    pooling, dim, reuse), so the per-doubling row term is told apart from the per-row and
+    per-row-element ones by the bytes alone (at fixed rows the bytes grow with D, which
+    would tie it to the dims); at full sizes they span 0 to 5 doublings of 32 MiB."""
+    from scratchpipe_sim.timing.cpu_update_cost import table_doublings
 
-    plain = fit_cpu(synthetic())
-    m = synthetic()
-    for p in _points("sgd", KNOWN["sgd"]):
-        ns = float(np.dot(forward_row(p.lookups, p.batch * p.tables, p.dim, int(p.tables)),
-                          (20000.0, 8.0, 0.2, 35.0, 0.0, 0.0, 0.0)))
-        m.update.append(p._replace(forward_seconds=ns / 1e9))
-    cal = fit_cpu(m)
-    assert cal.values["forward"]["ns_per_call"] == pytest.approx(20000.0, rel=1e-4)
-    fast = dict((rb, g) for rb, g in cal.values["core_dram_GBps"])
-    slow = dict((rb, g) for rb, g in plain.values["core_dram_GBps"])
-    assert all(fast[rb] > slow[rb] for rb in slow)
+    fit, _ = ub.shapes(1 << 16)
+    sized = [s for s in fit if s.rows_scale != 1.0]
+    assert len(sized) == 3 and all(s.reuse == 1 for s in sized)
+    for s in sized:
+        assert s._replace(rows_scale=1.0) in fit
+    got = sorted(table_doublings(ub.shape_table_bytes(s, TABLE_ROWS)) for s in sized)
+    assert got == pytest.approx([0.0, 4.0, 5.0])

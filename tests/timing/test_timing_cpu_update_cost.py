@@ -14,12 +14,18 @@ import numpy as np
 import pytest
 
 from scratchpipe_sim.config import load_config
-from scratchpipe_sim.timing.cpu_update_cost import TERM_NAMES, design_row, update_cost
+from scratchpipe_sim.timing.cpu_update_cost import (
+    TABLE_BYTES_REF,
+    TERM_NAMES,
+    design_row,
+    table_doublings,
+    update_cost,
+)
 from scratchpipe_sim.timing.machine import aggregate_core_ns, price_alone
 
 TERMS = {"ns_per_call": 5000.0, "ns_per_table": 700.0, "ns_per_lookup": 3.0,
          "ns_per_lookup_element": 0.25, "ns_per_row": 40.0, "ns_per_row_element": 2.0,
-         "ns_per_bag_element": 0.5}
+         "ns_per_bag_element": 0.5, "ns_per_row_doubling": 0.0}
 BAGS = 800.0  # the bags every direct cpu_backward call below passes
 #: memory far faster than the cores: the stage is the cores' time alone
 FAST_MEMORY = {"dram_GBps": 1e9, "llc_GBps": 1e9, "dram_latency_ns": 0.0}
@@ -166,3 +172,42 @@ def test_the_forward_adds_fbgemms_call_and_bag_costs_after_the_rows_gathers():
     assert forward_overhead_ns(terms, 5000, 250, 64) == fixed
     assert forward_overhead_ns(terms, 5000, 100, 64) == fixed
     assert gather(with_fwd, 250) == pytest.approx(rows_only + fixed / 2, rel=1e-9)
+
+
+def test_table_doublings_closed_form():
+    ref = TABLE_BYTES_REF
+    assert table_doublings(0.0) == 0.0  # not known: no doubling
+    assert table_doublings(ref / 8) == 0.0 and table_doublings(ref) == 0.0
+    assert table_doublings(2 * ref) == pytest.approx(1.0)
+    assert table_doublings(64 * ref) == pytest.approx(6.0)
+    assert table_doublings(3 * ref) == pytest.approx(np.log2(3.0))
+
+
+def _sized(optimizer: str, rows: int, terms: dict):
+    return load_config({
+        "hardware": {"preset": "a100-gen4",
+                     "cpu": {**FAST_MEMORY, "cores": 1, "parallel_efficiency": 1.0,
+                             "update": {optimizer.replace("-", "_"): {**terms,
+                                                                      "parallel": False}}}},
+        "model": {"tables": {"count": 4, "rows": rows, "dim": 64}, "optimizer": optimizer,
+                  "pooling": 4, "batch_size": 64, "num_batches": 2, "warmup_batches": 0},
+        "designs": ["hybrid"]})
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rowwise-adagrad"])
+def test_a_unique_row_pays_the_doubling_of_the_tables_bytes_and_a_lookup_does_not(optimizer):
+    # 4 tables of rows x 256 B: 2^17 rows = 32 MiB a table (no doubling), 2^20 rows = 256
+    # MiB (3; the walk runs table by table: a table's bytes, not the 4 tables' 1 GiB): the
+    # update moves by U x 3 x ns_per_row_doubling exactly, whatever the lookups; and with
+    # the term 0 the tables' bytes change nothing
+    terms = {**TERMS, "ns_per_row_doubling": 7.5}
+    small, large = _sized(optimizer, 1 << 17, terms), _sized(optimizer, 1 << 20, terms)
+    for n, u in ((20000, 2500), (40000, 2500), (20000, 20000)):
+        dt = _backward(large, n, u) - _backward(small, n, u)
+        assert dt == pytest.approx(u * 3 * 7.5, rel=1e-9)
+    flat = {**TERMS, "ns_per_row_doubling": 0.0}
+    assert _backward(_sized(optimizer, 1 << 20, flat), 20000, 2500) == pytest.approx(
+        _backward(_sized(optimizer, 1 << 17, flat), 20000, 2500), rel=1e-12)
+    # the closed form: design_row's last column is U x doublings
+    row = design_row(20000, 2500, 64, 4, BAGS, (1 << 20) * 256)
+    assert row[TERM_NAMES.index("ns_per_row_doubling")] == pytest.approx(2500 * 3.0)
