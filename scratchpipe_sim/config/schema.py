@@ -60,13 +60,21 @@ def coerce(tp: Any, value: Any, field: str, source: str | None) -> Any:
         args = get_args(tp)
         if value is None and type(None) in args:
             return None
+        # the one alternative's own error, where it says more than a wrong type (an
+        # element's, `columns.0: expected an integer`; a NaN's `expected a finite number`)
+        deeper = None
         for a in args:
             if a is type(None):
                 continue
             try:
                 return coerce(a, value, field, source)
-            except UserError:
+            except UserError as e:
+                generic = e.field == field and e.message.startswith(f"expected {_describe(a)}, ")
+                if not generic and deeper is None:
+                    deeper = e
                 continue
+        if deeper is not None and sum(a is not type(None) for a in args) == 1:
+            raise deeper
         raise bad()
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):

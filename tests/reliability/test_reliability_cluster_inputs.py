@@ -147,3 +147,31 @@ PARAMS = [
 @pytest.mark.parametrize("settings, words", PCIE + PARAMS)
 def test_bad_cluster_input_is_one_line_naming_the_key(tmp_path, capsys, settings, words, via):
     _check(tmp_path, capsys, settings, via, *words)
+
+
+# -- defects this audit fixed (each failed before its fix) --------------------------------------
+#: a wrong element inside an optional mapping (`columns`, `placement`): the element's own key
+#: and type, not "expected a mapping or null, got {...} (dict)"
+ELEMENTS = [
+    ({f"{K}.columns": {"0": "two"}}, [f"{K}.columns.0", "expected an integer, got 'two'"]),
+    ({f"{K}.columns": {"0": 2.0}}, [f"{K}.columns.0", "expected an integer, got 2.0"]),
+    ({f"{K}.placement": {"0": ["two"]}}, [f"{K}.placement.0[0]", "expected an integer"]),
+    ({f"{K}.placement": {"0": [True]}}, [f"{K}.placement.0[0]", "expected an integer"]),
+    ({f"{K}.placement": {"0": 3}}, [f"{K}.placement.0", "expected a list"]),
+    ({f"{K}.placement": {"0": None}}, [f"{K}.placement.0", "expected a list"]),
+]
+
+
+@pytest.mark.parametrize("via", ["yaml", "set"])
+@pytest.mark.parametrize("settings, words", ELEMENTS)
+def test_a_bad_element_of_an_optional_mapping_names_the_element(tmp_path, capsys, settings,
+                                                                words, via):
+    _check(tmp_path, capsys, settings, via, *words)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_nan_for_an_optional_rate_says_finite(tmp_path, capsys, value):
+    """`.nan` in the file for the optional uplink: a finite number expected, not "a number
+    or null, got nan (float)"."""
+    _check(tmp_path, capsys, {"hardware.pcie.switch_uplink_GBps": value}, "yaml",
+           "hardware.pcie.switch_uplink_GBps", "expected a finite number")
