@@ -175,3 +175,21 @@ def test_nan_for_an_optional_rate_says_finite(tmp_path, capsys, value):
     or null, got nan (float)"."""
     _check(tmp_path, capsys, {"hardware.pcie.switch_uplink_GBps": value}, "yaml",
            "hardware.pcie.switch_uplink_GBps", "expected a finite number")
+
+
+#: table keys str.isdigit accepts but are no table index: a superscript digit (int() raised
+#: ValueError, a traceback), and spellings that made a second key for one table ("00" beside
+#: "0": one silently won, and `columns` / `placement` compared them as different tables)
+TABLE_KEYS = [
+    ({f"{K}.columns": {"²": 2}}, [f"{K}.columns.²", "no table '²'", "a table index 0-1"]),
+    ({f"{K}.placement": {"²": [0]}}, [f"{K}.placement.²", "no table '²'"]),
+    ({f"{K}.placement": {"00": [1]}}, [f"{K}.placement.00", "no table '00'"]),
+    ({f"{K}.columns": {"01": 1}}, [f"{K}.columns.01", "no table '01'"]),
+    ({f"{K}.placement": {"٣": [1]}}, [f"{K}.placement.٣", "no table '٣'"]),
+]
+
+
+@pytest.mark.parametrize("via", ["yaml", "set"])
+@pytest.mark.parametrize("settings, words", TABLE_KEYS)
+def test_a_table_key_that_only_looks_like_an_index(tmp_path, capsys, settings, words, via):
+    _check(tmp_path, capsys, settings, via, *words)

@@ -326,6 +326,16 @@ def span_ranks(L: int, span: int, c: int, firsts: tuple[int, ...]) -> list[int]:
     return [g for a in firsts for g in range(a, a + j)]
 
 
+def table_index(key: str, T: int, source: str | None, where: str) -> int:
+    """A `placement` / `columns` key as its table index: ASCII digits in their plain
+    spelling ("3", not "03", "+3" or a superscript digit, which str.isdigit accepts and
+    int() refuses), below T; a one-line error naming `where` otherwise."""
+    if not (key.isascii() and key.isdigit() and str(int(key)) == key) or int(key) >= T:
+        raise UserError(f"no table {key!r}: expected a table index 0-{T - 1}", source=source,
+                        field=where)
+    return int(key)
+
+
 def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float = 0.0
                    ) -> Layout:
     """The tables placed on a shard group of L ranks: `placement`'s tables where it names
@@ -357,10 +367,7 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float 
     at: dict[int, tuple[int, ...]] = {}  # column tables' slices on named ranks
     for key, ranks in (p.placement or {}).items():
         where = f"{PARAMS_KEY}.placement.{key}"
-        if not key.isdigit() or int(key) >= T:
-            raise UserError(f"no table {key!r}: expected a table index 0-{T - 1}",
-                            source=src, field=where)
-        t = int(key)
+        t = table_index(key, T, src, where)
         k = cols[t]
         if not ranks:
             raise UserError("no ranks: expected the ranks holding the table", source=src,
@@ -462,10 +469,7 @@ def column_counts(cfg: Config, p: ClusterParams, L: int) -> list[int]:
                     field=f"{PARAMS_KEY}.column_shard_dim")
     for key, k in (p.columns or {}).items():
         where = f"{PARAMS_KEY}.columns.{key}"
-        if not key.isdigit() or int(key) >= T:
-            raise UserError(f"no table {key!r}: expected a table index 0-{T - 1}",
-                            source=src, field=where)
-        t = int(key)
+        t = table_index(key, T, src, where)
         d = m.dims[t]
         if k < 1 or d % k:
             raise UserError(f"{k} column shards of table {t}'s dim {d}: expected a divisor of "
