@@ -44,9 +44,9 @@ def _argv(path: Path, tmp_path: Path, *sets: str) -> list[str]:
             str(tmp_path / "out"), *(a for s in sets for a in ("--set", s))]
 
 
-def _check(tmp_path: Path, capsys, settings: dict, via: str, *words: str) -> None:
+def _check(tmp_path: Path, capsys, settings: dict, via: str, *words: str) -> str:
     """`settings` (dotted key -> Python value) from the YAML file or as --set; the error
-    names the file and `words`; no results folder."""
+    names the file and `words`; no results folder. Returns the line."""
     path = tmp_path / "c.yaml"
     if via == "yaml":
         cfg = _base()
@@ -58,8 +58,9 @@ def _check(tmp_path: Path, capsys, settings: dict, via: str, *words: str) -> Non
         path.write_text(yaml.safe_dump(_base()))
         argv = _argv(path, tmp_path, *(f"{k}={json.dumps(v, ensure_ascii=False)}"
                                        for k, v in settings.items()))
-    one_line_error(capsys, argv, str(path), *words)
+    line = one_line_error(capsys, argv, str(path), *words)
     assert not (tmp_path / "out").exists()
+    return line
 
 
 # -- hardware.pcie: the PCIe switch GPUs share (DGX A100) ----------------------------------------
@@ -193,3 +194,25 @@ TABLE_KEYS = [
 @pytest.mark.parametrize("settings, words", TABLE_KEYS)
 def test_a_table_key_that_only_looks_like_an_index(tmp_path, capsys, settings, words, via):
     _check(tmp_path, capsys, settings, via, *words)
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({f"{K}.columns": {"0": 0}}, [f"{K}.columns.0", "expected a divisor of 128"]),
+    ({f"{K}.columns": {"5": 2}}, [f"{K}.columns.5", "no table '5'"]),
+    ({f"{K}.placement": {"0": [16]}}, [f"{K}.placement.0", "ranks 0-15"]),
+    ({f"{K}.sharding": "column-wise", f"{K}.column_shard_dim": 4},
+     [f"{K}.column_shard_dim", "at least 8"]),
+])
+def test_a_mistake_that_is_no_fit_says_nothing_of_hbm(tmp_path, capsys, settings, words):
+    """The "(each GPU's HBM less ... the batches in flight hold)" note belongs to the shards
+    that do not fit, not to a table or rank that does not exist."""
+    assert "batches in flight" not in _check(tmp_path, capsys, settings, "set", *words)
+
+
+def test_shards_beyond_a_ranks_host_dram_say_host_dram(tmp_path, capsys):
+    """With a rank cache the shards live in each rank's share of its node's host DRAM: the
+    line says so and names the key that sets it, not "GPUs of 1.25e-07 GiB" alone."""
+    _check(tmp_path, capsys, {f"{K}.rank_cache": "lru-cache", f"{K}.sharding": "row-wise",
+                              "hardware.dram_capacity_GiB": 1e-6}, "yaml",
+           "hardware.cluster.nodes", "expected more ranks", "host DRAM",
+           "hardware.dram_capacity_GiB / interconnect.gpus_per_node = 1.25e-07 GiB a rank")

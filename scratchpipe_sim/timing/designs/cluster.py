@@ -241,6 +241,11 @@ class ClusterParams:
                 "and backward; must divide a rank's batch", "min": 1})
 
 
+class Unfit(UserError):
+    """The shards do not fit the memory that holds them (HBM, or host DRAM with a rank
+    cache): `Cluster` adds which memory and how much of it to the line."""
+
+
 def cluster_ranks(cfg: Config) -> int:
     return cfg.hardware.cluster.nodes * cfg.hardware.interconnect.gpus_per_node
 
@@ -421,8 +426,8 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float 
             base = shard(cfg, L, p.sharding, PARAMS_KEY)
         except UserError as e:
             field_ = where_nodes if e.field == f"{PARAMS_KEY}.gpus" else e.field
-            raise UserError(e.message.replace("more GPUs", "more ranks"), source=src,
-                            field=field_) from None
+            raise Unfit(e.message.replace("more GPUs", "more ranks"), source=src,
+                        field=field_) from None
         start = [0 if base.row_wise[t] else
                  max(range(L), key=lambda g, t=t: base.frac[g][t]) for t in range(T)]
         span = [L if base.row_wise[t] else 1 for t in range(T)]
@@ -442,9 +447,9 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float 
                       f"{PARAMS_KEY}.columns" if p.columns else
                       f"{PARAMS_KEY}.column_shard_dim" if p.sharding == "column-wise" else
                       f"{PARAMS_KEY}.dp_max_MiB")
-            raise UserError(f"rank {g} holds {used / GiB:.2f} GiB of tables but a GPU holds "
-                            f"{hbm / GiB:g} GiB: expected a placement that fits",
-                            source=src, field=field_)
+            raise Unfit(f"rank {g} holds {used / GiB:.2f} GiB of tables but a GPU holds "
+                        f"{hbm / GiB:g} GiB: expected a placement that fits",
+                        source=src, field=field_)
     return layout
 
 
@@ -514,10 +519,10 @@ def place_runs(cfg: Config, p: ClusterParams, L: int, tables: list[int], cols: l
                       f"{PARAMS_KEY}.column_shard_dim" if alone else
                       "hardware.cluster.nodes" if p.shard_group is None else
                       f"{PARAMS_KEY}.shard_group")
-            raise UserError(f"table {t}'s {k} shard(s) of {piece / GiB:.2f} GiB fit on no run "
-                            f"of {k} of the shard group's {L} ranks of {hbm / GiB:g} GiB: "
-                            f"expected {'narrower slices' if alone else 'more ranks'}",
-                            source=cfg.source, field=field_)
+            raise Unfit(f"table {t}'s {k} shard(s) of {piece / GiB:.2f} GiB fit on no run "
+                        f"of {k} of the shard group's {L} ranks of {hbm / GiB:g} GiB: "
+                        f"expected {'narrower slices' if alone else 'more ranks'}",
+                        source=cfg.source, field=field_)
         s0 = min(fits, key=lambda s: (max(load[s:s + k]), max(used[s:s + k]), s))
         start[t], span[t] = s0, k
         for g in range(s0, s0 + k):
@@ -583,12 +588,15 @@ class Cluster(Design):
         base = self.batch_bytes().in_flight(p.pipeline)
         try:
             self.layout = cluster_layout(cfg, p, L, base)
-        except UserError as e:
-            if p.rank_cache != "none" or e.field == "model.batch_size":
-                raise
-            raise UserError(f"{e.message} (each GPU's HBM less {base / GiB:.2f} GiB that "
-                            f"the batches in flight hold, pipeline {p.pipeline})",
-                            source=e.source, field=e.field) from None
+        except Unfit as e:  # say what the shards did not fit in (the other errors: as is)
+            hw = cfg.hardware
+            where = (f"each GPU's HBM less {base / GiB:.2f} GiB that the batches in flight "
+                     f"hold, pipeline {p.pipeline}" if p.rank_cache == "none" else
+                     f"with rank_cache {p.rank_cache} the shards live in host DRAM: "
+                     f"hardware.dram_capacity_GiB / interconnect.gpus_per_node = "
+                     f"{hw.dram_capacity_GiB / G:g} GiB a rank")
+            raise UserError(f"{e.message} ({where})", source=e.source,
+                            field=e.field) from None
         self.plan = RankPlan(self.traced, L, self.layout.start, self.layout.span,
                              self.layout.cols, self.layout.at)
         m = cfg.model
