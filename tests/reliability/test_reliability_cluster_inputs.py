@@ -216,3 +216,12 @@ def test_shards_beyond_a_ranks_host_dram_say_host_dram(tmp_path, capsys):
                               "hardware.dram_capacity_GiB": 1e-6}, "yaml",
            "hardware.cluster.nodes", "expected more ranks", "host DRAM",
            "hardware.dram_capacity_GiB / interconnect.gpus_per_node = 1.25e-07 GiB a rank")
+
+
+@pytest.mark.parametrize("via", ["yaml", "set"])
+def test_microbatches_have_a_bound_before_any_chunk_is_simulated(tmp_path, capsys, via):
+    """Each micro-batch is a simulated chunk: 65,536 of a rank's 65,536 samples priced 3
+    batches in 31 s (a run of 1,000 batches: hours). Beyond 1,024 is a typo."""
+    _check(tmp_path, capsys, {"model.batch_size": 16 * 2048, f"{K}.pipeline": "nestpipe",
+                              f"{K}.microbatches": 2048}, via,
+           f"{K}.microbatches", "<= 1024")

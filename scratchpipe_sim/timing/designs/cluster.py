@@ -118,6 +118,8 @@ from scratchpipe_sim.traces.forked import can_fork, fork_map, usable_cores
 A2A, AR = Collective.ALL_TO_ALL, Collective.ALL_REDUCE
 #: batches a per-rank scratchpipe cache pins (the one training, the one being fetched)
 RANK_LOOKAHEAD = 2
+#: the most micro-batches a batch is split into (`microbatches`)
+MAX_MICROBATCHES = 1024
 #: the config key of this design's parameters (errors name it)
 PARAMS_KEY = "design_params.cluster"
 
@@ -238,7 +240,10 @@ class ClusterParams:
         "NestPipe's Frozen-Window Pipelining (arXiv 2604.06956); 1: no split") | {
         "help": "with pipeline nestpipe: chunks the output and gradient all-to-alls of a "
                 "batch are split into, each overlapping the previous chunk's dense forward "
-                "and backward; must divide a rank's batch", "min": 1})
+                "and backward; must divide a rank's batch", "min": 1,
+        # each chunk is simulated (65,536 of them priced 3 batches in 31 s): 1024 is far
+        # beyond NestPipe's few and a fraction of a second a batch
+        "max": MAX_MICROBATCHES})
 
 
 class Unfit(UserError):
