@@ -225,3 +225,17 @@ def test_microbatches_have_a_bound_before_any_chunk_is_simulated(tmp_path, capsy
     _check(tmp_path, capsys, {"model.batch_size": 16 * 2048, f"{K}.pipeline": "nestpipe",
                               f"{K}.microbatches": 2048}, via,
            f"{K}.microbatches", "<= 1024")
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"model.batch_size": 7}, ["7 samples over the cluster's 16 ranks is 0.4375 a rank",
+                               "expected a multiple of 16"]),
+    ({"model.batch_size": 24}, ["1.5 a rank", "expected a multiple of 16"]),
+    ({"model.batch_size": 12, f"{K}.shard_group": 8, f"{K}.trace_scope": "shard-group"},
+     ["over a shard group's 8 ranks is 1.5 a rank", "expected a multiple of 8"]),
+])
+def test_a_batch_the_ranks_cannot_share_whole(tmp_path, capsys, settings, words):
+    """Each rank trains a whole local batch (TorchRec's global batch is the local batch x
+    the world size; HugeCTR refuses one its GPUs do not divide): 7 samples on 16 ranks
+    priced 0.4375 a rank, some ranks with no sample."""
+    _check(tmp_path, capsys, settings, "yaml", "model.batch_size", *words)

@@ -589,6 +589,14 @@ class Cluster(Design):
                             source=cfg.source, field="hardware.pcie.gpus_per_switch")
         #: the trace's batch covers every rank, or one shard group (priced once)
         self.traced = n if p.trace_scope == "global" else L
+        B = cfg.model.batch_size
+        if B % self.traced:  # a rank's local batch is whole (TorchRec, HugeCTR)
+            scope = "the cluster's" if p.trace_scope == "global" else "a shard group's"
+            raise UserError(f"a batch of {B:,} samples over {scope} {self.traced} ranks is "
+                            f"{B / self.traced:g} a rank: expected a multiple of "
+                            f"{self.traced} (each rank's local batch whole, as TorchRec's "
+                            "and HugeCTR's global batch is)", source=cfg.source,
+                            field="model.batch_size")
         # the batches in flight's bytes that do not depend on the placement reserved first
         base = self.batch_bytes().in_flight(p.pipeline)
         try:
