@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 from scratchpipe_sim.config import Config
+from scratchpipe_sim.config.model import gib
 from scratchpipe_sim.errors import UserError
 
 GiB = 1 << 30
@@ -115,20 +116,20 @@ def shard(cfg: Config, n: int, mode: str, where: str) -> Sharding:
     full = [g for g in range(n) if used[g] > hbm]
     if full:
         need = sum(sizes[t] for t in range(T) if row_wise[t])
-        raise UserError(f"the row-wise tables need {need / GiB:.2f} GiB, {need / n / GiB:.2f} "
+        raise UserError(f"the row-wise tables need {gib(need)} GiB, {gib(need / n)} "
                         f"GiB per GPU on {n} GPUs of {hbm / GiB:g} GiB: expected more GPUs",
                         source=src, field=f"{where}.gpus")
     for t in sorted((t for t in range(T) if not row_wise[t]), key=lambda t: (-sizes[t], t)):
         if sizes[t] > hbm:
-            raise UserError(f"table {t} needs {sizes[t] / GiB:.2f} GiB ({m.rows_per_table[t]} "
+            raise UserError(f"table {t} needs {gib(sizes[t])} GiB ({m.rows_per_table[t]} "
                             f"rows x {m.moved_row_bytes_per_table[t]} B) but one GPU holds "
                             f"{hbm / GiB:g} GiB: expected {where}.sharding row-wise or auto",
                             source=src, field=f"{where}.sharding")
         fits = [g for g in range(n) if used[g] + sizes[t] <= hbm]
         if not fits:
-            raise UserError(f"table {t} ({sizes[t] / GiB:.2f} GiB) fits on none of {n} GPUs "
+            raise UserError(f"table {t} ({gib(sizes[t])} GiB) fits on none of {n} GPUs "
                             f"of {hbm / GiB:g} GiB (the tables need "
-                            f"{sum(sizes) / GiB:.2f} GiB): expected more GPUs",
+                            f"{gib(sum(sizes))} GiB): expected more GPUs",
                             source=src, field=f"{where}.gpus")
         g = min(fits, key=lambda g: (load[g], used[g], g))
         frac[g][t] = 1.0
@@ -154,7 +155,7 @@ def gpus_to_hold(cfg: Config, mode: str, where: str) -> int:
     except UserError as e:
         if e.field == f"{where}.sharding":  # one table alone cannot be placed: name it
             raise
-    raise UserError(f"the tables need {total / GiB:.2f} GiB but "
+    raise UserError(f"the tables need {gib(total)} GiB but "
                     f"hardware.interconnect.gpus_per_node = {per_node} GPUs of {hbm / GiB:g} "
                     "GiB hold less: expected a node that holds them (multi-gpu models one "
                     "node)", source=cfg.source, field=f"{where}.gpus")

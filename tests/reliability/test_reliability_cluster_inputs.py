@@ -239,3 +239,20 @@ def test_a_batch_the_ranks_cannot_share_whole(tmp_path, capsys, settings, words)
     the world size; HugeCTR refuses one its GPUs do not divide): 7 samples on 16 ranks
     priced 0.4375 a rank, some ranks with no sample."""
     _check(tmp_path, capsys, settings, "yaml", "model.batch_size", *words)
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"hardware.gpu.hbm_capacity_GiB": 0.0001, "hardware.gpu.l2_MiB": 0},
+     ["model.batch_size", "of batches in flight", "more than a GPU's 0.0001 GiB"]),
+    ({"hardware.gpu.hbm_capacity_GiB": 0.00005, "hardware.gpu.l2_MiB": 0,
+      f"{K}.rank_cache": "lru-cache"}, ["cache.load_factor", "the cache needs 7.63e-05 GiB"]),
+    ({"hardware.gpu.hbm_capacity_GiB": 0.00005, "hardware.gpu.l2_MiB": 0,
+      f"{K}.rank_cache": "lru-cache", "cache.capacity_rows": 1},
+     ["model.batch_size", "no room for rank 0's cache"]),
+    ({f"{K}.rank_cache": "lru-cache", f"{K}.sharding": "row-wise",
+      "hardware.dram_capacity_GiB": 1e-6}, ["hardware.cluster.nodes", "host DRAM"]),
+])
+def test_small_memories_are_not_said_to_hold_zero_gib(tmp_path, capsys, settings, words):
+    """Bytes below 0.01 GiB in three significant digits: "rank 0 holds 0.00 GiB of tables
+    and 0.00 GiB of batches in flight, more than a GPU's 0.0001 GiB" read as a bug."""
+    assert "0.00 GiB" not in _check(tmp_path, capsys, settings, "yaml", *words)

@@ -68,6 +68,7 @@ import simpy
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.hardware import doc
+from scratchpipe_sim.config.model import gib
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.replay_cache import (
     POLICY_SOURCES,
@@ -362,7 +363,7 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float 
         free = hw.gpu.hbm_capacity_GiB - reserved_bytes / GiB
         if free <= 0:
             raise UserError(f"the batches in flight (pipeline {p.pipeline}) hold "
-                            f"{reserved_bytes / GiB:.2f} GiB of each GPU's "
+                            f"{gib(reserved_bytes)} GiB of each GPU's "
                             f"{hw.gpu.hbm_capacity_GiB:g} GiB of HBM before any table: "
                             "expected a smaller batch per GPU", source=src,
                             field="model.batch_size")
@@ -452,7 +453,7 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float 
                       f"{PARAMS_KEY}.columns" if p.columns else
                       f"{PARAMS_KEY}.column_shard_dim" if p.sharding == "column-wise" else
                       f"{PARAMS_KEY}.dp_max_MiB")
-            raise Unfit(f"rank {g} holds {used / GiB:.2f} GiB of tables but a GPU holds "
+            raise Unfit(f"rank {g} holds {gib(used)} GiB of tables but a GPU holds "
                         f"{hbm / GiB:g} GiB: expected a placement that fits",
                         source=src, field=field_)
     return layout
@@ -524,7 +525,7 @@ def place_runs(cfg: Config, p: ClusterParams, L: int, tables: list[int], cols: l
                       f"{PARAMS_KEY}.column_shard_dim" if alone else
                       "hardware.cluster.nodes" if p.shard_group is None else
                       f"{PARAMS_KEY}.shard_group")
-            raise Unfit(f"table {t}'s {k} shard(s) of {piece / GiB:.2f} GiB fit on no run "
+            raise Unfit(f"table {t}'s {k} shard(s) of {gib(piece)} GiB fit on no run "
                         f"of {k} of the shard group's {L} ranks of {hbm / GiB:g} GiB: "
                         f"expected {'narrower slices' if alone else 'more ranks'}",
                         source=cfg.source, field=field_)
@@ -603,7 +604,7 @@ class Cluster(Design):
             self.layout = cluster_layout(cfg, p, L, base)
         except Unfit as e:  # say what the shards did not fit in (the other errors: as is)
             hw = cfg.hardware
-            where = (f"each GPU's HBM less {base / GiB:.2f} GiB that the batches in flight "
+            where = (f"each GPU's HBM less {gib(base)} GiB that the batches in flight "
                      f"hold, pipeline {p.pipeline}" if p.rank_cache == "none" else
                      f"with rank_cache {p.rank_cache} the shards live in host DRAM: "
                      f"hardware.dram_capacity_GiB / interconnect.gpus_per_node = "
@@ -708,8 +709,8 @@ class Cluster(Design):
             g = int(np.argmax(total))
             if total[g] > hbm:
                 raise UserError(
-                    f"rank {g} holds {self.layout.used_bytes[g] / GiB:.2f} GiB of tables and "
-                    f"{self.in_flight[g] / GiB:.2f} GiB of batches in flight (pipeline "
+                    f"rank {g} holds {gib(self.layout.used_bytes[g])} GiB of tables and "
+                    f"{gib(self.in_flight[g])} GiB of batches in flight (pipeline "
                     f"{p.pipeline}), more than a GPU's {hbm / GiB:g} GiB: expected a smaller "
                     "batch per GPU, fewer batches in flight or more ranks",
                     source=cfg.source, field="model.batch_size")
@@ -717,7 +718,7 @@ class Cluster(Design):
         room = hbm - self.in_flight[worst]
         if room < self.rank_R:
             raise UserError(f"the batches in flight (pipeline {p.pipeline}) hold "
-                            f"{self.in_flight[worst] / GiB:.2f} GiB of a GPU's "
+                            f"{gib(self.in_flight[worst])} GiB of a GPU's "
                             f"{hbm / GiB:g} GiB: no room for rank {worst}'s cache; expected "
                             "a smaller batch per GPU", source=cfg.source,
                             field="model.batch_size")
@@ -728,8 +729,8 @@ class Cluster(Design):
             if need > hbm:
                 raise UserError(
                     f"rank {g}'s cache of {cap} rows x {self.rank_R:g} B "
-                    f"({cap * self.rank_R / GiB:.2f} GiB) and its batches in flight "
-                    f"({self.in_flight[g] / GiB:.2f} GiB, pipeline {p.pipeline}) need more "
+                    f"({gib(cap * self.rank_R)} GiB) and its batches in flight "
+                    f"({gib(self.in_flight[g])} GiB, pipeline {p.pipeline}) need more "
                     f"than a GPU's {hbm / GiB:g} GiB: expected at most "
                     f"{int((hbm - self.in_flight[g]) // self.rank_R)} rows",
                     source=cfg.source, field="cache.capacity_rows")
