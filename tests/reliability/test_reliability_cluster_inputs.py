@@ -256,3 +256,18 @@ def test_small_memories_are_not_said_to_hold_zero_gib(tmp_path, capsys, settings
     """Bytes below 0.01 GiB in three significant digits: "rank 0 holds 0.00 GiB of tables
     and 0.00 GiB of batches in flight, more than a GPU's 0.0001 GiB" read as a bug."""
     assert "0.00 GiB" not in _check(tmp_path, capsys, settings, "yaml", *words)
+
+
+@pytest.mark.parametrize("settings, key", [
+    ({"cache.capacity_rows": 1}, "cache.capacity_rows"),
+    ({"cache.load_factor": 0.01}, "cache.load_factor"),
+])
+def test_a_scratchpipe_rank_cache_too_small_names_the_key_that_sized_it(tmp_path, capsys,
+                                                                        settings, key):
+    """A rank's scratchpipe cache smaller than its two pinned batches: the key that set its
+    capacity (load_factor was blamed as cache.capacity_rows), and no advice to set an
+    on_overflow the rank's policy does not read."""
+    line = _check(tmp_path, capsys, {f"{K}.rank_cache": "scratchpipe", **settings}, "set",
+                  key, "rank cache scratchpipe", "scratchpipe needs capacity >=",
+                  f"expected a larger {key}")
+    assert "on_overflow" not in line

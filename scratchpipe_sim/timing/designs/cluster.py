@@ -923,8 +923,13 @@ class Cluster(Design):
             else:
                 made = [_replay_rank(state, r) for r in todo]
         except UserError as e:  # a cache too small for the rank's pinned batches
-            raise UserError(e.message, source=self.cfg.source,
-                            field="cache.capacity_rows") from None
+            # the key that set the capacity; a rank's policy takes no on_overflow, so not
+            # the policy's advice to set one
+            key = ("cache.capacity_rows" if self.cfg.cache.capacity_rows is not None
+                   else "cache.load_factor")
+            raise UserError(f"rank cache {p.rank_cache}: "
+                            f"{e.message.split('; raise the capacity')[0]}; expected a "
+                            f"larger {key}", source=self.cfg.source, field=key) from None
         for r, cols in zip(todo, made, strict=True):
             per_rank[r] = cached_columns(keys.get(r, {}), lambda cols=cols: (cols, {}),
                                          replay_cache, sources=_REPLAY_SOURCES)[0]
