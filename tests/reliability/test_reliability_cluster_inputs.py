@@ -9,6 +9,7 @@ and test_reliability_cluster_pipeline.py hold are not repeated here."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -17,7 +18,10 @@ import yaml
 from cli_errors import one_line_error
 from small_configs import one_node_two_tables
 
+import scratchpipe_sim.api as api
+from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import deep_merge
+from scratchpipe_sim.errors import UserError
 
 K = "design_params.cluster"
 HUGE = 10**18
@@ -271,3 +275,62 @@ def test_a_scratchpipe_rank_cache_too_small_names_the_key_that_sized_it(tmp_path
                   key, "rank cache scratchpipe", "scratchpipe needs capacity >=",
                   f"expected a larger {key}")
     assert "on_overflow" not in line
+
+
+# -- sweeps and the Python API ------------------------------------------------------------------
+def _sweep(tmp_path: Path, grid: dict, designs: list[str]) -> Path:
+    base = {k: v for k, v in _base().items() if k != "designs"}
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "hostile", "base": base, "designs": designs,
+                                    "sweep": {"grid": grid}, "metrics": ["samples_per_s"]},
+                                   allow_unicode=True))
+    return path
+
+
+@pytest.mark.parametrize("grid, field", [
+    ({f"{K}.pipeline": ["none", "gpipe"]}, f"{K}.pipeline"),
+    ({f"{K}.columns": [{"0": "two"}]}, f"{K}.columns.0"),
+    ({f"{K}.pipeline": ["nestpipe"], f"{K}.microbatches": [2, 2048]}, f"{K}.microbatches"),
+    ({"hardware.pcie.switch_uplink_GBps": [25, 0]}, "hardware.pcie.switch_uplink_GBps"),
+])
+def test_a_sweep_with_a_bad_key_value_exits_2_before_any_point(tmp_path, capsys, grid, field):
+    exp = _sweep(tmp_path, grid, ["cluster"])
+    one_line_error(capsys, ["sweep", str(exp), "--out", str(tmp_path / "out"), "-q"],
+                   str(exp), "sweep point", field)
+    assert not list((tmp_path / "out").glob("*"))  # no manifest, no rows
+
+
+def test_a_cluster_point_refused_first_is_infeasible_as_when_refused_later(tmp_path, capsys):
+    """A design whose input check refuses a point is an infeasible result beside the
+    designs that ran. It was an error (exit 1, "rerun with --retry-failed") when the point
+    was the first of its trace in the worker (the trace's warm-up check builds every
+    design) and infeasible when the trace was already built."""
+    exp = _sweep(tmp_path, {f"{K}.placement": [{"²": [0]}, {"0": [99]}, None]},
+                 ["multi-gpu", "cluster"])
+    assert main(["sweep", str(exp), "--out", str(tmp_path / "out"), "-q"]) == 0
+    capsys.readouterr()
+    with open(tmp_path / "out" / "results.csv", newline="") as f:
+        rows = {(r["index"], r["design"]): r for r in csv.DictReader(f)}
+    assert {k: r["status"] for k, r in rows.items()} == {
+        ("0", "multi-gpu"): "ok", ("0", "cluster"): "infeasible",
+        ("1", "multi-gpu"): "ok", ("1", "cluster"): "infeasible",
+        ("2", "multi-gpu"): "ok", ("2", "cluster"): "ok"}
+    assert f"{K}.placement.²: no table '²'" in rows["0", "cluster"]["error"]
+    assert f"{K}.placement.0: rank 99" in rows["1", "cluster"]["error"]
+    assert rows["0", "multi-gpu"]["samples_per_s"] == rows["2", "multi-gpu"]["samples_per_s"]
+
+
+@pytest.mark.parametrize("dotted, words", [
+    ({f"{K}.placement": {"²": [0]}}, [f"{K}.placement.²", "no table"]),
+    ({f"{K}.columns": {"0": "two"}}, [f"{K}.columns.0", "expected an integer"]),
+    ({f"{K}.pipeline": "nestpipe", f"{K}.microbatches": 2048}, [f"{K}.microbatches", "<= 1024"]),
+    ({"hardware.pcie.gpus_per_switch": 3}, ["hardware.pcie.gpus_per_switch", "divisor of 8"]),
+    ({"model.batch_size": 7}, ["model.batch_size", "expected a multiple of 16"]),
+])
+def test_the_api_raises_the_same_line(dotted, words):
+    with pytest.raises(UserError) as e:
+        api.simulate(_base(), ["cluster"], replay_cache=False, **dotted)
+    text = str(e.value)
+    assert "\n" not in text
+    for w in words:
+        assert w in text, (w, text)
