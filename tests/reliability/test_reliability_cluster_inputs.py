@@ -334,3 +334,24 @@ def test_the_api_raises_the_same_line(dotted, words):
     assert "\n" not in text
     for w in words:
         assert w in text, (w, text)
+
+
+@pytest.mark.parametrize("ranges, words", [
+    ({"cluster.nic_GBps": [0, 10]}, ["hardware.ranges.cluster.nic_GBps", "low end 0",
+                                      "expected a value > 0"]),
+    ({"pcie.switch_uplink_GBps": [0, 25]},
+     ["hardware.ranges.pcie.switch_uplink_GBps", "low end 0", "expected a value > 0"]),
+    ({"interconnect.alltoall_efficiency": [0.5, 1.5]},
+     ["hardware.ranges.interconnect.alltoall_efficiency", "high end 1.5", "<= 1"]),
+])
+def test_a_sensitivity_range_end_a_key_refuses_names_the_range(tmp_path, capsys, ranges,
+                                                                 words):
+    """`sensitivity` varies each hardware.ranges key to both ends: an end the key refuses
+    is one line naming the range before anything is priced (it named the hardware key
+    after the nominal run, as if the config had set it)."""
+    cfg = deep_merge(_base(), {"hardware": {"ranges": ranges}})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    line = one_line_error(capsys, ["sensitivity", str(path), "--samples", "0", "--out",
+                                   str(tmp_path / "s")], str(path), *words)
+    assert "nominal" not in line and not (tmp_path / "s").exists()
