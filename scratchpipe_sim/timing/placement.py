@@ -75,11 +75,15 @@ def table_bytes(cfg: Config) -> list[float]:
 def column_block(dim: int, min_width: int) -> int:
     """TorchRec's column-wise block (sharding_plan.py `_find_base_dim`, used by
     `_calculate_cw_shard_sizes_and_offsets`): the smallest divisor of `dim` that is at least
-    `min_width` and a multiple of 4; the whole dim when none is (one shard: table-wise)."""
-    for w in range(max(min_width, 1), dim):
-        if dim % w == 0 and w % CW_ALIGN == 0:
-            return w
-    return dim
+    `min_width` and a multiple of 4; the whole dim when none is (one shard: table-wise).
+    The divisors are found in pairs up to sqrt(dim): a prime dim of 10**8 is 10**4 steps,
+    not the 10**8 (5 s a table) of trying every width."""
+    divisors = set()
+    for i in range(1, math.isqrt(dim) + 1):
+        if dim % i == 0:
+            divisors.update((i, dim // i))
+    fits = [w for w in divisors if max(min_width, 1) <= w < dim and w % CW_ALIGN == 0]
+    return min(fits, default=dim)
 
 
 def column_shard_bytes(cfg: Config, t: int, k: int) -> float:

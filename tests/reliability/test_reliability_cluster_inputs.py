@@ -22,6 +22,7 @@ import scratchpipe_sim.api as api
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import deep_merge
 from scratchpipe_sim.errors import UserError
+from scratchpipe_sim.timing.placement import column_block
 
 K = "design_params.cluster"
 HUGE = 10**18
@@ -355,3 +356,19 @@ def test_a_sensitivity_range_end_a_key_refuses_names_the_range(tmp_path, capsys,
     line = one_line_error(capsys, ["sensitivity", str(path), "--samples", "0", "--out",
                                    str(tmp_path / "s")], str(path), *words)
     assert "nominal" not in line and not (tmp_path / "s").exists()
+
+
+def test_torchrecs_column_block_of_a_huge_dim_is_found_from_its_divisors():
+    """`column_block` tried every width up to the dim (a prime dim of 99,999,989: 5 s a
+    table, four tables of it 40 s of a run that prices nothing else); from the divisor
+    pairs it is the same block: every width tried by hand on small dims, and the huge
+    prime's whole dim."""
+    def tried(dim: int, least: int) -> int:
+        return next((w for w in range(max(least, 1), dim) if dim % w == 0 and w % 4 == 0),
+                    dim)
+
+    for dim in range(1, 600):
+        for least in (1, 4, 6, 32, 128):
+            assert column_block(dim, least) == tried(dim, least), (dim, least)
+    assert column_block(99_999_989, 4) == 99_999_989
+    assert column_block(2**40, 128) == 128 and column_block(3 * 2**40, 2**40 + 1) == 3 * 2**39
