@@ -372,3 +372,18 @@ def test_torchrecs_column_block_of_a_huge_dim_is_found_from_its_divisors():
             assert column_block(dim, least) == tried(dim, least), (dim, least)
     assert column_block(99_999_989, 4) == 99_999_989
     assert column_block(2**40, 128) == 128 and column_block(3 * 2**40, 2**40 + 1) == 3 * 2**39
+
+
+@pytest.mark.parametrize("text, words", [
+    # YAML keeps the integer 0 and the string "0" apart; as table keys they are one, and
+    # one of the two was dropped without a word
+    ('placement: {0: [1], "0": [2]}', [f"{K}.placement.0", "keys 0 and '0' are both '0'"]),
+    ('columns: {0: 2, "0": 4}', [f"{K}.columns.0", "expected each key once"]),
+    # .nan for a key with a physical range: finite expected, not "0 to 1e+09 MiB, got nan"
+    ("dp_max_MiB: .nan", [f"{K}.dp_max_MiB", "expected a finite number"]),
+])
+def test_yaml_spellings_of_one_key_or_no_number(tmp_path, capsys, text, words):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_base()) + "design_params:\n  cluster:\n    " + text + "\n")
+    one_line_error(capsys, _argv(path, tmp_path), str(path), *words)
+    assert not (tmp_path / "out").exists()
