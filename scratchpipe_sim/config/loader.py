@@ -177,12 +177,15 @@ def _yaml_error(e: yaml.YAMLError, source: str | None, field: str | None) -> Use
 def parse_yaml_value(text: str, source: str | None = None, field: str | None = None) -> Any:
     """A command-line value read as YAML (`22` an int, `"22"` the string 22, `1e-3` a
     float); text that is not valid YAML stays text, but a value beyond a limit (nesting,
-    aliases) is a UserError, never kept."""
+    aliases), a flow mapping or list (`{...}`, `[...]`: meant as one) or a duplicate key
+    is a UserError naming the YAML's problem, never kept as text."""
     try:
         return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except YamlLimitError as e:
         raise _yaml_error(e, source, field) from None
-    except yaml.YAMLError:
+    except yaml.YAMLError as e:
+        if text.lstrip().startswith(("{", "[")) or "duplicate key" in str(e):
+            raise _yaml_error(e, source, field) from None
         return text
 
 

@@ -387,3 +387,19 @@ def test_yaml_spellings_of_one_key_or_no_number(tmp_path, capsys, text, words):
     path.write_text(yaml.safe_dump(_base()) + "design_params:\n  cluster:\n    " + text + "\n")
     one_line_error(capsys, _argv(path, tmp_path), str(path), *words)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("setting, words", [
+    # a duplicate key in a --set mapping made the whole value a string: "expected a mapping
+    # or null, got '{00: [1], 0: [2]}' (str)", the duplicate never named
+    (f"{K}.placement={{00: [1], 0: [2]}}", ["duplicate key 0", "expected each key once"]),
+    (f"{K}.columns={{0: 2, 0: 4}}", ["duplicate key 0"]),
+    # an unclosed flow list or mapping: meant as one, not text
+    (f"{K}.placement={{0: [1, 2}}", ["not valid YAML", "expected ',' or ']'"]),
+    (f"{K}.sharding=[row-wise", ["not valid YAML"]),
+])
+def test_a_set_value_that_is_broken_yaml_says_so(tmp_path, capsys, setting, words):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_base()))
+    one_line_error(capsys, _argv(path, tmp_path, setting), "--set",
+                   setting.split("=", 1)[0], *words)
