@@ -403,3 +403,12 @@ def test_a_set_value_that_is_broken_yaml_says_so(tmp_path, capsys, setting, word
     path.write_text(yaml.safe_dump(_base()))
     one_line_error(capsys, _argv(path, tmp_path, setting), "--set",
                    setting.split("=", 1)[0], *words)
+
+
+@pytest.mark.parametrize("value", ["inf", "-5", "nan", "lots", "1e400", "0"])
+def test_a_bad_cluster_rank_limit_in_the_environment(tmp_path, capsys, monkeypatch, value):
+    monkeypatch.setenv("SCRATCHPIPE_MAX_CLUSTER_RANKS", value)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_base()))
+    one_line_error(capsys, _argv(path, tmp_path), "environment",
+                   "SCRATCHPIPE_MAX_CLUSTER_RANKS", "expected a whole number >= 1")
