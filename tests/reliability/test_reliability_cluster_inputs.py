@@ -85,6 +85,9 @@ PCIE = [
      ["hardware.pcie.gpus_per_switch", "expected an integer"]),
     ({"hardware.pcie.gpus_per_switch": [2]},
      ["hardware.pcie.gpus_per_switch", "expected an integer"]),
+    # DGX A100: two GPUs behind each PCIe switch, so a node of 5 GPUs cannot fill them
+    ({"hardware.preset": "dgx-a100-cluster", "hardware.interconnect.gpus_per_node": 5},
+     ["hardware.pcie.gpus_per_switch", "2 GPUs per PCIe switch", "expected a divisor of 5"]),
     ({"hardware.pcie.switch_uplink_GBps": 0}, ["hardware.pcie.switch_uplink_GBps", "> 0"]),
     ({"hardware.pcie.switch_uplink_GBps": -25}, ["hardware.pcie.switch_uplink_GBps", "> 0"]),
     ({"hardware.pcie.switch_uplink_GBps": 1e19},
