@@ -70,12 +70,23 @@ class UniqueKeyLoader(yaml.SafeLoader):
     PyYAML shares aliased objects, but printing or copying one expands it)."""
 
     _depth = 0
+    #: nodes composed so far, and their limit (read once a document)
+    _nodes = 0
+    _max_nodes = 0
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
         self._depth += 1
+        self._nodes += 1
         try:
             if self._depth > limits.YAML_DEPTH.value():
                 raise YamlLimitError(f"nested too deeply; {limits.YAML_DEPTH.advice()}",
+                                     self.peek_event().start_mark)
+            if not self._max_nodes:
+                self._max_nodes = limits.YAML_NODES.value()
+            if self._nodes > self._max_nodes:  # a list of 200,000 ranks: refused at the
+                # limit, not after composing all of it (17 s) and then named an alias
+                raise YamlLimitError(f"more than {self._max_nodes:,} nodes written; "
+                                     f"{limits.YAML_NODES.advice()}",
                                      self.peek_event().start_mark)
             return super().compose_node(parent, index)
         finally:

@@ -415,3 +415,16 @@ def test_a_bad_cluster_rank_limit_in_the_environment(tmp_path, capsys, monkeypat
     path.write_text(yaml.safe_dump(_base()))
     one_line_error(capsys, _argv(path, tmp_path), "environment",
                    "SCRATCHPIPE_MAX_CLUSTER_RANKS", "expected a whole number >= 1")
+
+
+def test_a_placement_list_beyond_the_yaml_node_limit_is_refused_at_the_limit(tmp_path,
+                                                                              capsys):
+    """A million ranks written for one table: refused when the 100,001st node is composed
+    (it composed all of them first, 31 s, then said "aliases expand", with no alias in
+    the file)."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_base()) + "design_params:\n  cluster:\n    placement: {0: ["
+                    + ", ".join(["1"] * 1_000_000) + "]}\n")
+    line = one_line_error(capsys, _argv(path, tmp_path), str(path), "YAML refused",
+                          "more than 100,000 nodes written", "SCRATCHPIPE_MAX_YAML_NODES")
+    assert "aliases expand" not in line
