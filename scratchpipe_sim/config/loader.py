@@ -70,12 +70,23 @@ class UniqueKeyLoader(yaml.SafeLoader):
     PyYAML shares aliased objects, but printing or copying one expands it)."""
 
     _depth = 0
+    #: nodes composed so far, and their limit (read once a document)
+    _nodes = 0
+    _max_nodes = 0
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
         self._depth += 1
+        self._nodes += 1
         try:
             if self._depth > limits.YAML_DEPTH.value():
                 raise YamlLimitError(f"nested too deeply; {limits.YAML_DEPTH.advice()}",
+                                     self.peek_event().start_mark)
+            if not self._max_nodes:
+                self._max_nodes = limits.YAML_NODES.value()
+            if self._nodes > self._max_nodes:  # a list of 200,000 ranks: refused at the
+                # limit, not after composing all of it (17 s) and then named an alias
+                raise YamlLimitError(f"more than {self._max_nodes:,} nodes written; "
+                                     f"{limits.YAML_NODES.advice()}",
                                      self.peek_event().start_mark)
             return super().compose_node(parent, index)
         finally:
@@ -177,12 +188,15 @@ def _yaml_error(e: yaml.YAMLError, source: str | None, field: str | None) -> Use
 def parse_yaml_value(text: str, source: str | None = None, field: str | None = None) -> Any:
     """A command-line value read as YAML (`22` an int, `"22"` the string 22, `1e-3` a
     float); text that is not valid YAML stays text, but a value beyond a limit (nesting,
-    aliases) is a UserError, never kept."""
+    aliases), a flow mapping or list (`{...}`, `[...]`: meant as one) or a duplicate key
+    is a UserError naming the YAML's problem, never kept as text."""
     try:
         return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except YamlLimitError as e:
         raise _yaml_error(e, source, field) from None
-    except yaml.YAMLError:
+    except yaml.YAMLError as e:
+        if text.lstrip().startswith(("{", "[")) or "duplicate key" in str(e):
+            raise _yaml_error(e, source, field) from None
         return text
 
 

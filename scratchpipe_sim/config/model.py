@@ -33,6 +33,13 @@ FRAMEWORKS = ("eager", "eager-per-table", "torchrec", "torchrec-unpipelined", "h
 GiB = 1 << 30
 
 
+def gib(nbytes: float) -> str:
+    """Bytes in GiB for a message: two decimals, or three significant digits below 0.01
+    GiB (the tables of a 0.0001 GiB GPU are not "0.00 GiB")."""
+    v = nbytes / GiB
+    return f"{v:.2f}" if v >= 0.01 or v == 0 else f"{v:.3g}"
+
+
 #: rows per table when neither the config nor a trace file gives them
 DEFAULT_ROWS = 1_000_000
 DEFAULT_TABLES = 8
@@ -422,7 +429,7 @@ class Config:
         if cache_bytes > hbm:
             key = ("cache.capacity_rows" if self.cache.capacity_rows is not None
                    else "cache.load_factor")
-            raise UserError(f"the cache needs {cache_bytes / GiB:.2f} GiB ({cap} rows x "
+            raise UserError(f"the cache needs {gib(cache_bytes)} GiB ({cap} rows x "
                             f"{m.moved_row_bytes:g} B) but hardware.gpu.hbm_capacity_GiB is "
                             f"{self.hardware.gpu.hbm_capacity_GiB}: expected a cache that fits "
                             "in HBM", source=src, field=key)

@@ -60,13 +60,21 @@ def coerce(tp: Any, value: Any, field: str, source: str | None) -> Any:
         args = get_args(tp)
         if value is None and type(None) in args:
             return None
+        # the one alternative's own error, where it says more than a wrong type (an
+        # element's, `columns.0: expected an integer`; a NaN's `expected a finite number`)
+        deeper = None
         for a in args:
             if a is type(None):
                 continue
             try:
                 return coerce(a, value, field, source)
-            except UserError:
+            except UserError as e:
+                generic = e.field == field and e.message.startswith(f"expected {_describe(a)}, ")
+                if not generic and deeper is None:
+                    deeper = e
                 continue
+        if deeper is not None and sum(a is not type(None) for a in args) == 1:
+            raise deeper
         raise bad()
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
@@ -113,6 +121,12 @@ def coerce(tp: Any, value: Any, field: str, source: str | None) -> Any:
         if not isinstance(value, Mapping):
             raise bad()
         vt = get_args(tp)[1] if get_args(tp) else Any
+        seen: dict[str, Any] = {}
+        for k in value:  # YAML keeps 0 and "0" apart; as text they are one key
+            if str(k) in seen:
+                raise UserError(f"keys {seen[str(k)]!r} and {k!r} are both '{k}': expected "
+                                "each key once", source=source, field=f"{field}.{k}")
+            seen[str(k)] = k
         return {str(k): coerce(vt, v, f"{field}.{k}", source) for k, v in value.items()}
     raise TypeError(f"unsupported config type {tp!r}")
 
@@ -175,6 +189,9 @@ def check_named(name: str, value: Any, field: str, source: str | None) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         return  # zero and below: every such field's own bound (min, gt, a curve check) says
     bound = named_bound(name)
+    if bound is not None and isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"expected a finite number, got {value!r} (.inf and .nan are not "
+                        "sizes or rates)", source=source, field=field)
     if bound is not None and not bound[0] <= value <= bound[1]:
         lo, hi, unit = bound
         raise UserError(f"expected {_num(lo)} to {_num(hi)} {unit}, got {_num(value)} (a "

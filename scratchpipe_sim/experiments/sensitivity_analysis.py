@@ -229,6 +229,12 @@ def params_of(cfg: Config) -> list[Param]:
         if isinstance(value, bool) or not (value is None or isinstance(value, int | float)):
             raise UserError(f"hardware.{key} is not a number: expected a numeric key",
                             source=cfg.source, field=where)
+        for end, v in (("low", lo), ("high", hi)):  # each end a value the key accepts:
+            try:  # refused here, naming the range, not after the nominal is priced
+                with_values(cfg, {key: v})
+            except UserError as e:
+                raise UserError(f"the range's {end} end {v:g} is refused: {e.message}",
+                                source=cfg.source, field=where) from None
         out.append(Param(key, float(lo), float(hi), None if value is None else float(value)))
     return out
 

@@ -99,14 +99,30 @@ def simulate_point(config: dict, designs: tuple, replay_cache: bool = True,
 
     cfg = Config.from_dict(config, source="sweep point")
     names = list(designs) or list(cfg.designs)
-    trace = point_trace(config, cfg, replay_cache, replay_jobs)
-    try:
-        return list(simulate(cfg, designs=names, trace=trace, replay_cache=replay_cache,
-                             jobs=replay_jobs))
-    except Exception as e:
-        if len(names) == 1:
-            return [_failed_row(names[0], e)]
     rows: list[dict] = []
+    try:
+        trace = point_trace(config, cfg, replay_cache, replay_jobs)
+    except UserError:
+        # a design that cannot be built here (its input check) fails the trace's warm-up
+        # check, which builds every design, only when the trace is not yet this worker's:
+        # infeasible either way, the others priced on the trace of their own
+        unbuilt = _unbuildable(cfg, names)
+        if not unbuilt:
+            raise
+        rows = [_failed_row(n, e) for n, e in unbuilt.items()]
+        names = [n for n in names if n not in unbuilt]
+        if not names:
+            return rows
+        config = {**config, "designs": names}
+        cfg = Config.from_dict(config, source="sweep point")
+        trace = point_trace(config, cfg, replay_cache, replay_jobs)
+    if not rows:
+        try:
+            return list(simulate(cfg, designs=names, trace=trace,
+                                 replay_cache=replay_cache, jobs=replay_jobs))
+        except Exception as e:
+            if len(names) == 1:
+                return [_failed_row(names[0], e)]
     for name in names:
         try:
             rows.extend(simulate(cfg, designs=[name], trace=trace,
@@ -115,6 +131,20 @@ def simulate_point(config: dict, designs: tuple, replay_cache: bool = True,
             rows.append(_failed_row(name, e))
     _fix_speedups(rows)
     return rows
+
+
+def _unbuildable(cfg: Any, names: list[str]) -> dict[str, UserError]:
+    """The designs of `names` whose construction on `cfg` refuses its input (a UserError),
+    with the error."""
+    from scratchpipe_sim.timing.designs.design_registry import DESIGNS
+
+    out: dict[str, UserError] = {}
+    for name in names:
+        try:
+            DESIGNS.get(name)(cfg)
+        except UserError as e:
+            out[name] = e
+    return out
 
 
 def _failed_row(design: str, e: Exception) -> dict:

@@ -68,6 +68,7 @@ import simpy
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.config.hardware import doc
+from scratchpipe_sim.config.model import gib
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.replay_cache import (
     POLICY_SOURCES,
@@ -118,6 +119,8 @@ from scratchpipe_sim.traces.forked import can_fork, fork_map, usable_cores
 A2A, AR = Collective.ALL_TO_ALL, Collective.ALL_REDUCE
 #: batches a per-rank scratchpipe cache pins (the one training, the one being fetched)
 RANK_LOOKAHEAD = 2
+#: the most micro-batches a batch is split into (`microbatches`)
+MAX_MICROBATCHES = 1024
 #: the config key of this design's parameters (errors name it)
 PARAMS_KEY = "design_params.cluster"
 
@@ -238,7 +241,15 @@ class ClusterParams:
         "NestPipe's Frozen-Window Pipelining (arXiv 2604.06956); 1: no split") | {
         "help": "with pipeline nestpipe: chunks the output and gradient all-to-alls of a "
                 "batch are split into, each overlapping the previous chunk's dense forward "
-                "and backward; must divide a rank's batch", "min": 1})
+                "and backward; must divide a rank's batch", "min": 1,
+        # each chunk is simulated (65,536 of them priced 3 batches in 31 s): 1024 is far
+        # beyond NestPipe's few and a fraction of a second a batch
+        "max": MAX_MICROBATCHES})
+
+
+class Unfit(UserError):
+    """The shards do not fit the memory that holds them (HBM, or host DRAM with a rank
+    cache): `Cluster` adds which memory and how much of it to the line."""
 
 
 def cluster_ranks(cfg: Config) -> int:
@@ -326,6 +337,16 @@ def span_ranks(L: int, span: int, c: int, firsts: tuple[int, ...]) -> list[int]:
     return [g for a in firsts for g in range(a, a + j)]
 
 
+def table_index(key: str, T: int, source: str | None, where: str) -> int:
+    """A `placement` / `columns` key as its table index: ASCII digits in their plain
+    spelling ("3", not "03", "+3" or a superscript digit, which str.isdigit accepts and
+    int() refuses), below T; a one-line error naming `where` otherwise."""
+    if not (key.isascii() and key.isdigit() and str(int(key)) == key) or int(key) >= T:
+        raise UserError(f"no table {key!r}: expected a table index 0-{T - 1}", source=source,
+                        field=where)
+    return int(key)
+
+
 def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float = 0.0
                    ) -> Layout:
     """The tables placed on a shard group of L ranks: `placement`'s tables where it names
@@ -342,7 +363,7 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float 
         free = hw.gpu.hbm_capacity_GiB - reserved_bytes / GiB
         if free <= 0:
             raise UserError(f"the batches in flight (pipeline {p.pipeline}) hold "
-                            f"{reserved_bytes / GiB:.2f} GiB of each GPU's "
+                            f"{gib(reserved_bytes)} GiB of each GPU's "
                             f"{hw.gpu.hbm_capacity_GiB:g} GiB of HBM before any table: "
                             "expected a smaller batch per GPU", source=src,
                             field="model.batch_size")
@@ -357,10 +378,7 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float 
     at: dict[int, tuple[int, ...]] = {}  # column tables' slices on named ranks
     for key, ranks in (p.placement or {}).items():
         where = f"{PARAMS_KEY}.placement.{key}"
-        if not key.isdigit() or int(key) >= T:
-            raise UserError(f"no table {key!r}: expected a table index 0-{T - 1}",
-                            source=src, field=where)
-        t = int(key)
+        t = table_index(key, T, src, where)
         k = cols[t]
         if not ranks:
             raise UserError("no ranks: expected the ranks holding the table", source=src,
@@ -414,8 +432,8 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float 
             base = shard(cfg, L, p.sharding, PARAMS_KEY)
         except UserError as e:
             field_ = where_nodes if e.field == f"{PARAMS_KEY}.gpus" else e.field
-            raise UserError(e.message.replace("more GPUs", "more ranks"), source=src,
-                            field=field_) from None
+            raise Unfit(e.message.replace("more GPUs", "more ranks"), source=src,
+                        field=field_) from None
         start = [0 if base.row_wise[t] else
                  max(range(L), key=lambda g, t=t: base.frac[g][t]) for t in range(T)]
         span = [L if base.row_wise[t] else 1 for t in range(T)]
@@ -435,9 +453,9 @@ def cluster_layout(cfg: Config, p: ClusterParams, L: int, reserved_bytes: float 
                       f"{PARAMS_KEY}.columns" if p.columns else
                       f"{PARAMS_KEY}.column_shard_dim" if p.sharding == "column-wise" else
                       f"{PARAMS_KEY}.dp_max_MiB")
-            raise UserError(f"rank {g} holds {used / GiB:.2f} GiB of tables but a GPU holds "
-                            f"{hbm / GiB:g} GiB: expected a placement that fits",
-                            source=src, field=field_)
+            raise Unfit(f"rank {g} holds {gib(used)} GiB of tables but a GPU holds "
+                        f"{hbm / GiB:g} GiB: expected a placement that fits",
+                        source=src, field=field_)
     return layout
 
 
@@ -462,10 +480,7 @@ def column_counts(cfg: Config, p: ClusterParams, L: int) -> list[int]:
                     field=f"{PARAMS_KEY}.column_shard_dim")
     for key, k in (p.columns or {}).items():
         where = f"{PARAMS_KEY}.columns.{key}"
-        if not key.isdigit() or int(key) >= T:
-            raise UserError(f"no table {key!r}: expected a table index 0-{T - 1}",
-                            source=src, field=where)
-        t = int(key)
+        t = table_index(key, T, src, where)
         d = m.dims[t]
         if k < 1 or d % k:
             raise UserError(f"{k} column shards of table {t}'s dim {d}: expected a divisor of "
@@ -510,10 +525,10 @@ def place_runs(cfg: Config, p: ClusterParams, L: int, tables: list[int], cols: l
                       f"{PARAMS_KEY}.column_shard_dim" if alone else
                       "hardware.cluster.nodes" if p.shard_group is None else
                       f"{PARAMS_KEY}.shard_group")
-            raise UserError(f"table {t}'s {k} shard(s) of {piece / GiB:.2f} GiB fit on no run "
-                            f"of {k} of the shard group's {L} ranks of {hbm / GiB:g} GiB: "
-                            f"expected {'narrower slices' if alone else 'more ranks'}",
-                            source=cfg.source, field=field_)
+            raise Unfit(f"table {t}'s {k} shard(s) of {gib(piece)} GiB fit on no run "
+                        f"of {k} of the shard group's {L} ranks of {hbm / GiB:g} GiB: "
+                        f"expected {'narrower slices' if alone else 'more ranks'}",
+                        source=cfg.source, field=field_)
         s0 = min(fits, key=lambda s: (max(load[s:s + k]), max(used[s:s + k]), s))
         start[t], span[t] = s0, k
         for g in range(s0, s0 + k):
@@ -575,16 +590,27 @@ class Cluster(Design):
                             source=cfg.source, field="hardware.pcie.gpus_per_switch")
         #: the trace's batch covers every rank, or one shard group (priced once)
         self.traced = n if p.trace_scope == "global" else L
+        B = cfg.model.batch_size
+        if B % self.traced:  # a rank's local batch is whole (TorchRec, HugeCTR)
+            scope = "the cluster's" if p.trace_scope == "global" else "a shard group's"
+            raise UserError(f"a batch of {B:,} samples over {scope} {self.traced} ranks is "
+                            f"{B / self.traced:g} a rank: expected a multiple of "
+                            f"{self.traced} (each rank's local batch whole, as TorchRec's "
+                            "and HugeCTR's global batch is)", source=cfg.source,
+                            field="model.batch_size")
         # the batches in flight's bytes that do not depend on the placement reserved first
         base = self.batch_bytes().in_flight(p.pipeline)
         try:
             self.layout = cluster_layout(cfg, p, L, base)
-        except UserError as e:
-            if p.rank_cache != "none" or e.field == "model.batch_size":
-                raise
-            raise UserError(f"{e.message} (each GPU's HBM less {base / GiB:.2f} GiB that "
-                            f"the batches in flight hold, pipeline {p.pipeline})",
-                            source=e.source, field=e.field) from None
+        except Unfit as e:  # say what the shards did not fit in (the other errors: as is)
+            hw = cfg.hardware
+            where = (f"each GPU's HBM less {gib(base)} GiB that the batches in flight "
+                     f"hold, pipeline {p.pipeline}" if p.rank_cache == "none" else
+                     f"with rank_cache {p.rank_cache} the shards live in host DRAM: "
+                     f"hardware.dram_capacity_GiB / interconnect.gpus_per_node = "
+                     f"{hw.dram_capacity_GiB / G:g} GiB a rank")
+            raise UserError(f"{e.message} ({where})", source=e.source,
+                            field=e.field) from None
         self.plan = RankPlan(self.traced, L, self.layout.start, self.layout.span,
                              self.layout.cols, self.layout.at)
         m = cfg.model
@@ -683,8 +709,8 @@ class Cluster(Design):
             g = int(np.argmax(total))
             if total[g] > hbm:
                 raise UserError(
-                    f"rank {g} holds {self.layout.used_bytes[g] / GiB:.2f} GiB of tables and "
-                    f"{self.in_flight[g] / GiB:.2f} GiB of batches in flight (pipeline "
+                    f"rank {g} holds {gib(self.layout.used_bytes[g])} GiB of tables and "
+                    f"{gib(self.in_flight[g])} GiB of batches in flight (pipeline "
                     f"{p.pipeline}), more than a GPU's {hbm / GiB:g} GiB: expected a smaller "
                     "batch per GPU, fewer batches in flight or more ranks",
                     source=cfg.source, field="model.batch_size")
@@ -692,7 +718,7 @@ class Cluster(Design):
         room = hbm - self.in_flight[worst]
         if room < self.rank_R:
             raise UserError(f"the batches in flight (pipeline {p.pipeline}) hold "
-                            f"{self.in_flight[worst] / GiB:.2f} GiB of a GPU's "
+                            f"{gib(self.in_flight[worst])} GiB of a GPU's "
                             f"{hbm / GiB:g} GiB: no room for rank {worst}'s cache; expected "
                             "a smaller batch per GPU", source=cfg.source,
                             field="model.batch_size")
@@ -703,8 +729,8 @@ class Cluster(Design):
             if need > hbm:
                 raise UserError(
                     f"rank {g}'s cache of {cap} rows x {self.rank_R:g} B "
-                    f"({cap * self.rank_R / GiB:.2f} GiB) and its batches in flight "
-                    f"({self.in_flight[g] / GiB:.2f} GiB, pipeline {p.pipeline}) need more "
+                    f"({gib(cap * self.rank_R)} GiB) and its batches in flight "
+                    f"({gib(self.in_flight[g])} GiB, pipeline {p.pipeline}) need more "
                     f"than a GPU's {hbm / GiB:g} GiB: expected at most "
                     f"{int((hbm - self.in_flight[g]) // self.rank_R)} rows",
                     source=cfg.source, field="cache.capacity_rows")
@@ -897,8 +923,13 @@ class Cluster(Design):
             else:
                 made = [_replay_rank(state, r) for r in todo]
         except UserError as e:  # a cache too small for the rank's pinned batches
-            raise UserError(e.message, source=self.cfg.source,
-                            field="cache.capacity_rows") from None
+            # the key that set the capacity; a rank's policy takes no on_overflow, so not
+            # the policy's advice to set one
+            key = ("cache.capacity_rows" if self.cfg.cache.capacity_rows is not None
+                   else "cache.load_factor")
+            raise UserError(f"rank cache {p.rank_cache}: "
+                            f"{e.message.split('; raise the capacity')[0]}; expected a "
+                            f"larger {key}", source=self.cfg.source, field=key) from None
         for r, cols in zip(todo, made, strict=True):
             per_rank[r] = cached_columns(keys.get(r, {}), lambda cols=cols: (cols, {}),
                                          replay_cache, sources=_REPLAY_SOURCES)[0]
