@@ -105,3 +105,24 @@ def test_split_next_uses_keep_four_bytes_and_a_bit_a_row(monkeypatch):
     monkeypatch.setattr(engine, "_SPLIT_NEXT_USE", False)
     _, wide = _peak(lambda: engine.compute_next_use(t))
     assert wide >= 8 * ROWS
+
+
+def test_scratchpipe_state_is_made_after_the_next_uses():
+    """The engine makes the next uses before `prepare`, and scratchpipe its slots' state
+    there: the backward pass's int32 a row is freed before the map exists, so a replay's
+    peak is below the state plus that array (it was their sum)."""
+    from scratchpipe_sim.policies.scratchpipe import ScratchPipe
+
+    t = _trace(ROWS)
+    made = ScratchPipe(200_000, ROWS, lookahead=3)
+    assert made.table.nbytes == 0  # nothing before `prepare`
+    made._make_state()
+    state = sum(a.nbytes for a in (made.table, made.slot_row, made.fifo, made.heap,
+                                   made.vring))
+    assert state > 4 * ROWS  # the per-row array alone would not show in the peak
+
+    def replay():
+        return engine.run_cache(t, ScratchPipe(200_000, ROWS, lookahead=3))
+
+    _, peak = _peak(replay)
+    assert state <= peak < state + 4 * ROWS
