@@ -126,3 +126,21 @@ def test_scratchpipe_state_is_made_after_the_next_uses():
 
     _, peak = _peak(replay)
     assert state <= peak < state + 4 * ROWS
+
+
+def test_split_kernel_reads_uint32_ids_as_int64_ones():
+    """A memory-mapped trace's ids are uint32: the split kernel gives the same next uses."""
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 300, 200)
+    got = []
+    for dtype in (np.int64, np.uint32):
+        low = np.full(300, (1 << 7) - 1, np.uint32)
+        high = np.full((300 + 63) >> 6, -1, np.int64)
+        out = np.empty(len(ids), np.int64)
+        engine._next_use_backward_split(ids.astype(dtype), 0, low, high, 7, out)
+        got.append(out)
+    plain = np.empty(len(ids), np.int64)
+    engine._next_use_backward(ids, 0, np.full(300, NO_NEXT_USE, np.int64), plain)
+    np.testing.assert_array_equal(got[0], plain)
+    np.testing.assert_array_equal(got[1], plain)
+    assert (plain >= 1 << 7).any() and (plain == NO_NEXT_USE).any()
