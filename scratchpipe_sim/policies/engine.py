@@ -156,9 +156,16 @@ def _replay(trace: Trace, policy: Policy, chunk_accesses: int, per_table: np.nda
     if policy.num_rows < trace.total_rows:
         raise UserError(f"policy built for {policy.num_rows} rows but the trace has "
                         f"{trace.total_rows}", source=trace.source)
-    policy.prepare(trace)
     ptr = trace.batch_access_ptr()  # once: at batch size 1 it is one int64 per access
+    # the next uses before `prepare`: their backward pass's per-row array is freed before a
+    # policy makes its state there (scratchpipe's map: issue 41)
     next_use = (next_uses(trace, chunk_accesses, ptr) if policy.needs_next_use else None)
+    try:
+        policy.prepare(trace)
+    except BaseException:
+        if next_use is not None:
+            next_use.close()
+        raise
     seen = SeenSet(trace, ptr, lazy=True)
     tables = per_table if per_table is not None else np.zeros((1, 4), np.int64)
     chunk_accesses = chunk_size(chunk_accesses)
@@ -375,16 +382,33 @@ def _backward(trace: Trace, chunk_accesses: int, ptr: np.ndarray | None, dtype: 
               sink, done) -> None:
     """The backward pass: chunks last to first, each chunk's next uses written into
     `sink(first, ids)` (an array of len(ids)), then handed to `done(first, that array)`."""
-    sentinel = NO_NEXT_USE_32 if np.dtype(dtype) == np.int32 else NO_NEXT_USE
-    last = np.full(trace.total_rows, sentinel, dtype)  # row -> next position
+    narrow = np.dtype(dtype) == np.int32
+    low_bits = _SPLIT_LOW_BITS
+    split = _SPLIT_NEXT_USE and not narrow and trace.num_accesses < (2 << low_bits) - 1
+    if split:  # row -> next position in 4 B + 1 bit (see `_next_use_backward_split`)
+        low = np.full(trace.total_rows, (1 << low_bits) - 1, np.uint32)
+        high = np.full((trace.total_rows + 63) >> 6, -1, np.int64)
+    else:
+        last = np.full(trace.total_rows, NO_NEXT_USE_32 if narrow else NO_NEXT_USE, dtype)
     ptr = trace.batch_access_ptr() if ptr is None else ptr
     starts = trace.chunk_starts(chunk_accesses, ptr=ptr)
     buffers = ChunkBuffers()
     for k, end in reversed(list(zip(starts[:-1], starts[1:], strict=True))):
         first, ids = trace.chunk_ids(k, end, ptr, buffers)
         out = sink(first, ids)
-        _next_use_backward(ids, first, last, out)
+        if split:
+            _next_use_backward_split(ids, first, low, high, low_bits, out)
+        else:
+            _next_use_backward(ids, first, last, out)
         done(first, out)
+
+
+#: low bits of a next position the backward pass keeps per row in a uint32 where next uses
+#: are int64 (2^31 - 1 accesses or more); one more bit a row lives in a bitmap (tests lower
+#: it to reach the path with a small trace)
+_SPLIT_LOW_BITS = 32
+#: False: an int64 a row instead (the tests compare the two)
+_SPLIT_NEXT_USE = True
 
 
 def next_use_sentinel(next_use: np.ndarray) -> int:
@@ -402,6 +426,32 @@ def _next_use_backward(ids, base, last, out):
         r = ids[j]
         out[j] = last[r]
         last[r] = base + j
+
+
+@njit(cache=True)
+def _next_use_backward_split(ids, base, low, high, low_bits, out):
+    """`_next_use_backward` into int64 `out` with the row's next position held in
+    `low_bits` + 1 bits: the low bits in `low[row]` (uint32), the top bit at bit row & 63
+    of `high[row >> 6]` (int64 words). All ones (every bit set, as both arrays start) is
+    "not seen": the caller passes a trace with fewer than 2^(low_bits + 1) - 1 accesses, so
+    every position is below it and each stores and reads back exactly. Why: a day of Criteo
+    Terabyte (4.74 B accesses) needs int64 next uses, and an int64 a row is 8 B x 204M rows
+    = 1.6 GB in the worker that makes them; this is 4.125 B a row (0.84 GB)."""
+    mask = (np.int64(1) << low_bits) - 1
+    unseen = (np.int64(2) << low_bits) - 1
+    for j in range(len(ids) - 1, -1, -1):
+        if j >= _PF_NEXT_USE:  # a hint (see _prefetch.py): `low` is one entry per row
+            prefetch(low, ids[j - _PF_NEXT_USE])
+            prefetch(high, ids[j - _PF_NEXT_USE] >> 6)
+        r = np.int64(ids[j])
+        w = r >> 6
+        s = r & 63
+        word = high[w]
+        code = (((word >> s) & 1) << low_bits) | np.int64(low[r])
+        out[j] = NO_NEXT_USE if code == unseen else code
+        p = np.int64(base) + j
+        low[r] = np.uint32(p & mask)
+        high[w] = (word & ~(np.int64(1) << s)) | ((p >> low_bits) << s)
 
 
 class SeenSet:

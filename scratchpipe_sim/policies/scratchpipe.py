@@ -512,19 +512,13 @@ class ScratchPipe(Policy):
         if self.on_overflow not in ON_OVERFLOW:
             raise UserError(f"on_overflow must be one of {', '.join(ON_OVERFLOW)}, got "
                             f"'{self.on_overflow}'", field="on_overflow")
-        cap = min(self.capacity, self.num_rows)  # more slots than rows are never used
-        track = self.lookahead >= 2
-        # refetch tracking (W >= 2): victims of the last W-1 batches stay in the map as
-        # ghosts. Rows filled in batches j-W+1..j are distinct and resident, so those batches
-        # have at most `cap` victims: the map holds <= 2 cap keys, the ring <= cap victims.
-        self.table, self.mask, self.shift = new_pair_map(2 * cap if track else cap)
-        # the row in each slot; slots are handed out in order 0, 1, ... until all are used
-        self.slot_row = np.full(cap, EMPTY, np.int64)
-        q = _pow2(2 * cap + 2)  # ring sizes: powers of two (index by mask)
-        self.fifo = np.zeros((q, 2), np.int64)  # (slot, next use) of unpinned rows
-        self.heap = np.zeros((q, 2), np.int64)  # (next use, slot), max-heap
+        # the slots' state is made by `prepare`, not here: the engine makes the next uses
+        # between the two, and their backward pass's per-row array (4 B a row; 204M rows in
+        # a Criteo day) is then freed before the map (16 B an entry, 4 entries a slot with
+        # refetch tracking, written at once) exists (issue 41: the two were alive together)
+        self._state_made = False
+        self.table = np.full((0, 2), EMPTY, np.int64)
         self.st = np.zeros(8, np.int64)
-        self.vring = np.zeros(_pow2(cap + 1) if track else 1, np.int64)
         self.vstart = np.zeros(_pow2(self.lookahead + 1), np.int64)
         self.refetch = np.zeros((0, max(self.lookahead - 1, 1)), np.int64)
         self._trace: Trace | None = None
@@ -563,7 +557,25 @@ class ScratchPipe(Policy):
         """Plan(j) sees batches up to j + W."""
         return self.lookahead
 
+    def _make_state(self) -> None:
+        """The slots' map, rows, queues and victim ring (once: later `prepare`s keep them)."""
+        cap = min(self.capacity, self.num_rows)  # more slots than rows are never used
+        track = self.lookahead >= 2
+        # refetch tracking (W >= 2): victims of the last W-1 batches stay in the map as
+        # ghosts. Rows filled in batches j-W+1..j are distinct and resident, so those batches
+        # have at most `cap` victims: the map holds <= 2 cap keys, the ring <= cap victims.
+        self.table, self.mask, self.shift = new_pair_map(2 * cap if track else cap)
+        # the row in each slot; slots are handed out in order 0, 1, ... until all are used
+        self.slot_row = np.full(cap, EMPTY, np.int64)
+        q = _pow2(2 * cap + 2)  # ring sizes: powers of two (index by mask)
+        self.fifo = np.zeros((q, 2), np.int64)  # (slot, next use) of unpinned rows
+        self.heap = np.zeros((q, 2), np.int64)  # (next use, slot), max-heap
+        self.vring = np.zeros(_pow2(cap + 1) if track else 1, np.int64)
+        self._state_made = True
+
     def prepare(self, trace: Trace) -> None:
+        if not self._state_made:
+            self._make_state()
         self._trace = trace
         self.num_batches = trace.num_batches
         self.refetch = np.zeros((trace.num_batches, max(self.lookahead - 1, 1)), np.int64)

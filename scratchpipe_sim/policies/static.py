@@ -95,6 +95,10 @@ class Static(Policy):
         for chunk in profiled.iter_chunks(reuse_buffers=True):
             _count(chunk.ids, chunk.batch_ptr, nbatch - chunk.first_batch, counts)
         top = top_k(counts, self.capacity)
+        # the counts (4 B a row) freed before the row states (4 B a row) are made: the two
+        # per-row arrays are never alive at once (9 -> 4 B a row at the pass's peak, with
+        # `top_k`'s flag a row and its temporary gone)
+        del counts
         self.rowstate = np.zeros(self.num_rows, np.int32)
         self.rowstate[top] = _LOADED if self.p["preload"] else _PINNED
 
@@ -133,9 +137,10 @@ def top_k(counts: np.ndarray, k: int) -> np.ndarray:
     if kth < 0:  # the k-th largest is >= the cap: sort the (few) rows counted that often
         big = np.sort(counts[counts >= _HIST_CAP])
         kth = big[len(big) - k]
-    chosen = np.zeros(n, np.bool_)
-    _mark_top(counts, kth, k - int(np.count_nonzero(counts > kth)), chosen)
-    return np.flatnonzero(chosen)
+    # the indices themselves (8 B each of k), not a flag a row and its `flatnonzero`, nor
+    # a `counts > kth` temporary: nothing per row beside the counts (issue 41)
+    out = np.empty(k, np.int64)
+    return out[: _pick_top(counts, kth, k - _count_above(counts, kth), out)]
 
 
 _HIST_CAP = 1 << 16
@@ -160,15 +165,27 @@ def _kth_largest(counts, k, hist):
 
 
 @njit(cache=True)
-def _mark_top(counts, kth, ties, out):
-    """Set `out` for rows counted more than `kth` and the first `ties` counted exactly `kth`."""
+def _count_above(counts, kth):
+    """Rows counted more than `kth`."""
+    n = 0
+    for c in counts:
+        n += c > kth
+    return n
+
+
+@njit(cache=True)
+def _pick_top(counts, kth, ties, out):
+    """Write to `out`, in increasing order, the rows counted more than `kth` and the first
+    `ties` counted exactly `kth`; returns how many (the caller sizes `out` to hold them)."""
+    m = 0
     for i in range(len(counts)):
         c = counts[i]
-        if c > kth:
-            out[i] = True
-        elif c == kth and ties > 0:
-            out[i] = True
-            ties -= 1
+        if c > kth or (c == kth and ties > 0):
+            if c == kth:
+                ties -= 1
+            out[m] = i
+            m += 1
+    return m
 
 
 @njit(cache=True)
