@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scratchpipe_sim.config import deep_merge
+from scratchpipe_sim.config import deep_merge, load_config
 from scratchpipe_sim.traces.csr_trace import Trace
 
 #: two 4,000-row tables, 12 small batches, scratchpipe's fused three-group pipeline at W = 3:
@@ -119,3 +119,13 @@ def small_zipf_trace(seed: int, n: int = 600, rows: int = 80, batch: int = 7) ->
     rng = np.random.default_rng(seed)
     ids = np.minimum(rng.zipf(1.3, n) - 1, rows - 1).astype(np.int64)
     return Trace.single_table(ids, rows, batch)
+
+
+def gpu_of(preset: str = "a100-gen4"):
+    """A preset's loaded `hardware.gpu` (the dense-compute tests' GPU)."""
+    return load_config({"hardware": {"preset": preset}}).hardware.gpu
+
+
+def model_of(**model):
+    """A loaded `model` section from its keys, every other one at its default."""
+    return load_config({"model": model}).model

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from small_configs import gpu_of, model_of
 
-from scratchpipe_sim.config import load_config
 from scratchpipe_sim.timing.dense_compute import (
     dense_iteration,
     dense_params,
@@ -17,14 +17,6 @@ from scratchpipe_sim.timing.dense_compute import (
     peak_tflops,
     tilings,
 )
-
-
-def gpu_of(preset: str = "a100-gen4"):
-    return load_config({"hardware": {"preset": preset}}).hardware.gpu
-
-
-def model_of(**model):
-    return load_config({"model": model}).model
 
 
 def test_large_aligned_gemm_is_flops_over_peak_times_efficiency():

@@ -6,17 +6,9 @@ set bit (a `+` read as `^` or `|` would otherwise give the same number)."""
 from __future__ import annotations
 
 import pytest
+from small_configs import gpu_of, model_of
 
-from scratchpipe_sim.config import load_config
 from scratchpipe_sim.timing.dense_compute import ELEMENT_BYTES, dense_iteration, gemm
-
-
-def gpu_of(preset: str = "a100-gen4"):
-    return load_config({"hardware": {"preset": preset}}).hardware.gpu
-
-
-def model_of(**model):
-    return load_config({"model": model}).model
 
 
 def test_dot_interaction_kernels_move_their_operands_bytes():
