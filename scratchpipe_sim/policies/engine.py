@@ -454,6 +454,14 @@ def _next_use_backward_split(ids, base, low, high, low_bits, out):
         high[w] = (word & ~(np.int64(1) << s)) | ((p >> low_bits) << s)
 
 
+def row_bits(rows: int) -> np.ndarray:
+    """A zeroed bit per row: uint64 words, row r at bit r & 63 of word r >> 6. The per-row
+    "seen" sets of whole passes use it (a byte a row is 204 MB for a Criteo day's 204M
+    rows, a bit 25.5 MB): unique rows here, first touches (`timing/counts.py`), the
+    per-rank counts (`timing/rank_streams.py`)."""
+    return np.zeros((int(rows) + 63) >> 6, np.uint64)
+
+
 class SeenSet:
     """Which rows a batch has already touched, for the unique-row counters.
 
@@ -580,7 +588,7 @@ def access_unique(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     uniq = np.zeros(trace.num_batches, np.int64)
     seen = SeenSet(trace, ptr, lazy=True)
     if seen.shift < 0 and _SEEN_PER_ROW_BITS:
-        bits = np.zeros((trace.total_rows + 63) >> 6, np.uint64)
+        bits = row_bits(trace.total_rows)
         for chunk in trace.iter_chunks(ptr=ptr, reuse_buffers=True):
             _unique_chunk_bits(chunk.ids, chunk.batch_ptr, chunk.first_batch, bits, acc, uniq)
         return acc, uniq

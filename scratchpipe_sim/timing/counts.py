@@ -22,6 +22,7 @@ from scratchpipe_sim.policies.engine import (
     access_unique,
     make_policy,
     replay_columns,
+    row_bits,
     seen_batch,
     seen_first,
 )
@@ -142,16 +143,9 @@ def uncached_counts(trace: Trace, where: Where,
 _PF_NEW_ROWS = 64
 
 
-def seen_bits(rows: int) -> np.ndarray:
-    """A zeroed bit per row (`_new_rows`' "seen before" set): uint64 words, row r at bit
-    r & 63 of word r >> 6. A bit, not a byte: the set is per-row state alive for a whole
-    pass (204 MB as bytes for a Criteo day's 204M rows, 25.5 MB as bits)."""
-    return np.zeros((int(rows) + 63) >> 6, np.uint64)
-
-
 @njit(cache=True)
 def _new_rows(ids, batch_ptr, seen, out, first_batch):
-    """Per batch, add to `out` the rows whose bit in `seen` (`seen_bits`) was clear, and
+    """Per batch, add to `out` the rows whose bit in `seen` (`engine.row_bits`) was clear, and
     set the bits of every row of the batch."""
     n_ids = len(ids)
     one = np.uint64(1)
@@ -184,7 +178,7 @@ def first_touches(trace: Trace) -> np.ndarray:
     if hit is not None:
         return hit[1]
     out = np.zeros(trace.num_batches, np.int64)
-    seen = seen_bits(trace.total_rows)
+    seen = row_bits(trace.total_rows)
     for chunk in trace.iter_chunks(reuse_buffers=True):
         _new_rows(chunk.ids, chunk.batch_ptr, seen, out, chunk.first_batch)
     out.setflags(write=False)
@@ -212,7 +206,7 @@ def warmup_length(trace: Trace, prefix: int, capacity: int) -> int:
     """Fewest batches k <= prefix such that batches prefix-k..prefix-1 touch at least
     `capacity` distinct rows (so an LRU-like cache replaying them starts the timed batches
     full); `prefix` when even the whole prefix touches fewer."""
-    seen = seen_bits(trace.total_rows)
+    seen = row_bits(trace.total_rows)
     count = np.zeros(1, np.int64)
     ptr = trace.batch_access_ptr()
     buffers = ChunkBuffers()

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scratchpipe_sim.policies.engine import row_bits
 from scratchpipe_sim.traces._jit import njit
 from scratchpipe_sim.traces._prefetch import prefetch
 from scratchpipe_sim.traces.csr_trace import Trace
@@ -195,18 +196,13 @@ def rank_counts(trace: Trace, plan: RankPlan, dedup: bool) -> RankCounts:
         batch = trace.batch(b)
         ind = np.asarray(batch.indices)
         keys, size = _stamp_keys(trace, batch, ind)
-        if len(pair_seen) < _words(size):
-            pair_seen = np.zeros(_words(size), np.uint64)
-            row_seen = np.zeros(_words(size), np.uint64)
+        if len(pair_seen) << 6 < size:
+            pair_seen = row_bits(size)
+            row_seen = row_bits(size)
         _batch_counts(ind, keys, np.asarray(batch.offsets, np.int64),
                       batch.batch_size, T, n, plan.group, start, span, block, dedup,
                       pair_seen, row_seen, out[:, b, :])
     return RankCounts(*out)
-
-
-def _words(rows: int) -> int:
-    """64-bit words of a bitmap of `rows` bits."""
-    return (int(rows) + 63) >> 6
 
 
 @njit(cache=True)
@@ -300,8 +296,8 @@ def rank_stream(trace: Trace, plan: RankPlan, rank: int, dedup: bool) -> Trace:
         offs = np.asarray(batch.offsets, np.int64)
         mask = np.zeros(len(ind), np.bool_)
         keys, size = _stamp_keys(trace, batch, ind)
-        if len(pair_seen) < _words(size):
-            pair_seen = np.zeros(_words(size), np.uint64)
+        if len(pair_seen) << 6 < size:
+            pair_seen = row_bits(size)
         _served(ind, keys, offs, batch.batch_size, T, n, plan.group, start, span, block, dedup,
                 pair_seen, rank, mask)
         kept = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
