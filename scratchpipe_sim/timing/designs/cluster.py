@@ -805,17 +805,9 @@ class Cluster(Design):
         largest rank's count, times the batch's accesses (unique rows), which
         `Columns.of` divides back out. The counts of each row size come from a pass of
         `rank_counts` over the slices of that size (counts add over tables)."""
-        sizes: dict[tuple[float, float], list[int]] = {}
-        for i, size in enumerate(self.slice_sizes()):
-            sizes.setdefault(size, []).append(i)
-        sliced, plan = (trace, self.plan) if len(sizes) == 1 else split_columns(trace,
-                                                                                self.plan)
         look = np.zeros(counts.lookups.shape)
         uniq = np.zeros(counts.unique.shape)
-        for (r, R), idx in sizes.items():  # one size: the counts themselves
-            part = counts if len(sizes) == 1 else rank_counts(table_trace(sliced, idx), RankPlan(
-                plan.ranks, plan.group, tuple(plan.start[i] for i in idx),
-                tuple(plan.span[i] for i in idx)), self.params.dedup)
+        for (r, R), part in self.counts_by_key(trace, counts, self.slice_sizes()):
             look += r * part.lookups
             uniq += R * part.unique
         accesses = np.diff(trace.batch_access_ptr()).astype(float)
@@ -825,6 +817,24 @@ class Cluster(Design):
         n_uniq = np.maximum(counts.unique.max(axis=1), 1)
         return {"lookup_bytes": accesses * look.max(axis=1) / n_look,
                 "unique_bytes": distinct * uniq.max(axis=1) / n_uniq}
+
+    def counts_by_key(self, trace: Trace, counts: RankCounts, keys: list
+                      ) -> list[tuple[object, RankCounts]]:
+        """Per distinct key of the plan's slices (`keys[i]` for slice i; None leaves it
+        out), the per-rank counts over the slices of that key: `counts` themselves when one
+        key covers every slice, else a pass of `rank_counts` over those slices (the trace
+        split into its column slices once)."""
+        groups: dict[object, list[int]] = {}
+        for i, key in enumerate(keys):
+            if key is not None:
+                groups.setdefault(key, []).append(i)
+        if len(groups) == 1 and len(next(iter(groups.values()))) == len(keys):
+            return [(next(iter(groups)), counts)]
+        sliced, plan = split_columns(trace, self.plan)
+        return [(key, rank_counts(table_trace(sliced, idx), RankPlan(
+            plan.ranks, plan.group, tuple(plan.start[i] for i in idx),
+            tuple(plan.span[i] for i in idx)), self.params.dedup))
+                for key, idx in groups.items()]
 
     def unpooled_row_bytes(self) -> list[float]:
         """Per table of the plan's slices (`RankPlan.slices`: a table, or each of its
@@ -845,20 +855,11 @@ class Cluster(Design):
         keeps its rows on the first ranks (blocks of ceil(rows / k)), and without dedup
         every duplicate id of them goes there. None without unpooled tables."""
         w = self.unpooled_row_bytes()
-        groups: dict[float, list[int]] = {}
-        for i, v in enumerate(w):
-            if v > 0:
-                groups.setdefault(v, []).append(i)
-        if not groups:
+        if not any(v > 0 for v in w):
             return {}
-        sliced, plan = split_columns(trace, self.plan)
         send = np.zeros(counts.ids_recv.shape)
         recv = np.zeros(counts.ids_send.shape)
-        for v, idx in groups.items():
-            part = counts if len(idx) == len(w) else rank_counts(
-                table_trace(sliced, idx), RankPlan(
-                    plan.ranks, plan.group, tuple(plan.start[i] for i in idx),
-                    tuple(plan.span[i] for i in idx)), self.params.dedup)
+        for v, part in self.counts_by_key(trace, counts, [v if v > 0 else None for v in w]):
             send += v * part.ids_recv
             recv += v * part.ids_send
         return {"rank_unpooled_send": send.max(axis=1), "rank_unpooled_recv": recv.max(axis=1)}
