@@ -552,3 +552,83 @@ def test_a_sweep_no_point_of_which_the_cluster_accepts_exits_2_before_any_point(
                           "{'seed': 1}", *words)
     assert line.count(str(exp)) == 2  # the experiment, and its base config (in it)
     assert not (tmp_path / "out").exists()
+
+
+# -- `sensitivity`: every range end (and sample) through the designs' config checks first -------
+def _preset_config(tmp_path: Path, ranges: dict) -> tuple[Path, Path]:
+    """A hardware preset copied from configs/hardware/dgx-h100-cluster.yaml with `ranges`
+    added, and a config of two nodes on it (the cluster's L2 left out: a GPU of a few KiB
+    of HBM, below)."""
+    from scratchpipe_sim.config.loader import CONFIGS_DIR
+
+    preset = yaml.safe_load((CONFIGS_DIR / "hardware" / "dgx-h100-cluster.yaml").read_text())
+    preset["ranges"] = {**ranges, **preset.get("ranges", {})}
+    pfile = tmp_path / "mycluster.yaml"
+    pfile.write_text(yaml.safe_dump(preset))
+    cfg = _base()
+    cfg["hardware"] = {"preset": str(pfile), "cluster": {"nodes": 2}, "gpu": {"l2_MiB": 0}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return pfile, path
+
+
+@pytest.mark.parametrize("ranges, words", [
+    ({"gpu.hbm_capacity_GiB": [0.0001, 80.0]},
+     ["ranges.gpu.hbm_capacity_GiB", "the range's low end 0.0001 is refused by design cluster",
+      "model.batch_size", "of batches in flight"]),
+    ({"interconnect.gpus_per_node": [8, 12]},
+     ["ranges.interconnect.gpus_per_node", "the range's high end 12 is refused by design "
+      "cluster", "model.batch_size", "expected a multiple of 24"]),
+])
+def test_a_range_end_a_design_refuses_names_the_preset_before_anything_is_priced(
+        tmp_path, capsys, monkeypatch, ranges, words):
+    """The end was refused only when its varied config was priced, after the nominal and
+    the other ends: the line names the preset file that writes the range (`ranges.KEY`
+    there) and the design's own key."""
+    import scratchpipe_sim.experiments.sensitivity_analysis as sa
+
+    def never(*a, **k):
+        raise AssertionError("something was priced")
+
+    monkeypatch.setattr(sa, "build_trace", never)
+    monkeypatch.setattr(sa.Pricer, "speedups", never)
+    pfile, path = _preset_config(tmp_path, ranges)
+    line = one_line_error(capsys, ["sensitivity", str(path), "--samples", "0", "--out",
+                                   str(tmp_path / "s")], *words)
+    assert line.startswith(f"scratchpipe-sim sensitivity: {pfile}: ranges.")
+    assert str(path) in line  # the design's key, in the config that was loaded
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_range_written_in_the_config_names_the_config(tmp_path, capsys):
+    pfile, path = _preset_config(tmp_path, {})
+    cfg = yaml.safe_load(path.read_text())
+    cfg["hardware"]["ranges"] = {"gpu.hbm_capacity_GiB": [0.0001, 80.0]}
+    path.write_text(yaml.safe_dump(cfg))
+    one_line_error(capsys, ["sensitivity", str(path), "--samples", "0"],
+                   f"{path}: hardware.ranges.gpu.hbm_capacity_GiB: the range's low end")
+
+
+def test_a_sample_between_accepted_ends_that_a_design_refuses(tmp_path, capsys, monkeypatch):
+    """Both ends of 1-8 GPUs a PCIe switch divide a node's 8; the Latin hypercube draws
+    values between (3, 5, 7) that do not: refused naming the range and the value, before
+    anything is priced."""
+    import scratchpipe_sim.experiments.sensitivity_analysis as sa
+
+    def never(*a, **k):
+        raise AssertionError("something was priced")
+
+    monkeypatch.setattr(sa, "build_trace", never)
+    pfile, path = _preset_config(tmp_path, {"pcie.gpus_per_switch": [1, 8]})
+    line = one_line_error(capsys, ["sensitivity", str(path), "--samples", "8"],
+                          f"{pfile}: ranges.pcie.gpus_per_switch: its value",
+                          "drawn by Latin-hypercube sample", "refused by design cluster",
+                          "hardware.pcie.gpus_per_switch", "expected a divisor of 8")
+    value = int(line.split("its value ")[1].split()[0])
+    assert 8 % value
+
+
+def test_ranges_every_design_accepts_are_priced(tmp_path, capsys):
+    pfile, path = _preset_config(tmp_path, {"pcie.gpus_per_switch": [1, 1]})
+    assert main(["sensitivity", str(path), "--samples", "2", "--jobs", "1"]) == 0
+    assert "cluster" in capsys.readouterr().out
