@@ -385,12 +385,14 @@ def expand_presets(d: dict[str, Any], base_dir: Path | None, source: str | None,
     return out
 
 
-def key_origin(path: str | os.PathLike, parts: Sequence[str]) -> tuple[str, str] | None:
+def key_origin(path: str | os.PathLike, parts: Sequence[str]
+               ) -> tuple[str, str, Any] | None:
     """(the file that writes the key `parts` of the config file at `path`, the dotted key
-    there): the config itself, else the preset (or the preset's preset) that supplies it,
-    where the key is relative to the preset's section (`hardware.ranges.X` of a config is
-    `ranges.X` of its hardware preset); None when neither writes it or a file cannot be
-    read. Errors name where a value was written, not only the config that pulled it in."""
+    there, the value written): the config itself, else the preset (or the preset's preset)
+    that supplies it, where the key is relative to the preset's section (`hardware.ranges.X`
+    of a config is `ranges.X` of its hardware preset); None when neither writes it or a file
+    cannot be read. Errors name where a value was written, not only the config that pulled
+    it in (a caller compares the value: a `--set` may have replaced it)."""
     try:
         raw, source, base_dir = _raw(path)
         return _origin(raw, list(parts), [], source, base_dir, "", 0)
@@ -399,9 +401,9 @@ def key_origin(path: str | os.PathLike, parts: Sequence[str]) -> tuple[str, str]
 
 
 def _origin(node: Any, parts: list[str], done: list[str], source: str | None,
-            base_dir: Path | None, section: str, depth: int) -> tuple[str, str] | None:
+            base_dir: Path | None, section: str, depth: int) -> tuple[str, str, Any] | None:
     if not parts:
-        return (source or "", ".".join(done))
+        return (source or "", ".".join(done), node)
     if not isinstance(node, dict):
         return None
     if parts[0] in node:

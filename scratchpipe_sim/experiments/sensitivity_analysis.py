@@ -248,7 +248,10 @@ def range_error(cfg: Config, key: str | None, message: str) -> UserError:
     parts = ["hardware", "ranges", *([key] if key else [])]
     origin = (key_origin(cfg.source, parts)
               if cfg.source and Path(cfg.source).is_file() else None)
-    source, field_ = origin or (cfg.source, ".".join(parts))
+    written = origin[2] if origin is not None else None
+    if key and (not isinstance(written, list) or written != list(cfg.hardware.ranges[key])):
+        origin = None  # replaced by a --set: the config's key
+    source, field_ = origin[:2] if origin else (cfg.source, ".".join(parts))
     return UserError(message, source=source, field=field_)
 
 

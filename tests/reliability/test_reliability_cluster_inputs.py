@@ -632,3 +632,13 @@ def test_ranges_every_design_accepts_are_priced(tmp_path, capsys):
     pfile, path = _preset_config(tmp_path, {"pcie.gpus_per_switch": [1, 1]})
     assert main(["sensitivity", str(path), "--samples", "2", "--jobs", "1"]) == 0
     assert "cluster" in capsys.readouterr().out
+
+
+def test_a_range_a_set_replaced_names_the_config_not_the_preset(tmp_path, capsys):
+    """The preset writes an accepted range; `--set` replaces it by one a design refuses:
+    the line names the config's hardware.ranges key, not the preset's untouched one."""
+    pfile, path = _preset_config(tmp_path, {"gpu.hbm_capacity_GiB": [70.0, 80.0]})
+    line = one_line_error(capsys, ["sensitivity", str(path), "--samples", "0", "--set",
+                                   "hardware.ranges={gpu.hbm_capacity_GiB: [0.0001, 80]}"],
+                          f"{path}: hardware.ranges.gpu.hbm_capacity_GiB: the range's low end")
+    assert str(pfile) not in line
