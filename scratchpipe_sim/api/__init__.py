@@ -83,7 +83,8 @@ def resolve(config: ConfigInput, overrides: Mapping[str, Any] | None = None,
     `config show` prints and a results folder's resolved_config.yaml holds."""
     from scratchpipe_sim.timing.designs import with_default_designs
 
-    return with_default_designs(load(config, overrides, **dotted).to_dict())
+    cfg = load(config, overrides, **dotted)
+    return with_default_designs(cfg.to_dict(), cfg.source)
 
 
 # -- one config, every design: `run` -------------------------------------------------------
@@ -167,7 +168,9 @@ def run_designs(cfg: Config, names: Sequence[str], trace: Trace, *,
                             checksum=True, ranges=setting, salt_mapper=salts)
     from scratchpipe_sim.timing.designs import with_default_designs
 
-    return RunOutcome(rows, with_default_designs(cfg.to_dict()), trace.checksum())
+    # its designs' inputs were checked before they ran
+    return RunOutcome(rows, with_default_designs(cfg.to_dict(), cfg.source, inputs=False),
+                      trace.checksum())
 
 
 def result_records(outcome: RunOutcome) -> tuple[list[str], list[dict[str, Any]]]:

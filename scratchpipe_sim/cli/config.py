@@ -56,7 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def handle_show(args: argparse.Namespace) -> int:
     from scratchpipe_sim.timing.designs import with_default_designs
 
-    d = with_default_designs(resolve(args.config, args.overrides))
+    # the designs' input checks too (`check_inputs`): a mistake the cluster design would
+    # refuse when priced is one line here, naming the file
+    d = with_default_designs(resolve(args.config, args.overrides), str(args.config))
     if args.json:
         print(jsonout.dumps(d, indent=1))
     elif args.flat:

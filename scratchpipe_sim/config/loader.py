@@ -385,6 +385,39 @@ def expand_presets(d: dict[str, Any], base_dir: Path | None, source: str | None,
     return out
 
 
+def key_origin(path: str | os.PathLike, parts: Sequence[str]
+               ) -> tuple[str, str, Any] | None:
+    """(the file that writes the key `parts` of the config file at `path`, the dotted key
+    there, the value written): the config itself, else the preset (or the preset's preset)
+    that supplies it, where the key is relative to the preset's section (`hardware.ranges.X`
+    of a config is `ranges.X` of its hardware preset); None when neither writes it or a file
+    cannot be read. Errors name where a value was written, not only the config that pulled
+    it in (a caller compares the value: a `--set` may have replaced it)."""
+    try:
+        raw, source, base_dir = _raw(path)
+        return _origin(raw, list(parts), [], source, base_dir, "", 0)
+    except UserError:
+        return None
+
+
+def _origin(node: Any, parts: list[str], done: list[str], source: str | None,
+            base_dir: Path | None, section: str, depth: int) -> tuple[str, str, Any] | None:
+    if not parts:
+        return (source or "", ".".join(done), node)
+    if not isinstance(node, dict):
+        return None
+    if parts[0] in node:
+        found = _origin(node[parts[0]], parts[1:], [*done, parts[0]], source, base_dir,
+                        parts[0], depth)
+        if found is not None:
+            return found
+    if "preset" in node and depth < 8:  # what the preset's keys under this one supply
+        path = _find_preset(section, node["preset"], base_dir, source, "preset")
+        return _origin(read_yaml(path, "preset file"), parts, [], str(path), path.parent,
+                       section, depth + 1)
+    return None
+
+
 def looks_like_file(name: str) -> bool:
     return name.endswith((".yaml", ".yml")) or "/" in name or os.sep in name
 

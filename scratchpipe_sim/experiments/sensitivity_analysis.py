@@ -37,6 +37,7 @@ import numpy as np
 
 from scratchpipe_sim.config import Config, set_dotted
 from scratchpipe_sim.config.hardware import RATE_CURVE_KEYS
+from scratchpipe_sim.config.loader import key_origin
 from scratchpipe_sim.config.read_tracking import (
     UntrackedAccess,
     hardware_diff,
@@ -48,6 +49,7 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.safety.atomic_files import atomic_write
 from scratchpipe_sim.timing.designs import DESIGNS, baseline_design
+from scratchpipe_sim.timing.designs.design_parameters import check_inputs
 from scratchpipe_sim.timing.replay_passes import Replays
 from scratchpipe_sim.timing.run_metrics import summarize
 from scratchpipe_sim.timing.runner import (
@@ -233,10 +235,68 @@ def params_of(cfg: Config) -> list[Param]:
             try:  # refused here, naming the range, not after the nominal is priced
                 with_values(cfg, {key: v})
             except UserError as e:
-                raise UserError(f"the range's {end} end {v:g} is refused: {e.message}",
-                                source=cfg.source, field=where) from None
+                raise range_error(cfg, key, f"the range's {end} end {v:g} is refused: "
+                                  f"{e.message}") from None
         out.append(Param(key, float(lo), float(hi), None if value is None else float(value)))
     return out
+
+
+def range_error(cfg: Config, key: str | None, message: str) -> UserError:
+    """A one-line error about `hardware.ranges` key `key` (None: the ranges together),
+    naming the file that writes the range (the config, or the hardware preset it comes
+    from: `ranges.KEY` there)."""
+    parts = ["hardware", "ranges", *([key] if key else [])]
+    origin = (key_origin(cfg.source, parts)
+              if cfg.source and Path(cfg.source).is_file() else None)
+    written = origin[2] if origin is not None else None
+    if key and (not isinstance(written, list) or written != list(cfg.hardware.ranges[key])):
+        origin = None  # replaced by a --set: the config's key
+    source, field_ = origin[:2] if origin else (cfg.source, ".".join(parts))
+    return UserError(message, source=source, field=field_)
+
+
+def check_varied(cfg: Config, params: Sequence[Param], names: Sequence[str],
+                 lhs_cfgs: Sequence[Config] = (), build: bool = False) -> None:
+    """Before anything is priced: each design of `names` accepts both ends of every range
+    (each applied alone to `cfg`) and every Latin-hypercube sample, through the designs'
+    config checks (`check_inputs`; `build`: their construction, every check, for a config
+    sized by its trace). A refusal is one line naming the range (the file that writes it)
+    and the design's key, instead of an error after other configs were priced."""
+    def refusal(c: Config) -> tuple[str, UserError] | None:
+        for name in names:
+            try:
+                if build:
+                    DESIGNS.get(name)(c)
+                else:
+                    check_inputs(c, [name])
+            except UserError as e:
+                return name, e
+        return None
+
+    for p in params:
+        for end, v in (("low", p.low), ("high", p.high)):
+            bad = refusal(with_values(cfg, {p.key: v}))
+            if bad is not None:
+                name, e = bad
+                raise range_error(cfg, p.key, f"the range's {end} end {v:g} is refused by "
+                                  f"design {name}: {e.line()}; expected an end every design "
+                                  "run accepts") from None
+    for i, c in enumerate(lhs_cfgs):
+        bad = refusal(c)
+        if bad is None:
+            continue
+        name, e = bad
+        drawn = {p.key: float(_get(c, p.key)) for p in params
+                 if p.key not in CURVE_KEYS and _get(c, p.key) is not None}
+        # the range whose drawn value alone is refused (an end accepted, a value between
+        # not: a divisor, say), else the ranges together
+        alone = next((k for k, v in drawn.items()
+                      if refusal(with_values(cfg, {k: v})) is not None), None)
+        what = (f"its value {drawn[alone]:g} drawn by Latin-hypercube sample {i}" if alone
+                else f"Latin-hypercube sample {i} ({drawn})")
+        raise range_error(cfg, alone, f"{what} is refused by design {name}: "
+                          f"{e.line()}; expected ranges every value of which every design "
+                          "run accepts") from None
 
 
 def with_values(cfg: Config, values: dict[str, float]) -> Config:
@@ -402,7 +462,7 @@ def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: 
     hypercube). `skip_infeasible`: a design that cannot run on `cfg` is left out and its
     reason kept in `infeasible` (a sweep's infeasible point), instead of failing the run.
     `jobs`: processes pricing the varied configs (the same result for every value)."""
-    names = check_designs(cfg, designs)
+    names = check_designs(cfg, designs, inputs=not skip_infeasible)
     params = [p for p in params_of(cfg) if p.key not in set(pinned)]
     if not cfg.hardware.ranges:
         raise UserError("no hardware.ranges in this config's preset: expected "
@@ -411,8 +471,16 @@ def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: 
     if samples < 0:
         raise UserError(f"expected samples >= 0, got {samples}", field="--samples")
     seed = cfg.seed if seed is None else seed
+    # the designs the varied configs are priced for (skip_infeasible: not those the
+    # nominal config refuses, infeasible below)
+    runnable = [n for n in names if not skip_infeasible or _accepts(cfg, n)]
+    check_varied(cfg, params, runnable, _lhs_configs(cfg, params, samples, seed)[1])
     trace = build_trace(cfg) if trace is None else trace
-    cfg = sized_config(cfg, trace)  # exactly as `simulate` prices it
+    sized = sized_config(cfg, trace)  # exactly as `simulate` prices it
+    if sized.trace.path is not None:  # sizes from a trace file: every check now
+        check_varied(sized, params, [n for n in runnable if _builds(sized, n)],
+                     _lhs_configs(sized, params, samples, seed)[1], build=True)
+    cfg = sized
     trace = fit_trace(trace, cfg)
     pricer = Pricer(cfg, names, trace)
     infeasible = pricer.infeasible(cfg) if skip_infeasible else {}
@@ -427,14 +495,7 @@ def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: 
             # an end at the nominal value is the nominal run (the same config and result)
             same = v == (1.0 if p.key in CURVE_KEYS else p.nominal)
             ends.append(None if same else with_values(cfg, {p.key: v}))
-    vals = np.zeros((0, len(params)))
-    if samples and params:
-        u = latin_hypercube(samples, len(params), seed)
-        lows = np.array([p.low for p in params])
-        highs = np.array([p.high for p in params])
-        vals = lows + u * (highs - lows)
-    lhs_cfgs = [with_values(cfg, {p.key: float(v) for p, v in zip(params, row, strict=True)})
-                for row in vals]
+    vals, lhs_cfgs = _lhs_configs(cfg, params, samples, seed)
     todo = [c for c in ends if c is not None] + lhs_cfgs
     reused = sum(len(pricer.reused(c)) for c in todo)
     say(f"sensitivity: {len(todo)} varied configs ({len(params)} ranges at both ends, "
@@ -454,6 +515,38 @@ def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: 
                 res.lhs[d].append(sp[d])
         res.lhs_values = vals.tolist()
     return res
+
+
+def _lhs_configs(cfg: Config, params: Sequence[Param], samples: int, seed: int
+                 ) -> tuple[np.ndarray, list[Config]]:
+    """The Latin-hypercube samples' values (samples x params) and their configs."""
+    vals = np.zeros((0, len(params)))
+    if samples and params:
+        u = latin_hypercube(samples, len(params), seed)
+        lows = np.array([p.low for p in params])
+        highs = np.array([p.high for p in params])
+        vals = lows + u * (highs - lows)
+    return vals, [with_values(cfg, {p.key: float(v) for p, v in zip(params, row,
+                                                                     strict=True)})
+                  for row in vals]
+
+
+def _accepts(cfg: Config, name: str) -> bool:
+    """Whether design `name`'s config checks accept `cfg` (`check_inputs`)."""
+    try:
+        check_inputs(cfg, [name])
+    except UserError:
+        return False
+    return True
+
+
+def _builds(cfg: Config, name: str) -> bool:
+    """Whether design `name` can be built on `cfg` (every input check)."""
+    try:
+        DESIGNS.get(name)(cfg)
+    except UserError:
+        return False
+    return True
 
 
 def format_report(res: Sensitivity) -> str:

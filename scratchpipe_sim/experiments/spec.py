@@ -100,7 +100,9 @@ def default_resolver(raw: dict, base_dir: Path | None, source: str) -> dict:
     from scratchpipe_sim.timing.designs import with_default_designs
 
     expanded = expand_presets(raw, base_dir, source)
-    resolved = with_default_designs(Config.from_dict(expanded, source=source).to_dict())
+    # a design refusing one point is its infeasible result there (`refused_everywhere`)
+    resolved = with_default_designs(Config.from_dict(expanded, source=source).to_dict(),
+                                    inputs=False)
     # a relative trace file is relative to the config that names it; points run elsewhere
     # (another process, a Dask worker), so make it absolute here
     path = (resolved.get("trace") or {}).get("path")

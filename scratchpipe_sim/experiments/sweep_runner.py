@@ -133,6 +133,34 @@ def simulate_point(config: dict, designs: tuple, replay_cache: bool = True,
     return rows
 
 
+def refused_everywhere(points: list[Point], designs: tuple[str, ...],
+                       spec: ExperimentSpec) -> None:
+    """Before any point runs: a design whose input check (`check_inputs`: what a config
+    alone decides, the cluster's ranks or HBM, say) refuses every point is a mistake in
+    the experiment, one line naming the key (exit 2); one that refuses some points only
+    is infeasible there (a sweep over batch sizes past the HBM, say), as before."""
+    from scratchpipe_sim.config import Config
+    from scratchpipe_sim.timing.designs.design_parameters import check_inputs
+
+    cfgs: dict[int, Config] = {}
+    for name in designs:
+        first: tuple[Point, UserError] | None = None
+        for p in points:
+            if p.index not in cfgs:
+                cfgs[p.index] = Config.from_dict(p.config, source=spec.base_source)
+            try:
+                check_inputs(cfgs[p.index], [name])
+            except UserError as e:
+                first = first or (p, e)
+                continue
+            break
+        else:
+            if first is not None:
+                p, e = first
+                raise UserError(f"design {name} refuses every sweep point, the first "
+                                f"{p.values}: {e.line()}", source=spec.source)
+
+
 def _unbuildable(cfg: Any, names: list[str]) -> dict[str, UserError]:
     """The designs of `names` whose construction on `cfg` refuses its input (a UserError),
     with the error."""
@@ -323,6 +351,8 @@ def run_sweep(spec: ExperimentSpec, out: str | Path, *, jobs: int = 1,
     stream = stream or sys.stderr
     points = expand_points(spec, resolver)
     designs = sweep_designs(points, spec)
+    if real:  # a design no point can run: one line before any point (or the folder)
+        refused_everywhere(points, designs, spec)
     metrics = spec.metrics or DEFAULT_METRICS
     manifest = {
         "name": spec.name, "experiment": spec.source,

@@ -20,13 +20,30 @@ from pathlib import Path
 from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety.limits import env_number
 
-#: peak per-row state of a policy replay: the engine's unique-row set (policies/engine.py
-#: `SeenSet`: one int64 a row, 8 B, when a batch is comparable to the table, else a small
-#: per-batch set; timing/counts.py's per-batch counts use the same set: 4 B a row kept here
-#: for them, as when they kept int32 stamps), the policy's per-row array (scratchpipe's last
-#: use, LFU counts: int64, 8 B) and the next-use scan's last position per row for offline
-#: policies (int64 at most, 8 B: int32 below 2^31 - 1 accesses).
-RUN_BYTES_PER_ROW = 28
+#: peak per-row state of a `run` (bytes a row of `model.tables.rows`, summed over the
+#: tables), the worst design's: arrays of one entry a row that are alive together, read from
+#: the code (tests/safety/test_memory_guard_per_row.py measures them):
+#:
+#:   bagpipe        20 = its policy's `expiry` (int32, 4) and `stamp` (int64, 8), made
+#:                  with the policy, + the engine's unique-row set (`engine.SeenSet`) as a
+#:                  stamp a row (int64, 8) where a batch is comparable to the table (else
+#:                  per batch), made lazily once a chunk has an UNPLACED outcome; before
+#:                  it, 12 + the next-use pass's `last` (int32, 4; 4 B + 1 bit past 2^31 - 1
+#:                  accesses), freed before the set exists: 16
+#:   static-cache   12 = the row states (int32, 4; the profile's int32 counts freed first)
+#:                  + the set (8)
+#:   lru-cache /    8-12 = cache.policy's per-row array (lru, lfu, belady: none; fbgemm-lfu
+#:   lru-prefetch   counts, int32, 4) + the set (8); belady's next-use pass (4) before it
+#:   scratchpipe    8 = the set (its slots' state is per slot; the next-use pass's 4 B and
+#:                  the window fit check's int32 a row are freed before it)
+#:   cluster        its rank caches' policy, as lru-cache's or scratchpipe's
+#:   hybrid, gpu-only, uvm, multi-gpu: 0.25 (first touches and unique rows: a bit a row
+#:                  each, `engine.row_bits`)
+#:
+#: Per-slot state (a cache's maps and queues) scales with the capacity, not the rows, and
+#: is not in it. Range: 20 for the designs above; a policy with more per-row state raises
+#: it (the test recomputes the worst from what the engine allocates).
+RUN_BYTES_PER_ROW = 20
 #: `cache`: the policy's per-row array (8 B) + next use for offline policies (8 B) + 4 B for
 #: the engine's unique-row set, which is per batch unless a batch is comparable to the
 #: table (then 8 B a row: the estimate is 4 B a row short).

@@ -25,7 +25,11 @@ from scratchpipe_sim.safety import memory_guard
 from scratchpipe_sim.timing.counts import Workload
 from scratchpipe_sim.timing.designs import DESIGNS
 from scratchpipe_sim.timing.designs.base import Design
-from scratchpipe_sim.timing.designs.design_parameters import check_params, design_params
+from scratchpipe_sim.timing.designs.design_parameters import (
+    check_inputs,
+    check_params,
+    design_params,
+)
 from scratchpipe_sim.timing.designs.design_registry import config_designs
 from scratchpipe_sim.timing.machine import Machine
 from scratchpipe_sim.timing.replay_passes import Replays
@@ -44,15 +48,20 @@ from scratchpipe_sim.traces.csr_trace import Trace, slice_trace
 from scratchpipe_sim.traces.forked import check_jobs
 
 
-def check_designs(cfg: Config, designs: Sequence[str] | None) -> list[str]:
+def check_designs(cfg: Config, designs: Sequence[str] | None, inputs: bool = True
+                  ) -> list[str]:
     """The designs to run (default: the config's), each name and its `design_params`
-    checked before anything is built."""
+    checked before anything is built, and with `inputs` what the config alone decides of
+    each one's inputs (`check_inputs`: one line before the trace is built; False where a
+    design that refuses the config is an infeasible result, not an error)."""
     names = list(config_designs(cfg) if designs is None else designs)
     for n in names:
         DESIGNS.get(n, source=cfg.source, field="designs")
-    check_params(cfg)
+    check_params(cfg, inputs=False)
     for n in names:  # a design asked for by name, outside cfg.designs
         design_params(cfg, n)
+    if inputs:
+        check_inputs(cfg, names)
     return names
 
 

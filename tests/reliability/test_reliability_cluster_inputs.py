@@ -428,3 +428,217 @@ def test_a_placement_list_beyond_the_yaml_node_limit_is_refused_at_the_limit(tmp
     line = one_line_error(capsys, _argv(path, tmp_path), str(path), "YAML refused",
                           "more than 100,000 nodes written", "SCRATCHPIPE_MAX_YAML_NODES")
     assert "aliases expand" not in line
+
+
+# -- the cluster's checks at config load: `config show` and the start of a sweep ----------------
+#: each a check the cluster design made only when it was built to be priced (the trace
+#: generated first), which the config alone decides (`Cluster.check_config`)
+CONFIG_LEVEL = [
+    ({"hardware.pcie.gpus_per_switch": 3},
+     ["hardware.pcie.gpus_per_switch", "expected a divisor of 8"]),
+    ({"hardware.preset": "dgx-a100-cluster", "hardware.interconnect.gpus_per_node": 5},
+     ["hardware.pcie.gpus_per_switch", "expected a divisor of 5"]),
+    ({"model.batch_size": 7}, ["model.batch_size", "expected a multiple of 16"]),
+    ({f"{K}.shard_group": 5}, [f"{K}.shard_group", "expected a divisor of 16"]),
+    ({f"{K}.microbatches": 2}, [f"{K}.microbatches", "needs pipeline: nestpipe"]),
+    ({f"{K}.pipeline": "nestpipe", f"{K}.microbatches": 3},
+     [f"{K}.microbatches", "does not divide a rank's batch"]),
+    ({"hardware.gpu.hbm_capacity_GiB": 0.0001, "hardware.gpu.l2_MiB": 0},
+     ["model.batch_size", "of batches in flight", "more than a GPU's 0.0001 GiB"]),
+    ({f"{K}.rank_cache": "lru-cache", "hardware.gpu.hbm_capacity_GiB": 0.00005,
+      "hardware.gpu.l2_MiB": 0, "cache.capacity_rows": 1},
+     ["model.batch_size", "no room for rank 0's cache"]),
+    ({f"{K}.placement": {"0": [99]}}, [f"{K}.placement.0", "ranks 0-15"]),
+    ({f"{K}.placement": {"0": [1, 3]}}, [f"{K}.placement.0", "a run of consecutive ranks"]),
+    ({f"{K}.placement": {"²": [0]}}, [f"{K}.placement.²", "no table '²'"]),
+    ({f"{K}.columns": {"0": 3}}, [f"{K}.columns.0", "expected a divisor of 128"]),
+    ({f"{K}.columns": {"0": 2}, f"{K}.column_shard_dim": 128},
+     [f"{K}.columns.0", "64 columns wide"]),
+    ({f"{K}.sharding": "column-wise", f"{K}.column_shard_dim": 4},
+     [f"{K}.column_shard_dim", "at least 8"]),
+    ({f"{K}.rank_cache": "lru-cache", f"{K}.sharding": "row-wise",
+      "hardware.dram_capacity_GiB": 1e-6}, ["hardware.cluster.nodes", "host DRAM"]),
+]
+
+
+def _config_file(tmp_path: Path, settings: dict) -> Path:
+    cfg = _base()
+    for k, v in settings.items():
+        cfg = deep_merge(cfg, _nested(k, v))
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
+    return path
+
+
+@pytest.mark.parametrize("settings, words", CONFIG_LEVEL)
+def test_config_show_reports_what_the_cluster_would_refuse_when_priced(tmp_path, capsys,
+                                                                        settings, words):
+    """`config show` is the check a user runs before a sweep: it printed a config the
+    cluster design refuses (the refusal came after the trace was generated)."""
+    path = _config_file(tmp_path, settings)
+    line = one_line_error(capsys, ["config", "show", str(path)], str(path), *words)
+    assert line.startswith(f"scratchpipe-sim config: {path}: ")
+
+
+def test_config_show_still_shows_a_config_the_cluster_accepts(tmp_path, capsys):
+    path = _config_file(tmp_path, {})
+    assert main(["config", "show", str(path)]) == 0
+    assert "design_params:" in capsys.readouterr().out
+
+
+def test_a_cluster_check_in_a_config_that_does_not_run_the_cluster_is_not_made(tmp_path,
+                                                                               capsys):
+    """The checks are the designs' that the config runs: multi-gpu's config with a PCIe
+    switch the cluster could not fill is shown."""
+    path = _config_file(tmp_path, {"designs": ["multi-gpu"],
+                                   "hardware.pcie.gpus_per_switch": 3})
+    assert main(["config", "show", str(path)]) == 0
+    capsys.readouterr()
+
+
+def test_with_a_trace_file_config_show_makes_the_checks_that_need_no_table(tmp_path, capsys):
+    """A trace file may size the tables (their rows, their count): the checks of ranks,
+    switches and batches are made at load, the placement's when the trace is read."""
+    path = _config_file(tmp_path, {"trace.path": str(tmp_path / "t.sptrace"),
+                                   "model.tables": {"count": None, "rows": None},
+                                   "model.batch_size": 7})
+    one_line_error(capsys, ["config", "show", str(path)], str(path), "model.batch_size",
+                   "expected a multiple of 16")
+    path = _config_file(tmp_path, {"trace.path": str(tmp_path / "t.sptrace"),
+                                   "model.tables": {"count": None, "rows": None},
+                                   f"{K}.placement": {"0": [99]}})
+    assert main(["config", "show", str(path)]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("settings, words", CONFIG_LEVEL[:4] + CONFIG_LEVEL[6:9])
+def test_run_refuses_before_the_trace_is_generated(tmp_path, capsys, settings, words,
+                                                   monkeypatch):
+    """`run` checks the designs' inputs with the config (`check_designs`), before the
+    trace is built: nothing generated, nothing priced."""
+    import scratchpipe_sim.timing as timing
+
+    def no_trace(*a, **k):
+        raise AssertionError("the trace was built")
+
+    monkeypatch.setattr(timing, "build_trace", no_trace)  # `api.run_trace`'s
+    path = _config_file(tmp_path, settings)
+    one_line_error(capsys, _argv(path, tmp_path), str(path), *words)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("settings, words", CONFIG_LEVEL[:3] + CONFIG_LEVEL[6:9])
+def test_a_sweep_no_point_of_which_the_cluster_accepts_exits_2_before_any_point(
+        tmp_path, capsys, settings, words, monkeypatch):
+    """A cluster check every point fails is the experiment's mistake, not a column of
+    infeasible rows: one line before any point is priced (or the folder made)."""
+    import scratchpipe_sim.experiments.sweep_runner as sweep_runner
+
+    def never(*a, **k):
+        raise AssertionError("a point was priced")
+
+    monkeypatch.setattr(sweep_runner, "simulate_point", never)
+    monkeypatch.setattr(sweep_runner, "reported_metrics", never)
+    base = _base()
+    for k, v in settings.items():
+        base = deep_merge(base, _nested(k, v))
+    base.pop("designs", None)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({"name": "hostile", "base": base, "designs": ["cluster"],
+                                   "sweep": {"grid": {"seed": [1, 2]}},
+                                   "metrics": ["samples_per_s"]}, allow_unicode=True))
+    line = one_line_error(capsys, ["sweep", str(exp), "--out", str(tmp_path / "out"), "-q"],
+                          str(exp), "design cluster refuses every sweep point",
+                          "{'seed': 1}", *words)
+    assert line.count(str(exp)) == 2  # the experiment, and its base config (in it)
+    assert not (tmp_path / "out").exists()
+
+
+# -- `sensitivity`: every range end (and sample) through the designs' config checks first -------
+def _preset_config(tmp_path: Path, ranges: dict) -> tuple[Path, Path]:
+    """A hardware preset copied from configs/hardware/dgx-h100-cluster.yaml with `ranges`
+    added, and a config of two nodes on it (the cluster's L2 left out: a GPU of a few KiB
+    of HBM, below)."""
+    from scratchpipe_sim.config.loader import CONFIGS_DIR
+
+    preset = yaml.safe_load((CONFIGS_DIR / "hardware" / "dgx-h100-cluster.yaml").read_text())
+    preset["ranges"] = {**ranges, **preset.get("ranges", {})}
+    pfile = tmp_path / "mycluster.yaml"
+    pfile.write_text(yaml.safe_dump(preset))
+    cfg = _base()
+    cfg["hardware"] = {"preset": str(pfile), "cluster": {"nodes": 2}, "gpu": {"l2_MiB": 0}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return pfile, path
+
+
+@pytest.mark.parametrize("ranges, words", [
+    ({"gpu.hbm_capacity_GiB": [0.0001, 80.0]},
+     ["ranges.gpu.hbm_capacity_GiB", "the range's low end 0.0001 is refused by design cluster",
+      "model.batch_size", "of batches in flight"]),
+    ({"interconnect.gpus_per_node": [8, 12]},
+     ["ranges.interconnect.gpus_per_node", "the range's high end 12 is refused by design "
+      "cluster", "model.batch_size", "expected a multiple of 24"]),
+])
+def test_a_range_end_a_design_refuses_names_the_preset_before_anything_is_priced(
+        tmp_path, capsys, monkeypatch, ranges, words):
+    """The end was refused only when its varied config was priced, after the nominal and
+    the other ends: the line names the preset file that writes the range (`ranges.KEY`
+    there) and the design's own key."""
+    import scratchpipe_sim.experiments.sensitivity_analysis as sa
+
+    def never(*a, **k):
+        raise AssertionError("something was priced")
+
+    monkeypatch.setattr(sa, "build_trace", never)
+    monkeypatch.setattr(sa.Pricer, "speedups", never)
+    pfile, path = _preset_config(tmp_path, ranges)
+    line = one_line_error(capsys, ["sensitivity", str(path), "--samples", "0", "--out",
+                                   str(tmp_path / "s")], *words)
+    assert line.startswith(f"scratchpipe-sim sensitivity: {pfile}: ranges.")
+    assert str(path) in line  # the design's key, in the config that was loaded
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_range_written_in_the_config_names_the_config(tmp_path, capsys):
+    pfile, path = _preset_config(tmp_path, {})
+    cfg = yaml.safe_load(path.read_text())
+    cfg["hardware"]["ranges"] = {"gpu.hbm_capacity_GiB": [0.0001, 80.0]}
+    path.write_text(yaml.safe_dump(cfg))
+    one_line_error(capsys, ["sensitivity", str(path), "--samples", "0"],
+                   f"{path}: hardware.ranges.gpu.hbm_capacity_GiB: the range's low end")
+
+
+def test_a_sample_between_accepted_ends_that_a_design_refuses(tmp_path, capsys, monkeypatch):
+    """Both ends of 1-8 GPUs a PCIe switch divide a node's 8; the Latin hypercube draws
+    values between (3, 5, 7) that do not: refused naming the range and the value, before
+    anything is priced."""
+    import scratchpipe_sim.experiments.sensitivity_analysis as sa
+
+    def never(*a, **k):
+        raise AssertionError("something was priced")
+
+    monkeypatch.setattr(sa, "build_trace", never)
+    pfile, path = _preset_config(tmp_path, {"pcie.gpus_per_switch": [1, 8]})
+    line = one_line_error(capsys, ["sensitivity", str(path), "--samples", "8"],
+                          f"{pfile}: ranges.pcie.gpus_per_switch: its value",
+                          "drawn by Latin-hypercube sample", "refused by design cluster",
+                          "hardware.pcie.gpus_per_switch", "expected a divisor of 8")
+    value = int(line.split("its value ")[1].split()[0])
+    assert 8 % value
+
+
+def test_ranges_every_design_accepts_are_priced(tmp_path, capsys):
+    pfile, path = _preset_config(tmp_path, {"pcie.gpus_per_switch": [1, 1]})
+    assert main(["sensitivity", str(path), "--samples", "2", "--jobs", "1"]) == 0
+    assert "cluster" in capsys.readouterr().out
+
+
+def test_a_range_a_set_replaced_names_the_config_not_the_preset(tmp_path, capsys):
+    """The preset writes an accepted range; `--set` replaces it by one a design refuses:
+    the line names the config's hardware.ranges key, not the preset's untouched one."""
+    pfile, path = _preset_config(tmp_path, {"gpu.hbm_capacity_GiB": [70.0, 80.0]})
+    line = one_line_error(capsys, ["sensitivity", str(path), "--samples", "0", "--set",
+                                   "hardware.ranges={gpu.hbm_capacity_GiB: [0.0001, 80]}"],
+                          f"{path}: hardware.ranges.gpu.hbm_capacity_GiB: the range's low end")
+    assert str(pfile) not in line

@@ -126,7 +126,7 @@ def test_rows_beyond_any_memory_are_one_line_before_allocating(cfg_file, tmp_pat
 
 def test_run_memory_estimate_against_the_available_memory(cfg_file, tmp_path, capsys,
                                                           monkeypatch):
-    # per-row state of 800 rows (28 B each) + per-access arrays: more than 1 kB
+    # per-row state of 800 rows (20 B each) + per-access arrays: more than 1 kB
     monkeypatch.setenv("SCRATCHPIPE_MEMORY_BYTES", "1000")
     one_line_error(capsys, ["run", str(cfg_file), "--design", "gpu-only", "-q",
                       "--out", str(tmp_path / "o")], "needs about", "1e+03 B available")

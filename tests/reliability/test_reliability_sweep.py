@@ -305,7 +305,7 @@ def test_infeasible_design_rows_are_counted_and_exit_0(tmp_path, capsys, monkeyp
 def test_a_point_too_large_for_memory_is_an_error_row_not_a_crash(tmp_path, capsys,
                                                                    monkeypatch):
     monkeypatch.setenv("SCRATCHPIPE_MEMORY_BYTES", str(2 * 10**6))
-    # 2 x 1000 rows fit in 2 MB; 2 x 100000 rows (28 B of state each) do not
+    # 2 x 1000 rows fit in 2 MB; 2 x 100000 rows (20 B of state each) do not
     exp = write_exp(
         tmp_path,
         grid={"model.tables.rows": [1000, 100000]},

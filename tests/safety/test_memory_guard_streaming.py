@@ -32,7 +32,7 @@ def test_a_mapped_trace_of_any_length_fits_where_an_in_memory_one_does_not(monke
     rows, lookups = 10**7, 5 * 10**9  # a Criteo 1TB day's lookups
     mg.check_run(rows, lookups, mapped=True)
     mg.check_run(rows, 100 * lookups, mapped=True)
-    with pytest.raises(UserError, match=r"needs about 93.4 GiB of memory, more than the "
+    with pytest.raises(UserError, match=r"needs about 93.3 GiB of memory, more than the "
                                         r"4 GiB available") as e:
         mg.check_run(rows, lookups, field="trace.path")
     assert "\n" not in str(e.value) and e.value.field == "trace.path"

@@ -85,6 +85,15 @@ class Design(ABC):
         """The GPUs it trains on under cfg: what its cost per sample is priced at."""
         return 1
 
+    @classmethod
+    def check_config(cls, cfg: Config) -> None:
+        """The checks of its inputs that cfg alone decides (no trace, no pricing), run where
+        a config is loaded (`config show`, `run`, the start of a sweep or `sensitivity`,
+        `design_parameters.check_inputs`) so a mistake is one line before anything is
+        priced. The default: none beyond its Params' (a design's construction checks the
+        rest)."""
+        return None
+
     def __init__(self, cfg: Config):
         self.cfg = cfg
         #: the typed `design_params.NAME` (defaults filled in)

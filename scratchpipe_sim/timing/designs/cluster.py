@@ -92,7 +92,11 @@ from scratchpipe_sim.timing.counts import Where
 from scratchpipe_sim.timing.dense_compute import saved_activation_bytes
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
-from scratchpipe_sim.timing.designs.design_parameters import params_tuple, policy_params
+from scratchpipe_sim.timing.designs.design_parameters import (
+    design_params,
+    params_tuple,
+    policy_params,
+)
 from scratchpipe_sim.timing.designs.design_registry import DESIGNS
 from scratchpipe_sim.timing.designs.multi_gpu import mlp_param_bytes
 from scratchpipe_sim.timing.machine import Collective
@@ -265,6 +269,31 @@ def group_size(cfg: Config, p: ClusterParams) -> int:
                         f"(hardware.cluster.nodes x gpus_per_node): expected a divisor of {n}",
                         source=cfg.source, field=f"{PARAMS_KEY}.shard_group")
     return L
+
+
+def scalar_checks(cfg: Config, p: ClusterParams) -> tuple[int, int]:
+    """The cluster's checks that need no table size (one-line errors naming the key): the
+    shard group divides the ranks, a node's GPUs fill its PCIe switches, each rank's local
+    batch is whole and `microbatches` divide it. Returns (L, the ranks the trace's batch
+    covers: every rank, or one shard group with `trace_scope: shard-group`)."""
+    L = group_size(cfg, p)
+    G = cfg.hardware.interconnect.gpus_per_node
+    per_switch = cfg.hardware.pcie.gpus_per_switch
+    if G % per_switch:  # the ranks of a node fill its switches (`share_pcie_switch`)
+        raise UserError(f"{per_switch} GPUs per PCIe switch do not divide "
+                        f"interconnect.gpus_per_node = {G}: expected a divisor of {G}",
+                        source=cfg.source, field="hardware.pcie.gpus_per_switch")
+    traced = cluster_ranks(cfg) if p.trace_scope == "global" else L
+    B = cfg.model.batch_size
+    if B % traced:  # a rank's local batch is whole (TorchRec, HugeCTR)
+        scope = "the cluster's" if p.trace_scope == "global" else "a shard group's"
+        raise UserError(f"a batch of {B:,} samples over {scope} {traced} ranks is "
+                        f"{B / traced:g} a rank: expected a multiple of "
+                        f"{traced} (each rank's local batch whole, as TorchRec's "
+                        "and HugeCTR's global batch is)", source=cfg.source,
+                        field="model.batch_size")
+    check_pipeline(cfg, p, B / traced, PARAMS_KEY)
+    return L, traced
 
 
 @dataclass(frozen=True)
@@ -576,28 +605,27 @@ class Cluster(Design):
     def gpus_of(cls, cfg: Config) -> int:
         return cluster_ranks(cfg)
 
+    @classmethod
+    def check_config(cls, cfg: Config) -> None:
+        """Every check of its construction, which reads the config alone (the ranks, the
+        PCIe switches, the batch per rank, the pipeline, the placement and column slices,
+        the HBM the shards and the batches in flight take): run whole where the config
+        gives every table's size (a generated trace); with a trace file, whose tables may
+        size the model, the checks that need no table (`scalar_checks`), the rest when the
+        trace is read."""
+        if cfg.trace.path is None:
+            cls(cfg)
+        else:
+            scalar_checks(cfg, design_params(cfg, cls.name))
+
     def __init__(self, cfg: Config):
         super().__init__(cfg)
         p: ClusterParams = self.params
         self.ranks = cluster_ranks(cfg)
         self.G = cfg.hardware.interconnect.gpus_per_node
-        self.L = group_size(cfg, p)
-        n, L, G = self.ranks, self.L, self.G
-        per_switch = cfg.hardware.pcie.gpus_per_switch
-        if G % per_switch:  # the ranks of a node fill its switches (`share_pcie_switch`)
-            raise UserError(f"{per_switch} GPUs per PCIe switch do not divide "
-                            f"interconnect.gpus_per_node = {G}: expected a divisor of {G}",
-                            source=cfg.source, field="hardware.pcie.gpus_per_switch")
         #: the trace's batch covers every rank, or one shard group (priced once)
-        self.traced = n if p.trace_scope == "global" else L
-        B = cfg.model.batch_size
-        if B % self.traced:  # a rank's local batch is whole (TorchRec, HugeCTR)
-            scope = "the cluster's" if p.trace_scope == "global" else "a shard group's"
-            raise UserError(f"a batch of {B:,} samples over {scope} {self.traced} ranks is "
-                            f"{B / self.traced:g} a rank: expected a multiple of "
-                            f"{self.traced} (each rank's local batch whole, as TorchRec's "
-                            "and HugeCTR's global batch is)", source=cfg.source,
-                            field="model.batch_size")
+        self.L, self.traced = scalar_checks(cfg, p)
+        n, L, G = self.ranks, self.L, self.G
         # the batches in flight's bytes that do not depend on the placement reserved first
         base = self.batch_bytes().in_flight(p.pipeline)
         try:
@@ -658,7 +686,6 @@ class Cluster(Design):
             self.rank_R = max(sum(h[g, t] * Rt * rows for t, Rt, rows in sizes)
                               / max(1, sum(h[g, t] * rows for t, _, rows in sizes))
                               for g in range(L))
-        check_pipeline(cfg, p, m.batch_size / self.traced, PARAMS_KEY)
         #: per local rank, the HBM its batches in flight hold (`batch_bytes`)
         self.in_flight = self.batch_bytes(per_rank=True).in_flight(p.pipeline)
         self._check_hbm()

@@ -85,9 +85,21 @@ def param_sections() -> list[tuple[str, type]]:
     return out
 
 
-def check_params(cfg: Config) -> None:
+def check_inputs(cfg: Config, names: Any) -> None:
+    """Each of the designs `names` checks what cfg alone decides of its inputs
+    (`Design.check_config`: the cluster's ranks, placement and HBM, say): one place for
+    `config show`, `run` and the starts of a sweep and of `sensitivity`, so a mistake is
+    one line before anything is priced."""
+    for name in names:
+        DESIGNS.get(name, source=cfg.source, field="designs").check_config(cfg)
+
+
+def check_params(cfg: Config, inputs: bool = True) -> None:
     """Every `design_params` entry names a design and holds its parameters, and
-    `cache.params` the policy's: one-line errors naming the file and the dotted key."""
+    `cache.params` the policy's: one-line errors naming the file and the dotted key.
+    `inputs`: the designs the config runs also check their inputs (`check_inputs`); not
+    for a sweep point's resolution, where a design that refuses a point is that point's
+    infeasible result."""
     for name in config_designs(cfg):
         DESIGNS.get(name, source=cfg.source, field="designs")
     for name in cfg.design_params:
@@ -99,17 +111,20 @@ def check_params(cfg: Config) -> None:
     for name in sorted(set(cfg.design_params) | runs):
         design_params(cfg, name, cross_check=name in runs)
     policy_params(cfg)
+    if inputs:
+        check_inputs(cfg, dict.fromkeys(config_designs(cfg)))
 
 
-def with_default_designs(resolved: dict[str, Any],
-                         source: str | None = None) -> dict[str, Any]:
+def with_default_designs(resolved: dict[str, Any], source: str | None = None,
+                         inputs: bool = True) -> dict[str, Any]:
     """A resolved config dict with `designs: null` replaced by the default designs and every
     design's and the policy's parameters filled in with their defaults, as `config show`, a
-    run's resolved_config.yaml and a sweep point's hash show them."""
+    run's resolved_config.yaml and a sweep point's hash show them. `inputs`: as
+    `check_params`'s."""
     if resolved.get("designs") is None:
         resolved["designs"] = list(default_designs())
     cfg = Config.from_dict(resolved, source=source)
-    check_params(cfg)
+    check_params(cfg, inputs)
     names = sorted(set(cfg.design_params) | set(cfg.designs or ()))
     resolved["design_params"] = {
         n: to_plain(design_params(cfg, n, cross_check=False)) for n in names
