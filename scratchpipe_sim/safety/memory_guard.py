@@ -44,9 +44,9 @@ from scratchpipe_sim.safety.limits import env_number
 #: is not in it. Range: 20 for the designs above; a policy with more per-row state raises
 #: it (the test recomputes the worst from what the engine allocates).
 RUN_BYTES_PER_ROW = 20
-#: `cache`: the policy's per-row array (8 B) + next use for offline policies (8 B) + 4 B for
-#: the engine's unique-row set, which is per batch unless a batch is comparable to the
-#: table (then 8 B a row: the estimate is 4 B a row short).
+#: `cache`: the same arrays for one policy alone (the breakdown above): the worst, bagpipe's
+#: `expiry` + `stamp` (12) + the engine's unique-row set as a stamp a row (8); belady's
+#: next-use pass (4) is freed before the set exists, the others' per-row arrays are 0-4.
 CACHE_BYTES_PER_ROW = 20
 #: per access of a trace held in memory (a generated one): the id (int64 at most: a
 #: generated trace or a store holds uint32 when every table fits), its table (int32) and
