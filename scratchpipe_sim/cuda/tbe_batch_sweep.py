@@ -194,6 +194,11 @@ def markdown(doc: dict[str, Any]) -> str:
             out.append("| " + " | ".join(
                 [p["placement"], phase, f"{p['batch']:,}", f"{p['lookups']:,}"]
                 + [_f(series_us(p, phase, s)) for s in SERIES]) + " |")
+    late = [f"{p['placement']} {p['batch']:,}" for p in pts if p.get("queued_ahead") is False]
+    if late:
+        out.append(f"\nThe blocking kernel ended before the last phase was queued at: "
+                   f"{', '.join(late)}; there the GPU series may hold launch gaps (fewer "
+                   "--iters queue sooner; blocked_ms in the JSON is how long it held)")
     for p in doc["points"]:
         if "error" in p:
             out.append(f"\n{p['placement']} batch {p['batch']:,}: failed: {p['error']}")

@@ -104,8 +104,10 @@ def test_markdown_has_every_point_fit_and_reading():
     doc = {"device": "nowhere", "tables": 4, "rows_per_table": 100_000, "dim": 128,
            "pooling": 1, "alpha": 1.05, "iters": 3, "warmup": 1, "preset": "h200-gen5",
            "points": pts}
+    pts[1]["queued_ahead"] = False
     doc["fits"] = W.fit_series(pts)
     md = W.markdown(doc)
+    assert "ended before the last phase was queued at: DEVICE 1,024;" in md
     assert "| MANAGED | backward | 1,024 | 4,096 |" in md
     assert "| DEVICE | forward | gpu | 80.0 | - | 250.0000 | 0.0, 0.0 |" in md  # 80 + b us
     assert md.count("- DEVICE") == 2 and md.count("- MANAGED") == 2
