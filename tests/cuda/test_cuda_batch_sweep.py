@@ -267,3 +267,17 @@ def test_placements_default_to_both_published_ones():
     assert a.placements == ["DEVICE", "MANAGED"] and a.batches == W.DEFAULT_BATCHES
     assert (a.tables, a.rows, a.dim, a.pooling, a.preset) == (4, 100_000, 128, 1, "h200-gen5")
     assert dataclasses.is_dataclass(W.LineFit)
+
+
+def test_pooling_reaches_the_model_and_the_ids():
+    """--pooling L: L ids per sample and table in the model's config and in the ids timed;
+    the published shapes keep pooling 1."""
+    from scratchpipe_sim.cuda import tbe_shapes as S
+
+    shape = W.sweep_shape("DEVICE", 2, 50, 8, 4)
+    assert S.model_config(shape, 1, "h200-gen5")["model"]["pooling"] == 1
+    assert S.model_config(shape, 1, "h200-gen5", pooling=3)["model"]["pooling"] == 3
+    ids, pred = S.predict(shape, 1, "h200-gen5", pooling=3)
+    assert len(ids) == 1 and len(ids[0]) == 2 * 4 * 3
+    assert ids[0][:12].max() < 50 <= ids[0][12:].min()  # table 1's ids after table 0's
+    assert pred["forward"] > 0 and pred["backward"] > 0
