@@ -25,11 +25,10 @@ SIM = runtime.try_use_simulator()
 
 from scratchpipe_sim.cuda import tbe_backward_plan as BP  # noqa: E402
 from scratchpipe_sim.cuda import tbe_batch_sweep as W  # noqa: E402
-from scratchpipe_sim.cuda import tbe_kernels as K  # noqa: E402
 from scratchpipe_sim.errors import UserError  # noqa: E402
 
 cuda = runtime.cuda()
-TINY = ["--tables", "2", "--rows", "50", "--dim", "8", "--batches", "4,8", "--iters", "1",
+TINY = ["--tables", "2", "--rows", "8", "--dim", "8", "--batches", "4,8", "--iters", "1",
         "--warmup", "0", "--id-batches", "1"]
 
 
@@ -194,12 +193,10 @@ def test_loops_forward_exact_and_backward_sgd():
 
 
 def test_sweep_end_to_end_under_the_simulator(tmp_path, monkeypatch, capsys):
-    """main() with the GPU check passed, on 2 tables x 50 rows, batches 4 and 8: every
+    """main() with the GPU check passed, on 2 tables x 8 rows, batches 4 and 8: every
     placement x batch x phase is in the JSON with the model's stage; nothing is timed, so
     only the model's series is fitted (two points, no s.e.)."""
     monkeypatch.setattr(W, "gpu_status", lambda: runtime.GpuStatus(True, "simulated GPU"))
-    monkeypatch.setattr(K, "THREADS", K.WARP)  # one warp a block: the simulator runs a
-    # Python thread per GPU thread, and the kernels' grid-stride loops cover any block size
     assert W.main(["--out", str(tmp_path), *TINY]) == 0
     doc = json.loads((tmp_path / "tbe_batch_sweep.json").read_text())
     assert doc["device"] == "simulated GPU" and doc["batches"] == [4, 8]
