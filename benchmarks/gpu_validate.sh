@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Calibrate this GPU machine and validate the timing model against it (about 6-9 minutes:
-# steps 1-4 about 5-8, step 5 about one, capped at 180 s).
+# Calibrate this GPU machine and validate the timing model against it (about 7-11 minutes:
+# steps 1-4 about 5-8, step 5 about one, capped at 180 s, step 6 capped at 120 s; its own
+# time on a GPU is not measured yet). Under a 10-minute limit per command, run step 6 alone.
 #
 #   benchmarks/gpu_validate.sh            # writes into $OUT (the device tool's folder) or
 #                                         # results/gpu_validate/
 #   ONLY_PUBLISHED=1 benchmarks/gpu_validate.sh   # step 5 alone (about a minute)
 #   PUBLISHED_ARGS="--scale 0.1" ...      # extra arguments of step 5
+#   ONLY_SWEEP=1 benchmarks/gpu_validate.sh       # step 6 alone (at most 120 s)
+#   SWEEP_ARGS="--iters 50" ...           # extra arguments of step 6
 # Needs: an NVIDIA GPU, this package installed with the [cuda] extra (numba-cuda and CUDA
 # bindings matching the driver). The device machine has no network: bring the environment.
 # This workplace's H200 image already holds numba, numba-cuda, numpy, pandas, pyyaml, tqdm
@@ -23,6 +26,11 @@
 #      which fit this machine's host memory) measured with this project's numba-cuda
 #      kernels, next to the model's prediction for the same ids (h200-gen5):
 #      published_shapes.json / .md, the table appended to validation_table.md
+#   6. the TBE batch sweep (issue 43: is a TBE call's fixed cost GPU time or host time?):
+#      forward and backward at batch 256-65,536 (4 tables x 100k rows, D 128), DEVICE and
+#      MANAGED, as GPU time (CUDA events behind a blocking kernel) and host wall time, each
+#      fitted to intercept + slope x lookups, next to the model's (h200-gen5):
+#      tbe_batch_sweep.json / .md, the table appended to validation_table.md
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -56,8 +64,28 @@ published_shapes() {
     fi
     return $rc
 }
+batch_sweep() {
+    log "TBE batch sweep (timeout 120 s)"
+    # shellcheck disable=SC2086  # SWEEP_ARGS is a list of words
+    timeout 120 "$PY" -m scratchpipe_sim.cuda.tbe_batch_sweep --out "$DEST" \
+        ${SWEEP_ARGS:-} 2>"$DEST/tbe_batch_sweep.log" > "$DEST/tbe_batch_sweep.txt"
+    local rc=$?
+    tail -n 3 "$DEST/tbe_batch_sweep.log" >&2
+    [ $rc -eq 0 ] || echo "gpu_validate: TBE batch sweep exit $rc" \
+        "(see $DEST/tbe_batch_sweep.log)" >&2
+    if [ -s "$DEST/tbe_batch_sweep.md" ]; then
+        { echo; cat "$DEST/tbe_batch_sweep.md"; } | tee -a "$DEST/validation_table.md"
+    fi
+    return $rc
+}
 if [ -n "${ONLY_PUBLISHED:-}" ]; then
     published_shapes
+    rc=$?
+    log "done: $DEST"
+    exit $rc
+fi
+if [ -n "${ONLY_SWEEP:-}" ]; then
+    batch_sweep
     rc=$?
     log "done: $DEST"
     exit $rc
@@ -109,4 +137,5 @@ for stage, r in rows.items():
     print("| " + " | ".join(cells) + " |")
 PYEOF
 published_shapes
+batch_sweep
 log "done: $DEST"

@@ -99,15 +99,18 @@ def check_host_memory(shape: RunShape) -> None:
                        f"{HOST_SHARE:.0%} of the memory available)",
                        "lower --managed-tables or --scale", field="--managed-tables")
 
-def model_config(shape: RunShape, batches: int, preset: str, seed: int = SEED) -> dict:
-    """The `run` config of this shape: same tables, ids (Zipf, seed) and batches as measured."""
+def model_config(shape: RunShape, batches: int, preset: str, seed: int = SEED,
+                 pooling: int = 1) -> dict:
+    """The `run` config of this shape: same tables, ids (Zipf, seed) and batches as measured
+    (`pooling` ids per sample and table: 1 for the published shapes, the batch sweep's
+    `--pooling` otherwise)."""
     b = shape.base
     return {
         "name": f"published-{b.point}-{b.placement.lower()}", "seed": seed,
         "hardware": {"preset": preset},
         "model": {"tables": {"count": shape.tables, "rows": shape.rows_per_table,
                              "dim": b.dim, "bytes_per_element": 4},
-                  "pooling": 1, "batch_size": shape.samples_per_table, "optimizer": "sgd",
+                  "pooling": pooling, "batch_size": shape.samples_per_table, "optimizer": "sgd",
                   "bottom_mlp": [1, 1], "interaction": "cat", "num_batches": batches,
                   "warmup_batches": 0},
         "trace": {"distribution": "zipf", "alpha": b.alpha},
@@ -115,13 +118,13 @@ def model_config(shape: RunShape, batches: int, preset: str, seed: int = SEED) -
         "designs": [b.design],
     }
 
-def predict(shape: RunShape, batches: int, preset: str, seed: int = SEED
+def predict(shape: RunShape, batches: int, preset: str, seed: int = SEED, pooling: int = 1
             ) -> tuple[list[np.ndarray], dict[str, float]]:
     """The model's trace (its batches as linear ids) and its forward/backward stage means."""
     from scratchpipe_sim.config import load_config  # noqa: PLC0415  (keeps --help light)
     from scratchpipe_sim.timing import build_trace, simulate  # noqa: PLC0415
 
-    cfg = load_config(model_config(shape, batches, preset, seed))
+    cfg = load_config(model_config(shape, batches, preset, seed, pooling))
     trace = build_trace(cfg, cache=False)
     ids = [trace.linear_batch(k)[0] for k in range(trace.num_batches)]
     from scratchpipe_sim.timing.stage_columns import stage_ns  # noqa: PLC0415
