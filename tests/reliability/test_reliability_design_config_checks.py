@@ -216,3 +216,28 @@ def test_every_shipped_experiment_passes_its_designs_checks(path):
     refused_everywhere(points, designs, spec)
     for p in points:
         check_inputs(Config.from_dict(p.config, source=spec.source), designs)
+
+
+def test_a_range_end_multi_gpu_cannot_place_the_tables_on_is_refused_before_pricing(
+        tmp_path, capsys, monkeypatch):
+    """`sensitivity` checks both ends of every range through the designs' config checks:
+    an HBM too small for multi-gpu's tables at the low end is one line naming the preset's
+    range (it failed when that end was priced, after the nominal)."""
+    import scratchpipe_sim.experiments.sensitivity_analysis as sa
+    from scratchpipe_sim.config.loader import CONFIGS_DIR
+
+    monkeypatch.setattr(sa, "build_trace", _never)
+    preset = yaml.safe_load((CONFIGS_DIR / "hardware" / "a100-gen4.yaml").read_text())
+    preset["ranges"] = {"gpu.hbm_capacity_GiB": [0.000002, 80.0]}
+    pfile = tmp_path / "mygpu.yaml"
+    pfile.write_text(yaml.safe_dump(preset))
+    cfg = _config("multi-gpu", {"cache.capacity_rows": 1})
+    cfg["hardware"] = {"preset": str(pfile), "gpu": {"l2_MiB": 0}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    line = one_line_error(capsys, ["sensitivity", str(path), "--samples", "0", "--out",
+                                   str(tmp_path / "s")],
+                          f"{pfile}: ranges.gpu.hbm_capacity_GiB: the range's low end",
+                          "refused by design multi-gpu", f"{MG}.gpus")
+    assert str(path) in line
+    assert not (tmp_path / "s").exists()
