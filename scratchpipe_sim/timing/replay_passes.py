@@ -34,7 +34,12 @@ from scratchpipe_sim.timing.counts import (
     uncached_counts,
     warmup_length,
 )
-from scratchpipe_sim.timing.designs.design_inputs import Warm, WorkloadKey
+from scratchpipe_sim.timing.designs.design_inputs import (
+    Warm,
+    WorkloadKey,
+    check_prefix,
+    policy_error,
+)
 from scratchpipe_sim.traces._pages import trim_heap
 from scratchpipe_sim.traces.csr_trace import Trace, slice_trace
 
@@ -74,14 +79,7 @@ def workload(trace: Trace, key: WorkloadKey, cfg: Config,
                              ranges=ranges,
                              **dict(key.params))
     except UserError as e:
-        field = e.field
-        if field in (None, "capacity"):
-            field = "cache.capacity_rows"
-        elif field == "policy":
-            field = key.policy_field
-        elif not field.startswith(("cache.", "design_params.", "--")):  # "--": a flag's
-            field = f"{key.params_field}.{field}"
-        raise UserError(e.message, source=cfg.source, field=field) from None
+        raise policy_error(e, key, cfg) from None
 
 
 class TracePass(ABC):
@@ -380,11 +378,7 @@ class Replays:
         columns every design shares (on-chip hits, first touches, per-table bytes)."""
         cfg = self.cfg
         if key.policy is not None and key.warm is not Warm.REPLAY:  # profile, preload
-            if key.warm is Warm.PROFILE_PREFIX and self.prefix == 0:
-                raise UserError(f"{key.policy} picks its rows from the warm-up prefix: "
-                                "expected cache.warmup_batches >= 1 (or profile every batch, "
-                                f"as an oracle: see {key.params_field})",
-                                source=cfg.source, field="cache.warmup_batches")
+            check_prefix(key, self.prefix, cfg)
             n = self.trace.num_batches
             # ceil(fraction x n) = prefix batches exactly (the 0.5 keeps float error away)
             frac = 1.0 if key.warm is Warm.PROFILE_ALL else (self.prefix - 0.5) / n

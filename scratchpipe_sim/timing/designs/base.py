@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from scratchpipe_sim.config import Config
 from scratchpipe_sim.timing.counts import Workload
-from scratchpipe_sim.timing.designs.design_inputs import Columns, WorkloadKey
+from scratchpipe_sim.timing.designs.design_inputs import Columns, WorkloadKey, check_policy
 from scratchpipe_sim.timing.designs.design_parameters import design_params
 from scratchpipe_sim.timing.input_pipeline import InputPipeline
 from scratchpipe_sim.timing.machine import Machine
@@ -90,9 +90,11 @@ class Design(ABC):
         """The checks of its inputs that cfg alone decides (no trace, no pricing), run where
         a config is loaded (`config show`, `run`, the start of a sweep or `sensitivity`,
         `design_parameters.check_inputs`) so a mistake is one line before anything is
-        priced. The default: none beyond its Params' (a design's construction checks the
-        rest)."""
-        return None
+        priced. The default: its cache policy's (`design_inputs.check_policy`: the policy's
+        name, parameters and warm-up prefix), made on its workload key; a design whose
+        construction places the tables (their sizes, which a trace file may give) or checks
+        more overrides it."""
+        check_policy(cls(cfg).workload_key(), cfg)
 
     def __init__(self, cfg: Config):
         self.cfg = cfg

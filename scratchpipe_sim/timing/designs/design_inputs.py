@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.policies.engine import COUNTERS
 from scratchpipe_sim.timing.counts import Where, Workload
+
+if TYPE_CHECKING:
+    from scratchpipe_sim.config import Config
 
 
 class Warm(str, enum.Enum):
@@ -53,6 +57,48 @@ class WorkloadKey:
             if not isinstance(value, kind):
                 raise TypeError(f"WorkloadKey.{name}: expected a {kind.__name__} "
                                 f"({', '.join(k.name for k in kind)}), got {value!r}")
+
+
+def policy_error(e: UserError, key: WorkloadKey, cfg: Config) -> UserError:
+    """A policy's UserError (its fields are its own: `capacity`, `policy`, a parameter's
+    name) as the config key that sets it: `key.policy_field`, `key.params_field.NAME`."""
+    name = e.field
+    if name in (None, "capacity"):
+        name = "cache.capacity_rows"
+    elif name == "policy":
+        name = key.policy_field
+    elif not name.startswith(("cache.", "design_params.", "--")):  # "--": a flag's
+        name = f"{key.params_field}.{name}"
+    return UserError(e.message, source=cfg.source, field=name)
+
+
+def check_prefix(key: WorkloadKey, prefix: int, cfg: Config) -> None:
+    """A policy that picks its rows from the warm-up prefix (`Warm.PROFILE_PREFIX`) needs
+    one: `prefix` warm-up batches."""
+    if key.policy is not None and key.warm is Warm.PROFILE_PREFIX and prefix == 0:
+        raise UserError(f"{key.policy} picks its rows from the warm-up prefix: "
+                        "expected cache.warmup_batches >= 1 (or profile every batch, "
+                        f"as an oracle: see {key.params_field})",
+                        source=cfg.source, field="cache.warmup_batches")
+
+
+def check_policy(key: WorkloadKey, cfg: Config) -> None:
+    """What the config alone decides of `key`'s cache policy: its name, its parameters and
+    their combination (static's skip_batches needs preload), checked by the policy's own
+    constructor on a cache of one row (no table-sized state), and with a fixed
+    `cache.warmup_batches` the prefix a profile needs (`check_prefix`; `auto`: the trace
+    decides). One line naming the config key, as the replay would say it."""
+    if key.policy is None:
+        return
+    from scratchpipe_sim.policies import POLICIES  # noqa: PLC0415 (the registry's imports)
+
+    try:
+        POLICIES.get(key.policy, field="policy")(1, 1, **dict(key.params))
+    except UserError as e:
+        raise policy_error(e, key, cfg) from None
+    wb = cfg.cache.warmup_batches
+    if wb != "auto":
+        check_prefix(key, int(wb), cfg)
 
 
 def fraction(part: float, whole: float) -> float:

@@ -68,17 +68,19 @@ class MultiGpuParams:
         "choices": ("table-wise", "row-wise", "auto")})
 
 
+def scalar_checks(cfg: Config, p: MultiGpuParams) -> None:
+    """Its checks that need no table size: the GPUs asked for are at most one node's."""
+    per_node = cfg.hardware.interconnect.gpus_per_node
+    if p.gpus is not None and p.gpus > per_node:
+        raise UserError(f"{p.gpus} GPUs but hardware.interconnect.gpus_per_node is "
+                        f"{per_node}: expected at most one node's GPUs", source=cfg.source,
+                        field=f"{PARAMS_KEY}.gpus")
+
+
 def node_gpus(cfg: Config, p: MultiGpuParams) -> int:
     """p.gpus, or the fewest that hold the tables; at most one node's GPUs."""
-    n = p.gpus
-    if n is None:
-        return gpus_to_hold(cfg, p.sharding, PARAMS_KEY)
-    per_node = cfg.hardware.interconnect.gpus_per_node
-    if n > per_node:
-        raise UserError(f"{n} GPUs but hardware.interconnect.gpus_per_node is {per_node}: "
-                        "expected at most one node's GPUs", source=cfg.source,
-                        field=f"{PARAMS_KEY}.gpus")
-    return n
+    scalar_checks(cfg, p)
+    return gpus_to_hold(cfg, p.sharding, PARAMS_KEY) if p.gpus is None else p.gpus
 
 
 def mlp_param_bytes(cfg: Config) -> float:
@@ -105,6 +107,17 @@ class MultiGpu(Design):
     @classmethod
     def gpus_of(cls, cfg: Config) -> int:
         return node_gpus(cfg, design_params(cfg, cls.name, cross_check=False))
+
+    @classmethod
+    def check_config(cls, cfg: Config) -> None:
+        """Every check of its construction (the GPUs, the tables' placement on their HBM):
+        whole where the config sizes every table (a generated trace); with a trace file,
+        whose tables may size the model, the GPU count (`scalar_checks`), the placement
+        when the trace is read."""
+        if cfg.trace.path is None:
+            cls(cfg)
+        else:
+            scalar_checks(cfg, design_params(cfg, cls.name))
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
