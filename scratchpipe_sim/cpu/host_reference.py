@@ -109,14 +109,20 @@ class ReferenceSamples:
     def from_json(cls, d: Any, source: str | None = None) -> ReferenceSamples:
         """From `as_json`'s dict; a UserError naming `source` and the key otherwise."""
         try:
-            return cls(ReferenceWorkload(**d["workload"]), str(d["statistic"]),
-                       tuple(float(x) for x in d["forward_s"]),
-                       tuple(float(x) for x in d["backward_s"]),
-                       tuple(str(x) for x in d.get("blocks", ())))
-        except (KeyError, TypeError, ValueError) as e:
-            raise UserError(f"not a host reference record ({e!r}): expected workload, "
-                            "statistic, forward_s, backward_s", source=source,
-                            field=SIDECAR_KEY) from None
+            out = cls(ReferenceWorkload(**d["workload"]), str(d["statistic"]),
+                      tuple(float(x) for x in d["forward_s"]),
+                      tuple(float(x) for x in d["backward_s"]),
+                      tuple(str(x) for x in d.get("blocks", ())))
+            if out.statistic not in ("median", "best"):
+                raise ValueError(f"statistic {out.statistic!r}")
+            if len(out.forward_s) != len(out.backward_s) or (
+                    out.blocks and len(out.blocks) != len(out.forward_s)):
+                raise ValueError("forward_s, backward_s and blocks differ in length")
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise UserError(f"not a host reference record ({e}): expected workload, "
+                            "statistic (median or best), forward_s, backward_s of one "
+                            "length", source=source, field=SIDECAR_KEY) from None
+        return out
 
     def comment(self) -> str:
         """The preset's comment line (calibrate)."""

@@ -117,9 +117,17 @@ def test_an_old_or_shipped_preset_gives_no_adjusted_column_and_no_error(tmp_path
     assert "no host-adjusted column" in table and "another workload" in table
 
 
-def test_a_broken_record_is_one_error_naming_the_file_and_key(tmp_path):
+def _short() -> dict:
+    d = _samples().as_json()
+    d["backward_s"] = d["backward_s"][:-1]
+    return d
+
+
+@pytest.mark.parametrize("record", [{"statistic": 1}, [1, 2], "x", _short(),
+                                    {**_samples().as_json(), "statistic": "mean"}])
+def test_a_broken_record_is_one_error_naming_the_file_and_key(record, tmp_path):
     preset = tmp_path / "cal.yaml"
-    preset.with_suffix(".json").write_text(json.dumps({"host_reference": {"statistic": 1}}))
+    preset.with_suffix(".json").write_text(json.dumps({"host_reference": record}))
     with pytest.raises(UserError) as e:
         hr.load_reference(preset)
     assert e.value.field == "host_reference" and "cal.json" in str(e.value.source)
