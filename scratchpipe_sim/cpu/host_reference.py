@@ -13,16 +13,18 @@ the same work is measured on both sides, so the ratio is the host's alone.
 The workload (`REFERENCE`): FBGEMM's CPU TBE, SGD, one table of 2^19 rows x dim 64
 (128 MiB of float32 weights: 4x the OS's 32 MiB LLC, 32x the 4 MiB a core keeps at
 on-chip speed here, so its rows miss as the configs' tables' do), a batch of 2048 bags of
-8 uniform random ids (fresh each sample, drawn untimed from a fixed seed), its forward
-then its backward with the fused update, one thread; a sample is forward + backward
-seconds. It is exactly one of the update bench's own fit shapes (1 table, batch 2048,
-pooling 8, dim 64, rows used once, at the bench's 2^19 table rows), so on the calibration
-side it moves as the points do by construction. It carries both kinds of drift: the
-forward is a gather of 16k missing rows (memory-bound: what neighbours' traffic slows),
-the backward sorts the ids, reduces the gradients and writes the rows back (compute and
-memory). Timed with the points' clock (one thread's CPU time, `cpu/measure.py`) and
-summarised with each side's statistic (median or best), on one thread whatever the
-threads of the surrounding run (restored after).
+8 uniform random ids (fresh each call, drawn untimed from a fixed seed), its forward
+then its backward with the fused update, one thread; a sample is the forward + backward
+seconds of one call after `warm_calls` untimed ones (the call in its own steady state,
+whatever ran before it). Its work is one of the update bench's own SGD fit shapes (1
+table, batch 2048, pooling 8, dim 64, rows used once, at the bench's 2^19 table rows).
+It carries both kinds of drift: the forward is a gather of 16k missing rows (memory-bound:
+what neighbours' traffic slows), the backward sorts the ids, reduces the gradients and
+writes the rows back (compute and memory); a Numba gather beside it would add nothing
+the forward does not see, and is not the kernel the points time. Timed with the points'
+clock (one thread's CPU time, `cpu/measure.py`) and summarised with each side's statistic
+(median or best), on one thread whatever the threads of the surrounding run (restored
+after).
 """
 
 from __future__ import annotations
@@ -49,8 +51,13 @@ class ReferenceWorkload:
     pooling: int = 8
     optimizer: str = "EXACT_SGD"  # FBGEMM's EmbOptimType name
     seed: int = 4343
-    #: forward + backward calls run untimed when the workload is built (first touch)
-    warmup: int = 2
+    #: forward + backward calls (fresh ids) run untimed before each timed one. Why: the
+    #: first call after other work ran 1.3-2x slower here (its buffers and translations
+    #: evicted) by an amount that depends on that work (after a pass over 2 GiB of tables
+    #: more than after 512 MiB), so without them validate's ratio depended on the config
+    #: validated (one pair: 1.52 on the quickstart, 0.99 on small); with two, the timed
+    #: call after a 2 GiB pass read as the reference alone, but for one draw in eight
+    warm_calls: int = 2
 
     def label(self) -> str:
         return (f"FBGEMM's CPU TBE {self.optimizer} forward + backward, 1 table x "
@@ -187,28 +194,33 @@ class HostReference:
         self.forward_s: list[float] = []
         self.backward_s: list[float] = []
         self.blocks: list[str] = []
-        for _ in range(w.warmup):
-            self.sample()
-        self.clear()
 
     def clear(self) -> None:
         self.forward_s.clear()
         self.backward_s.clear()
         self.blocks.clear()
 
-    def sample(self, block: str = "") -> None:
-        """One forward + backward, each timed on one thread (threads restored after)."""
+    def _call(self) -> tuple[float, float]:
+        """One forward + backward on fresh ids (drawn untimed): their seconds."""
         torch, w = self.torch, self.workload
         ids = torch.from_numpy(self.rng.integers(0, w.rows, w.batch * w.pooling
                                                  ).astype(np.int64))
+        out: list[Any] = []
+        tf = timed(lambda: out.append(self.tbe(ids, self.offsets)))
+        grad = torch.full_like(out[0], 1e-4)
+        return tf, timed(lambda: out[0].backward(grad))
+
+    def sample(self, block: str = "") -> None:
+        """`warm_calls` untimed calls, then one forward + backward timed, on one thread
+        (the threads restored after)."""
+        torch = self.torch
         threads, nb_threads = torch.get_num_threads(), nb.get_num_threads()
         torch.set_num_threads(1)
         nb.set_num_threads(1)  # the clock: this thread's CPU time (cpu/measure.py)
         try:
-            out: list[Any] = []
-            tf = timed(lambda: out.append(self.tbe(ids, self.offsets)))
-            grad = torch.full_like(out[0], 1e-4)
-            tb = timed(lambda: out[0].backward(grad))
+            for _ in range(self.workload.warm_calls):
+                self._call()
+            tf, tb = self._call()
         finally:
             torch.set_num_threads(threads)
             nb.set_num_threads(nb_threads)
