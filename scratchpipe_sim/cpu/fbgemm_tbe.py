@@ -29,7 +29,8 @@ state (only when every table has one dim and one pooling mode: one weight array)
 probe compares a measurement with the model's price, so it mixes the host's drift with the
 model's own error on uniform gathers (0.43-0.95 on a quiet host, lower on larger tables).
 The host's speed itself: before each pass the host reference (cpu/host_reference.py: a
-fixed FBGEMM forward + backward, the one calibrate timed beside its points) is timed, and
+fixed FBGEMM forward + backward, the one calibrate timed beside its points) is timed
+(`reference_per_pass`: about as many samples in all as the calibration took), and
 `host.reference` reports its time now beside its time at calibration (from the preset's
 raw JSON sidecar); their ratio (> 1: the host is slower now) gives each stage a
 `host_adjusted` ratio = predicted x (t_ref now / t_ref at calibration) / measured, next to
@@ -452,13 +453,15 @@ def validate_fbgemm(cfg: Config, reps: int = 3, max_batches: int | None = None,
     faults.clear()
     probe = _probe(cfg, tbes, len(measured))
     reference = HostReference(fb)
+    per_pass = reference_per_pass(calibration, reps)
     log(f"validate --cpu --against fbgemm: {len(measured)} batches x {reps} passes on "
         f"{threads} thread(s)")
     passes = []
     for _ in range(max(1, reps)):
         if probe is not None:
             probe.sample()
-        reference.sample()
+        for _ in range(per_pass):
+            reference.sample()
         passes.append([pair(b) for b in measured])
     samples = np.array(passes)
     per_call = np.mean(np.array(faults, float), axis=0)
@@ -482,6 +485,17 @@ def validate_fbgemm(cfg: Config, reps: int = 3, max_batches: int | None = None,
                                float(summarize(t, statistic)) * 1e3, len(t),
                                float((np.median(t) - t.min()) / t.min() * 100), "-"))
     return with_reference(out, reference.record(statistic), calibration, why_none)
+
+
+def reference_per_pass(calibration: ReferenceSamples | None, reps: int) -> int:
+    """Reference samples before each pass: about as many in all as the calibration took
+    (one a round of each optimizer: 15 with --quick), at least one. Why: the best (or the
+    median) of more samples of a fluctuating host is lower (or steadier), so unequal
+    counts would bias the ratio (best of 9 at calibration vs 3 now read 1.02-1.31 on one
+    host minute)."""
+    if calibration is None:
+        return 1
+    return max(1, round(len(calibration.forward_s) / max(1, reps)))
 
 
 def with_reference(rows: list[FbgemmStage], now: ReferenceSamples,

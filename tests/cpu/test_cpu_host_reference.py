@@ -133,6 +133,15 @@ def test_a_broken_record_is_one_error_naming_the_file_and_key(record, tmp_path):
     assert e.value.field == "host_reference" and "cal.json" in str(e.value.source)
 
 
+@pytest.mark.parametrize(("calib", "reps", "want"), [(None, 7, 1), (15, 7, 2), (15, 5, 3),
+                                                     (4, 7, 1), (4, 2, 2)])
+def test_validate_takes_about_as_many_reference_samples_as_the_calibration(calib, reps,
+                                                                           want):
+    s = None if calib is None else hr.ReferenceSamples(hr.REFERENCE, "best", (1.0,) * calib,
+                                                       (1.0,) * calib)
+    assert fbgemm.reference_per_pass(s, reps) == want
+
+
 def test_validate_finds_the_preset_file_after_the_overrides(tmp_path):
     from scratchpipe_sim.cli.validate import preset_file
 
@@ -214,6 +223,7 @@ def test_validate_json_reports_the_reference_and_the_adjusted_ratios(tmp_path, c
     assert main([*argv, "--set", f"hardware.preset={preset}"]) == 0
     rows = json.loads(capsys.readouterr().out)
     ref = rows[-1]
+    assert ref["samples"] == 4 == ref["calibration_samples"]  # 2 a pass: as many in all
     assert ref["calibration_ms"] == pytest.approx(calib.value_s() * 1e3, rel=1e-12)
     assert ref["ratio"] == pytest.approx(ref["measured_ms"] / ref["calibration_ms"],
                                          rel=1e-12)
