@@ -108,7 +108,7 @@ def run_fbgemm_pair(k: int, args: argparse.Namespace, out: Path) -> dict:
     pin = ["taskset", "-c", args.taskset] if args.taskset is not None else []
     cli = [*pin, sys.executable, "-m", "scratchpipe_sim"]
     preset = out / f"pair{k}.yaml"
-    t0 = time.time()
+    t0, load0 = time.time(), _load()
     res: dict = {}
     with open(out / f"pair{k}.log", "w") as log:
         subprocess.run([*cli, "calibrate", "--cpu", "--threads", args.threads, "--base",
@@ -129,7 +129,11 @@ def run_fbgemm_pair(k: int, args: argparse.Namespace, out: Path) -> dict:
                 print(f"pair {k} {case} {opt}: " + ", ".join(
                     f"{x['stage']} " + ("-" if x["ratio"] is None else f"{x['ratio']:.2f}")
                     for x in res[f"{case} {opt}"]), flush=True)
-    return {"cases": res, "wall_s": time.time() - t0}
+    print(f"pair {k}: {time.strftime('%H:%M:%S', time.gmtime(t0))}-"
+          f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, load {load0:.1f} -> "
+          f"{_load():.1f}", flush=True)
+    return {"cases": res, "wall_s": time.time() - t0, "load": (load0, _load()),
+            "start_utc": time.strftime("%H:%M:%S", time.gmtime(t0))}
 
 
 #: the stages the goal counts (per case): 3 configs x 3 optimizers x 2 = 18
