@@ -183,7 +183,8 @@ class ReferenceRow:
                 "calibration_samples": None if c is None else len(c.forward_s),
                 "spread_pct": self.now.spread_pct(), "statistic": self.now.statistic,
                 "calibration_statistic": None if c is None else c.statistic,
-                "workload": REFERENCE.label(), "note": self.why}
+                "workload": REFERENCE.label(), "note": self.why,
+                "samples_ms": [float(x) * 1e3 for x in self.now.seconds]}
 
 
 _MALLOPT_DONE: list[bool] = []

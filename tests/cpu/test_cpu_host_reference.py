@@ -70,6 +70,8 @@ def test_the_adjusted_ratio_is_predicted_times_the_host_ratio_over_measured():
     assert ref["measured_ms"] == pytest.approx(t_now * 1e3, rel=1e-12)
     assert ref["calibration_ms"] == pytest.approx(t_cal * 1e3, rel=1e-12)
     assert (ref["statistic"], ref["calibration_statistic"]) == ("best", "median")
+    assert ref["samples_ms"] == pytest.approx([(f + b) * 1.5e3 for f, b in zip(FWD, BWD,
+                                                                             strict=True)])
     table = fbgemm.format_table(rows)
     assert "adjusted" in table.splitlines()[0] and "host.reference" in table
 
