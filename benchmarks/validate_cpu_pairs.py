@@ -13,7 +13,15 @@ summary is one row per (case, optimizer, stage): predicted / measured per pair.
         --reps 7 --out /tmp/fb
 
 "vs drift": each stage's error relative to the drift probe's (validate's host.uniform_gather:
-the gather the calibration priced, measured during the validation).
+the gather the calibration priced, measured during the validation; it mixes the host's
+drift with the model's own error on uniform gathers).
+
+With `--against fbgemm` the host's speed is also measured against itself: the host
+reference (scratchpipe_sim/cpu/host_reference.py) timed beside calibrate's points and beside
+validate's passes. The summary prints the raw ratios, the host-adjusted ones (predicted x
+t_ref now / t_ref at calibration / measured), the reference per pair beside the
+calibration points' common-mode change (each pair's points over pair 0's, median per
+optimizer), and how many rounds have all stages within 20%, raw and adjusted.
 
 Why: on a shared host one pair is one draw — the neighbours' memory traffic moves a
 gather's time by 20-40% between runs minutes apart, on both sides (the calibration's
@@ -100,7 +108,7 @@ def run_fbgemm_pair(k: int, args: argparse.Namespace, out: Path) -> dict:
     pin = ["taskset", "-c", args.taskset] if args.taskset is not None else []
     cli = [*pin, sys.executable, "-m", "scratchpipe_sim"]
     preset = out / f"pair{k}.yaml"
-    t0 = time.time()
+    t0, load0 = time.time(), _load()
     res: dict = {}
     with open(out / f"pair{k}.log", "w") as log:
         subprocess.run([*cli, "calibrate", "--cpu", "--threads", args.threads, "--base",
@@ -119,24 +127,110 @@ def run_fbgemm_pair(k: int, args: argparse.Namespace, out: Path) -> dict:
                 (out / f"pair{k}.{case}.{opt}.json").write_text(r.stdout)
                 res[f"{case} {opt}"] = json.loads(r.stdout)
                 print(f"pair {k} {case} {opt}: " + ", ".join(
-                    f"{x['stage']} {x['ratio']:.2f}" for x in res[f"{case} {opt}"]),
-                    flush=True)
-    return {"cases": res, "wall_s": time.time() - t0}
+                    f"{x['stage']} " + ("-" if x["ratio"] is None else f"{x['ratio']:.2f}")
+                    for x in res[f"{case} {opt}"]), flush=True)
+    print(f"pair {k}: {time.strftime('%H:%M:%S', time.gmtime(t0))}-"
+          f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, load {load0:.1f} -> "
+          f"{_load():.1f}", flush=True)
+    return {"cases": res, "wall_s": time.time() - t0, "load": (load0, _load()),
+            "start_utc": time.strftime("%H:%M:%S", time.gmtime(t0))}
+
+
+#: the stages the goal counts (per case): 3 configs x 3 optimizers x 2 = 18
+GOAL_STAGES = ("cpu_gather", "cpu_update")
+#: within the goal's band: predicted / measured in [1 - BAND, 1 + BAND]
+BAND = 0.20
+REFERENCE_STAGE = "host.reference"
+
+
+def _within(x: float | None) -> bool:
+    return x is not None and abs(x - 1.0) <= BAND
+
+
+def _bold(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"**{x:.2f}**" if _within(x) else f"{x:.2f}"
+
+
+def _stage_rows(rows: list[dict]) -> dict[str, dict]:
+    return {r["stage"]: r for r in rows}
 
 
 def fbgemm_summary(pairs: list[dict]) -> None:
+    """Raw table, host-adjusted table, the reference per pair and the rounds counted."""
+    keys = list(pairs[0]["cases"])
+    stages = [r["stage"] for r in pairs[0]["cases"][keys[0]] if r["stage"] != REFERENCE_STAGE]
     print("\n| config, optimizer | stage | predicted / measured ms (ratio) per pair | "
           "spread % | faults per call |")
     print("|---|---|---|---|---|")
-    for key, rows in pairs[0]["cases"].items():
-        for j, row in enumerate(rows):
-            per = [p["cases"][key][j] for p in pairs]
-            print(f"| {key} | {row['stage']} | "
+    for key in keys:
+        for stage in stages:
+            per = [_stage_rows(p["cases"][key])[stage] for p in pairs]
+            print(f"| {key} | {stage} | "
                   + " ; ".join(f"{x['predicted_ms']:.2f} / {x['measured_ms']:.2f} "
-                               f"(**{x['ratio']:.2f}**)" for x in per)
+                               f"({_bold(x['ratio'])})" for x in per)
                   + " | " + " / ".join(f"{x['spread_pct']:.0f}" for x in per)
                   + " | " + " / ".join(f"{x.get('faults_per_call', 0):.0f}" for x in per)
                   + " |")
+    print("\nHost-adjusted (predicted x t_ref now / t_ref at calibration / measured; raw in "
+          "brackets; host = the reference's now / calibration):\n")
+    print("| config, optimizer | " + " | ".join(f"{s} per pair" for s in stages)
+          + " | host ratio per pair |")
+    print("|---|" + "---|" * (len(stages) + 1))
+    for key in keys:
+        rows = [_stage_rows(p["cases"][key]) for p in pairs]
+        cells = [" / ".join(f"{_bold(r[s].get('host_adjusted'))} ({r[s]['ratio']:.2f})"
+                            for r in rows) for s in stages]
+        host = " / ".join("-" if r.get(REFERENCE_STAGE, {}).get("ratio") is None
+                          else f"{r[REFERENCE_STAGE]['ratio']:.2f}" for r in rows)
+        print(f"| {key} | " + " | ".join(cells) + f" | {host} |")
+    for what, field in (("raw", "ratio"), ("host-adjusted", "host_adjusted")):
+        ok = []
+        for k, p in enumerate(pairs):
+            vals = [_stage_rows(p["cases"][key])[s].get(field) for key in keys
+                    for s in GOAL_STAGES]
+            inside = sum(_within(v) for v in vals)
+            ok.append(inside == len(vals))
+            print(f"pair {k} {what}: {inside} of {len(vals)} stages within {BAND:.0%}")
+        print(f"rounds with every stage within {BAND:.0%}, {what}: {sum(ok)} of {len(ok)}")
+
+
+def reference_tracking(pairs: list[dict], out: Path) -> None:
+    """The reference at each calibration beside the calibration points' common-mode change:
+    each pair's update points over pair 0's (backward and forward seconds, median over an
+    optimizer's points), from the raw JSON calibrate wrote (pairK.json)."""
+    raw = []
+    for k in range(len(pairs)):
+        f = out / f"pair{k}.json"
+        raw.append(json.loads(f.read_text()) if f.exists() else {})
+    if not all(r.get("host_reference") for r in raw):
+        print("\n(no host reference in the calibrations' raw JSON)")
+        return
+
+    def ref_ms(r: dict, block: str | None = None) -> float:
+        h = r["host_reference"]
+        t = np.add(h["forward_s"], h["backward_s"])
+        if block is not None:
+            t = t[[b == block for b in h["blocks"]]]
+        return float(np.min(t) if h["statistic"] == "best" else np.median(t)) * 1e3
+
+    opts = list(dict.fromkeys(u[0] for u in raw[0]["update"]))
+    print("\n| pair | t_ref at calibration ms (over pair 0) | per optimizer block: t_ref "
+          "over pair 0; points' backward / forward median over pair 0 |")
+    print("|---|---|---|")
+    base = raw[0]
+    for k, r in enumerate(raw):
+        cells = []
+        for opt in opts:
+            a = [u for u in base["update"] if u[0] == opt]
+            b = [u for u in r["update"] if u[0] == opt]
+            bwd = np.median([y[8] / x[8] for x, y in zip(a, b, strict=True)])
+            fwd = np.median([y[9] / x[9] for x, y in zip(a, b, strict=True)])
+            cells.append(f"{opt}: {ref_ms(r, opt) / ref_ms(base, opt):.2f}; "
+                         f"{bwd:.2f} / {fwd:.2f}")
+        print(f"| {k} | {ref_ms(r):.3f} ({ref_ms(r) / ref_ms(base):.2f}) | "
+              + " ; ".join(cells) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.against == "fbgemm":
         fb = [run_fbgemm_pair(k, args, args.out) for k in range(args.pairs)]
         fbgemm_summary(fb)
+        reference_tracking(fb, args.out)
         (args.out / "summary.json").write_text(json.dumps(fb, indent=1))
         return 0
     pairs = []

@@ -14,7 +14,8 @@ table to N rows when the full size does not fit in memory.
 `--cpu --against fbgemm` (any machine with the `[peers]` extra): FBGEMM's CPU TBE forward
 and fused backward on the config's trace beside hybrid's predicted `cpu_gather` and
 `cpu_update` (scratchpipe_sim/cpu/fbgemm_tbe.py); rows capped, with one line, when the tables
-would not fit comfortably in memory.
+would not fit comfortably in memory. The host reference's time at calibration is read from
+the raw samples calibrate wrote beside the config's hardware preset (PRESET.json).
 
 `--published` (any machine, no CONFIG): published, measured FBGEMM TBE runs on named GPUs
 (scratchpipe_sim/data/published_points.yaml) predicted with the matching design and hardware
@@ -133,9 +134,15 @@ def handle_fbgemm(args: argparse.Namespace) -> int:
                     f"do not fit comfortably in memory: capped to {cap} rows per table "
                     f"(--rows N to choose)")
         cfg = load_config(args.config, overrides + [f"model.tables.rows={cap}"])
+    from scratchpipe_sim.cpu.host_reference import load_reference
+
+    preset = preset_file(args.config, overrides)
+    calibration, why = (load_reference(preset) if preset is not None else
+                        (None, "the config's hardware is inline (no preset file)"))
     log = (lambda _s: None) if args.json else print
     rows = fbgemm.validate_fbgemm(cfg, reps=args.reps, max_batches=args.batches,
-                                  statistic=args.statistic, log=log)
+                                  statistic=args.statistic, log=log,
+                                  calibration=calibration, why_none=why)
     if args.json:
         print(jsonout.dumps([r.as_json() for r in rows], indent=1))
         return 0
@@ -153,6 +160,29 @@ def handle_fbgemm(args: argparse.Namespace) -> int:
               f"priced {hw.cpu.cores} cores (calibrate --cpu writes a preset for this machine)")
     print(fbgemm.format_table(rows))
     return 0
+
+
+def preset_file(config: str, overrides: list[str]) -> Path | None:
+    """The file of the config's hardware preset after the --set overrides (the one named
+    under `hardware:`; calibrate wrote its raw samples beside it), None when the hardware
+    names no preset. Called after the config loaded, so the name resolves."""
+    from scratchpipe_sim.config.loader import (
+        _find_preset,
+        parse_override,
+        read_yaml,
+        set_dotted,
+    )
+
+    path = Path(config)
+    raw = read_yaml(path)
+    for text in overrides:
+        key, value = parse_override(text)
+        set_dotted(raw, key, value)
+    hw = raw.get("hardware")
+    if not isinstance(hw, dict) or not isinstance(hw.get("preset"), str):
+        return None
+    return _find_preset("hardware", hw["preset"], path.resolve().parent, str(path),
+                        "hardware.preset")
 
 
 def handle_cpu(args: argparse.Namespace) -> int:

@@ -25,7 +25,17 @@ the stage's the mean over the batches. The host's drift since calibration: befor
 pass, `validate --cpu`'s probe (one thread's gather + pool of uniform random rows, fresh
 ids) runs on FBGEMM's own weight array (no second copy of the tables) and is reported as
 `host.uniform_gather` with the model's price, so a ratio can be read against the host's
-state (only when every table has one dim and one pooling mode: one weight array).
+state (only when every table has one dim and one pooling mode: one weight array). That
+probe compares a measurement with the model's price, so it mixes the host's drift with the
+model's own error on uniform gathers (0.43-0.95 on a quiet host, lower on larger tables).
+The host's speed itself: before each pass the host reference (cpu/host_reference.py: a
+fixed FBGEMM forward + backward, the one calibrate timed beside its points) is timed
+(`reference_per_pass`: about as many samples in all as the calibration took), and
+`host.reference` reports its time now beside its time at calibration (from the preset's
+raw JSON sidecar); their ratio (> 1: the host is slower now) gives each stage a
+`host_adjusted` ratio = predicted x (t_ref now / t_ref at calibration) / measured, next to
+the raw ratio, which stays the result. A preset without a recorded reference (shipped,
+or calibrated before issue 43) gets the row without a ratio and no adjusted column.
 The threads: `hardware.cpu.cores` (at most this machine's CPUs) for both torch and Numba;
 on one thread the clock is the thread's CPU time (`cpu/measure.py`).
 """
@@ -44,6 +54,14 @@ import numba as nb
 import numpy as np
 
 from scratchpipe_sim.config import Config
+from scratchpipe_sim.cpu.host_reference import (
+    REFERENCE,
+    REFERENCE_STAGE,
+    HostReference,
+    ReferenceSamples,
+    host_adjusted,
+    host_ratio,
+)
 from scratchpipe_sim.cpu.host_validation import PROBE_LOOKUPS, Probe
 from scratchpipe_sim.cpu.measure import summarize, timed
 from scratchpipe_sim.errors import UserError
@@ -117,6 +135,9 @@ class FbgemmStage:
     spread_pct: float  # mean over batches of (median - best) / best of the passes
     fbgemm_op: str
     faults_per_call: float = 0.0  # minor page faults per call (mean over the timed calls)
+    #: predicted x (t_ref now / t_ref at calibration) / measured (None: no reference
+    #: recorded at calibration)
+    host_adjusted: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -127,7 +148,43 @@ class FbgemmStage:
         return {"stage": self.stage, "predicted_ms": self.predicted_ms,
                 "measured_ms": self.measured_ms, "ratio": self.ratio,
                 "batches": self.batches, "spread_pct": self.spread_pct,
-                "fbgemm_op": self.fbgemm_op, "faults_per_call": self.faults_per_call}
+                "fbgemm_op": self.fbgemm_op, "faults_per_call": self.faults_per_call,
+                "host_adjusted": self.host_adjusted}
+
+
+@dataclass(frozen=True)
+class ReferenceRow:
+    """validate's `host.reference`: the host reference's time now beside its time at
+    calibration (None: the preset records none, `why` says why)."""
+
+    now: ReferenceSamples
+    calibration: ReferenceSamples | None
+    why: str = ""
+    stage: str = REFERENCE_STAGE
+
+    @property
+    def measured_ms(self) -> float:
+        return self.now.value_s() * 1e3
+
+    @property
+    def calibration_ms(self) -> float | None:
+        return None if self.calibration is None else self.calibration.value_s() * 1e3
+
+    @property
+    def ratio(self) -> float | None:
+        """t_ref now / t_ref at calibration (> 1: the host is slower now)."""
+        return None if self.calibration is None else host_ratio(self.now, self.calibration)
+
+    def as_json(self) -> dict[str, Any]:
+        c = self.calibration
+        return {"stage": self.stage, "calibration_ms": self.calibration_ms,
+                "measured_ms": self.measured_ms, "ratio": self.ratio,
+                "samples": len(self.now.forward_s),
+                "calibration_samples": None if c is None else len(c.forward_s),
+                "spread_pct": self.now.spread_pct(), "statistic": self.now.statistic,
+                "calibration_statistic": None if c is None else c.statistic,
+                "workload": REFERENCE.label(), "note": self.why,
+                "samples_ms": [float(x) * 1e3 for x in self.now.seconds]}
 
 
 _MALLOPT_DONE: list[bool] = []
@@ -213,7 +270,9 @@ def check_config(cfg: Config) -> None:
 
 def memory_needed(cfg: Config) -> int:
     """Bytes a run allocates: FBGEMM's weights and optimizer state (the moved row bytes),
-    the replay's per-row state and the trace with its per-access arrays and int64 copies."""
+    the replay's per-row state and the trace with its per-access arrays and int64 copies
+    (the host reference's fixed table, REFERENCE.table_bytes = 128 MiB, is left out: it
+    does not scale with the config and sits in the share not used)."""
     m = cfg.model
     rows = sum(r * (b + memory_guard.RUN_BYTES_PER_ROW)
                for r, b in zip(m.rows_per_table, m.moved_row_bytes_per_table, strict=True))
@@ -290,12 +349,18 @@ def mix_pool(store: np.ndarray, dim: int, rows: int
 
 def measure_update(m, z) -> None:
     """calibrate --cpu --kernel fbgemm: FBGEMM's CPU backward per optimizer into m.update
-    (cpu/fbgemm_update_bench.py), one thread, at the sizes' shapes."""
+    (cpu/fbgemm_update_bench.py), one thread, at the sizes' shapes; the host reference
+    (cpu/host_reference.py) timed once a round beside them into m.host_reference."""
     from scratchpipe_sim.cpu import fbgemm_update_bench as ub  # noqa: PLC0415
     from scratchpipe_sim.cpu.host_bench import _note  # noqa: PLC0415
 
-    m.update = ub.measure_update(import_fbgemm(), z.update_table_rows, z.update_max_lookups,
-                                 z.update_reps, m.statistic, lambda t: _note(m, t))
+    fb = import_fbgemm()
+    ref = HostReference(fb)
+    m.update = ub.measure_update(fb, z.update_table_rows, z.update_max_lookups,
+                                 z.update_reps, m.statistic, lambda t: _note(m, t),
+                                 reference=ref)
+    m.host_reference = ref.record(m.statistic).as_json()
+    del ref
 
 
 def hybrid_stages() -> dict[str, str]:
@@ -336,10 +401,12 @@ def predicted_stages(cfg: Config, trace: Trace, replays: Replays) -> dict[str, n
 
 
 def validate_fbgemm(cfg: Config, reps: int = 3, max_batches: int | None = None,
-                    statistic: str = "median", log: Callable[[str], None] = print
-                    ) -> list[FbgemmStage]:
+                    statistic: str = "median", log: Callable[[str], None] = print,
+                    calibration: ReferenceSamples | None = None, why_none: str = ""
+                    ) -> list[FbgemmStage | ReferenceRow]:
     """Measure FBGEMM's CPU forward and fused backward on the config's trace and put them
-    beside hybrid's predicted cpu_gather and cpu_update."""
+    beside hybrid's predicted cpu_gather and cpu_update; the host reference timed before
+    each pass beside `calibration` (the preset's, None: `why_none`), last."""
     fb = import_fbgemm()
     torch = fb["torch"]
     check_config(cfg)
@@ -386,12 +453,16 @@ def validate_fbgemm(cfg: Config, reps: int = 3, max_batches: int | None = None,
         pair(b)
     faults.clear()
     probe = _probe(cfg, tbes, len(measured))
+    reference = HostReference(fb)
+    per_pass = reference_per_pass(calibration, reps)
     log(f"validate --cpu --against fbgemm: {len(measured)} batches x {reps} passes on "
         f"{threads} thread(s)")
     passes = []
     for _ in range(max(1, reps)):
         if probe is not None:
             probe.sample()
+        for _ in range(per_pass):
+            reference.sample()
         passes.append([pair(b) for b in measured])
     samples = np.array(passes)
     per_call = np.mean(np.array(faults, float), axis=0)
@@ -414,7 +485,32 @@ def validate_fbgemm(cfg: Config, reps: int = 3, max_batches: int | None = None,
         out.append(FbgemmStage(PROBE_STAGE, float(pred[0]) / 1e6,
                                float(summarize(t, statistic)) * 1e3, len(t),
                                float((np.median(t) - t.min()) / t.min() * 100), "-"))
-    return out
+    return with_reference(out, reference.record(statistic), calibration, why_none)
+
+
+def reference_per_pass(calibration: ReferenceSamples | None, reps: int) -> int:
+    """Reference samples before each pass: about as many in all as the calibration took
+    (one a round of each optimizer: 15 with --quick), at least one. Why: the best (or the
+    median) of more samples of a fluctuating host is lower (or steadier), so unequal
+    counts would bias the ratio (best of 9 at calibration vs 3 now read 1.02-1.31 on one
+    host minute)."""
+    if calibration is None:
+        return 1
+    return max(1, round(len(calibration.forward_s) / max(1, reps)))
+
+
+def with_reference(rows: list[FbgemmStage], now: ReferenceSamples,
+                   calibration: ReferenceSamples | None, why_none: str = ""
+                   ) -> list[FbgemmStage | ReferenceRow]:
+    """`rows` with their host-adjusted ratios (when `calibration` is given), then the
+    host.reference row."""
+    ref = ReferenceRow(now, calibration, "" if calibration is not None else
+                       why_none or "the preset records no host reference")
+    k = ref.ratio
+    adjusted = [r if k is None else
+                replace(r, host_adjusted=host_adjusted(r.predicted_ms, r.measured_ms, k))
+                for r in rows]
+    return [*adjusted, ref]
 
 
 def _probe(cfg: Config, tbes: list, seed: int) -> Probe | None:
@@ -426,19 +522,41 @@ def _probe(cfg: Config, tbes: list, seed: int) -> Probe | None:
     return Probe(store, m.dims[0], min(PROBE_LOOKUPS, store.shape[0]), seed=seed)
 
 
-def format_table(rows: list[FbgemmStage]) -> str:
-    head = (f"{'stage':<20} {'predicted_ms':>13} {'measured_ms':>12} {'ratio':>7} "
+def format_table(rows: list[FbgemmStage | ReferenceRow]) -> str:
+    stages = [r for r in rows if isinstance(r, FbgemmStage)]
+    refs = [r for r in rows if isinstance(r, ReferenceRow)]
+    adjusted = any(r.host_adjusted is not None for r in stages)
+    adj_head = f" {'adjusted':>9}" if adjusted else ""
+    head = (f"{'stage':<20} {'predicted_ms':>13} {'measured_ms':>12} {'ratio':>7}{adj_head} "
             f"{'spread':>7} {'faults':>7}  fbgemm")
     lines = [head, "-" * len(head)]
-    for r in rows:
+    for r in stages:
+        adj = "" if not adjusted else (f" {r.host_adjusted:>9.2f}" if r.host_adjusted
+                                       is not None else f" {'-':>9}")
         lines.append(f"{r.stage:<20} {r.predicted_ms:>13.3f} {r.measured_ms:>12.3f} "
-                     f"{r.ratio:>7.2f} {r.spread_pct:>6.1f}% {r.faults_per_call:>7.0f}  "
+                     f"{r.ratio:>7.2f}{adj} {r.spread_pct:>6.1f}% {r.faults_per_call:>7.0f}  "
                      f"{r.fbgemm_op}")
+    for r in refs:
+        calib = "-" if r.calibration_ms is None else f"{r.calibration_ms:.3f}"
+        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
+        lines.append(f"{r.stage:<20} {calib:>13} {r.measured_ms:>12.3f} {ratio:>7}"
+                     f"{' ' * len(adj_head)} {r.now.spread_pct():>6.1f}% {'-':>7}  "
+                     "the reference now / at calibration")
     lines.append("ratio = predicted / measured (> 1: the model is slower than FBGEMM); "
                  "faults: minor page faults per call (the model prices none)")
-    if any(r.stage == PROBE_STAGE for r in rows):
+    if any(r.stage == PROBE_STAGE for r in stages):
         lines.append(f"{PROBE_STAGE}: validate --cpu's drift probe (uniform rows, fresh ids) "
-                     "on FBGEMM's weights: the host now beside the calibration")
+                     "on FBGEMM's weights beside the model's price of it: the host's drift "
+                     "mixed with the model's error on uniform gathers")
+    for r in refs:
+        if r.ratio is None:
+            lines.append(f"{r.stage}: {r.why}: no host-adjusted column")
+        else:
+            lines.append(f"{r.stage}: {REFERENCE.label()}, {r.now.statistic} of "
+                         f"{len(r.now.forward_s)} now vs {r.calibration.statistic} of "
+                         f"{len(r.calibration.forward_s)} at calibration (ms in the "
+                         "predicted_ms column); ratio = now / calibration (> 1: the host "
+                         "is slower now); adjusted = ratio x that host ratio")
     return "\n".join(lines)
 
 

@@ -25,7 +25,9 @@ repetitions interleave every shape of the optimizer, so a slow moment of a share
 lands on all of them (the forward is timed too: its per-call, per-table and per-bag
 costs are fitted from it); a point's figure is the `statistic` (median by default) of
 its repetitions. The unique rows are the exact count per table of the ids fed
-(np.unique), summed over tables.
+(np.unique), summed over tables. With a `reference` (cpu/host_reference.py), its workload
+is timed once at the start of every repetition round of every optimizer, so it sees the
+moments the points see.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any, NamedTuple
 import numba as nb
 import numpy as np
 
+from scratchpipe_sim.cpu.host_reference import HostReference
 from scratchpipe_sim.cpu.measure import Timing, timed
 
 #: the config's optimizer -> FBGEMM's EmbOptimType name, for the optimizers calibrated
@@ -114,11 +117,11 @@ def _ids(rng: np.random.Generator, rows: int, n: int, k: int) -> np.ndarray:
 def measure_update(fb: dict[str, Any], table_rows: int, max_lookups: int, reps: int,
                    statistic: str, note: Callable[[Timing], float],
                    optimizers: tuple[str, ...] = tuple(OPTIMIZERS),
-                   shape_set: tuple[list[UpdateShape], list[UpdateShape]] | None = None
-                   ) -> list[UpdatePoint]:
+                   shape_set: tuple[list[UpdateShape], list[UpdateShape]] | None = None,
+                   reference: HostReference | None = None) -> list[UpdatePoint]:
     """Every fit and check shape (`shapes(max_lookups)` unless `shape_set` gives them) of
     every optimizer (module docstring); `note` turns a point's repetitions into its figure
-    (and records its spread)."""
+    (and records its spread); `reference` is sampled at the start of every timed round."""
     torch = fb["torch"]
     torch.set_num_threads(1)
     threads = nb.get_num_threads()
@@ -149,6 +152,8 @@ def measure_update(fb: dict[str, Any], table_rows: int, max_lookups: int, reps: 
                 runs.append((role, s, tbes[key], idx, offs, uniq, [], [],
                              shape_table_bytes(s, table_rows)))
         for r in range(max(1, reps) + 1):  # round 0: warm-up (allocations, first touch)
+            if r and reference is not None:
+                reference.sample(opt)
             for _role, _s, tbe, idx, offs, _u, times, fwd, _b in runs:
                 outs = []
                 tf = timed(lambda t=tbe, i=idx, o=offs, k=outs: k.append(t(i, o)))

@@ -232,6 +232,9 @@ class CpuMeasurements:
     #: (optimizer, role fit / check, tables, batch, pooling, dim, lookups, unique rows,
     #: seconds) of FBGEMM's CPU backward (--kernel fbgemm; cpu/fbgemm_update_bench.py)
     update: list[UpdatePoint] = field(default_factory=list)
+    #: the host reference's samples taken beside the update points (--kernel fbgemm;
+    #: cpu/host_reference.py, ReferenceSamples.as_json); None when not timed
+    host_reference: dict | None = None
     #: (median - best) / best of every timed point, worst one (noise)
     worst_spread: float = 0.0
     #: points re-measured because a curve's time did not grow with size (settle_curve)

@@ -55,6 +55,7 @@ import numpy as np
 from scratchpipe_sim.config.hardware import CpuConfig
 from scratchpipe_sim.config.schema import build, to_plain
 from scratchpipe_sim.cpu.host_bench import CpuMeasurements, PlanBatch
+from scratchpipe_sim.cpu.host_reference import ReferenceSamples
 from scratchpipe_sim.measure.fitting import efficiency_curve, fit_latency_bandwidth
 
 #: the written preset's and the command's warning when a curve stayed out of order
@@ -709,6 +710,8 @@ def cpu_preset_yaml(cal: CpuCalibration, m: CpuMeasurements, name: str,
              f"= {m.worst_spread * 100:.0f}%.",
              "# Keys not listed under cpu come from "
              + (f"the preset {base_preset}." if base_preset else "the schema defaults.")]
+    if m.host_reference:
+        lines.append("# " + ReferenceSamples.from_json(m.host_reference).comment() + ".")
     if cal.noisy:
         lines.append(f"# {NOISY_WARNING} ({m.remeasured} point re-measurements); the keys "
                      "fitted from these curves are less certain:")

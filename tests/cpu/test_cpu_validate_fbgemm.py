@@ -153,12 +153,15 @@ def test_cli_json_shape(cfg_file, capsys):
     assert main(["validate", "--cpu", str(cfg_file), "--against", "fbgemm", "--json",
                  "--reps", "2"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    # the two stages, then the drift probe (one dim, one pooling mode: one weight array)
-    assert [r["stage"] for r in rows] == ["cpu_gather", "cpu_update", "host.uniform_gather"]
-    for r in rows:
+    # the two stages, the drift probe (one dim, one pooling mode: one weight array), then
+    # the host reference (a shipped preset: no ratio)
+    assert [r["stage"] for r in rows] == ["cpu_gather", "cpu_update", "host.uniform_gather",
+                                          "host.reference"]
+    for r in rows[:-1]:
         for key in ("predicted_ms", "measured_ms"):
             assert math.isfinite(r[key]) and r[key] > 0, r
-    assert [r["batches"] for r in rows] == [2, 2, 2]  # the probe: one sample per pass
+    assert [r["batches"] for r in rows[:-1]] == [2, 2, 2]  # the probe: one sample per pass
+    assert rows[-1]["samples"] == 2 and rows[-1]["ratio"] is None  # one per pass
 
 
 @needs_fbgemm
