@@ -129,3 +129,14 @@ def gpu_of(preset: str = "a100-gen4"):
 def model_of(**model):
     """A loaded `model` section from its keys, every other one at its default."""
     return load_config({"model": model}).model
+
+
+def nested(dotted: str, value) -> dict:
+    """`{"a": {"b": value}}` for "a.b": a dotted key as the config fragment it names."""
+    out: dict = {}
+    node = out
+    *parts, last = dotted.split(".")
+    for p in parts:
+        node = node.setdefault(p, {})
+    node[last] = value
+    return out

@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from ptx_check import check_ptx
 
 from scratchpipe_sim.cuda import runtime
 
@@ -245,18 +246,7 @@ print("ok")
 def test_blocking_kernel_compiles_for_sm90_where_nvvm_is_here():
     """The blocking kernel cannot run under the simulator (no nanosleep): type and lower it
     for a real GPU instead (skips without NVVM, as the TBE kernels' check does)."""
-    import glob
-
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env.setdefault("NUMBA_FORCE_CUDA_CC", "9.0")
-    homes = sorted(glob.glob("/usr/local/cuda*/nvvm"))
-    if homes and "CUDA_HOME" not in env:
-        env["CUDA_HOME"] = os.path.dirname(homes[-1])
-    r = subprocess.run([sys.executable, "-c", SPIN_PTX], capture_output=True, text=True,
-                       env=env, timeout=300)
-    if r.returncode == 77:
-        pytest.skip(f"no CUDA compiler libraries: {r.stdout.strip()[:200]}")
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+    check_ptx(SPIN_PTX)
 
 
 def test_placements_default_to_both_published_ones():

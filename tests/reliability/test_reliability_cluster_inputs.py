@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_errors import one_line_error
-from small_configs import one_node_two_tables
+from small_configs import nested, one_node_two_tables
 
 import scratchpipe_sim.api as api
 from scratchpipe_sim.cli import main
@@ -34,16 +34,6 @@ def _base() -> dict:
     return deep_merge(one_node_two_tables(), {"hardware": {"cluster": {"nodes": 2}}})
 
 
-def _nested(dotted: str, value) -> dict:
-    out: dict = {}
-    node = out
-    *parts, last = dotted.split(".")
-    for p in parts:
-        node = node.setdefault(p, {})
-    node[last] = value
-    return out
-
-
 def _argv(path: Path, tmp_path: Path, *sets: str) -> list[str]:
     return ["run", str(path), "--no-cache", "-q", "--no-timeline", "--out",
             str(tmp_path / "out"), *(a for s in sets for a in ("--set", s))]
@@ -56,7 +46,7 @@ def _check(tmp_path: Path, capsys, settings: dict, via: str, *words: str) -> str
     if via == "yaml":
         cfg = _base()
         for k, v in settings.items():
-            cfg = deep_merge(cfg, _nested(k, v))
+            cfg = deep_merge(cfg, nested(k, v))
         path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
         argv = _argv(path, tmp_path)
     else:
@@ -464,7 +454,7 @@ CONFIG_LEVEL = [
 def _config_file(tmp_path: Path, settings: dict) -> Path:
     cfg = _base()
     for k, v in settings.items():
-        cfg = deep_merge(cfg, _nested(k, v))
+        cfg = deep_merge(cfg, nested(k, v))
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
     return path
@@ -541,7 +531,7 @@ def test_a_sweep_no_point_of_which_the_cluster_accepts_exits_2_before_any_point(
     monkeypatch.setattr(sweep_runner, "reported_metrics", never)
     base = _base()
     for k, v in settings.items():
-        base = deep_merge(base, _nested(k, v))
+        base = deep_merge(base, nested(k, v))
     base.pop("designs", None)
     exp = tmp_path / "exp.yaml"
     exp.write_text(yaml.safe_dump({"name": "hostile", "base": base, "designs": ["cluster"],

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_errors import one_line_error
-from small_configs import SHORT_A100
+from small_configs import SHORT_A100, nested
 
 from scratchpipe_sim.cli import main
 from scratchpipe_sim.config import Config, deep_merge, load_config
@@ -61,20 +61,10 @@ CONFIG_LEVEL = [
 IDS = [f"{d}-{'-'.join(k.rsplit('.', 1)[-1] for k in s)}" for d, s, _ in CONFIG_LEVEL]
 
 
-def _nested(dotted: str, value) -> dict:
-    out: dict = {}
-    node = out
-    *parts, last = dotted.split(".")
-    for p in parts:
-        node = node.setdefault(p, {})
-    node[last] = value
-    return out
-
-
 def _config(design: str, settings: dict) -> dict:
     cfg = {**SHORT_A100, "designs": [design]}
     for k, v in settings.items():
-        cfg = deep_merge(cfg, _nested(k, v))
+        cfg = deep_merge(cfg, nested(k, v))
     return cfg
 
 
