@@ -50,34 +50,24 @@ unset NUMBA_ENABLE_CUDASIM
 raise SystemExit(0 if s.usable else 2)" || { echo "gpu_validate: no usable GPU" >&2; exit 2; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$DEST/gpu.txt"
 
-published_shapes() {
-    log "published shapes (timeout 180 s)"
-    # shellcheck disable=SC2086  # PUBLISHED_ARGS is a list of words
-    timeout 180 "$PY" -m scratchpipe_sim.cuda.published_shapes --out "$DEST" \
-        ${PUBLISHED_ARGS:-} 2>"$DEST/published_shapes.log" > "$DEST/published_shapes.txt"
+step() {  # step LABEL MODULE SECONDS [ARGS...]: one `python -m` step, its table appended
+    local label=$1 mod=$2 secs=$3
+    shift 3
+    log "$label (timeout $secs s)"
+    timeout "$secs" "$PY" -m "scratchpipe_sim.cuda.$mod" --out "$DEST" "$@" \
+        2>"$DEST/$mod.log" > "$DEST/$mod.txt"
     local rc=$?
-    tail -n 3 "$DEST/published_shapes.log" >&2
-    [ $rc -eq 0 ] || echo "gpu_validate: published shapes exit $rc" \
-        "(see $DEST/published_shapes.log)" >&2
-    if [ -s "$DEST/published_shapes.md" ]; then
-        { echo; cat "$DEST/published_shapes.md"; } | tee -a "$DEST/validation_table.md"
+    tail -n 3 "$DEST/$mod.log" >&2
+    [ $rc -eq 0 ] || echo "gpu_validate: $label exit $rc (see $DEST/$mod.log)" >&2
+    if [ -s "$DEST/$mod.md" ]; then
+        { echo; cat "$DEST/$mod.md"; } | tee -a "$DEST/validation_table.md"
     fi
     return $rc
 }
-batch_sweep() {
-    log "TBE batch sweep (timeout 120 s)"
-    # shellcheck disable=SC2086  # SWEEP_ARGS is a list of words
-    timeout 120 "$PY" -m scratchpipe_sim.cuda.tbe_batch_sweep --out "$DEST" \
-        ${SWEEP_ARGS:-} 2>"$DEST/tbe_batch_sweep.log" > "$DEST/tbe_batch_sweep.txt"
-    local rc=$?
-    tail -n 3 "$DEST/tbe_batch_sweep.log" >&2
-    [ $rc -eq 0 ] || echo "gpu_validate: TBE batch sweep exit $rc" \
-        "(see $DEST/tbe_batch_sweep.log)" >&2
-    if [ -s "$DEST/tbe_batch_sweep.md" ]; then
-        { echo; cat "$DEST/tbe_batch_sweep.md"; } | tee -a "$DEST/validation_table.md"
-    fi
-    return $rc
-}
+# shellcheck disable=SC2086  # PUBLISHED_ARGS and SWEEP_ARGS are lists of words
+published_shapes() { step "published shapes" published_shapes 180 ${PUBLISHED_ARGS:-}; }
+# shellcheck disable=SC2086
+batch_sweep() { step "TBE batch sweep" tbe_batch_sweep 120 ${SWEEP_ARGS:-}; }
 if [ -n "${ONLY_PUBLISHED:-}" ]; then
     published_shapes
     rc=$?
