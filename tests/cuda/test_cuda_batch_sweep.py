@@ -7,13 +7,10 @@ import dataclasses
 import importlib.util
 import json
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from ptx_check import check_ptx
+from cuda_subprocess_checks import check_ptx, refuses_without_gpu
 
 from scratchpipe_sim.cuda import runtime
 
@@ -152,19 +149,7 @@ def test_a_managed_table_over_host_memory_is_refused(monkeypatch, tmp_path, caps
 @pytest.mark.skipif("runtime.gpu_status().usable and not SIM",
                     reason="checks the no-GPU refusal")
 def test_cli_without_gpu_exits_2_with_one_line(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    for sim in ("", "1"):
-        if sim:
-            env["NUMBA_ENABLE_CUDASIM"] = sim
-        r = subprocess.run([sys.executable, "-m", "scratchpipe_sim.cuda.tbe_batch_sweep",
-                            "--out", str(tmp_path / "o"), *TINY],
-                           capture_output=True, text=True, env=env, timeout=120)
-        if not sim and r.returncode == 0:
-            pytest.skip("a GPU is usable here")
-        assert r.returncode == 2, r.stderr
-        assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
-        assert "no usable GPU" in r.stderr
-        assert not (tmp_path / "o").exists()
+    refuses_without_gpu("tbe_batch_sweep", [*TINY], tmp_path / "o")
 
 
 # ---- the GPU loop under the simulator ----------------------------------------------------

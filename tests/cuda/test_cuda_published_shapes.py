@@ -5,13 +5,10 @@ No timing is checked: the simulator gives none."""
 import dataclasses
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from ptx_check import check_ptx
+from cuda_subprocess_checks import check_ptx, refuses_without_gpu
 
 from scratchpipe_sim.cuda import runtime
 
@@ -194,19 +191,7 @@ def test_managed_table_over_the_memory_guards_budget_is_refused(monkeypatch):
 @pytest.mark.skipif("runtime.gpu_status().usable and not SIM",
                     reason="checks the no-GPU refusal")
 def test_cli_without_gpu_exits_2_with_one_line(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    for sim in ("", "1"):
-        if sim:
-            env["NUMBA_ENABLE_CUDASIM"] = sim
-        r = subprocess.run([sys.executable, "-m", "scratchpipe_sim.cuda.published_shapes",
-                            "--out", str(tmp_path / "o"), "--scale", "0.001"],
-                           capture_output=True, text=True, env=env, timeout=120)
-        if not sim and r.returncode == 0:
-            pytest.skip("a GPU is usable here")
-        assert r.returncode == 2, r.stderr
-        assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
-        assert "no usable GPU" in r.stderr
-        assert not (tmp_path / "o").exists()
+    refuses_without_gpu("published_shapes", ["--scale", "0.001"], tmp_path / "o")
 
 
 def test_cli_end_to_end_under_the_simulator(tmp_path, monkeypatch, capsys):
