@@ -134,6 +134,7 @@ def handle_fbgemm(args: argparse.Namespace) -> int:
                     f"do not fit comfortably in memory: capped to {cap} rows per table "
                     f"(--rows N to choose)")
         cfg = load_config(args.config, overrides + [f"model.tables.rows={cap}"])
+    from scratchpipe_sim.config.loader import preset_file
     from scratchpipe_sim.cpu.host_reference import load_reference
 
     preset = preset_file(args.config, overrides)
@@ -160,29 +161,6 @@ def handle_fbgemm(args: argparse.Namespace) -> int:
               f"priced {hw.cpu.cores} cores (calibrate --cpu writes a preset for this machine)")
     print(fbgemm.format_table(rows))
     return 0
-
-
-def preset_file(config: str, overrides: list[str]) -> Path | None:
-    """The file of the config's hardware preset after the --set overrides (the one named
-    under `hardware:`; calibrate wrote its raw samples beside it), None when the hardware
-    names no preset. Called after the config loaded, so the name resolves."""
-    from scratchpipe_sim.config.loader import (
-        _find_preset,
-        parse_override,
-        read_yaml,
-        set_dotted,
-    )
-
-    path = Path(config)
-    raw = read_yaml(path)
-    for text in overrides:
-        key, value = parse_override(text)
-        set_dotted(raw, key, value)
-    hw = raw.get("hardware")
-    if not isinstance(hw, dict) or not isinstance(hw.get("preset"), str):
-        return None
-    return _find_preset("hardware", hw["preset"], path.resolve().parent, str(path),
-                        "hardware.preset")
 
 
 def handle_cpu(args: argparse.Namespace) -> int:

@@ -430,19 +430,41 @@ def _raw(path_or_dict: str | os.PathLike | Mapping[str, Any]
     return read_yaml(p), str(p), p.resolve().parent
 
 
-def load_config(path: str | os.PathLike | Mapping[str, Any],
-                overrides: Sequence[str] = (),
-                values: Mapping[str, Any] | None = None) -> Config:
-    """A validated `Config` from a YAML file (or a dict), with `--set` overrides applied,
-    then `values` (dotted key -> a Python value, used as given: the Python API's form)."""
+def _overridden(path: str | os.PathLike | Mapping[str, Any], overrides: Sequence[str],
+                values: Mapping[str, Any] | None
+                ) -> tuple[dict[str, Any], str | None, Path | None]:
+    """`_raw`'s (config as written, source, folder) with the `--set` overrides applied,
+    then `values`; presets not yet expanded."""
     raw, source, base_dir = _raw(path)
     for text in overrides:
         key, value = parse_override(text)
         set_dotted(raw, key, value)
     for key, value in (values or {}).items():
         set_dotted(raw, key, value, source="overrides")
+    return raw, source, base_dir
+
+
+def load_config(path: str | os.PathLike | Mapping[str, Any],
+                overrides: Sequence[str] = (),
+                values: Mapping[str, Any] | None = None) -> Config:
+    """A validated `Config` from a YAML file (or a dict), with `--set` overrides applied,
+    then `values` (dotted key -> a Python value, used as given: the Python API's form)."""
+    raw, source, base_dir = _overridden(path, overrides, values)
     expanded = expand_presets(raw, base_dir, source)
     return Config.from_dict(expanded, source=source)
+
+
+def preset_file(path: str | os.PathLike, overrides: Sequence[str] = (),
+                section: str = "hardware") -> Path | None:
+    """The file of the config's `section` preset after the `--set` overrides (what a tool
+    that keeps files beside a preset reads: calibrate's raw samples beside the hardware
+    preset), None when the section names no preset (inline values). Call it after the
+    config loaded, so the name is known to resolve."""
+    raw, source, base_dir = _overridden(path, overrides, None)
+    node = raw.get(section)
+    if not isinstance(node, dict) or not isinstance(node.get("preset"), str):
+        return None
+    return _find_preset(section, node["preset"], base_dir, source, f"{section}.preset")
 
 
 def resolve(path_or_dict: str | os.PathLike | Mapping[str, Any],

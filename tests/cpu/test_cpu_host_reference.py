@@ -145,7 +145,7 @@ def test_validate_takes_about_as_many_reference_samples_as_the_calibration(calib
 
 
 def test_validate_finds_the_preset_file_after_the_overrides(tmp_path):
-    from scratchpipe_sim.cli.validate import preset_file
+    from scratchpipe_sim.config.loader import preset_file
 
     (tmp_path / "cal.yaml").write_text("name: cal\n")
     cfg = tmp_path / "c.yaml"
