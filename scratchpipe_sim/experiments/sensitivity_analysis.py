@@ -49,7 +49,7 @@ from scratchpipe_sim.errors import UserError
 from scratchpipe_sim.safety import jsonout
 from scratchpipe_sim.safety.atomic_files import atomic_write
 from scratchpipe_sim.timing.designs import DESIGNS, baseline_design
-from scratchpipe_sim.timing.designs.design_parameters import check_inputs
+from scratchpipe_sim.timing.designs.design_parameters import refusals
 from scratchpipe_sim.timing.replay_passes import Replays
 from scratchpipe_sim.timing.run_metrics import summarize
 from scratchpipe_sim.timing.runner import (
@@ -263,15 +263,7 @@ def check_varied(cfg: Config, params: Sequence[Param], names: Sequence[str],
     sized by its trace). A refusal is one line naming the range (the file that writes it)
     and the design's key, instead of an error after other configs were priced."""
     def refusal(c: Config) -> tuple[str, UserError] | None:
-        for name in names:
-            try:
-                if build:
-                    DESIGNS.get(name)(c)
-                else:
-                    check_inputs(c, [name])
-            except UserError as e:
-                return name, e
-        return None
+        return next(refusals(c, names, build), None)
 
     for p in params:
         for end, v in (("low", p.low), ("high", p.high)):
@@ -473,14 +465,15 @@ def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: 
     seed = cfg.seed if seed is None else seed
     # the designs the varied configs are priced for (skip_infeasible: not those the
     # nominal config refuses, infeasible below)
-    runnable = [n for n in names if not skip_infeasible or _accepts(cfg, n)]
+    runnable = [n for n in names
+                if not skip_infeasible or next(refusals(cfg, [n]), None) is None]
     check_varied(cfg, params, runnable, _lhs_configs(cfg, params, samples, seed)[1])
     trace = build_trace(cfg) if trace is None else trace
-    sized = sized_config(cfg, trace)  # exactly as `simulate` prices it
-    if sized.trace.path is not None:  # sizes from a trace file: every check now
-        check_varied(sized, params, [n for n in runnable if _builds(sized, n)],
-                     _lhs_configs(sized, params, samples, seed)[1], build=True)
-    cfg = sized
+    cfg = sized_config(cfg, trace)  # exactly as `simulate` prices it
+    vals, lhs_cfgs = _lhs_configs(cfg, params, samples, seed)
+    if cfg.trace.path is not None:  # sizes from a trace file: every check now
+        built = [n for n in runnable if next(refusals(cfg, [n], True), None) is None]
+        check_varied(cfg, params, built, lhs_cfgs, build=True)
     trace = fit_trace(trace, cfg)
     pricer = Pricer(cfg, names, trace)
     infeasible = pricer.infeasible(cfg) if skip_infeasible else {}
@@ -495,7 +488,6 @@ def run_sensitivity(cfg: Config, designs: Sequence[str] | None = None, samples: 
             # an end at the nominal value is the nominal run (the same config and result)
             same = v == (1.0 if p.key in CURVE_KEYS else p.nominal)
             ends.append(None if same else with_values(cfg, {p.key: v}))
-    vals, lhs_cfgs = _lhs_configs(cfg, params, samples, seed)
     todo = [c for c in ends if c is not None] + lhs_cfgs
     reused = sum(len(pricer.reused(c)) for c in todo)
     say(f"sensitivity: {len(todo)} varied configs ({len(params)} ranges at both ends, "
@@ -529,24 +521,6 @@ def _lhs_configs(cfg: Config, params: Sequence[Param], samples: int, seed: int
     return vals, [with_values(cfg, {p.key: float(v) for p, v in zip(params, row,
                                                                      strict=True)})
                   for row in vals]
-
-
-def _accepts(cfg: Config, name: str) -> bool:
-    """Whether design `name`'s config checks accept `cfg` (`check_inputs`)."""
-    try:
-        check_inputs(cfg, [name])
-    except UserError:
-        return False
-    return True
-
-
-def _builds(cfg: Config, name: str) -> bool:
-    """Whether design `name` can be built on `cfg` (every input check)."""
-    try:
-        DESIGNS.get(name)(cfg)
-    except UserError:
-        return False
-    return True
 
 
 def format_report(res: Sensitivity) -> str:

@@ -106,7 +106,9 @@ def simulate_point(config: dict, designs: tuple, replay_cache: bool = True,
         # a design that cannot be built here (its input check) fails the trace's warm-up
         # check, which builds every design, only when the trace is not yet this worker's:
         # infeasible either way, the others priced on the trace of their own
-        unbuilt = _unbuildable(cfg, names)
+        from scratchpipe_sim.timing.designs.design_parameters import refusals
+
+        unbuilt = dict(refusals(cfg, names, build=True))
         if not unbuilt:
             raise
         rows = [_failed_row(n, e) for n, e in unbuilt.items()]
@@ -159,20 +161,6 @@ def refused_everywhere(points: list[Point], designs: tuple[str, ...],
                 p, e = first
                 raise UserError(f"design {name} refuses every sweep point, the first "
                                 f"{p.values}: {e.line()}", source=spec.source)
-
-
-def _unbuildable(cfg: Any, names: list[str]) -> dict[str, UserError]:
-    """The designs of `names` whose construction on `cfg` refuses its input (a UserError),
-    with the error."""
-    from scratchpipe_sim.timing.designs.design_registry import DESIGNS
-
-    out: dict[str, UserError] = {}
-    for name in names:
-        try:
-            DESIGNS.get(name)(cfg)
-        except UserError as e:
-            out[name] = e
-    return out
 
 
 def _failed_row(design: str, e: Exception) -> dict:

@@ -9,6 +9,7 @@ resolved, because config sits below the registries that know the Params classes.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from scratchpipe_sim.config import Config
@@ -92,6 +93,21 @@ def check_inputs(cfg: Config, names: Any) -> None:
     one line before anything is priced."""
     for name in names:
         DESIGNS.get(name, source=cfg.source, field="designs").check_config(cfg)
+
+
+def refusals(cfg: Config, names: Iterable[str], build: bool = False
+             ) -> Iterator[tuple[str, UserError]]:
+    """Each design of `names` that refuses cfg, in order, with its UserError: its config
+    checks (`check_inputs`), or with `build` its construction (every check, for a config
+    its trace sized). Lazy: `next(...)` stops at the first refusal."""
+    for name in names:
+        try:
+            if build:
+                DESIGNS.get(name, source=cfg.source, field="designs")(cfg)
+            else:
+                check_inputs(cfg, [name])
+        except UserError as e:
+            yield name, e
 
 
 def check_params(cfg: Config, inputs: bool = True) -> None:
