@@ -484,6 +484,14 @@ def _scratchpipe_chunk(chunk, window, state, out):
     return -1
 
 
+class PinnedOverflow(UserError):
+    """The rows pinned while a batch is planned do not fit the capacity. `shortfall` is the
+    message without its advice (raise the capacity or set on_overflow), for a caller whose
+    own key sets the capacity and that takes no on_overflow (the cluster's rank caches)."""
+
+    shortfall: str = ""
+
+
 # -- the policy ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ScratchpipeParams:
@@ -601,12 +609,16 @@ class ScratchPipe(Policy):
             _PlanOut(outcome, slots, events, self.refetch))
         if bad >= 0:
             need = min_scratchpipe_capacity(self._trace, self.lookahead)
-            raise UserError(
+            shortfall = (
                 f"scratchpipe needs capacity >= {need} rows for lookahead {self.lookahead} "
                 f"(got {self.capacity}): the rows pinned while batch {bad} is planned (batches "
-                f"{max(0, bad - self.lookahead + 1)}..{bad}) do not fit; raise the capacity or "
-                f"use on_overflow=stall (design_params.scratchpipe.on_overflow in a run config)",
+                f"{max(0, bad - self.lookahead + 1)}..{bad}) do not fit")
+            err = PinnedOverflow(
+                f"{shortfall}; raise the capacity or use on_overflow=stall "
+                "(design_params.scratchpipe.on_overflow in a run config)",
                 source=self._trace.source, field="capacity")
+            err.shortfall = shortfall  # an attribute: kept when pickled from a worker
+            raise err
         if self.keep_slots:
             self.chunk_slots = slots.copy()  # the buffer is reused next chunk
         self._keep_window(chunk, nu, slots)

@@ -18,7 +18,7 @@ against); `design_registry` derives the lists from it. What it is priced from is
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from scratchpipe_sim.config import Config
@@ -95,6 +95,17 @@ class Design(ABC):
         construction places the tables (their sizes, which a trace file may give) or checks
         more overrides it."""
         check_policy(cls(cfg).workload_key(), cfg)
+
+    @classmethod
+    def check_placing(cls, cfg: Config, scalar_checks: Callable[[Config, Any], Any]) -> None:
+        """`check_config` of a design whose construction places the tables on its GPUs'
+        HBM: the construction whole where the config gives every table's size (a generated
+        trace); with a trace file, whose tables may size the model, `scalar_checks(cfg,
+        params)` (what needs no table), the rest when the trace is read."""
+        if cfg.trace.path is None:
+            cls(cfg)
+        else:
+            scalar_checks(cfg, design_params(cfg, cls.name))
 
     def __init__(self, cfg: Config):
         self.cfg = cfg

@@ -78,6 +78,7 @@ from scratchpipe_sim.policies.replay_cache import (
     policy_columns,
     policy_key,
 )
+from scratchpipe_sim.policies.scratchpipe import PinnedOverflow
 from scratchpipe_sim.timing.cluster_pipeline import (
     ROUTE_AHEAD,
     BatchBytes,
@@ -93,7 +94,6 @@ from scratchpipe_sim.timing.dense_compute import saved_activation_bytes
 from scratchpipe_sim.timing.designs.base import Design
 from scratchpipe_sim.timing.designs.design_inputs import WorkloadKey
 from scratchpipe_sim.timing.designs.design_parameters import (
-    design_params,
     params_tuple,
     policy_params,
 )
@@ -612,11 +612,8 @@ class Cluster(Design):
         the HBM the shards and the batches in flight take): run whole where the config
         gives every table's size (a generated trace); with a trace file, whose tables may
         size the model, the checks that need no table (`scalar_checks`), the rest when the
-        trace is read."""
-        if cfg.trace.path is None:
-            cls(cfg)
-        else:
-            scalar_checks(cfg, design_params(cfg, cls.name))
+        trace is read (`Design.check_placing`)."""
+        cls.check_placing(cfg, scalar_checks)
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
@@ -955,9 +952,9 @@ class Cluster(Design):
             # the policy's advice to set one
             key = ("cache.capacity_rows" if self.cfg.cache.capacity_rows is not None
                    else "cache.load_factor")
-            raise UserError(f"rank cache {p.rank_cache}: "
-                            f"{e.message.split('; raise the capacity')[0]}; expected a "
-                            f"larger {key}", source=self.cfg.source, field=key) from None
+            what = e.shortfall if isinstance(e, PinnedOverflow) else e.message
+            raise UserError(f"rank cache {p.rank_cache}: {what}; expected a larger {key}",
+                            source=self.cfg.source, field=key) from None
         for r, cols in zip(todo, made, strict=True):
             per_rank[r] = cached_columns(keys.get(r, {}), lambda cols=cols: (cols, {}),
                                          replay_cache, sources=_REPLAY_SOURCES)[0]
@@ -1154,7 +1151,7 @@ class Cluster(Design):
         scale = ids / all_ids if all_ids else 1.0
         c = self.cols.astype(float)  # column slices (1: whole rows)
         pooled = self.pooled_out / c  # per slice
-        rows = scale * self.unpooled_out / c if unpooled is None else 0.0 * pooled
+        rows = scale * self.unpooled_out / c if unpooled is None else np.zeros_like(pooled)
         span = np.array(self.layout.span, float)
         k = np.maximum(span / c, 1.0)  # the ranks of one slice
         local = self.node_local

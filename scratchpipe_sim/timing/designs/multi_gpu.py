@@ -113,11 +113,8 @@ class MultiGpu(Design):
         """Every check of its construction (the GPUs, the tables' placement on their HBM):
         whole where the config sizes every table (a generated trace); with a trace file,
         whose tables may size the model, the GPU count (`scalar_checks`), the placement
-        when the trace is read."""
-        if cfg.trace.path is None:
-            cls(cfg)
-        else:
-            scalar_checks(cfg, design_params(cfg, cls.name))
+        when the trace is read (`Design.check_placing`)."""
+        cls.check_placing(cfg, scalar_checks)
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
